@@ -1,0 +1,329 @@
+/* lib/comm/comm.c: the comm front. Every collective of the runtime passes here:
+ * arguments are checked, the backend slot runs, and the call is appended to the
+ * rank's ledger with its bytes by the ring model (nccl-tests bus factors).
+ * Also: names, the element-wise reduction kernels the backends share. */
+#include "config.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm/comm_impl.h"
+
+static const char *const coll_names[DT_COLL_COUNT] = {
+    "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast",
+    "scatter",    "send",       "recv",           "barrier"};
+static const char *const red_names[DT_RED_COUNT] = {"sum", "avg", "max", "min", "prod"};
+
+const char *dt_coll_name(dt_coll c) {
+  return (unsigned)c < DT_COLL_COUNT ? coll_names[c] : "?";
+}
+
+dt_status dt_coll_parse(const char *s, dt_coll *out) {
+  for (int i = 0; s && i < DT_COLL_COUNT; i++)
+    if (!strcmp(s, coll_names[i])) { *out = (dt_coll)i; return DT_OK; }
+  return DT_ERR_INVALID;
+}
+
+const char *dt_reduce_name(dt_reduce_op r) {
+  return (unsigned)r < DT_RED_COUNT ? red_names[r] : "?";
+}
+
+dt_status dt_reduce_parse(const char *s, dt_reduce_op *out) {
+  for (int i = 0; s && i < DT_RED_COUNT; i++)
+    if (!strcmp(s, red_names[i])) { *out = (dt_reduce_op)i; return DT_OK; }
+  return DT_ERR_INVALID;
+}
+
+double dt_coll_bus_factor(dt_coll c, int n) {
+  if (n <= 1) return 0.0;
+  double f = (double)(n - 1) / (double)n;
+  switch (c) {
+    case DT_COLL_ALL_REDUCE: return 2.0 * f;
+    case DT_COLL_ALL_GATHER:
+    case DT_COLL_REDUCE_SCATTER:
+    case DT_COLL_ALL_TO_ALL:
+    case DT_COLL_SCATTER: return f;
+    case DT_COLL_BROADCAST:
+    case DT_COLL_SEND:
+    case DT_COLL_RECV: return 1.0;
+    default: return 0.0;
+  }
+}
+
+uint64_t dt_coll_elems(dt_coll c, uint64_t count, int n) {
+  switch (c) {
+    case DT_COLL_ALL_GATHER:
+    case DT_COLL_REDUCE_SCATTER:
+    case DT_COLL_ALL_TO_ALL:
+    case DT_COLL_SCATTER: return count * (uint64_t)n;
+    case DT_COLL_BARRIER: return 0;
+    default: return count;
+  }
+}
+
+/* ---- ledger ---- */
+
+void dt_ledger_clear(dt_ctx *ctx) { ctx->ledger.n = 0; }
+void dt_ledger_enable(dt_ctx *ctx, bool on) { ctx->ledger.enabled = on; }
+
+dt_status dt_ledger_append(dt_ctx *ctx, const dt_ledger_row *row) {
+  dt_ledger *l = &ctx->ledger;
+  if (l->n == l->cap) {
+    size_t cap = l->cap ? 2 * l->cap : 64;
+    dt_ledger_row *r = realloc(l->rows, cap * sizeof *r);
+    if (!r) return dt_error(ctx, DT_ERR_NOMEM, "dt_ledger_append", "cannot grow the ledger");
+    l->rows = r;
+    l->cap = cap;
+  }
+  l->rows[l->n++] = *row;
+  return DT_OK;
+}
+
+static void record(dt_comm *c, dt_coll op, int red, uint64_t count, dt_dtype t, double secs) {
+  dt_ctx *ctx = c->ctx;
+  if (!ctx || !ctx->ledger.enabled) return;
+  dt_ledger_row r;
+  memset(&r, 0, sizeof r);
+  r.op = (int)op;
+  r.reduce = red;
+  memcpy(r.group, c->name, sizeof r.group);
+  r.group_size = c->size;
+  r.elems = dt_coll_elems(op, count, c->size);
+  r.dtype = (int)t;
+  r.payload_bytes = r.elems * dt_dtype_size(t);
+  /* Point to point: the bytes cross the link once whatever the group size. */
+  r.wire_bytes = (op == DT_COLL_SEND || op == DT_COLL_RECV)
+                     ? (double)r.payload_bytes
+                     : (double)r.payload_bytes * dt_coll_bus_factor(op, c->size);
+  r.seconds = secs;
+  memcpy(r.phase, ctx->phase, sizeof r.phase);
+  memcpy(r.scope, ctx->scope, sizeof r.scope);
+  (void)dt_ledger_append(ctx, &r); /* a full ledger never fails the collective */
+}
+
+/* ---- argument checks ---- */
+
+static dt_status check_common(dt_comm *c, const char *call, dt_dtype t, const void *a,
+                              const void *b, size_t count) {
+  if (!c) return DT_ERR_INVALID;
+  if (dt_dtype_size(t) == 0) return dt_error(c->ctx, DT_ERR_INVALID, call, "invalid dtype");
+  if (count > 0 && (!a || !b))
+    return dt_error(c->ctx, DT_ERR_INVALID, call, "NULL buffer with count %zu", count);
+  if (count > SIZE_MAX / 8 / (size_t)(c->size > 0 ? c->size : 1))
+    return dt_error(c->ctx, DT_ERR_INVALID, call, "count %zu overflows", count);
+  return DT_OK;
+}
+
+static dt_status check_op(dt_comm *c, const char *call, dt_reduce_op op) {
+  if ((unsigned)op >= DT_RED_COUNT)
+    return dt_error(c->ctx, DT_ERR_INVALID, call, "invalid reduce op %d", (int)op);
+  return DT_OK;
+}
+
+static dt_status check_root(dt_comm *c, const char *call, int root) {
+  if (root < 0 || root >= c->size)
+    return dt_error(c->ctx, DT_ERR_INVALID, call, "root %d outside group '%s' of %d", root,
+                    c->name, c->size);
+  return DT_OK;
+}
+
+static dt_status slot(dt_comm *c, const void *fn, const char *call) {
+  if (!fn)
+    return dt_error(c->ctx, DT_ERR_UNSUPPORTED, call, "backend '%s' lacks %s", c->ops->name, call);
+  return DT_OK;
+}
+
+#define TIMED(c, op, red, count, t, expr)        \
+  do {                                           \
+    double t0_ = dt_now();                       \
+    dt_status s_ = (expr);                       \
+    if (s_ != DT_OK) return s_;                  \
+    record((c), (op), (red), (count), (t), dt_now() - t0_); \
+    return DT_OK;                                \
+  } while (0)
+
+dt_status dt_comm_all_reduce(dt_comm *c, const void *send, void *recv, size_t count, dt_dtype t,
+                             dt_reduce_op op) {
+  DT_CHECK(check_common(c, "all_reduce", t, send, recv, count));
+  DT_CHECK(check_op(c, "all_reduce", op));
+  DT_CHECK(slot(c, (const void *)c->ops->all_reduce, "all_reduce"));
+  TIMED(c, DT_COLL_ALL_REDUCE, (int)op, count, t, c->ops->all_reduce(c, send, recv, count, t, op));
+}
+
+dt_status dt_comm_all_gather(dt_comm *c, const void *send, void *recv, size_t count, dt_dtype t) {
+  DT_CHECK(check_common(c, "all_gather", t, send, recv, count));
+  DT_CHECK(slot(c, (const void *)c->ops->all_gather, "all_gather"));
+  TIMED(c, DT_COLL_ALL_GATHER, -1, count, t, c->ops->all_gather(c, send, recv, count, t));
+}
+
+dt_status dt_comm_reduce_scatter(dt_comm *c, const void *send, void *recv, size_t count,
+                                 dt_dtype t, dt_reduce_op op) {
+  DT_CHECK(check_common(c, "reduce_scatter", t, send, recv, count));
+  DT_CHECK(check_op(c, "reduce_scatter", op));
+  DT_CHECK(slot(c, (const void *)c->ops->reduce_scatter, "reduce_scatter"));
+  if (count > 0 && send == recv && c->size > 1)
+    return dt_error(c->ctx, DT_ERR_INVALID, "reduce_scatter", "send and recv must differ");
+  TIMED(c, DT_COLL_REDUCE_SCATTER, (int)op, count, t,
+        c->ops->reduce_scatter(c, send, recv, count, t, op));
+}
+
+dt_status dt_comm_all_to_all(dt_comm *c, const void *send, void *recv, size_t count, dt_dtype t) {
+  DT_CHECK(check_common(c, "all_to_all", t, send, recv, count));
+  DT_CHECK(slot(c, (const void *)c->ops->all_to_all, "all_to_all"));
+  if (count > 0 && send == recv && c->size > 1)
+    return dt_error(c->ctx, DT_ERR_INVALID, "all_to_all", "send and recv must differ");
+  TIMED(c, DT_COLL_ALL_TO_ALL, -1, count, t, c->ops->all_to_all(c, send, recv, count, t));
+}
+
+dt_status dt_comm_broadcast(dt_comm *c, void *buf, size_t count, dt_dtype t, int root) {
+  DT_CHECK(check_common(c, "broadcast", t, buf, buf, count));
+  DT_CHECK(check_root(c, "broadcast", root));
+  DT_CHECK(slot(c, (const void *)c->ops->broadcast, "broadcast"));
+  TIMED(c, DT_COLL_BROADCAST, -1, count, t, c->ops->broadcast(c, buf, count, t, root));
+}
+
+dt_status dt_comm_scatter(dt_comm *c, const void *send, void *recv, size_t count, dt_dtype t,
+                          int root) {
+  DT_CHECK(check_common(c, "scatter", t, recv, recv, count));
+  DT_CHECK(check_root(c, "scatter", root));
+  if (c && c->rank == root && count > 0 && !send)
+    return dt_error(c->ctx, DT_ERR_INVALID, "scatter", "root has a NULL send buffer");
+  DT_CHECK(slot(c, (const void *)c->ops->scatter, "scatter"));
+  TIMED(c, DT_COLL_SCATTER, -1, count, t, c->ops->scatter(c, send, recv, count, t, root));
+}
+
+dt_status dt_comm_send(dt_comm *c, const void *buf, size_t count, dt_dtype t, int peer, int tag) {
+  DT_CHECK(check_common(c, "send", t, buf, buf, count));
+  DT_CHECK(check_root(c, "send", peer));
+  if (peer == c->rank) return dt_error(c->ctx, DT_ERR_INVALID, "send", "send to self");
+  if (tag < 0) return dt_error(c->ctx, DT_ERR_INVALID, "send", "negative tag %d", tag);
+  DT_CHECK(slot(c, (const void *)c->ops->send, "send"));
+  TIMED(c, DT_COLL_SEND, -1, count, t, c->ops->send(c, buf, count, t, peer, tag));
+}
+
+dt_status dt_comm_recv(dt_comm *c, void *buf, size_t count, dt_dtype t, int peer, int tag) {
+  DT_CHECK(check_common(c, "recv", t, buf, buf, count));
+  DT_CHECK(check_root(c, "recv", peer));
+  if (peer == c->rank) return dt_error(c->ctx, DT_ERR_INVALID, "recv", "receive from self");
+  if (tag < 0) return dt_error(c->ctx, DT_ERR_INVALID, "recv", "negative tag %d", tag);
+  DT_CHECK(slot(c, (const void *)c->ops->recv, "recv"));
+  TIMED(c, DT_COLL_RECV, -1, count, t, c->ops->recv(c, buf, count, t, peer, tag));
+}
+
+dt_status dt_comm_barrier(dt_comm *c) {
+  if (!c) return DT_ERR_INVALID;
+  DT_CHECK(slot(c, (const void *)c->ops->barrier, "barrier"));
+  TIMED(c, DT_COLL_BARRIER, -1, 0, DT_F32, c->ops->barrier(c));
+}
+
+dt_status dt_comm_split(dt_comm *c, int color, int key, const char *name, dt_comm **out) {
+  if (!c || !out) return dt_error(c ? c->ctx : NULL, DT_ERR_INVALID, "split", "NULL argument");
+  *out = NULL;
+  DT_CHECK(slot(c, (const void *)c->ops->split, "split"));
+  DT_CHECK(c->ops->split(c, color, key, out));
+  if (*out && name) {
+    size_t l = strlen(name);
+    if (l >= sizeof (*out)->name) l = sizeof (*out)->name - 1;
+    memcpy((*out)->name, name, l);
+    (*out)->name[l] = '\0';
+  }
+  return DT_OK;
+}
+
+void dt_comm_destroy(dt_comm *c) {
+  if (c && c->ops->destroy) c->ops->destroy(c);
+}
+
+dt_status dt_comm_init_base(dt_comm *c, const dt_comm_ops *ops, dt_ctx *ctx, const char *name,
+                            int rank, int size, const int *world_ranks) {
+  c->ops = ops;
+  c->ctx = ctx;
+  c->rank = rank;
+  c->size = size;
+  c->name[0] = '\0';
+  if (name) {
+    size_t l = strlen(name);
+    if (l >= sizeof c->name) l = sizeof c->name - 1;
+    memcpy(c->name, name, l);
+    c->name[l] = '\0';
+  }
+  c->world_ranks = malloc((size_t)(size > 0 ? size : 1) * sizeof(int));
+  if (!c->world_ranks) return dt_error(ctx, DT_ERR_NOMEM, "dt_comm_init_base", "no memory");
+  for (int i = 0; i < size; i++) c->world_ranks[i] = world_ranks ? world_ranks[i] : i;
+  return DT_OK;
+}
+
+void dt_comm_free_base(dt_comm *c) {
+  free(c->world_ranks);
+  c->world_ranks = NULL;
+}
+
+/* ---- reduction kernels ----
+ * max and min propagate NaN (as torch.maximum does): a NaN on any rank wins.
+ * The loops run in fixed blocks of 16 over restrict pointers, so that the
+ * compiler vectorises them at -O2 (GCC's cheap cost model only vectorises a
+ * loop whose trip count is a known multiple of the vector width). */
+
+#define RED_VEC 16
+#define REDUCE_LOOP(T, OPEXPR)                                                 \
+  do {                                                                         \
+    T *restrict a_ = acc;                                                      \
+    const T *restrict b_ = in;                                                 \
+    size_t i = 0;                                                              \
+    for (; i + RED_VEC <= n; i += RED_VEC)                                     \
+      for (size_t j = i; j < i + RED_VEC; j++) {                               \
+        T x = a_[j], y = b_[j];                                                \
+        a_[j] = (OPEXPR);                                                      \
+      }                                                                        \
+    for (; i < n; i++) {                                                       \
+      T x = a_[i], y = b_[i];                                                  \
+      a_[i] = (OPEXPR);                                                        \
+    }                                                                          \
+  } while (0)
+
+void dt_reduce_into(dt_dtype t, dt_reduce_op op, void *restrict acc, const void *restrict in,
+                    size_t n) {
+  if (t == DT_F32) {
+    switch (op) {
+      case DT_RED_SUM: case DT_RED_AVG: REDUCE_LOOP(float, x + y); break;
+      case DT_RED_MAX: REDUCE_LOOP(float, y > x || y != y ? y : x); break;
+      case DT_RED_MIN: REDUCE_LOOP(float, y < x || y != y ? y : x); break;
+      case DT_RED_PROD: REDUCE_LOOP(float, x * y); break;
+      default: break;
+    }
+  } else if (t == DT_F64) {
+    switch (op) {
+      case DT_RED_SUM: case DT_RED_AVG: REDUCE_LOOP(double, x + y); break;
+      case DT_RED_MAX: REDUCE_LOOP(double, y > x || y != y ? y : x); break;
+      case DT_RED_MIN: REDUCE_LOOP(double, y < x || y != y ? y : x); break;
+      case DT_RED_PROD: REDUCE_LOOP(double, x * y); break;
+      default: break;
+    }
+  } else if (t == DT_BF16) {
+    dt_bf16 *a = acc;
+    const dt_bf16 *b = in;
+    for (size_t i = 0; i < n; i++) {
+      float x = dt_bf16_to_f32(a[i]), y = dt_bf16_to_f32(b[i]), r;
+      switch (op) {
+        case DT_RED_MAX: r = y > x || y != y ? y : x; break;
+        case DT_RED_MIN: r = y < x || y != y ? y : x; break;
+        case DT_RED_PROD: r = x * y; break;
+        default: r = x + y; break;
+      }
+      a[i] = dt_f32_to_bf16(r);
+    }
+  }
+}
+
+void dt_scale_inplace(dt_dtype t, void *acc, size_t n, double s) {
+  if (t == DT_F32) {
+    float *a = acc, f = (float)s;
+    for (size_t i = 0; i < n; i++) a[i] *= f;
+  } else if (t == DT_F64) {
+    double *a = acc;
+    for (size_t i = 0; i < n; i++) a[i] *= s;
+  } else if (t == DT_BF16) {
+    dt_bf16 *a = acc;
+    for (size_t i = 0; i < n; i++) a[i] = dt_f32_to_bf16((float)(dt_bf16_to_f32(a[i]) * s));
+  }
+}

@@ -1,0 +1,125 @@
+/* lib/comm/comm.h: the one front for every collective, and the comm-backend vtable.
+ *
+ * Every collective of the runtime goes through the dt_comm_* functions below,
+ * which time the call and append one row to the calling rank's ledger (op, group,
+ * group size, elements, dtype, payload bytes, wire bytes by the ring model,
+ * seconds, phase, scope). Backends (threads, mpi; nccl later) fill a dt_comm_ops
+ * table and never write the ledger themselves. This layer knows nothing of
+ * meshes or placements.
+ *
+ * Counts: all_gather, reduce_scatter and scatter take the count held by ONE rank
+ * (the output of all_gather and the input of reduce_scatter are count * size);
+ * all_to_all takes the count sent to each peer. Buffers are on the device the
+ * backend works with (host memory for threads and mpi).
+ */
+#ifndef DT_COMM_H
+#define DT_COMM_H
+
+#include "core/core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum dt_reduce_op {
+  DT_RED_SUM = 0, DT_RED_AVG = 1, DT_RED_MAX = 2, DT_RED_MIN = 3, DT_RED_PROD = 4,
+  DT_RED_COUNT
+} dt_reduce_op;
+
+typedef enum dt_coll {
+  DT_COLL_ALL_REDUCE = 0,
+  DT_COLL_ALL_GATHER,
+  DT_COLL_REDUCE_SCATTER,
+  DT_COLL_ALL_TO_ALL,
+  DT_COLL_BROADCAST,
+  DT_COLL_SCATTER,
+  DT_COLL_SEND,
+  DT_COLL_RECV,
+  DT_COLL_BARRIER,
+  DT_COLL_COUNT
+} dt_coll;
+
+const char *dt_coll_name(dt_coll c);           /* "all_reduce", ... */
+dt_status dt_coll_parse(const char *s, dt_coll *out);
+const char *dt_reduce_name(dt_reduce_op r);    /* "sum", "avg", ... */
+dt_status dt_reduce_parse(const char *s, dt_reduce_op *out);
+
+/* nccl-tests bus factor of a collective over n ranks (all_reduce 2(n-1)/n;
+ * all_gather, reduce_scatter, all_to_all, scatter (n-1)/n; broadcast, send,
+ * recv 1; barrier 0). A group of one moves nothing: 0. */
+double dt_coll_bus_factor(dt_coll c, int n);
+/* Elements in the nccl-tests array size S of a call with the given count. */
+uint64_t dt_coll_elems(dt_coll c, uint64_t count, int n);
+
+typedef struct dt_comm_ops {
+  const char *name;  /* "threads", "mpi" */
+  dt_status (*all_reduce)(dt_comm *c, const void *send, void *recv, size_t count,
+                          dt_dtype t, dt_reduce_op op);
+  dt_status (*all_gather)(dt_comm *c, const void *send, void *recv, size_t count, dt_dtype t);
+  dt_status (*reduce_scatter)(dt_comm *c, const void *send, void *recv, size_t count,
+                              dt_dtype t, dt_reduce_op op);
+  dt_status (*all_to_all)(dt_comm *c, const void *send, void *recv, size_t count, dt_dtype t);
+  dt_status (*broadcast)(dt_comm *c, void *buf, size_t count, dt_dtype t, int root);
+  dt_status (*scatter)(dt_comm *c, const void *send, void *recv, size_t count, dt_dtype t,
+                       int root);
+  dt_status (*send)(dt_comm *c, const void *buf, size_t count, dt_dtype t, int peer, int tag);
+  dt_status (*recv)(dt_comm *c, void *buf, size_t count, dt_dtype t, int peer, int tag);
+  dt_status (*barrier)(dt_comm *c);
+  /* Collective over c: ranks with equal color form a new communicator, ordered
+   * by (key, rank in c). color < 0: the caller joins none and *out = NULL. */
+  dt_status (*split)(dt_comm *c, int color, int key, dt_comm **out);
+  void (*destroy)(dt_comm *c);
+} dt_comm_ops;
+
+struct dt_comm {
+  const dt_comm_ops *ops;
+  dt_ctx *ctx;                 /* the owning rank */
+  char name[DT_LABEL_LEN];     /* group label written to the ledger */
+  int rank, size;              /* rank within this communicator, and its size */
+  int *world_ranks;            /* world rank of each member, size entries */
+  void *impl;
+};
+
+/* The front. Each validates arguments, calls the backend, and records a ledger row.
+ * In-place is allowed where send == recv (all_reduce; all_gather when send is the
+ * caller's own slot recv + rank*count; reduce_scatter is not in-place). Zero
+ * counts are valid and still synchronise. On DT_ERR_ABORTED / DT_ERR_TIMEOUT the
+ * buffers' contents are unspecified (mpi: a late peer may still write a receive
+ * buffer until the process ends, which must then end with dt_mpi_finish(false)).
+ *
+ * send is eager on every backend: it returns once the payload is copied, so the
+ * buffer may be reused at once and two ranks may send to each other before
+ * either receives. recv takes the oldest message from `peer` with `tag`. */
+dt_status dt_comm_all_reduce(dt_comm *c, const void *send, void *recv, size_t count,
+                             dt_dtype t, dt_reduce_op op);
+dt_status dt_comm_all_gather(dt_comm *c, const void *send, void *recv, size_t count, dt_dtype t);
+dt_status dt_comm_reduce_scatter(dt_comm *c, const void *send, void *recv, size_t count,
+                                 dt_dtype t, dt_reduce_op op);
+dt_status dt_comm_all_to_all(dt_comm *c, const void *send, void *recv, size_t count, dt_dtype t);
+dt_status dt_comm_broadcast(dt_comm *c, void *buf, size_t count, dt_dtype t, int root);
+dt_status dt_comm_scatter(dt_comm *c, const void *send, void *recv, size_t count, dt_dtype t,
+                          int root);
+dt_status dt_comm_send(dt_comm *c, const void *buf, size_t count, dt_dtype t, int peer, int tag);
+dt_status dt_comm_recv(dt_comm *c, void *buf, size_t count, dt_dtype t, int peer, int tag);
+dt_status dt_comm_barrier(dt_comm *c);
+/* Split (see dt_comm_ops.split); the new communicator is named `name`. */
+dt_status dt_comm_split(dt_comm *c, int color, int key, const char *name, dt_comm **out);
+void dt_comm_destroy(dt_comm *c);
+
+/* Ledger access for the calling rank. */
+void dt_ledger_clear(dt_ctx *ctx);
+void dt_ledger_enable(dt_ctx *ctx, bool on);
+/* Appends a row (used by the front; exposed for tests of reporters). */
+dt_status dt_ledger_append(dt_ctx *ctx, const dt_ledger_row *row);
+
+/* Helpers for backends: element-wise reduce `in` into `acc` (n elements; the
+ * two must not overlap). */
+void dt_reduce_into(dt_dtype t, dt_reduce_op op, void *restrict acc, const void *restrict in,
+                    size_t n);
+/* acc *= 1/n for DT_RED_AVG finalisation. */
+void dt_scale_inplace(dt_dtype t, void *acc, size_t n, double s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

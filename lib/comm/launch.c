@@ -1,0 +1,186 @@
+/* lib/comm/launch.c: dt_launch, and the threads launcher (N ranks as N threads).
+ * The MPI launcher lives with its backend in comm_mpi.c. */
+/* pthread_setaffinity_np and sched_getaffinity are GNU extensions. */
+#define _GNU_SOURCE 1
+#include "config.h"
+
+#include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm/comm_impl.h"
+#include "device/device.h"
+
+const char *dt_backend_name(dt_backend b) {
+  switch (b) {
+    case DT_BACKEND_THREADS: return "threads";
+    case DT_BACKEND_MPI: return "mpi";
+  }
+  return "?";
+}
+
+dt_status dt_backend_parse(const char *s, dt_backend *out) {
+  if (s && !strcmp(s, "threads")) *out = DT_BACKEND_THREADS;
+  else if (s && !strcmp(s, "mpi")) *out = DT_BACKEND_MPI;
+  else return DT_ERR_INVALID;
+  return DT_OK;
+}
+
+bool dt_backend_available(dt_backend b) {
+  if (b == DT_BACKEND_THREADS) return true;
+#ifdef HAVE_MPI
+  if (b == DT_BACKEND_MPI) return true;
+#endif
+  return false;
+}
+
+void dt_launch_report_free(dt_launch_report *rep) {
+  if (!rep) return;
+  free(rep->rank_status);
+  rep->rank_status = NULL;
+}
+
+dt_status dt_launch(const dt_launch_opts *opts, dt_spmd_fn fn, void *arg, dt_launch_report *rep) {
+  if (rep) {
+    memset(rep, 0, sizeof *rep);
+    rep->failed_rank = -1;
+  }
+  if (!opts || !fn) {
+    if (rep) snprintf(rep->failed_msg, sizeof rep->failed_msg, "dt_launch: NULL opts or fn");
+    return DT_ERR_INVALID;
+  }
+  switch (opts->backend) {
+    case DT_BACKEND_THREADS: return dt_launch_threads(opts, fn, arg, rep);
+    case DT_BACKEND_MPI: return dt_launch_mpi(opts, fn, arg, rep);
+  }
+  return DT_ERR_INVALID;
+}
+
+typedef struct rank_run {
+  dt_threads_job *job;
+  const dt_launch_opts *opts;
+  dt_spmd_fn fn;
+  void *arg;
+  int rank;
+  dt_status status;
+} rank_run;
+
+static void *rank_main(void *p) {
+  rank_run *rr = p;
+  dt_ctx ctx;
+  dt_ctx_init(&ctx, rr->rank, rr->opts->world);
+  ctx.ledger.enabled = !rr->opts->no_ledger;
+  dt_comm *world = NULL;
+  dt_device *dev = NULL;
+  dt_status s = dt_threads_comm_world(rr->job, &ctx, &world);
+  if (s == DT_OK) {
+    /* Every rank of a threads job shares GPU 0 (a stream per rank). */
+    s = rr->opts->device == DT_DEV_CUDA ? dt_device_cuda_create(&ctx, 0, &dev)
+                                         : dt_device_cpu_create(&ctx, &dev);
+  }
+  if (s == DT_OK) {
+    ctx.world = world;
+    ctx.device = dev;
+    s = rr->fn(&ctx, rr->arg);
+  }
+  if (s != DT_OK)
+    dt_threads_job_fail(rr->job, rr->rank, s,
+                        ctx.last_error[0] ? ctx.last_error : dt_status_str(s));
+  rr->status = s;
+  dt_device_destroy(dev);
+  dt_comm_destroy(world);
+  dt_ctx_release(&ctx);
+  return NULL;
+}
+
+/* With no more ranks than the CPUs this process may use, pin rank r to the r-th
+ * of them, as mpirun binds one process per core: two ranks that share a core
+ * by the scheduler's choice halve the bandwidth of every collective. With more
+ * ranks than CPUs the scheduler balances them better than a fixed binding. */
+static void bind_ranks(pthread_t *th, const bool *started, int n) {
+#ifdef CPU_SET
+  cpu_set_t allowed;
+  if (sched_getaffinity(0, sizeof allowed, &allowed) != 0) return;
+  if (CPU_COUNT(&allowed) < n) return;
+  int cpu = -1;
+  for (int r = 0; r < n; r++) {
+    do cpu++; while (cpu < CPU_SETSIZE && !CPU_ISSET(cpu, &allowed));
+    if (cpu >= CPU_SETSIZE || !started[r]) return;
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(cpu, &one);
+    (void)pthread_setaffinity_np(th[r], sizeof one, &one); /* best effort */
+  }
+#else
+  (void)th; (void)started; (void)n;
+#endif
+}
+
+dt_status dt_launch_threads(const dt_launch_opts *opts, dt_spmd_fn fn, void *arg,
+                            dt_launch_report *rep) {
+  int n = opts->world;
+  if (rep) {
+    memset(rep, 0, sizeof *rep);
+    rep->failed_rank = -1;
+  }
+  if (n < 1 || n > DT_THREADS_MAX_WORLD) {
+    if (rep)
+      snprintf(rep->failed_msg, sizeof rep->failed_msg, "world %d outside 1..%d", n,
+               DT_THREADS_MAX_WORLD);
+    return DT_ERR_INVALID;
+  }
+  dt_threads_job *job = NULL;
+  DT_CHECK(dt_threads_job_create(n, opts->timeout_s, &job));
+  rank_run *runs = calloc((size_t)n, sizeof *runs);
+  pthread_t *th = calloc((size_t)n, sizeof *th);
+  bool *started = calloc((size_t)n, sizeof *started);
+  if (!runs || !th || !started) {
+    free(runs); free(th); free(started);
+    dt_threads_job_destroy(job);
+    return DT_ERR_NOMEM;
+  }
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  /* Ranks keep big arrays on the heap; 8 MiB of stack each is plenty. */
+  pthread_attr_setstacksize(&attr, (size_t)8 << 20);
+  for (int r = 0; r < n; r++) {
+    runs[r] = (rank_run){.job = job, .opts = opts, .fn = fn, .arg = arg, .rank = r};
+    if (pthread_create(&th[r], &attr, rank_main, &runs[r]) != 0) {
+      char msg[128];
+      snprintf(msg, sizeof msg, "launcher: cannot start the thread of rank %d", r);
+      runs[r].status = DT_ERR_NOMEM;
+      dt_threads_job_fail(job, r, DT_ERR_NOMEM, msg);
+      break; /* ranks already running see the abort */
+    }
+    started[r] = true;
+  }
+  pthread_attr_destroy(&attr);
+  if (!opts->no_bind) bind_ranks(th, started, n);
+  for (int r = 0; r < n; r++)
+    if (started[r]) pthread_join(th[r], NULL);
+
+  dt_status result = DT_OK;
+  int fr = -1;
+  dt_status fs = DT_OK;
+  char msg[DT_ERRMSG_LEN];
+  msg[0] = '\0';
+  if (dt_threads_job_failed(job, &fr, &fs, msg, sizeof msg)) result = fs;
+  if (rep) {
+    rep->world = n;
+    rep->first_rank = 0;
+    rep->n_local = n;
+    rep->rank_status = malloc((size_t)n * sizeof(dt_status));
+    if (rep->rank_status)
+      for (int r = 0; r < n; r++) rep->rank_status[r] = runs[r].status;
+    rep->failed_rank = fr;
+    rep->failed_status = fs;
+    snprintf(rep->failed_msg, sizeof rep->failed_msg, "%s", msg);
+  }
+  free(runs);
+  free(th);
+  free(started);
+  dt_threads_job_destroy(job);
+  return result;
+}

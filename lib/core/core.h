@@ -1,0 +1,206 @@
+/* lib/core/core.h: status codes, per-rank context, dtypes, local arrays, the
+ * peak-tracking allocator and the sharding-invariant counter RNG.
+ *
+ * This is the bottom layer of libdtensor: it knows nothing of communication or
+ * meshes (dt_comm and dt_device are opaque here). Nothing in it is global: every
+ * piece of mutable state hangs off a dt_ctx, one per rank.
+ */
+#ifndef DT_CORE_H
+#define DT_CORE_H
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define DT_PRINTF(f, a) __attribute__((format(printf, f, a)))
+#else
+#define DT_PRINTF(f, a)
+#endif
+
+/* ---- status ------------------------------------------------------------ */
+
+/* Every library call returns one of these; DT_OK is 0, errors are negative. */
+typedef enum dt_status {
+  DT_OK = 0,
+  DT_ERR_INVALID = -1,     /* bad argument from the caller (shape, name, count) */
+  DT_ERR_NOMEM = -2,       /* an allocation failed */
+  DT_ERR_UNSUPPORTED = -3, /* not built in, or no such slot in this backend */
+  DT_ERR_BACKEND = -4,     /* MPI, BLAS, CUDA, cuBLAS or NCCL reported an error */
+  DT_ERR_ABORTED = -5,     /* another rank failed; this call gave up instead of hanging */
+  DT_ERR_TIMEOUT = -6,     /* a collective waited longer than the job's timeout */
+  DT_ERR_NODEVICE = -7,    /* the backend is built but no device is present */
+  DT_ERR_IO = -8,          /* file or database error */
+  DT_ERR_INTERNAL = -9,    /* a broken invariant inside the library */
+} dt_status;
+
+/* Short constant description of a status ("invalid argument", ...). */
+const char *dt_status_str(dt_status s);
+
+/* ---- dtypes ------------------------------------------------------------- */
+
+typedef enum dt_dtype {
+  DT_F32 = 0,
+  DT_F64 = 1,
+  DT_BF16 = 2, /* storage only: converted to f32 for arithmetic */
+  DT_DTYPE_COUNT
+} dt_dtype;
+
+/* bfloat16 storage: the upper 16 bits of an IEEE binary32. */
+typedef struct dt_bf16 { uint16_t bits; } dt_bf16;
+_Static_assert(sizeof(dt_bf16) == 2, "bf16 is two bytes");
+
+size_t dt_dtype_size(dt_dtype t);        /* 4, 8, 2; 0 for an invalid dtype */
+const char *dt_dtype_name(dt_dtype t);   /* "f32", "f64", "bf16" */
+/* Parses "f32"/"float32", "f64"/"float64", "bf16"/"bfloat16"; DT_ERR_INVALID otherwise. */
+dt_status dt_dtype_parse(const char *s, dt_dtype *out);
+dt_bf16 dt_f32_to_bf16(float f);         /* round to nearest even; NaN stays NaN */
+float dt_bf16_to_f32(dt_bf16 h);
+
+/* ---- per-rank context --------------------------------------------------- */
+
+typedef struct dt_comm dt_comm;
+typedef struct dt_device dt_device;
+
+enum { DT_ERRMSG_LEN = 512, DT_LABEL_LEN = 64 };
+
+/* Bytes in use and the high-water mark, per memory kind. */
+typedef struct dt_mem_stats {
+  size_t host_cur, host_peak;
+  size_t dev_cur, dev_peak;
+  uint64_t n_alloc, n_free;
+} dt_mem_stats;
+
+/* One collective call as the comm front saw it (see lib/comm/comm.h). */
+typedef struct dt_ledger_row {
+  int op;                    /* dt_coll */
+  int reduce;                /* dt_reduce_op, or -1 */
+  char group[DT_LABEL_LEN];  /* communicator name, e.g. "tp" or "world" */
+  int group_size;
+  uint64_t elems;            /* elements in S (the nccl-tests array size) */
+  int dtype;                 /* dt_dtype */
+  uint64_t payload_bytes;    /* S in bytes */
+  double wire_bytes;         /* bytes each rank moves by the ring model */
+  double seconds;            /* wall time of the call on this rank */
+  char phase[16];            /* "forward", "backward", "optimizer", "" ... */
+  char scope[DT_LABEL_LEN];  /* module fqn or other caller label */
+} dt_ledger_row;
+
+typedef struct dt_ledger {
+  dt_ledger_row *rows;
+  size_t n, cap;
+  bool enabled;              /* false: calls are not recorded */
+} dt_ledger;
+
+/* All mutable state of one rank. Created by a launcher (lib/comm/launch.h);
+ * a program never shares one dt_ctx between two ranks. */
+typedef struct dt_ctx {
+  int rank;                  /* rank in the world */
+  int world_size;
+  dt_comm *world;            /* the world communicator (owned by the launcher) */
+  dt_device *device;         /* the compute device (owned by the launcher) */
+  dt_mem_stats mem;
+  dt_ledger ledger;
+  char phase[16];            /* label copied into every ledger row */
+  char scope[DT_LABEL_LEN];
+  dt_status last_status;
+  char last_error[DT_ERRMSG_LEN]; /* "rank R: call: detail" */
+  void *user;                /* free for the program */
+} dt_ctx;
+
+/* Initialises a context for rank `rank` of `world_size`; no allocation. */
+void dt_ctx_init(dt_ctx *ctx, int rank, int world_size);
+/* Frees what the context owns (the ledger); not the comm or device. */
+void dt_ctx_release(dt_ctx *ctx);
+
+/* Records an error as the rank's last error and returns `s`, so that
+ *   return dt_error(ctx, DT_ERR_INVALID, "dt_mesh_create", "shape %d", n);
+ * both records and propagates. `ctx` may be NULL (then it only returns). */
+dt_status dt_error(dt_ctx *ctx, dt_status s, const char *call, const char *fmt, ...)
+    DT_PRINTF(4, 5);
+/* The last error message ("" when none). */
+const char *dt_last_error(const dt_ctx *ctx);
+void dt_error_clear(dt_ctx *ctx);
+
+void dt_ctx_set_phase(dt_ctx *ctx, const char *phase);
+void dt_ctx_set_scope(dt_ctx *ctx, const char *scope);
+
+/* Check macros: evaluate once; on failure propagate (DT_CHECK) or jump (DT_CHECK_GOTO). */
+#define DT_CHECK(expr)                   \
+  do {                                   \
+    dt_status dt_check_s_ = (expr);      \
+    if (dt_check_s_ != DT_OK) return dt_check_s_; \
+  } while (0)
+#define DT_CHECK_GOTO(expr, st, label)   \
+  do {                                   \
+    (st) = (expr);                       \
+    if ((st) != DT_OK) goto label;       \
+  } while (0)
+
+/* ---- allocator ---------------------------------------------------------- */
+
+/* 64-byte aligned host memory, counted in ctx->mem. Returns NULL (and records
+ * DT_ERR_NOMEM) on failure; bytes == 0 returns a valid unique pointer. */
+void *dt_host_alloc(dt_ctx *ctx, size_t bytes);
+void *dt_host_calloc(dt_ctx *ctx, size_t bytes);
+void dt_host_free(dt_ctx *ctx, void *p); /* NULL is a no-op */
+/* For device backends: account `bytes` more (or fewer) device bytes. */
+void dt_mem_track_device(dt_ctx *ctx, size_t bytes, bool add);
+
+/* ---- local arrays -------------------------------------------------------- */
+
+enum { DT_MAX_DIMS = 8 };
+
+typedef enum dt_device_kind { DT_DEV_CPU = 0, DT_DEV_CUDA = 1 } dt_device_kind;
+
+/* A contiguous row-major n-d tensor held by one rank. */
+typedef struct dt_array {
+  dt_dtype dtype;
+  int ndim;                     /* 0 (a scalar) .. DT_MAX_DIMS */
+  int64_t shape[DT_MAX_DIMS];
+  int64_t numel;
+  dt_device_kind dev;
+  void *data;                   /* host or device pointer, per dev */
+  bool owns;                    /* data is freed by dt_array_free */
+} dt_array;
+
+/* Allocates an uninitialised array on the context's device (dev CPU: host). */
+dt_status dt_array_create(dt_ctx *ctx, dt_device_kind dev, dt_dtype dtype, int ndim,
+                          const int64_t *shape, dt_array *out);
+/* Wraps caller memory; dt_array_free will not free it. */
+dt_status dt_array_wrap(dt_ctx *ctx, dt_device_kind dev, dt_dtype dtype, int ndim,
+                        const int64_t *shape, void *data, dt_array *out);
+void dt_array_free(dt_ctx *ctx, dt_array *a);
+size_t dt_array_bytes(const dt_array *a);
+/* numel of a shape; -1 when a dim is negative or the product overflows. */
+int64_t dt_shape_numel(int ndim, const int64_t *shape);
+
+/* ---- counter-based RNG (Philox4x32-10) ------------------------------------ */
+
+/* The value at global element `index` of the stream (seed, stream) depends on
+ * nothing else, so any shard of a tensor is generated without the rest of it,
+ * identically for every layout. */
+double dt_rng_uniform(uint64_t seed, uint64_t stream, uint64_t index);  /* [0, 1) */
+double dt_rng_normal(uint64_t seed, uint64_t stream, uint64_t index);   /* N(0, 1) */
+/* Raw Philox4x32-10 block for counter (index, stream) and key from seed. */
+void dt_philox4x32(uint64_t seed, uint64_t stream, uint64_t index, uint32_t out[4]);
+
+typedef enum dt_rng_dist { DT_RNG_UNIFORM = 0, DT_RNG_NORMAL = 1 } dt_rng_dist;
+
+/* Fills n host elements of dtype: out[i] = a + b*u (uniform) or a + b*z (normal)
+ * for element index first + i*stride. */
+dt_status dt_rng_fill(dt_dtype dtype, void *out, int64_t n, uint64_t seed, uint64_t stream,
+                      uint64_t first, uint64_t stride, dt_rng_dist dist, double a, double b);
+
+/* Monotonic wall clock in seconds. */
+double dt_now(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

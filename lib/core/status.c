@@ -1,0 +1,83 @@
+/* lib/core/status.c: status strings, the per-rank last error, context setup and
+ * the monotonic clock. No global state: the error lives in the dt_ctx. */
+#include "config.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/core.h"
+
+const char *dt_status_str(dt_status s) {
+  switch (s) {
+    case DT_OK: return "ok";
+    case DT_ERR_INVALID: return "invalid argument";
+    case DT_ERR_NOMEM: return "out of memory";
+    case DT_ERR_UNSUPPORTED: return "unsupported";
+    case DT_ERR_BACKEND: return "backend error";
+    case DT_ERR_ABORTED: return "aborted (another rank failed)";
+    case DT_ERR_TIMEOUT: return "timed out";
+    case DT_ERR_NODEVICE: return "no device";
+    case DT_ERR_IO: return "i/o error";
+    case DT_ERR_INTERNAL: return "internal error";
+  }
+  return "unknown status";
+}
+
+void dt_ctx_init(dt_ctx *ctx, int rank, int world_size) {
+  memset(ctx, 0, sizeof *ctx);
+  ctx->rank = rank;
+  ctx->world_size = world_size;
+  ctx->ledger.enabled = true;
+}
+
+void dt_ctx_release(dt_ctx *ctx) {
+  free(ctx->ledger.rows);
+  ctx->ledger.rows = NULL;
+  ctx->ledger.n = ctx->ledger.cap = 0;
+}
+
+dt_status dt_error(dt_ctx *ctx, dt_status s, const char *call, const char *fmt, ...) {
+  if (!ctx) return s;
+  ctx->last_status = s;
+  int n = snprintf(ctx->last_error, sizeof ctx->last_error, "rank %d: %s: ", ctx->rank,
+                   call ? call : "?");
+  if (n < 0) n = 0;
+  if ((size_t)n < sizeof ctx->last_error && fmt) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(ctx->last_error + n, sizeof ctx->last_error - (size_t)n, fmt, ap);
+    va_end(ap);
+  }
+  return s;
+}
+
+const char *dt_last_error(const dt_ctx *ctx) { return ctx ? ctx->last_error : ""; }
+
+void dt_error_clear(dt_ctx *ctx) {
+  ctx->last_status = DT_OK;
+  ctx->last_error[0] = '\0';
+}
+
+static void copy_label(char *dst, size_t n, const char *src) {
+  if (!src) src = "";
+  size_t l = strlen(src);
+  if (l >= n) l = n - 1;
+  memcpy(dst, src, l);
+  dst[l] = '\0';
+}
+
+void dt_ctx_set_phase(dt_ctx *ctx, const char *phase) {
+  copy_label(ctx->phase, sizeof ctx->phase, phase);
+}
+
+void dt_ctx_set_scope(dt_ctx *ctx, const char *scope) {
+  copy_label(ctx->scope, sizeof ctx->scope, scope);
+}
+
+double dt_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}

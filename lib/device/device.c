@@ -1,0 +1,83 @@
+/* lib/device/device.c: the device front: argument checks, then the backend slot. */
+#include "config.h"
+
+#include "device/device.h"
+
+static dt_status need(dt_device *d, const void *slot, const char *call) {
+  if (!d) return DT_ERR_INVALID;
+  if (!slot)
+    return dt_error(d->ctx, DT_ERR_UNSUPPORTED, call, "device '%s' has no such operation",
+                    d->ops->name);
+  return DT_OK;
+}
+
+void dt_device_destroy(dt_device *d) {
+  if (d && d->ops->destroy) d->ops->destroy(d);
+}
+
+dt_status dt_device_alloc(dt_device *d, size_t bytes, void **out) {
+  DT_CHECK(need(d, (const void *)d->ops->alloc, "dt_device_alloc"));
+  return d->ops->alloc(d, bytes, out);
+}
+
+void dt_device_free(dt_device *d, void *p, size_t bytes) {
+  if (d && p && d->ops->free) d->ops->free(d, p, bytes);
+}
+
+dt_status dt_device_copy(dt_device *d, void *dst, const void *src, size_t bytes, dt_copy_kind k) {
+  DT_CHECK(need(d, (const void *)d->ops->copy, "dt_device_copy"));
+  if (bytes == 0) return DT_OK;
+  if (!dst || !src) return dt_error(d->ctx, DT_ERR_INVALID, "dt_device_copy", "NULL buffer");
+  return d->ops->copy(d, dst, src, bytes, k);
+}
+
+dt_status dt_gemm_check(dt_ctx *ctx, const dt_gemm_desc *g) {
+  const char *c = "dt_device_gemm";
+  if (!g) return dt_error(ctx, DT_ERR_INVALID, c, "NULL descriptor");
+  if (g->dtype != DT_F32 && g->dtype != DT_F64)
+    return dt_error(ctx, DT_ERR_UNSUPPORTED, c, "dtype %s (f32 and f64 only)",
+                    dt_dtype_name(g->dtype));
+  if (g->m < 0 || g->n < 0 || g->k < 0 || g->batch < 1)
+    return dt_error(ctx, DT_ERR_INVALID, c, "m=%lld n=%lld k=%lld batch=%lld",
+                    (long long)g->m, (long long)g->n, (long long)g->k, (long long)g->batch);
+  int64_t a_cols = g->trans_a ? g->m : g->k, b_cols = g->trans_b ? g->k : g->n;
+  int64_t a_rows = g->trans_a ? g->k : g->m, b_rows = g->trans_b ? g->n : g->k;
+  if (g->lda < (a_cols > 1 ? a_cols : 1) || g->ldb < (b_cols > 1 ? b_cols : 1) ||
+      g->ldc < (g->n > 1 ? g->n : 1))
+    return dt_error(ctx, DT_ERR_INVALID, c, "leading dims lda=%lld ldb=%lld ldc=%lld too small",
+                    (long long)g->lda, (long long)g->ldb, (long long)g->ldc);
+  if (g->batch > 1 && (g->stride_a < 0 || g->stride_b < 0 ||
+                       g->stride_c < (g->m - 1) * g->ldc + g->n))
+    return dt_error(ctx, DT_ERR_INVALID, c, "batch strides overlap the output");
+  if ((g->m && g->n && !g->c) || (g->m && g->k && a_rows && !g->a) || (g->n && g->k && b_rows && !g->b))
+    return dt_error(ctx, DT_ERR_INVALID, c, "NULL matrix");
+  return DT_OK;
+}
+
+dt_status dt_device_gemm(dt_device *d, const dt_gemm_desc *g) {
+  DT_CHECK(need(d, (const void *)d->ops->gemm, "dt_device_gemm"));
+  DT_CHECK(dt_gemm_check(d->ctx, g));
+  if (g->m == 0 || g->n == 0) return DT_OK;
+  return d->ops->gemm(d, g);
+}
+
+dt_status dt_device_fill(dt_device *d, dt_dtype t, void *x, int64_t n, double value) {
+  DT_CHECK(need(d, (const void *)d->ops->fill, "dt_device_fill"));
+  if (n < 0 || (n > 0 && !x) || dt_dtype_size(t) == 0)
+    return dt_error(d->ctx, DT_ERR_INVALID, "dt_device_fill", "bad buffer or dtype");
+  if (n == 0) return DT_OK;
+  return d->ops->fill(d, t, x, n, value);
+}
+
+dt_status dt_device_axpy(dt_device *d, dt_dtype t, int64_t n, double alpha, const void *x, void *y) {
+  DT_CHECK(need(d, (const void *)d->ops->axpy, "dt_device_axpy"));
+  if (n < 0 || (n > 0 && (!x || !y)))
+    return dt_error(d->ctx, DT_ERR_INVALID, "dt_device_axpy", "bad buffers");
+  if (n == 0) return DT_OK;
+  return d->ops->axpy(d, t, n, alpha, x, y);
+}
+
+dt_status dt_device_sync(dt_device *d) {
+  if (!d) return DT_ERR_INVALID;
+  return d->ops->sync ? d->ops->sync(d) : DT_OK;
+}

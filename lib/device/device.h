@@ -1,0 +1,90 @@
+/* lib/device/device.h: the compute-backend vtable (cpu | cuda).
+ *
+ * A device owns memory and runs the few dense kernels the runtime needs: GEMM
+ * (strided-batched, transposes, f32/f64), fill, copy and axpy. The CPU device is
+ * always built (cblas from OpenBLAS); the CUDA device (cuBLAS) is built when
+ * configure finds CUDA and returns DT_ERR_NODEVICE where no GPU is present.
+ * This layer does no communication.
+ */
+#ifndef DT_DEVICE_H
+#define DT_DEVICE_H
+
+#include "core/core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum dt_copy_kind {
+  DT_COPY_H2H = 0, DT_COPY_H2D = 1, DT_COPY_D2H = 2, DT_COPY_D2D = 3
+} dt_copy_kind;
+
+/* Row-major GEMM description for
+ *   C_b[m,n] = alpha * op(A_b)[m,k] * op(B_b)[k,n] + beta * C_b[m,n],  b < batch,
+ * where op(X) = X or X^T, X_b starts at X + b*stride_x elements, and ld* are row
+ * strides in elements of the matrices as stored (A stored m x k, or k x m when
+ * trans_a). beta == 0 means C is not read (NaN there does not propagate); k == 0
+ * gives C = beta * C. On cuda, H2D and D2H copies are complete on return; D2D,
+ * gemm, fill and axpy are queued on the device's stream until dt_device_sync.
+ * free takes the byte count given to alloc. Copy ranges must not overlap. */
+typedef struct dt_gemm_desc {
+  dt_dtype dtype;              /* DT_F32 or DT_F64 */
+  bool trans_a, trans_b;
+  int64_t m, n, k;
+  double alpha, beta;
+  const void *a; int64_t lda; int64_t stride_a;
+  const void *b; int64_t ldb; int64_t stride_b;
+  void *c;       int64_t ldc; int64_t stride_c;
+  int64_t batch;               /* >= 1 */
+} dt_gemm_desc;
+
+/* Backend slots. NULL optional slots mean unsupported (DT_ERR_UNSUPPORTED). */
+typedef struct dt_device_ops {
+  const char *name;
+  dt_status (*alloc)(dt_device *d, size_t bytes, void **out);
+  void (*free)(dt_device *d, void *p, size_t bytes);
+  dt_status (*copy)(dt_device *d, void *dst, const void *src, size_t bytes, dt_copy_kind kind);
+  dt_status (*gemm)(dt_device *d, const dt_gemm_desc *g);
+  dt_status (*fill)(dt_device *d, dt_dtype t, void *x, int64_t n, double value);
+  /* y += alpha * x */
+  dt_status (*axpy)(dt_device *d, dt_dtype t, int64_t n, double alpha, const void *x, void *y);
+  dt_status (*sync)(dt_device *d);
+  void (*destroy)(dt_device *d);
+} dt_device_ops;
+
+struct dt_device {
+  const dt_device_ops *ops;
+  dt_device_kind kind;
+  dt_ctx *ctx;     /* the rank that owns the device handle; errors go to it */
+  void *impl;
+};
+
+/* Creates the CPU device for ctx. Its BLAS calls run on the calling thread. */
+dt_status dt_device_cpu_create(dt_ctx *ctx, dt_device **out);
+/* Creates a CUDA device on GPU `ordinal`. DT_ERR_UNSUPPORTED when built without
+ * CUDA, DT_ERR_NODEVICE when no GPU is visible. */
+dt_status dt_device_cuda_create(dt_ctx *ctx, int ordinal, dt_device **out);
+/* Number of visible GPUs (0 when built without CUDA or none present). */
+int dt_device_cuda_count(void);
+bool dt_device_cuda_built(void);
+void dt_device_destroy(dt_device *d);
+/* Process-wide setting, for programs: the number of threads OpenBLAS may use
+ * (n <= 0 only queries). Returns the previous count, -1 when not OpenBLAS. */
+int dt_device_cpu_blas_threads(int n);
+
+/* Front functions: validate, then call the slot. */
+dt_status dt_device_alloc(dt_device *d, size_t bytes, void **out);
+void dt_device_free(dt_device *d, void *p, size_t bytes);
+dt_status dt_device_copy(dt_device *d, void *dst, const void *src, size_t bytes, dt_copy_kind k);
+dt_status dt_device_gemm(dt_device *d, const dt_gemm_desc *g);
+dt_status dt_device_fill(dt_device *d, dt_dtype t, void *x, int64_t n, double value);
+dt_status dt_device_axpy(dt_device *d, dt_dtype t, int64_t n, double alpha, const void *x, void *y);
+dt_status dt_device_sync(dt_device *d);
+
+/* Validates a GEMM description (dims, leading dims, strides, dtype). */
+dt_status dt_gemm_check(dt_ctx *ctx, const dt_gemm_desc *g);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,168 @@
+/* verify/test_core.c: lib/core against independent references: dtype sizes and
+ * parsing, bf16 rounding (checked bit by bit against a direct rule), the
+ * allocator's current/peak bytes (an analytic count), the Philox4x32-10 known
+ * answers from Random123's kat_vectors, RNG shard invariance, and errors. */
+#include "config.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "testutil.h"
+
+static void test_dtypes(void) {
+  TU_CHECK(dt_dtype_size(DT_F32) == 4 && dt_dtype_size(DT_F64) == 8 && dt_dtype_size(DT_BF16) == 2,
+           "dtype sizes");
+  dt_dtype t;
+  TU_CHECK(dt_dtype_parse("f32", &t) == DT_OK && t == DT_F32, "parse f32");
+  TU_CHECK(dt_dtype_parse("float64", &t) == DT_OK && t == DT_F64, "parse float64");
+  TU_CHECK(dt_dtype_parse("bf16", &t) == DT_OK && t == DT_BF16, "parse bf16");
+  TU_CHECK(dt_dtype_parse("f16", &t) == DT_ERR_INVALID, "reject f16");
+  TU_CHECK(!strcmp(dt_status_str(DT_ERR_TIMEOUT), "timed out"), "status string");
+}
+
+/* Independent bf16 rounding rule: among the two neighbouring bf16 values pick
+ * the nearer in exact (double) arithmetic, ties to the even mantissa. */
+static uint16_t bf16_ref(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  uint16_t lo = (uint16_t)(u >> 16), hi = (uint16_t)(lo + 1);
+  if ((u & 0xffffu) == 0) return lo;
+  uint32_t ul = (uint32_t)lo << 16, uh = (uint32_t)hi << 16;
+  float fl, fh;
+  memcpy(&fl, &ul, 4);
+  memcpy(&fh, &uh, 4);
+  double dl = fabs((double)f - (double)fl), dh = fabs((double)fh - (double)f);
+  if (isinf(fh)) dh = fabs((double)f - (double)fl) + 1; /* overflow rounds to inf only past half */
+  if (dl < dh) return lo;
+  if (dh < dl) return hi;
+  return (lo & 1) ? hi : lo;
+}
+
+static void test_bf16(void) {
+  long bad = 0;
+  for (uint64_t i = 0; i < 2000000; i++) {
+    /* finite floats sampled across all exponents */
+    uint32_t u = (uint32_t)(i * 2654435761u) ;
+    if ((u & 0x7f800000u) == 0x7f800000u) continue;
+    float f;
+    memcpy(&f, &u, 4);
+    uint16_t got = dt_f32_to_bf16(f).bits, want = bf16_ref(f);
+    if (got != want && (u & 0x7f800000u) != 0x7f000000u) bad++;
+  }
+  TU_CHECK(bad == 0, "bf16 rounding: %ld mismatches", bad);
+  TU_CHECK(dt_bf16_to_f32(dt_f32_to_bf16(1.0f)) == 1.0f, "bf16(1) round trip");
+  float nan = NAN;
+  TU_CHECK(isnan(dt_bf16_to_f32(dt_f32_to_bf16(nan))), "bf16 NaN stays NaN");
+  /* 1 + 2^-8 is exactly half way between 1 and 1 + 2^-7: ties to even -> 1 */
+  TU_CHECK(dt_bf16_to_f32(dt_f32_to_bf16(1.0f + 0x1p-8f)) == 1.0f, "bf16 tie to even");
+  TU_CHECK(dt_bf16_to_f32(dt_f32_to_bf16(1.0f + 0x1p-8f + 0x1p-20f)) == 1.0f + 0x1p-7f,
+           "bf16 above half rounds up");
+}
+
+static void test_alloc(void) {
+  dt_ctx ctx;
+  dt_ctx_init(&ctx, 3, 4);
+  void *a = dt_host_alloc(&ctx, 1000);
+  void *b = dt_host_calloc(&ctx, 3000);
+  TU_CHECK(a && b, "allocations");
+  TU_CHECK(((uintptr_t)a % 64) == 0 && ((uintptr_t)b % 64) == 0, "64-byte alignment");
+  TU_CHECK(((unsigned char *)b)[2999] == 0, "calloc zeroes");
+  TU_CHECK(ctx.mem.host_cur == 4000 && ctx.mem.host_peak == 4000, "cur/peak %zu/%zu",
+           ctx.mem.host_cur, ctx.mem.host_peak);
+  dt_host_free(&ctx, a);
+  void *c = dt_host_alloc(&ctx, 500);
+  TU_CHECK(ctx.mem.host_cur == 3500 && ctx.mem.host_peak == 4000, "after free: %zu/%zu",
+           ctx.mem.host_cur, ctx.mem.host_peak);
+  dt_host_free(&ctx, b);
+  dt_host_free(&ctx, c);
+  dt_host_free(&ctx, NULL);
+  TU_CHECK(ctx.mem.host_cur == 0 && ctx.mem.n_alloc == 3 && ctx.mem.n_free == 3, "balanced");
+  /* an impossible request fails cleanly with a message */
+  void *big = dt_host_alloc(&ctx, SIZE_MAX - 8);
+  TU_CHECK(!big && ctx.last_status == DT_ERR_NOMEM && strstr(dt_last_error(&ctx), "rank 3"),
+           "huge alloc: '%s'", dt_last_error(&ctx));
+
+  dt_array arr;
+  int64_t shape[3] = {2, 3, 5};
+  TU_OK(&ctx, dt_array_create(&ctx, DT_DEV_CPU, DT_F64, 3, shape, &arr));
+  TU_CHECK(arr.numel == 30 && dt_array_bytes(&arr) == 240, "array numel/bytes");
+  TU_CHECK(ctx.mem.host_cur == 240, "array counted");
+  dt_array_free(&ctx, &arr);
+  TU_CHECK(ctx.mem.host_cur == 0, "array freed");
+  int64_t bad[2] = {4, -1};
+  TU_CHECK(dt_array_create(&ctx, DT_DEV_CPU, DT_F32, 2, bad, &arr) == DT_ERR_INVALID,
+           "negative dim rejected");
+  TU_CHECK(dt_array_create(&ctx, DT_DEV_CPU, DT_F32, 9, shape, &arr) == DT_ERR_INVALID,
+           "9 dims rejected");
+  dt_ctx_release(&ctx);
+}
+
+static void test_rng(void) {
+  /* Random123 kat_vectors, philox4x32 10 rounds:
+   *   ctr 0,0,0,0 key 0,0 -> 6627e8d5 e169c58d bc57ac4c 9b00dbd8
+   *   ctr ffffffff x4 key ffffffff x2 -> 408f276d 41c83b0e a20bc7c6 6d5451fd
+   *   ctr 243f6a88 85a308d3 13198a2e 03707344, key a4093822 299f31d0
+   *     -> d16cfe09 94fdcceb 5001e420 24126ea1 */
+  uint32_t o[4];
+  dt_philox4x32(0, 0, 0, o);
+  TU_CHECK(o[0] == 0x6627e8d5u && o[1] == 0xe169c58du && o[2] == 0xbc57ac4cu &&
+               o[3] == 0x9b00dbd8u, "philox KAT zero: %08x %08x %08x %08x", o[0], o[1], o[2], o[3]);
+  dt_philox4x32(~0ull, ~0ull, ~0ull, o);
+  TU_CHECK(o[0] == 0x408f276du && o[1] == 0x41c83b0eu && o[2] == 0xa20bc7c6u &&
+               o[3] == 0x6d5451fdu, "philox KAT ones");
+  dt_philox4x32(0x299f31d0a4093822ull, 0x0370734413198a2eull, 0x85a308d3243f6a88ull, o);
+  TU_CHECK(o[0] == 0xd16cfe09u && o[1] == 0x94fdccebu && o[2] == 0x5001e420u &&
+               o[3] == 0x24126ea1u, "philox KAT pi");
+
+  /* Moments: uniform mean 1/2, var 1/12; normal mean 0, var 1. With n = 200000
+   * samples the standard error of the mean is < 0.0023 (normal) and 0.00065
+   * (uniform); the bounds are ~5 standard errors. */
+  enum { N = 200000 };
+  double su = 0, su2 = 0, sn = 0, sn2 = 0;
+  for (uint64_t i = 0; i < N; i++) {
+    double u = dt_rng_uniform(42, 7, i), z = dt_rng_normal(42, 7, i);
+    TU_CHECK(u >= 0 && u < 1, "uniform in [0,1)");
+    su += u; su2 += u * u; sn += z; sn2 += z * z;
+  }
+  double mu = su / N, vu = su2 / N - mu * mu, mn = sn / N, vn = sn2 / N - mn * mn;
+  TU_CHECK(fabs(mu - 0.5) < 0.0033 && fabs(vu - 1.0 / 12) < 0.002, "uniform moments %g %g", mu, vu);
+  TU_CHECK(fabs(mn) < 0.012 && fabs(vn - 1) < 0.02, "normal moments %g %g", mn, vn);
+
+  /* Shard invariance: a strided shard equals the same elements of the whole. */
+  float whole[72], shard[16];
+  TU_CHECK(dt_rng_fill(DT_F32, whole, 72, 9, 3, 0, 1, DT_RNG_NORMAL, 0.0, 0.02) == DT_OK, "fill");
+  TU_CHECK(dt_rng_fill(DT_F32, shard, 16, 9, 3, 5, 4, DT_RNG_NORMAL, 0.0, 0.02) == DT_OK, "fill");
+  int bad = 0;
+  for (int i = 0; i < 16; i++) bad += shard[i] != whole[5 + 4 * i];
+  TU_CHECK(bad == 0, "shard of the stream equals the whole's elements");
+  /* Different streams and seeds differ */
+  TU_CHECK(dt_rng_uniform(1, 0, 0) != dt_rng_uniform(2, 0, 0), "seeds differ");
+  TU_CHECK(dt_rng_uniform(1, 0, 0) != dt_rng_uniform(1, 1, 0), "streams differ");
+  TU_CHECK(dt_rng_fill(DT_F32, whole, 4, 0, 0, 0, 1, (dt_rng_dist)7, 0, 1) == DT_ERR_INVALID,
+           "bad distribution rejected");
+}
+
+static void test_errors(void) {
+  dt_ctx ctx;
+  dt_ctx_init(&ctx, 5, 8);
+  dt_status s = dt_error(&ctx, DT_ERR_INVALID, "dt_mesh_create", "shape %d x %d", 3, 3);
+  TU_CHECK(s == DT_ERR_INVALID && ctx.last_status == DT_ERR_INVALID, "dt_error returns status");
+  TU_CHECK(!strcmp(dt_last_error(&ctx), "rank 5: dt_mesh_create: shape 3 x 3"), "message '%s'",
+           dt_last_error(&ctx));
+  dt_error_clear(&ctx);
+  TU_CHECK(dt_last_error(&ctx)[0] == 0, "cleared");
+  TU_CHECK(dt_error(NULL, DT_ERR_IO, "x", "y") == DT_ERR_IO, "NULL ctx");
+  dt_ctx_release(&ctx);
+}
+
+int main(int argc, char **argv) {
+  tu_opts o;
+  tu_parse(argc, argv, &o);
+  test_dtypes();
+  test_bf16();
+  test_alloc();
+  test_rng();
+  test_errors();
+  return tu_finish("test_core");
+}

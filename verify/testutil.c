@@ -1,0 +1,63 @@
+/* verify/testutil.c: failure counting and flag parsing for the test programs. */
+#include "config.h"
+
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "testutil.h"
+
+/* Test programs are processes of their own: a process-wide counter is fine here
+ * (it is not lib/). Atomic, because the ranks of a threads job are threads. */
+static atomic_long failures;
+static atomic_long printed;
+
+void tu_fail(const char *file, int line, const char *fmt, ...) {
+  long n = atomic_fetch_add(&failures, 1);
+  /* Print the first 50 failures; the count says how many more. */
+  if (n >= 50) return;
+  atomic_fetch_add(&printed, 1);
+  char buf[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  fprintf(stderr, "FAIL %s:%d: %s\n", file, line, buf);
+}
+
+long tu_failures(void) { return atomic_load(&failures); }
+
+void tu_parse(int argc, char **argv, tu_opts *o) {
+  memset(o, 0, sizeof *o);
+  o->backend = DT_BACKEND_THREADS;
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--backend") && i + 1 < argc) {
+      if (dt_backend_parse(argv[++i], &o->backend) != DT_OK) {
+        fprintf(stderr, "%s: --backend: expected threads or mpi, got '%s'\n", argv[0], argv[i]);
+        exit(2);
+      }
+    } else if (!strcmp(argv[i], "--quick")) {
+      o->quick = 1;
+    } else {
+      fprintf(stderr, "%s: unknown argument '%s' (use --backend threads|mpi, --quick)\n",
+              argv[0], argv[i]);
+      exit(2);
+    }
+  }
+  if (!dt_backend_available(o->backend)) {
+    printf("SKIP: backend %s is not built\n", dt_backend_name(o->backend));
+    exit(SB_SKIP);
+  }
+}
+
+int tu_finish(const char *name) {
+  long f = tu_failures();
+  if (f) {
+    fprintf(stderr, "%s: %ld check(s) failed\n", name, f);
+    return 1;
+  }
+  printf("%s: all checks passed\n", name);
+  return 0;
+}
