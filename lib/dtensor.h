@@ -10,4 +10,5 @@
 #include "comm/comm.h"
 #include "comm/launch.h"
 #include "mesh/mesh.h"
+#include "dtensor/dtensor.h"
 #endif

@@ -98,6 +98,52 @@ static void test_alloc(void) {
   dt_ctx_release(&ctx);
 }
 
+/* The block cache: a freed large block comes back for a request it fits (at most
+ * twice as large), small blocks and misfits are not reused, and the counters
+ * keep live and cached bytes apart. Sanitizer builds disable the cache. */
+static void test_cache(void) {
+  dt_ctx ctx;
+  dt_ctx_init(&ctx, 0, 1);
+  if (ctx.mem_cache.limit == 0) {
+    void *p = dt_host_alloc(&ctx, 1 << 20);
+    dt_host_free(&ctx, p);
+    TU_CHECK(ctx.mem.host_cached == 0, "disabled cache keeps nothing");
+    dt_ctx_release(&ctx);
+    return;
+  }
+  size_t mib = (size_t)1 << 20;
+  char *a = dt_host_alloc(&ctx, mib);
+  a[mib - 1] = 7;
+  dt_host_free(&ctx, a);
+  TU_CHECK(ctx.mem.host_cur == 0 && ctx.mem.host_cached == mib, "freed block cached: cur %zu cached %zu",
+           ctx.mem.host_cur, ctx.mem.host_cached);
+  char *b = dt_host_alloc(&ctx, mib - 4096);
+  TU_CHECK(b == a, "a smaller request reuses the cached block");
+  TU_CHECK(ctx.mem.host_cur == mib - 4096 && ctx.mem.host_cached == 0, "reuse counted");
+  char *c = dt_host_alloc(&ctx, 3 * mib); /* larger than the cached: fresh */
+  dt_host_free(&ctx, b);
+  char *d = dt_host_alloc(&ctx, mib / 4); /* the 1 MiB block is over twice as large: fresh */
+  TU_CHECK(d != b, "a block over twice the request is not reused");
+  void *small = dt_host_alloc(&ctx, 1000);
+  dt_host_free(&ctx, small);
+  TU_CHECK(ctx.mem.host_cached == mib, "small blocks are not cached");
+  dt_host_free(&ctx, c);
+  dt_host_free(&ctx, d);
+  /* b and c were live together; d came after b was freed */
+  TU_CHECK(ctx.mem.host_cur == 0 && ctx.mem.host_peak == mib - 4096 + 3 * mib,
+           "peak counts live bytes only: %zu", ctx.mem.host_peak);
+  dt_host_cache_release(&ctx);
+  TU_CHECK(ctx.mem.host_cached == 0 && ctx.mem_cache.n == 0, "released");
+  /* the limit holds: 20 blocks of 32 MiB keep at most limit bytes cached */
+  void *big[20];
+  for (int i = 0; i < 20; i++) big[i] = dt_host_alloc(&ctx, (size_t)32 << 20);
+  for (int i = 0; i < 20; i++) dt_host_free(&ctx, big[i]);
+  TU_CHECK(ctx.mem.host_cached <= ctx.mem_cache.limit && ctx.mem_cache.n <= DT_MEM_CACHE_SLOTS,
+           "cache bounded: %zu cached", ctx.mem.host_cached);
+  dt_ctx_release(&ctx);
+  TU_CHECK(ctx.mem.host_cached == 0, "ctx release empties the cache");
+}
+
 static void test_rng(void) {
   /* Random123 kat_vectors, philox4x32 10 rounds:
    *   ctr 0,0,0,0 key 0,0 -> 6627e8d5 e169c58d bc57ac4c 9b00dbd8
@@ -162,6 +208,7 @@ int main(int argc, char **argv) {
   test_dtypes();
   test_bf16();
   test_alloc();
+  test_cache();
   test_rng();
   test_errors();
   return tu_finish("test_core");

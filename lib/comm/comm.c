@@ -315,15 +315,16 @@ void dt_reduce_into(dt_dtype t, dt_reduce_op op, void *restrict acc, const void 
   }
 }
 
-void dt_scale_inplace(dt_dtype t, void *acc, size_t n, double s) {
+void dt_div_inplace(dt_dtype t, void *acc, size_t n, double divisor) {
+  /* a true division, not a multiply by 1/n: the mean of n equal values is exact */
   if (t == DT_F32) {
-    float *a = acc, f = (float)s;
-    for (size_t i = 0; i < n; i++) a[i] *= f;
+    float *a = acc, f = (float)divisor;
+    for (size_t i = 0; i < n; i++) a[i] /= f;
   } else if (t == DT_F64) {
     double *a = acc;
-    for (size_t i = 0; i < n; i++) a[i] *= s;
+    for (size_t i = 0; i < n; i++) a[i] /= divisor;
   } else if (t == DT_BF16) {
     dt_bf16 *a = acc;
-    for (size_t i = 0; i < n; i++) a[i] = dt_f32_to_bf16((float)(dt_bf16_to_f32(a[i]) * s));
+    for (size_t i = 0; i < n; i++) a[i] = dt_f32_to_bf16((float)(dt_bf16_to_f32(a[i]) / divisor));
   }
 }

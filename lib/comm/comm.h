@@ -116,8 +116,8 @@ dt_status dt_ledger_append(dt_ctx *ctx, const dt_ledger_row *row);
  * two must not overlap). */
 void dt_reduce_into(dt_dtype t, dt_reduce_op op, void *restrict acc, const void *restrict in,
                     size_t n);
-/* acc *= 1/n for DT_RED_AVG finalisation. */
-void dt_scale_inplace(dt_dtype t, void *acc, size_t n, double s);
+/* acc /= divisor element-wise (DT_RED_AVG finalisation: divide by the group size). */
+void dt_div_inplace(dt_dtype t, void *acc, size_t n, double divisor);
 
 #ifdef __cplusplus
 }

@@ -28,7 +28,7 @@
  *
  * bf16 reductions use user-defined MPI_Ops (created per job) that widen to f32,
  * reduce, and round back to bf16 at each step (dt_reduce_into), like the threads
- * backend; f32/f64 use MPI's built-in ops. AVG is SUM, then a local 1/size scale.
+ * backend; f32/f64 use MPI's built-in ops. AVG is SUM, then a local division by size.
  *
  * All per-process state of a job (control comm, pending abort receive, abort
  * record, bf16 ops) lives in a dt_mpi_job hung off the world comm's impl and
@@ -421,7 +421,7 @@ static dt_status mpi_all_reduce(dt_comm *c, const void *send, void *recv, size_t
   DT_CHECK(DT_MPI_ISSUE(c, opn, MPI_Iallreduce, send == recv ? MPI_IN_PLACE : send, recv,
                         (int)count, mpi_type(t), mop, m->comm, &req));
   DT_CHECK(comm_wait(c, &req, MPI_STATUS_IGNORE, count * dt_dtype_size(t), opn));
-  if (op == DT_RED_AVG) dt_scale_inplace(t, recv, count, 1.0 / (double)c->size);
+  if (op == DT_RED_AVG) dt_div_inplace(t, recv, count, (double)c->size);
   return DT_OK;
 }
 
@@ -458,7 +458,7 @@ static dt_status mpi_reduce_scatter(dt_comm *c, const void *send, void *recv, si
   DT_CHECK(DT_MPI_ISSUE(c, opn, MPI_Ireduce_scatter_block, send, recv, (int)count, mpi_type(t),
                         mop, m->comm, &req));
   DT_CHECK(comm_wait(c, &req, MPI_STATUS_IGNORE, count * (size_t)c->size * dt_dtype_size(t), opn));
-  if (op == DT_RED_AVG) dt_scale_inplace(t, recv, count, 1.0 / (double)c->size);
+  if (op == DT_RED_AVG) dt_div_inplace(t, recv, count, (double)c->size);
   return DT_OK;
 }
 

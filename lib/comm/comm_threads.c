@@ -348,18 +348,37 @@ static void chunk(size_t count, int n, int i, size_t *lo, size_t *hi) {
   *hi = *lo + q + (ui < r ? 1 : 0);
 }
 
-/* dst[0..len) = reduce over members m = 0..n-1 of src_m[off..off+len), in order. */
+/* dst[0..len) = reduce over members m = 0..n-1 of src_m[off..off+len), in order.
+ * bf16 is accumulated in f32 and rounded once at the end. */
 static void reduce_range(tgroup *g, dt_dtype t, dt_reduce_op op, void *dst, size_t off,
                          size_t len) {
   size_t es = dt_dtype_size(t);
   _Alignas(64) unsigned char tmp[RED_BLOCK_BYTES];
+  if (t == DT_BF16) {
+    _Alignas(64) float acc[RED_BLOCK_BYTES / 4 / 2], in[RED_BLOCK_BYTES / 4 / 2];
+    size_t block = sizeof acc / sizeof acc[0];
+    for (size_t b = 0; b < len; b += block) {
+      size_t nb = len - b < block ? len - b : block;
+      for (int m = 0; m < g->size; m++) {
+        const dt_bf16 *src = (const dt_bf16 *)g->sbuf[m] + off + b;
+        float *to = m == 0 ? acc : in;
+        for (size_t i = 0; i < nb; i++) to[i] = dt_bf16_to_f32(src[i]);
+        if (m > 0) dt_reduce_into(DT_F32, op, acc, in, nb);
+      }
+      if (op == DT_RED_AVG) dt_div_inplace(DT_F32, acc, nb, (double)g->size);
+      dt_bf16 *out = (dt_bf16 *)dst + b;
+      for (size_t i = 0; i < nb; i++) out[i] = dt_f32_to_bf16(acc[i]);
+    }
+    (void)tmp;
+    return;
+  }
   size_t block = RED_BLOCK_BYTES / es;
   for (size_t b = 0; b < len; b += block) {
     size_t nb = len - b < block ? len - b : block;
     memcpy(tmp, (const char *)g->sbuf[0] + (off + b) * es, nb * es);
     for (int m = 1; m < g->size; m++)
       dt_reduce_into(t, op, tmp, (const char *)g->sbuf[m] + (off + b) * es, nb);
-    if (op == DT_RED_AVG) dt_scale_inplace(t, tmp, nb, 1.0 / (double)g->size);
+    if (op == DT_RED_AVG) dt_div_inplace(t, tmp, nb, (double)g->size);
     memcpy((char *)dst + b * es, tmp, nb * es);
   }
 }

@@ -10,7 +10,7 @@
 
 enum { DT_ALIGN = 64 }; /* a cache line; also the AVX-512 vector width */
 
-typedef struct { size_t bytes; uint64_t magic; } dt_alloc_hdr;
+typedef struct { size_t bytes, cap; uint64_t magic; } dt_alloc_hdr;
 _Static_assert(sizeof(dt_alloc_hdr) <= DT_ALIGN, "header fits in the alignment pad");
 #define DT_ALLOC_MAGIC 0x6474616c6c6f6321ull /* "dtalloc!" catches foreign frees */
 
@@ -23,7 +23,64 @@ static void track(size_t *cur, size_t *peak, size_t bytes, bool add) {
   }
 }
 
+/* Blocks below this go straight back to malloc, which recycles them well; the
+ * cache is for the large ones that glibc maps and unmaps each time. */
+#define DT_CACHE_MIN ((size_t)256 << 10)
+
+/* A cached block with room for `bytes` wasting at most half of it, or NULL. */
+static dt_alloc_hdr *cache_take(dt_ctx *ctx, size_t bytes) {
+  dt_mem_cache *c = &ctx->mem_cache;
+  int best = -1;
+  for (int i = 0; i < c->n; i++)
+    if (c->cap[i] >= bytes && c->cap[i] / 2 <= bytes && (best < 0 || c->cap[i] < c->cap[best]))
+      best = i;
+  if (best < 0) return NULL;
+  dt_alloc_hdr *h = c->blk[best];
+  ctx->mem.host_cached -= c->cap[best];
+  for (int i = best; i + 1 < c->n; i++) {
+    c->blk[i] = c->blk[i + 1];
+    c->cap[i] = c->cap[i + 1];
+  }
+  c->n--;
+  return h;
+}
+
+/* Keeps a freed block for reuse; false when it does not fit the cache. */
+static bool cache_put(dt_ctx *ctx, dt_alloc_hdr *h) {
+  dt_mem_cache *c = &ctx->mem_cache;
+  if (h->cap < DT_CACHE_MIN || h->cap > c->limit) return false;
+  while (c->n > 0 && (c->n == DT_MEM_CACHE_SLOTS || ctx->mem.host_cached + h->cap > c->limit)) {
+    free(c->blk[0]); /* the oldest goes */
+    ctx->mem.host_cached -= c->cap[0];
+    for (int i = 0; i + 1 < c->n; i++) {
+      c->blk[i] = c->blk[i + 1];
+      c->cap[i] = c->cap[i + 1];
+    }
+    c->n--;
+  }
+  c->blk[c->n] = h;
+  c->cap[c->n] = h->cap;
+  c->n++;
+  ctx->mem.host_cached += h->cap;
+  return true;
+}
+
+void dt_host_cache_release(dt_ctx *ctx) {
+  if (!ctx) return;
+  for (int i = 0; i < ctx->mem_cache.n; i++) free(ctx->mem_cache.blk[i]);
+  ctx->mem_cache.n = 0;
+  ctx->mem.host_cached = 0;
+}
+
 void *dt_host_alloc(dt_ctx *ctx, size_t bytes) {
+  dt_alloc_hdr *hit = ctx && bytes >= DT_CACHE_MIN ? cache_take(ctx, bytes) : NULL;
+  if (hit) {
+    hit->bytes = bytes;
+    hit->magic = DT_ALLOC_MAGIC;
+    track(&ctx->mem.host_cur, &ctx->mem.host_peak, bytes, true);
+    ctx->mem.n_alloc++;
+    return (char *)hit + DT_ALIGN;
+  }
   if (bytes > SIZE_MAX - DT_ALIGN) {
     dt_error(ctx, DT_ERR_NOMEM, "dt_host_alloc", "request of %zu bytes overflows", bytes);
     return NULL;
@@ -35,6 +92,7 @@ void *dt_host_alloc(dt_ctx *ctx, size_t bytes) {
   }
   dt_alloc_hdr *h = p;
   h->bytes = bytes;
+  h->cap = bytes;
   h->magic = DT_ALLOC_MAGIC;
   if (ctx) {
     track(&ctx->mem.host_cur, &ctx->mem.host_peak, bytes, true);
@@ -57,6 +115,7 @@ void dt_host_free(dt_ctx *ctx, void *p) {
   if (ctx) {
     track(&ctx->mem.host_cur, &ctx->mem.host_peak, h->bytes, false);
     ctx->mem.n_free++;
+    if (cache_put(ctx, h)) return;
   }
   free(h);
 }

@@ -75,3 +75,51 @@ void dt_array_free(dt_ctx *ctx, dt_array *a) {
 size_t dt_array_bytes(const dt_array *a) {
   return (size_t)a->numel * dt_dtype_size(a->dtype);
 }
+
+void dt_copy_box(size_t es, int ndim, void *dst, const int64_t *dst_shape, const int64_t *dst_off,
+                 const void *src, const int64_t *src_shape, const int64_t *src_off,
+                 const int64_t *box) {
+  for (int d = 0; d < ndim; d++)
+    if (box[d] <= 0) return;
+  if (ndim == 0) {
+    memcpy(dst, src, es);
+    return;
+  }
+  /* Fold the trailing dims the box covers whole in both arrays into one run. */
+  int k = ndim - 1;
+  int64_t run = box[k];
+  while (k > 0 && box[k] == src_shape[k] && box[k] == dst_shape[k]) {
+    k--;
+    run *= box[k];
+  }
+  int64_t sstride[DT_MAX_DIMS], dstride[DT_MAX_DIMS];
+  int64_t ss = 1, ds = 1;
+  for (int d = ndim - 1; d >= 0; d--) {
+    sstride[d] = ss;
+    dstride[d] = ds;
+    ss *= src_shape[d];
+    ds *= dst_shape[d];
+  }
+  /* run covers dim k (box[k] elements of stride sstride[k]) and everything inner */
+  int64_t run_elems = run / box[k] * box[k]; /* == run */
+  int64_t idx[DT_MAX_DIMS] = {0};
+  const char *s = src;
+  char *t = dst;
+  for (;;) {
+    int64_t so = 0, dof = 0;
+    for (int d = 0; d < k; d++) {
+      so += (src_off[d] + idx[d]) * sstride[d];
+      dof += (dst_off[d] + idx[d]) * dstride[d];
+    }
+    so += src_off[k] * sstride[k];
+    dof += dst_off[k] * dstride[k];
+    for (int d = k + 1; d < ndim; d++) { /* offsets inside folded dims are 0 */
+      so += src_off[d] * sstride[d];
+      dof += dst_off[d] * dstride[d];
+    }
+    memcpy(t + (size_t)dof * es, s + (size_t)so * es, (size_t)run_elems * es);
+    int d = k - 1;
+    while (d >= 0 && ++idx[d] == box[d]) idx[d--] = 0;
+    if (d < 0) break;
+  }
+}

@@ -71,10 +71,22 @@ enum { DT_ERRMSG_LEN = 512, DT_LABEL_LEN = 64 };
 
 /* Bytes in use and the high-water mark, per memory kind. */
 typedef struct dt_mem_stats {
-  size_t host_cur, host_peak;
+  size_t host_cur, host_peak;   /* live bytes requested by the program, and the high-water mark */
+  size_t host_cached;           /* freed blocks kept for reuse (not counted in host_cur) */
   size_t dev_cur, dev_peak;
   uint64_t n_alloc, n_free;
 } dt_mem_stats;
+
+/* Freed large host blocks kept per rank for reuse, like PyTorch's caching
+ * allocator: a redistribute that allocates its output every call reuses the
+ * pages of the last one instead of faulting fresh ones in. */
+enum { DT_MEM_CACHE_SLOTS = 16 };
+typedef struct dt_mem_cache {
+  void *blk[DT_MEM_CACHE_SLOTS];  /* raw blocks, oldest first */
+  size_t cap[DT_MEM_CACHE_SLOTS]; /* usable bytes of each */
+  int n;
+  size_t limit;                   /* most bytes kept; 0 disables the cache */
+} dt_mem_cache;
 
 /* One collective call as the comm front saw it (see lib/comm/comm.h). */
 typedef struct dt_ledger_row {
@@ -105,6 +117,7 @@ typedef struct dt_ctx {
   dt_comm *world;            /* the world communicator (owned by the launcher) */
   dt_device *device;         /* the compute device (owned by the launcher) */
   dt_mem_stats mem;
+  dt_mem_cache mem_cache;
   dt_ledger ledger;
   char phase[16];            /* label copied into every ledger row */
   char scope[DT_LABEL_LEN];
@@ -115,7 +128,7 @@ typedef struct dt_ctx {
 
 /* Initialises a context for rank `rank` of `world_size`; no allocation. */
 void dt_ctx_init(dt_ctx *ctx, int rank, int world_size);
-/* Frees what the context owns (the ledger); not the comm or device. */
+/* Frees what the context owns (the ledger, cached blocks); not the comm or device. */
 void dt_ctx_release(dt_ctx *ctx);
 
 /* Records an error as the rank's last error and returns `s`, so that
@@ -149,6 +162,8 @@ void dt_ctx_set_scope(dt_ctx *ctx, const char *scope);
 void *dt_host_alloc(dt_ctx *ctx, size_t bytes);
 void *dt_host_calloc(dt_ctx *ctx, size_t bytes);
 void dt_host_free(dt_ctx *ctx, void *p); /* NULL is a no-op */
+/* Returns every cached block to the system. */
+void dt_host_cache_release(dt_ctx *ctx);
 /* For device backends: account `bytes` more (or fewer) device bytes. */
 void dt_mem_track_device(dt_ctx *ctx, size_t bytes, bool add);
 
@@ -177,6 +192,12 @@ dt_status dt_array_wrap(dt_ctx *ctx, dt_device_kind dev, dt_dtype dtype, int ndi
                         const int64_t *shape, void *data, dt_array *out);
 void dt_array_free(dt_ctx *ctx, dt_array *a);
 size_t dt_array_bytes(const dt_array *a);
+/* Copies the box of sizes box[0..ndim) from host array src (shape src_shape)
+ * at src_off into host array dst (shape dst_shape) at dst_off; es: element
+ * bytes. Both contiguous row-major; the box must fit both (not checked). */
+void dt_copy_box(size_t es, int ndim, void *dst, const int64_t *dst_shape, const int64_t *dst_off,
+                 const void *src, const int64_t *src_shape, const int64_t *src_off,
+                 const int64_t *box);
 /* numel of a shape; -1 when a dim is negative or the product overflows. */
 int64_t dt_shape_numel(int ndim, const int64_t *shape);
 

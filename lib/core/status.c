@@ -30,9 +30,15 @@ void dt_ctx_init(dt_ctx *ctx, int rank, int world_size) {
   ctx->rank = rank;
   ctx->world_size = world_size;
   ctx->ledger.enabled = true;
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  ctx->mem_cache.limit = 0; /* reuse would hide use-after-free from the sanitizer */
+#else
+  ctx->mem_cache.limit = (size_t)256 << 20; /* per rank: 32 ranks keep at most 8 GiB */
+#endif
 }
 
 void dt_ctx_release(dt_ctx *ctx) {
+  dt_host_cache_release(ctx);
   free(ctx->ledger.rows);
   ctx->ledger.rows = NULL;
   ctx->ledger.n = ctx->ledger.cap = 0;

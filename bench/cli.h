@@ -1,0 +1,91 @@
+/* bench/cli.h: what the shardbench subcommands share: exit codes, the one-line
+ * usage error, parsers for the flags every subcommand speaks (mesh "2x2x2",
+ * names "dp,cp,tp", shapes "16,24", placement lists, dtype, planner, counts),
+ * a JSON string writer, and each subcommand's entry point.
+ *
+ * The helpers are defined in bench/shardbench.c, next to main and the
+ * subcommand table. They are for the shardbench program only: they print and
+ * return exit codes, which libdtensor never does. Parsers write a one-line
+ * reason into err (no flag name: the caller knows which flag it parsed) and
+ * return DT_ERR_INVALID; they never print.
+ *
+ * Adding a subcommand: write `int sb_cmd_NAME(int argc, char **argv)` (argv[0]
+ * is the subcommand's name, flags follow; parse with getopt_long after
+ * sb_getopt_reset), its usage text, declare both here and add one row to the
+ * table in shardbench.c.
+ */
+#ifndef SB_CLI_H
+#define SB_CLI_H
+
+#include <getopt.h>
+#include <stdio.h>
+
+#include "dtensor.h"
+
+/* Exit codes of every subcommand. */
+enum {
+  SB_EXIT_OK = 0,    /* done, every check passed */
+  SB_EXIT_FAIL = 1,  /* ran, but a check failed or the library reported an error */
+  SB_EXIT_USAGE = 2  /* bad input from the user: nothing was run */
+};
+
+/* Longest one-line parse reason (fits a terminal line with the flag and prefix). */
+enum { SB_ERR_LEN = 256 };
+
+/* Most ranks a threads job runs (the launcher's own limit). */
+enum { SB_MAX_WORLD = DT_THREADS_MAX_WORLD };
+
+/* Prints "shardbench CMD: FLAG: message" (FLAG omitted when NULL) as one line on
+ * stderr and returns SB_EXIT_USAGE, so that `return sb_usage_error(...)` ends a
+ * subcommand. */
+int sb_usage_error(const char *cmd, const char *flag, const char *fmt, ...) DT_PRINTF(3, 4);
+
+/* Prepares getopt_long for a subcommand's argv (argv[0] = its name): resets the
+ * scan and silences getopt's own messages (sb_getopt_error prints ours). */
+void sb_getopt_reset(void);
+/* The one-line error for getopt_long's '?' (unknown flag, or a value given
+ * to a flag that takes none: lopts, the table given to getopt_long, tells
+ * which) or ':' (missing value; the optstring must begin with ':').
+ * Returns SB_EXIT_USAGE. */
+int sb_getopt_error(const char *cmd, int ch, char **argv, const struct option *lopts);
+
+/* ---- parsers: DT_OK, or DT_ERR_INVALID with a one-line reason in err ---- */
+
+/* A decimal integer in lo..hi. */
+dt_status sb_parse_long(const char *s, long lo, long hi, long *out, char *err, size_t errn);
+/* A byte count: 4096, 64K, 1M, 2G (powers of 1024, optional trailing B), 1..max. */
+dt_status sb_parse_bytes(const char *s, size_t max, size_t *out, char *err, size_t errn);
+/* A mesh "2x2x2" (or "8"): 1..DT_MESH_MAX_DIMS sizes >= 1, product 1..SB_MAX_WORLD. */
+dt_status sb_parse_mesh(const char *s, int *ndim, int shape[DT_MESH_MAX_DIMS], char *err,
+                        size_t errn);
+/* Mesh dim names "dp,cp,tp": exactly ndim identifiers, unique, each shorter than
+ * DT_MESH_NAME_LEN. s == NULL gives the defaults dim0, dim1, ... */
+dt_status sb_parse_names(const char *s, int ndim, char names[DT_MESH_MAX_DIMS][DT_MESH_NAME_LEN],
+                         char *err, size_t errn);
+/* A tensor shape "16,24": 1..DT_MAX_DIMS sizes >= 0 whose product fits int64. */
+dt_status sb_parse_shape(const char *s, int *ndim, int64_t shape[DT_MAX_DIMS], char *err,
+                         size_t errn);
+/* Placements "S(0),R,P(sum)" for a mesh of mesh_ndim dims and a tensor of
+ * tensor_ndim dims: exactly mesh_ndim entries, shard dims in range, negative
+ * dims normalised. */
+dt_status sb_parse_placements(const char *s, int mesh_ndim, int tensor_ndim, dt_placement *out,
+                              char *err, size_t errn);
+dt_status sb_parse_dtype(const char *s, dt_dtype *out, char *err, size_t errn);
+dt_status sb_parse_planner(const char *s, dt_planner *out, char *err, size_t errn);
+
+/* ---- output ---- */
+
+/* Writes s as a JSON string literal: quotes included, '"' and '\\' and control
+ * characters escaped (\n, \t, \u00XX); other bytes (UTF-8) pass through. */
+void sb_json_str(FILE *f, const char *s);
+/* "2x2x2" into buf. */
+void sb_mesh_str(int ndim, const int *shape, char *buf, size_t n);
+/* "[16, 24]" (or "16,24" when bare) into buf. */
+void sb_shape_str(int ndim, const int64_t *shape, bool bare, char *buf, size_t n);
+
+/* ---- subcommands ---- */
+
+int sb_cmd_explain(int argc, char **argv);
+extern const char sb_explain_usage[];
+
+#endif

@@ -1,0 +1,307 @@
+/* lib/dtensor/tensor.c: DTensor creation and conversion: distribute (every rank
+ * holds the global), scatter_from (one rank holds it; scatter/broadcast per mesh
+ * dim through the comm front), rand (the sharding-invariant RNG generates only
+ * the local shard), from_local (validated), full (gather everything).
+ * Redistribution itself lives in redistribute.c. Host (CPU) arrays only for now. */
+#include "config.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dtensor/tensor_impl.h"
+
+void dt_tensor_mesh_info(const dt_mesh *mesh, int *mesh_ndim, int *shape, int *coords) {
+  int m = dt_mesh_ndim(mesh);
+  *mesh_ndim = m;
+  for (int i = 0; i < m; i++) {
+    if (shape) shape[i] = dt_mesh_size(mesh, i);
+    if (coords) coords[i] = dt_mesh_coord(mesh, i);
+  }
+}
+
+dt_status dt_tensor_meta(dt_ctx *ctx, dt_mesh *mesh, const dt_placement *pl, int ndim,
+                         const int64_t *gshape, dt_dtype dtype, const char *call, dt_tensor *t) {
+  memset(t, 0, sizeof *t);
+  if (!mesh) return dt_error(ctx, DT_ERR_INVALID, call, "NULL mesh");
+  if (ndim < 0 || ndim > DT_MAX_DIMS)
+    return dt_error(ctx, DT_ERR_INVALID, call, "tensor of %d dims (0..%d)", ndim, DT_MAX_DIMS);
+  if (dt_dtype_size(dtype) == 0) return dt_error(ctx, DT_ERR_INVALID, call, "invalid dtype");
+  for (int d = 0; d < ndim; d++)
+    if (gshape[d] < 0)
+      return dt_error(ctx, DT_ERR_INVALID, call, "global dim %d has negative size %lld", d,
+                      (long long)gshape[d]);
+  int shape[DT_MAX_MESH_DIMS], coords[DT_MAX_MESH_DIMS];
+  dt_tensor_mesh_info(mesh, &t->mesh_ndim, shape, coords);
+  char err[160];
+  for (int i = 0; i < t->mesh_ndim; i++) t->pl[i] = pl[i];
+  if (dt_placements_normalize(t->mesh_ndim, t->pl, ndim, err, sizeof err) != DT_OK)
+    return dt_error(ctx, DT_ERR_INVALID, call, "%s", err);
+  for (int i = 0; i < t->mesh_ndim; i++)
+    if (t->pl[i].kind == DT_PL_PARTIAL && (unsigned)t->pl[i].op > DT_RED_MIN)
+      return dt_error(ctx, DT_ERR_INVALID, call, "mesh dim %d: Partial op must be sum, avg, max or min", i);
+  t->mesh = mesh;
+  t->ndim = ndim;
+  t->dtype = dtype;
+  for (int d = 0; d < ndim; d++) t->gshape[d] = gshape[d];
+  int64_t lshape[DT_MAX_DIMS];
+  dt_local_shape_offset(ndim, gshape, t->mesh_ndim, shape, coords, t->pl, lshape, t->goffset);
+  return DT_OK;
+}
+
+void dt_tensor_local_shape(const dt_tensor *t, int64_t *lshape) {
+  int shape[DT_MAX_MESH_DIMS], coords[DT_MAX_MESH_DIMS], m;
+  int64_t off[DT_MAX_DIMS];
+  dt_tensor_mesh_info(t->mesh, &m, shape, coords);
+  dt_local_shape_offset(t->ndim, t->gshape, m, shape, coords, t->pl, lshape, off);
+}
+
+void dt_array_div(dt_array *x, double n) {
+  for (int64_t i = 0; i < x->numel; i++) {
+    if (x->dtype == DT_F32) ((float *)x->data)[i] /= (float)n;
+    else if (x->dtype == DT_F64) ((double *)x->data)[i] /= n;
+    else {
+      dt_bf16 *h = x->data;
+      h[i] = dt_f32_to_bf16((float)(dt_bf16_to_f32(h[i]) / n));
+    }
+  }
+}
+
+void dt_tensor_layout(const dt_tensor *t, dt_layout *out) {
+  memset(out, 0, sizeof *out);
+  dt_tensor_mesh_info(t->mesh, &out->mesh_ndim, out->mesh_shape, NULL);
+  out->ndim = t->ndim;
+  for (int d = 0; d < t->ndim; d++) out->gshape[d] = t->gshape[d];
+  out->dtype = t->dtype;
+}
+
+const dt_array *dt_tensor_local(const dt_tensor *t) { return &t->local; }
+
+void dt_tensor_free(dt_ctx *ctx, dt_tensor *t) {
+  if (!t) return;
+  dt_array_free(ctx, &t->local);
+}
+
+/* Replicate-then-partition for Partial placements, as PyTorch's distribute. */
+static void partition_partials(dt_tensor *t) {
+  for (int i = 0; i < t->mesh_ndim; i++)
+    if (t->pl[i].kind == DT_PL_PARTIAL && t->pl[i].op == DT_RED_SUM)
+      dt_array_div(&t->local, (double)dt_mesh_size(t->mesh, i));
+}
+
+static dt_status check_global(dt_ctx *ctx, const dt_array *g, const char *call) {
+  if (!g || (g->numel > 0 && !g->data))
+    return dt_error(ctx, DT_ERR_INVALID, call, "NULL global tensor");
+  if (g->dev != DT_DEV_CPU)
+    return dt_error(ctx, DT_ERR_UNSUPPORTED, call, "the global tensor must be in host memory");
+  return DT_OK;
+}
+
+dt_status dt_tensor_distribute(dt_ctx *ctx, dt_mesh *mesh, const dt_array *global,
+                               const dt_placement *pl, dt_tensor *out) {
+  const char *call = "dt_tensor_distribute";
+  memset(out, 0, sizeof *out);
+  DT_CHECK(check_global(ctx, global, call));
+  DT_CHECK(dt_tensor_meta(ctx, mesh, pl, global->ndim, global->shape, global->dtype, call, out));
+  int64_t ls[DT_MAX_DIMS], zero[DT_MAX_DIMS] = {0};
+  dt_tensor_local_shape(out, ls);
+  DT_CHECK(dt_array_create(ctx, DT_DEV_CPU, out->dtype, out->ndim, ls, &out->local));
+  dt_copy_box(dt_dtype_size(out->dtype), out->ndim, out->local.data, ls, zero, global->data,
+              global->shape, out->goffset, ls);
+  partition_partials(out);
+  return DT_OK;
+}
+
+dt_status dt_tensor_rand(dt_ctx *ctx, dt_mesh *mesh, int ndim, const int64_t *gshape,
+                         dt_dtype dtype, const dt_placement *pl, uint64_t seed, uint64_t stream,
+                         dt_rng_dist dist, double a, double b, dt_tensor *out) {
+  const char *call = "dt_tensor_rand";
+  DT_CHECK(dt_tensor_meta(ctx, mesh, pl, ndim, gshape, dtype, call, out));
+  int64_t ls[DT_MAX_DIMS];
+  dt_tensor_local_shape(out, ls);
+  DT_CHECK(dt_array_create(ctx, DT_DEV_CPU, dtype, ndim, ls, &out->local));
+  dt_array *x = &out->local;
+  /* Partial(sum): coordinate 0 of every sum dim holds the value, others 0. */
+  bool zero = false;
+  for (int i = 0; i < out->mesh_ndim; i++)
+    if (out->pl[i].kind == DT_PL_PARTIAL && out->pl[i].op == DT_RED_SUM &&
+        dt_mesh_coord(mesh, i) != 0)
+      zero = true;
+  if (x->numel == 0) return DT_OK;
+  size_t es = dt_dtype_size(dtype);
+  if (zero) {
+    memset(x->data, 0, (size_t)x->numel * es);
+    return DT_OK;
+  }
+  if (ndim == 0) return dt_rng_fill(dtype, x->data, 1, seed, stream, 0, 1, dist, a, b);
+  int64_t gstride[DT_MAX_DIMS], s = 1;
+  for (int d = ndim - 1; d >= 0; d--) {
+    gstride[d] = s;
+    s *= gshape[d];
+  }
+  int64_t row = ls[ndim - 1], rows = x->numel / row, idx[DT_MAX_DIMS] = {0};
+  for (int64_t r = 0; r < rows; r++) {
+    int64_t first = 0;
+    for (int d = 0; d < ndim; d++) first += (out->goffset[d] + idx[d]) * gstride[d];
+    DT_CHECK(dt_rng_fill(dtype, (char *)x->data + (size_t)(r * row) * es, row, seed, stream,
+                         (uint64_t)first, 1, dist, a, b));
+    for (int d = ndim - 2; d >= 0; d--) {
+      if (++idx[d] < ls[d]) break;
+      idx[d] = 0;
+    }
+  }
+  return DT_OK;
+}
+
+dt_status dt_tensor_from_local(dt_ctx *ctx, dt_mesh *mesh, const dt_array *local,
+                               const dt_placement *pl, int ndim, const int64_t *gshape,
+                               dt_tensor *out) {
+  const char *call = "dt_tensor_from_local";
+  memset(out, 0, sizeof *out);
+  if (!local || (local->numel > 0 && !local->data))
+    return dt_error(ctx, DT_ERR_INVALID, call, "NULL local tensor");
+  if (local->dev != DT_DEV_CPU)
+    return dt_error(ctx, DT_ERR_UNSUPPORTED, call, "the local tensor must be in host memory");
+  if (local->ndim != ndim)
+    return dt_error(ctx, DT_ERR_INVALID, call, "local tensor has %d dims, the global %d",
+                    local->ndim, ndim);
+  int64_t g[DT_MAX_DIMS];
+  for (int d = 0; d < ndim; d++) g[d] = gshape ? gshape[d] : local->shape[d];
+  if (!gshape) {
+    /* PyTorch's inference: local size times the mesh size on sharded dims. */
+    dt_tensor probe;
+    DT_CHECK(dt_tensor_meta(ctx, mesh, pl, ndim, g, local->dtype, call, &probe));
+    for (int i = 0; i < probe.mesh_ndim; i++)
+      if (probe.pl[i].kind == DT_PL_SHARD) g[probe.pl[i].dim] *= dt_mesh_size(mesh, i);
+  }
+  DT_CHECK(dt_tensor_meta(ctx, mesh, pl, ndim, g, local->dtype, call, out));
+  int64_t ls[DT_MAX_DIMS];
+  dt_tensor_local_shape(out, ls);
+  for (int d = 0; d < ndim; d++)
+    if (ls[d] != local->shape[d])
+      return dt_error(ctx, DT_ERR_INVALID, call,
+                      "local dim %d has size %lld but this rank's shard of the global shape "
+                      "has %lld (uneven shards need the explicit global shape)",
+                      d, (long long)local->shape[d], (long long)ls[d]);
+  DT_CHECK(dt_array_create(ctx, DT_DEV_CPU, local->dtype, ndim, ls, &out->local));
+  if (local->numel) memcpy(out->local.data, local->data, dt_array_bytes(local));
+  return DT_OK;
+}
+
+/* Mesh coordinates of world rank r, or false when r is not in the mesh. */
+static bool coords_of(const dt_mesh *mesh, int r, int *coords) {
+  int n = dt_mesh_size(mesh, -1), m = dt_mesh_ndim(mesh);
+  int *ranks = malloc((size_t)n * sizeof(int));
+  bool found = false;
+  if (!ranks) return false;
+  dt_mesh_ranks(mesh, ranks);
+  for (int f = 0; f < n && !found; f++) {
+    if (ranks[f] != r) continue;
+    for (int i = m - 1, rest = f; i >= 0; i--) {
+      int s = dt_mesh_size(mesh, i);
+      coords[i] = rest % s;
+      rest /= s;
+    }
+    found = true;
+  }
+  free(ranks);
+  return found;
+}
+
+dt_status dt_tensor_scatter_from(dt_ctx *ctx, dt_mesh *mesh, const dt_array *global, int src_rank,
+                                 int ndim, const int64_t *gshape, dt_dtype dtype,
+                                 const dt_placement *pl, dt_tensor *out) {
+  const char *call = "dt_tensor_scatter_from";
+  DT_CHECK(dt_tensor_meta(ctx, mesh, pl, ndim, gshape, dtype, call, out));
+  int m, shape[DT_MAX_MESH_DIMS], me[DT_MAX_MESH_DIMS], src[DT_MAX_MESH_DIMS];
+  dt_tensor_mesh_info(mesh, &m, shape, me);
+  if (!coords_of(mesh, src_rank, src))
+    return dt_error(ctx, DT_ERR_INVALID, call, "source rank %d is not in the mesh", src_rank);
+  bool is_src = true;
+  for (int i = 0; i < m; i++) is_src = is_src && me[i] == src[i];
+  if (is_src) {
+    DT_CHECK(check_global(ctx, global, call));
+    if (global->ndim != ndim || global->dtype != dtype)
+      return dt_error(ctx, DT_ERR_INVALID, call, "the source's tensor does not match the shape or dtype");
+    for (int d = 0; d < ndim; d++)
+      if (global->shape[d] != gshape[d])
+        return dt_error(ctx, DT_ERR_INVALID, call, "source dim %d is %lld, expected %lld", d,
+                        (long long)global->shape[d], (long long)gshape[d]);
+  }
+  size_t es = dt_dtype_size(dtype);
+  /* cur: the logical piece this rank holds so far (after mesh dims < i). */
+  dt_array cur;
+  memset(&cur, 0, sizeof cur);
+  bool have = false;
+  if (is_src) {
+    DT_CHECK(dt_array_create(ctx, DT_DEV_CPU, dtype, ndim, gshape, &cur));
+    if (cur.numel) memcpy(cur.data, global->data, dt_array_bytes(&cur));
+    have = true;
+  }
+  dt_status s = DT_OK;
+  for (int i = 0; i < m && s == DT_OK; i++) {
+    /* Step i runs in the dim-i groups whose coordinates beyond i equal the source's. */
+    bool part = true;
+    for (int j = i + 1; j < m; j++) part = part && me[j] == src[j];
+    if (!part) continue;
+    int64_t before[DT_MAX_DIMS], after[DT_MAX_DIMS];
+    dt_logical_shape(ndim, gshape, shape, me, out->pl, i, before);
+    dt_logical_shape(ndim, gshape, shape, me, out->pl, i + 1, after);
+    dt_comm *c = dt_mesh_comm(mesh, i);
+    int n = shape[i], root = src[i];
+    dt_array next;
+    DT_CHECK_GOTO(dt_array_create(ctx, DT_DEV_CPU, dtype, ndim, after, &next), s, done);
+    if (out->pl[i].kind != DT_PL_SHARD) {
+      if (have && next.numel) memcpy(next.data, cur.data, dt_array_bytes(&cur));
+      s = dt_comm_broadcast(c, next.data, (size_t)next.numel, dtype, root);
+    } else {
+      int d = out->pl[i].dim;
+      int64_t L = before[d], ch = (L + n - 1) / n;
+      int64_t block[DT_MAX_DIMS], zero[DT_MAX_DIMS] = {0};
+      for (int e = 0; e < ndim; e++) block[e] = before[e];
+      block[d] = ch;
+      int64_t belems = dt_shape_numel(ndim, block);
+      char *sendbuf = NULL, *recvbuf = dt_host_calloc(ctx, (size_t)belems * es + 1);
+      if (have) sendbuf = dt_host_calloc(ctx, (size_t)belems * (size_t)n * es + 1);
+      if (!recvbuf || (have && !sendbuf)) {
+        s = DT_ERR_NOMEM;
+      } else {
+        if (have)
+          for (int q = 0; q < n; q++) {
+            int64_t sz, off, soff[DT_MAX_DIMS] = {0}, box[DT_MAX_DIMS];
+            dt_chunk(L, n, q, &sz, &off);
+            for (int e = 0; e < ndim; e++) box[e] = before[e];
+            box[d] = sz;
+            soff[d] = off;
+            dt_copy_box(es, ndim, sendbuf + (size_t)(q * belems) * es, block, zero, cur.data,
+                        before, soff, box);
+          }
+        s = dt_comm_scatter(c, sendbuf, recvbuf, (size_t)belems, dtype, root);
+        if (s == DT_OK) dt_copy_box(es, ndim, next.data, after, zero, recvbuf, block, zero, after);
+      }
+      dt_host_free(ctx, sendbuf);
+      dt_host_free(ctx, recvbuf);
+    }
+    dt_array_free(ctx, &cur);
+    cur = next;
+    have = true;
+  }
+done:
+  if (s != DT_OK) {
+    dt_array_free(ctx, &cur);
+    return s;
+  }
+  out->local = cur;
+  partition_partials(out);
+  return DT_OK;
+}
+
+dt_status dt_tensor_full(dt_ctx *ctx, const dt_tensor *t, dt_array *out) {
+  memset(out, 0, sizeof *out);
+  dt_placement rep[DT_MAX_MESH_DIMS];
+  for (int i = 0; i < t->mesh_ndim; i++) rep[i] = dt_replicate();
+  dt_tensor r;
+  DT_CHECK(dt_redistribute(ctx, t, rep, DT_PLANNER_GREEDY, &r));
+  *out = r.local; /* the replicated local tensor is the global one: keep it */
+  return DT_OK;
+}
