@@ -11,4 +11,6 @@
 #include "comm/launch.h"
 #include "mesh/mesh.h"
 #include "dtensor/dtensor.h"
+#include "ops/ops.h"
+#include "autograd/autograd.h"
 #endif

@@ -124,6 +124,9 @@ typedef struct dt_ctx {
   dt_status last_status;
   char last_error[DT_ERRMSG_LEN]; /* "rank R: call: detail" */
   void *user;                /* free for the program */
+  /* Owned by higher layers (lib/ops): the dispatch cache and how to free it. */
+  void *op_cache;
+  void (*op_cache_free)(struct dt_ctx *ctx);
 } dt_ctx;
 
 /* Initialises a context for rank `rank` of `world_size`; no allocation. */

@@ -38,6 +38,9 @@ void dt_ctx_init(dt_ctx *ctx, int rank, int world_size) {
 }
 
 void dt_ctx_release(dt_ctx *ctx) {
+  if (ctx->op_cache_free) ctx->op_cache_free(ctx);
+  ctx->op_cache = NULL;
+  ctx->op_cache_free = NULL;
   dt_host_cache_release(ctx);
   free(ctx->ledger.rows);
   ctx->ledger.rows = NULL;

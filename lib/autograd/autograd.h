@@ -1,0 +1,100 @@
+/* lib/autograd/autograd.h: reverse-mode autograd over DTensor ops (a per-rank tape).
+ *
+ * A tape records the DTensor ops a rank runs (dt_ad_op: any op of lib/ops;
+ * dt_ad_redistribute: a placement change) on variables (dt_var: a DTensor value
+ * plus, after dt_backward, its gradient, itself a DTensor). dt_backward walks the
+ * tape in reverse and calls each op's backward (written with dt_op_call, so the
+ * gradients' sharding and communication are propagated like the forward's).
+ *
+ * Gradients stay in whatever placement the backward ops produce, Partial
+ * included: contributions to a variable used several times are summed with the
+ * add op, which keeps P + P as P with no communication, so a Partial gradient
+ * is reduced once, when a consumer needs it reduced or when the user asks
+ * (dt_var_grad_reduce). The tape flag eager_reduce instead all_reduces each
+ * incoming Partial contribution to Replicate before accumulating it (PyTorch's
+ * behaviour), one collective per use. Redistribute's backward follows
+ * dtensor-semantics.md 2.2: the gradient goes from the target placements back to
+ * the source's, where a Partial source dim becomes Replicate unless the
+ * gradient is itself Partial there.
+ *
+ * Collectives: dt_ad_op, dt_ad_redistribute, dt_backward and dt_var_grad_reduce
+ * may communicate, so every rank of the mesh calls them in the same order (SPMD).
+ * During dt_backward and dt_var_grad_reduce the context's phase is "backward"
+ * (ledger rows say so); the previous phase is restored after.
+ *
+ * What it is not: no higher-order gradients (backward is not recorded), no
+ * in-place ops, no hooks; a tape is used by one rank (one dt_ctx) only.
+ */
+#ifndef DT_AUTOGRAD_H
+#define DT_AUTOGRAD_H
+
+#include "ops/ops.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct dt_tape dt_tape;
+typedef struct dt_var dt_var;
+
+/* Options of a tape (zero is the default). */
+typedef struct dt_tape_opts {
+  /* true: every Partial gradient contribution is redistributed to Replicate on
+   * its Partial mesh dims (all_reduce) before it is accumulated (PyTorch). */
+  bool eager_reduce;
+} dt_tape_opts;
+
+/* Creates an empty tape for this rank; opts may be NULL (defaults). Memory is
+ * counted in ctx->mem. Errors: DT_ERR_INVALID (NULL), DT_ERR_NOMEM. */
+dt_status dt_tape_create(dt_ctx *ctx, const dt_tape_opts *opts, dt_tape **out);
+/* Frees the tape, every variable it made, their values and gradients. NULL is a
+ * no-op. Variables and the tensors read from them are invalid afterwards. */
+void dt_tape_free(dt_tape *t);
+
+/* A leaf variable holding `value`, which is moved in: the tape owns its local
+ * array afterwards and *value is zeroed (the caller must not free it). Returns
+ * NULL on a NULL argument or no memory (the value is then freed, so it never
+ * leaks; the reason is the ctx's last error). */
+dt_var *dt_var_leaf(dt_tape *t, dt_tensor *value, bool requires_grad);
+
+/* Runs op on the variables' values (dt_op_call) and makes op->n_out new
+ * variables in out[0..n_out). When any input requires a gradient, the call is
+ * recorded (op, a copy of attrs (NULL: zero attrs), inputs, outputs) and the
+ * outputs require gradients. Errors: those of dt_op_call; DT_ERR_UNSUPPORTED
+ * when a gradient is required and the op has no backward. On error out[] is
+ * set to NULL and nothing is recorded. */
+dt_status dt_ad_op(dt_tape *t, const dt_op *op, const dt_op_attrs *attrs, dt_var *const *in,
+                   dt_var **out);
+
+/* Redistributes x's value to dst (greedy planner) into a new variable *out,
+ * recorded as described above (backward: 2.2). */
+dt_status dt_ad_redistribute(dt_tape *t, dt_var *x, const dt_placement *dst, dt_var **out);
+
+/* Backpropagates from root. seed: the gradient of root (copied; same mesh and
+ * global shape as root's value, any placements), or NULL: ones, with root's
+ * placements where each Partial becomes Replicate. Gradients of leaves that
+ * require them accumulate into their grad (a second dt_backward adds to them);
+ * gradients of non-leaf variables are freed as soon as they are consumed (read
+ * dt_var_grad of a leaf only). Forward values are kept until dt_tape_free.
+ * The recorded graph is kept, so a later dt_backward may run again.
+ * Errors: DT_ERR_INVALID (root not on this tape, seed shape/mesh mismatch),
+ * DT_ERR_UNSUPPORTED (root does not require a gradient), those of the ops. */
+dt_status dt_backward(dt_tape *t, dt_var *root, const dt_tensor *seed);
+
+/* The value (borrowed, valid while the tape lives). */
+const dt_tensor *dt_var_value(const dt_var *v);
+/* The accumulated gradient (borrowed), NULL when there is none yet. It may be
+ * Partial on some mesh dims (see dt_var_grad_reduce). */
+const dt_tensor *dt_var_grad(const dt_var *v);
+bool dt_var_requires_grad(const dt_var *v);
+/* Redistributes the gradient's Partial mesh dims to Replicate in place (one
+ * all_reduce per Partial dim, phase "backward"; no comm when none is Partial).
+ * No gradient: DT_OK, nothing done. */
+dt_status dt_var_grad_reduce(dt_tape *t, dt_var *v);
+/* Drops every leaf's gradient (like optimizer.zero_grad(set_to_none=True)). */
+void dt_tape_zero_grad(dt_tape *t);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,358 @@
+/* lib/autograd/tape.c: the per-rank tape of DTensor ops and reverse-mode backward.
+ *
+ * Variables and nodes are kept in arrays owned by the tape (allocated with the
+ * rank's counted allocator, so ctx->mem shows them). A node is one recorded call:
+ * an op of lib/ops with a copy of its attrs, or a redistribute with the source
+ * placements. dt_backward walks the nodes from last to first; a node runs when
+ * one of its outputs has a gradient, by the op's backward (DTensor ops via
+ * dt_op_call) or by a redistribute (dtensor-semantics.md 2.2), and its inputs'
+ * gradients accumulate with dt_op_add. Nodes are appended in execution order,
+ * so reverse order is a valid topological order.
+ *
+ * What it is not: no graph pruning beyond "no output gradient, skip", no
+ * retain_graph bookkeeping (the graph is never freed before the tape), no
+ * recording of backward itself.
+ */
+#include "config.h"
+
+#include <string.h>
+
+#include "autograd/autograd.h"
+#include "dtensor/tensor_impl.h"
+
+struct dt_var {
+  dt_tensor value;
+  dt_tensor grad;
+  bool has_grad;
+  bool requires_grad;
+  bool leaf;
+};
+
+typedef enum node_kind { NODE_OP = 0, NODE_REDIST = 1 } node_kind;
+
+typedef struct node {
+  node_kind kind;
+  const dt_op *op;                      /* NODE_OP */
+  dt_op_attrs attrs;
+  int n_in, n_out;
+  dt_var *in[DT_OP_MAX_IN];
+  dt_var *out[DT_OP_MAX_OUT];
+  dt_placement src[DT_MAX_MESH_DIMS];   /* NODE_REDIST: the source placements */
+} node;
+
+struct dt_tape {
+  dt_ctx *ctx;
+  dt_tape_opts opts;
+  dt_var **vars;
+  size_t n_vars, cap_vars;
+  node *nodes;
+  size_t n_nodes, cap_nodes;
+};
+
+enum { TAPE_INIT_CAP = 16 }; /* first array size; arrays double when full */
+
+/* Grows a counted host array of `es`-byte elements to hold at least n + 1. */
+static dt_status grow(dt_ctx *ctx, void **arr, size_t *cap, size_t n, size_t es) {
+  if (n < *cap) return DT_OK;
+  size_t nc = *cap ? 2 * *cap : TAPE_INIT_CAP;
+  void *p = dt_host_alloc(ctx, nc * es);
+  if (!p) return dt_error(ctx, DT_ERR_NOMEM, "dt_tape", "no memory for %zu entries", nc);
+  if (*arr) {
+    memcpy(p, *arr, n * es);
+    dt_host_free(ctx, *arr);
+  }
+  *arr = p;
+  *cap = nc;
+  return DT_OK;
+}
+
+dt_status dt_tape_create(dt_ctx *ctx, const dt_tape_opts *opts, dt_tape **out) {
+  if (!ctx || !out) return dt_error(ctx, DT_ERR_INVALID, "dt_tape_create", "NULL argument");
+  *out = NULL;
+  dt_tape *t = dt_host_calloc(ctx, sizeof *t);
+  if (!t) return dt_error(ctx, DT_ERR_NOMEM, "dt_tape_create", "no memory");
+  t->ctx = ctx;
+  if (opts) t->opts = *opts;
+  *out = t;
+  return DT_OK;
+}
+
+static void var_drop_grad(dt_ctx *ctx, dt_var *v) {
+  if (v->has_grad) dt_tensor_free(ctx, &v->grad);
+  memset(&v->grad, 0, sizeof v->grad);
+  v->has_grad = false;
+}
+
+void dt_tape_free(dt_tape *t) {
+  if (!t) return;
+  dt_ctx *ctx = t->ctx;
+  for (size_t i = 0; i < t->n_vars; i++) {
+    dt_var *v = t->vars[i];
+    dt_tensor_free(ctx, &v->value);
+    var_drop_grad(ctx, v);
+    dt_host_free(ctx, v);
+  }
+  dt_host_free(ctx, t->vars);
+  dt_host_free(ctx, t->nodes);
+  dt_host_free(ctx, t);
+}
+
+/* A new variable owning *value (moved: *value is zeroed). On failure the value
+ * is freed. */
+static dt_var *new_var(dt_tape *t, dt_tensor *value, bool requires_grad, bool leaf) {
+  dt_ctx *ctx = t->ctx;
+  dt_var *v = NULL;
+  if (grow(ctx, (void **)&t->vars, &t->cap_vars, t->n_vars, sizeof *t->vars) == DT_OK)
+    v = dt_host_calloc(ctx, sizeof *v);
+  if (!v) {
+    dt_tensor_free(ctx, value);
+    dt_error(ctx, DT_ERR_NOMEM, "dt_var", "no memory for a variable");
+    return NULL;
+  }
+  v->value = *value;
+  memset(value, 0, sizeof *value);
+  v->requires_grad = requires_grad;
+  v->leaf = leaf;
+  t->vars[t->n_vars++] = v;
+  return v;
+}
+
+dt_var *dt_var_leaf(dt_tape *t, dt_tensor *value, bool requires_grad) {
+  if (!t || !value) return NULL;
+  return new_var(t, value, requires_grad, true);
+}
+
+const dt_tensor *dt_var_value(const dt_var *v) { return v ? &v->value : NULL; }
+const dt_tensor *dt_var_grad(const dt_var *v) { return v && v->has_grad ? &v->grad : NULL; }
+bool dt_var_requires_grad(const dt_var *v) { return v && v->requires_grad; }
+
+void dt_tape_zero_grad(dt_tape *t) {
+  if (!t) return;
+  for (size_t i = 0; i < t->n_vars; i++) var_drop_grad(t->ctx, t->vars[i]);
+}
+
+dt_status dt_ad_op(dt_tape *t, const dt_op *op, const dt_op_attrs *attrs, dt_var *const *in,
+                   dt_var **out) {
+  dt_ctx *ctx = t ? t->ctx : NULL;
+  if (!t || !op || !in || !out) return dt_error(ctx, DT_ERR_INVALID, "dt_ad_op", "NULL argument");
+  if (op->n_in > DT_OP_MAX_IN || op->n_out > DT_OP_MAX_OUT || op->n_in < 1)
+    return dt_error(ctx, DT_ERR_INVALID, "dt_ad_op", "%s: bad arity", op->name);
+  static const dt_op_attrs zero_attrs;
+  if (!attrs) attrs = &zero_attrs;
+  bool need = false;
+  const dt_tensor *iv[DT_OP_MAX_IN];
+  for (int j = 0; j < op->n_out; j++) out[j] = NULL;
+  for (int j = 0; j < op->n_in; j++) {
+    if (!in[j]) return dt_error(ctx, DT_ERR_INVALID, "dt_ad_op", "%s: input %d is NULL", op->name, j);
+    iv[j] = &in[j]->value;
+    need = need || in[j]->requires_grad;
+  }
+  if (need && !op->backward)
+    return dt_error(ctx, DT_ERR_UNSUPPORTED, "dt_ad_op", "%s has no backward", op->name);
+  if (need) { /* reserve the node first, so recording cannot fail after the call */
+    DT_CHECK(grow(ctx, (void **)&t->nodes, &t->cap_nodes, t->n_nodes, sizeof *t->nodes));
+  }
+  dt_tensor ov[DT_OP_MAX_OUT];
+  dt_tensor *op_out[DT_OP_MAX_OUT];
+  for (int j = 0; j < op->n_out; j++) op_out[j] = &ov[j];
+  DT_CHECK(dt_op_call(ctx, op, attrs, iv, op_out, NULL));
+  dt_var *ovar[DT_OP_MAX_OUT] = {NULL};
+  for (int j = 0; j < op->n_out; j++) {
+    ovar[j] = new_var(t, &ov[j], need, false);
+    if (!ovar[j]) { /* new_var freed ov[j]; free the rest (the made vars stay on the tape) */
+      for (int k = j + 1; k < op->n_out; k++) dt_tensor_free(ctx, &ov[k]);
+      return DT_ERR_NOMEM;
+    }
+  }
+  if (need) {
+    node *n = &t->nodes[t->n_nodes++];
+    memset(n, 0, sizeof *n);
+    n->kind = NODE_OP;
+    n->op = op;
+    n->attrs = *attrs;
+    n->n_in = op->n_in;
+    n->n_out = op->n_out;
+    for (int j = 0; j < op->n_in; j++) n->in[j] = in[j];
+    for (int j = 0; j < op->n_out; j++) n->out[j] = ovar[j];
+  }
+  for (int j = 0; j < op->n_out; j++) out[j] = ovar[j];
+  return DT_OK;
+}
+
+dt_status dt_ad_redistribute(dt_tape *t, dt_var *x, const dt_placement *dst, dt_var **out) {
+  dt_ctx *ctx = t ? t->ctx : NULL;
+  if (!t || !x || !dst || !out)
+    return dt_error(ctx, DT_ERR_INVALID, "dt_ad_redistribute", "NULL argument");
+  *out = NULL;
+  if (x->requires_grad)
+    DT_CHECK(grow(ctx, (void **)&t->nodes, &t->cap_nodes, t->n_nodes, sizeof *t->nodes));
+  dt_tensor y;
+  DT_CHECK(dt_redistribute(ctx, &x->value, dst, DT_PLANNER_GREEDY, &y));
+  dt_var *v = new_var(t, &y, x->requires_grad, false);
+  if (!v) return DT_ERR_NOMEM;
+  if (x->requires_grad) {
+    node *n = &t->nodes[t->n_nodes++];
+    memset(n, 0, sizeof *n);
+    n->kind = NODE_REDIST;
+    n->n_in = n->n_out = 1;
+    n->in[0] = x;
+    n->out[0] = v;
+    for (int i = 0; i < x->value.mesh_ndim; i++) n->src[i] = x->value.pl[i];
+  }
+  *out = v;
+  return DT_OK;
+}
+
+static bool any_partial(const dt_tensor *g) {
+  for (int i = 0; i < g->mesh_ndim; i++)
+    if (g->pl[i].kind == DT_PL_PARTIAL) return true;
+  return false;
+}
+
+/* *g with its Partial mesh dims made Replicate (in place; no-op when none). */
+static dt_status reduce_partials(dt_ctx *ctx, dt_tensor *g) {
+  if (!any_partial(g)) return DT_OK;
+  dt_placement dst[DT_MAX_MESH_DIMS];
+  for (int i = 0; i < g->mesh_ndim; i++)
+    dst[i] = g->pl[i].kind == DT_PL_PARTIAL ? dt_replicate() : g->pl[i];
+  dt_tensor r;
+  DT_CHECK(dt_redistribute(ctx, g, dst, DT_PLANNER_GREEDY, &r));
+  dt_tensor_free(ctx, g);
+  *g = r;
+  return DT_OK;
+}
+
+/* Adds the contribution *g (moved in: always consumed, also on error) to v's
+ * gradient. */
+static dt_status accumulate(dt_tape *t, dt_var *v, dt_tensor *g) {
+  dt_ctx *ctx = t->ctx;
+  dt_status s = DT_OK;
+  if (t->opts.eager_reduce) s = reduce_partials(ctx, g);
+  if (s != DT_OK) {
+    dt_tensor_free(ctx, g);
+    return s;
+  }
+  if (!v->has_grad) {
+    v->grad = *g;
+    v->has_grad = true;
+    memset(g, 0, sizeof *g);
+    return DT_OK;
+  }
+  dt_tensor sum;
+  const dt_tensor *ai[2] = {&v->grad, g};
+  dt_tensor *ao[1] = {&sum};
+  s = dt_op_call(ctx, &dt_op_add, NULL, ai, ao, NULL);
+  dt_tensor_free(ctx, g);
+  if (s != DT_OK) return s;
+  dt_tensor_free(ctx, &v->grad);
+  v->grad = sum;
+  return DT_OK;
+}
+
+/* Backward of a redistribute node (2.2): g (the output's gradient, any
+ * placements) goes to the source placements, where a Partial source dim becomes
+ * Replicate unless g is Partial on that dim too. */
+static dt_status redist_backward(dt_tape *t, const node *n, const dt_tensor *g, dt_tensor *gin) {
+  dt_placement dst[DT_MAX_MESH_DIMS];
+  for (int i = 0; i < g->mesh_ndim; i++) {
+    dt_placement src = n->src[i];
+    dst[i] = (src.kind == DT_PL_PARTIAL && g->pl[i].kind != DT_PL_PARTIAL) ? dt_replicate() : src;
+  }
+  return dt_redistribute(t->ctx, g, dst, DT_PLANNER_GREEDY, gin);
+}
+
+static dt_status run_node(dt_tape *t, const node *n) {
+  dt_ctx *ctx = t->ctx;
+  bool any = false;
+  for (int j = 0; j < n->n_out; j++) any = any || n->out[j]->has_grad;
+  if (!any) return DT_OK;
+  dt_tensor gbuf[DT_OP_MAX_IN];
+  dt_tensor *gin[DT_OP_MAX_IN] = {NULL};
+  memset(gbuf, 0, sizeof gbuf);
+  dt_status s = DT_OK;
+  if (n->kind == NODE_REDIST) {
+    if (n->in[0]->requires_grad) {
+      s = redist_backward(t, n, &n->out[0]->grad, &gbuf[0]);
+      if (s == DT_OK) gin[0] = &gbuf[0];
+    }
+  } else {
+    const dt_tensor *iv[DT_OP_MAX_IN], *ov[DT_OP_MAX_OUT], *gout[DT_OP_MAX_OUT];
+    for (int j = 0; j < n->n_in; j++) {
+      iv[j] = &n->in[j]->value;
+      if (n->in[j]->requires_grad) gin[j] = &gbuf[j];
+    }
+    for (int j = 0; j < n->n_out; j++) {
+      ov[j] = &n->out[j]->value;
+      gout[j] = n->out[j]->has_grad ? &n->out[j]->grad : NULL;
+    }
+    s = n->op->backward(ctx, &n->attrs, iv, ov, gout, gin);
+  }
+  /* every gradient made is consumed by accumulate (even after an error) */
+  for (int j = 0; j < n->n_in; j++) {
+    if (!gin[j]) continue;
+    if (s != DT_OK || !gbuf[j].mesh) { /* failed, or the backward made none (zero) */
+      dt_tensor_free(ctx, &gbuf[j]);
+      continue;
+    }
+    dt_status s2 = accumulate(t, n->in[j], &gbuf[j]);
+    if (s == DT_OK) s = s2;
+  }
+  /* the outputs' gradients are consumed: every use of them came later on the tape */
+  for (int j = 0; j < n->n_out; j++)
+    if (!n->out[j]->leaf) var_drop_grad(ctx, n->out[j]);
+  return s;
+}
+
+static dt_status make_seed(dt_tape *t, dt_var *root, const dt_tensor *seed, dt_tensor *g) {
+  dt_ctx *ctx = t->ctx;
+  const dt_tensor *rv = &root->value;
+  if (seed) {
+    bool ok = seed->mesh == rv->mesh && seed->ndim == rv->ndim && seed->dtype == rv->dtype;
+    for (int d = 0; ok && d < rv->ndim; d++) ok = seed->gshape[d] == rv->gshape[d];
+    if (!ok)
+      return dt_error(ctx, DT_ERR_INVALID, "dt_backward",
+                      "seed differs from the root's mesh, global shape or dtype");
+    return dt_tensor_from_local(ctx, seed->mesh, &seed->local, seed->pl, seed->ndim,
+                                seed->gshape, g);
+  }
+  dt_placement pl[DT_MAX_MESH_DIMS];
+  for (int i = 0; i < rv->mesh_ndim; i++)
+    pl[i] = rv->pl[i].kind == DT_PL_PARTIAL ? dt_replicate() : rv->pl[i];
+  /* uniform with a = 1, b = 0: every element exactly 1 (seed/stream unused) */
+  return dt_tensor_rand(ctx, rv->mesh, rv->ndim, rv->gshape, rv->dtype, pl, 0, 0, DT_RNG_UNIFORM,
+                        1.0, 0.0, g);
+}
+
+dt_status dt_backward(dt_tape *t, dt_var *root, const dt_tensor *seed) {
+  dt_ctx *ctx = t ? t->ctx : NULL;
+  if (!t || !root) return dt_error(ctx, DT_ERR_INVALID, "dt_backward", "NULL argument");
+  bool mine = false;
+  for (size_t i = 0; i < t->n_vars && !mine; i++) mine = t->vars[i] == root;
+  if (!mine) return dt_error(ctx, DT_ERR_INVALID, "dt_backward", "root is not on this tape");
+  if (!root->requires_grad)
+    return dt_error(ctx, DT_ERR_UNSUPPORTED, "dt_backward", "root does not require a gradient");
+  char saved[sizeof ctx->phase];
+  memcpy(saved, ctx->phase, sizeof saved);
+  dt_ctx_set_phase(ctx, "backward");
+  dt_tensor g;
+  dt_status s = make_seed(t, root, seed, &g);
+  if (s == DT_OK) s = accumulate(t, root, &g);
+  for (size_t i = t->n_nodes; i-- > 0 && s == DT_OK;) s = run_node(t, &t->nodes[i]);
+  /* after an error, leave no half-consumed intermediate gradient behind */
+  for (size_t i = 0; i < t->n_vars; i++)
+    if (!t->vars[i]->leaf) var_drop_grad(ctx, t->vars[i]);
+  dt_ctx_set_phase(ctx, saved);
+  return s;
+}
+
+dt_status dt_var_grad_reduce(dt_tape *t, dt_var *v) {
+  dt_ctx *ctx = t ? t->ctx : NULL;
+  if (!t || !v) return dt_error(ctx, DT_ERR_INVALID, "dt_var_grad_reduce", "NULL argument");
+  if (!v->has_grad) return DT_OK;
+  char saved[sizeof ctx->phase];
+  memcpy(saved, ctx->phase, sizeof saved);
+  dt_ctx_set_phase(ctx, "backward");
+  dt_status s = reduce_partials(ctx, &v->grad);
+  dt_ctx_set_phase(ctx, saved);
+  return s;
+}

@@ -1,0 +1,314 @@
+/* lib/ops/dispatch.c: op dispatch with sharding propagation and a per-rank cache.
+ *
+ * dt_op_plan lists an op's candidates (per-mesh-dim options expanded over the
+ * mesh, or whole-mesh candidates), drops those with an unshardable input that
+ * would need redistributing, prices each as the sum of its inputs' redistribute
+ * costs (PyTorch's redistribute_cost on a CPU topology) and keeps the first of
+ * the cheapest (generation order breaks ties, as PyTorch's _select_strategy).
+ * dt_op_call adds the cache, the input redistributions, output allocation and
+ * the kernel. The cache is an open-addressing table hung off the dt_ctx. */
+#include "config.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dtensor/tensor_impl.h"
+#include "ops/ops.h"
+
+void dt_tensor_spec(const dt_tensor *t, dt_spec *out) {
+  memset(out, 0, sizeof *out);
+  out->mesh_ndim = t->mesh_ndim;
+  for (int i = 0; i < t->mesh_ndim; i++) out->pl[i] = t->pl[i];
+  if (t->mesh) {
+    int m;
+    dt_tensor_mesh_info(t->mesh, &m, out->mesh_shape, NULL);
+  }
+  out->ndim = t->ndim;
+  for (int d = 0; d < t->ndim; d++) out->gshape[d] = t->gshape[d];
+  out->dtype = t->dtype;
+}
+
+double dt_spec_bytes(const dt_spec *s) {
+  double n = (double)dt_dtype_size(s->dtype);
+  for (int d = 0; d < s->ndim; d++) n *= (double)s->gshape[d];
+  return n;
+}
+
+bool dt_spec_shardable(const dt_spec *s, const int *mesh_shape, const dt_placement *pl) {
+  int64_t shards[DT_MAX_DIMS];
+  for (int d = 0; d < s->ndim; d++) shards[d] = 1;
+  for (int i = 0; i < s->mesh_ndim; i++)
+    if (pl[i].kind == DT_PL_SHARD && pl[i].dim < s->ndim) shards[pl[i].dim] *= mesh_shape[i];
+  for (int d = 0; d < s->ndim; d++)
+    if (shards[d] > 1 && shards[d] > s->gshape[d]) return false;
+  return true;
+}
+
+dt_status dt_op_expand(int mesh_ndim, int n_in, int n_out, const dt_dim_option *const *opts,
+                       const int *n_opts, dt_candidate *cand, int *n, int max) {
+  int64_t total = 1;
+  for (int i = 0; i < mesh_ndim; i++) total *= n_opts[i];
+  *n = 0;
+  if (total > max) return DT_ERR_INVALID;
+  int idx[DT_MAX_MESH_DIMS] = {0};
+  for (int64_t c = 0; c < total; c++) {
+    dt_candidate *k = &cand[c];
+    memset(k, 0, sizeof *k);
+    for (int i = 0; i < mesh_ndim; i++) {
+      const dt_dim_option *o = &opts[i][idx[i]];
+      for (int j = 0; j < n_out; j++) k->out[j][i] = o->out[j];
+      for (int j = 0; j < n_in; j++) k->in[j][i] = o->in[j];
+    }
+    /* mesh dim 0 varies slowest: increment from the last dim */
+    for (int i = mesh_ndim - 1; i >= 0; i--) {
+      if (++idx[i] < n_opts[i]) break;
+      idx[i] = 0;
+    }
+  }
+  *n = (int)total;
+  return DT_OK;
+}
+
+static bool same_pl(int m, const dt_placement *a, const dt_placement *b) {
+  for (int i = 0; i < m; i++)
+    if (!dt_placement_eq(a[i], b[i])) return false;
+  return true;
+}
+
+dt_status dt_op_plan(dt_ctx *ctx, const dt_op *op, const dt_op_attrs *a, const int *mesh_shape,
+                     const dt_spec *in, dt_spec *out, dt_candidate *chosen, dt_op_report *rep) {
+  if (!op || !in || !out || !mesh_shape || !chosen)
+    return dt_error(ctx, DT_ERR_INVALID, "dt_op_plan", "NULL argument");
+  static const dt_op_attrs zero_attrs;
+  if (!a) a = &zero_attrs;
+  const char *call = op->name;
+  int m = in[0].mesh_ndim;
+  /* the strategies read the mesh sizes from the specs: set them from mesh_shape */
+  dt_spec inx[DT_OP_MAX_IN];
+  for (int j = 0; j < op->n_in && j < DT_OP_MAX_IN; j++) {
+    inx[j] = in[j];
+    for (int i = 0; i < DT_MAX_MESH_DIMS; i++) inx[j].mesh_shape[i] = i < m ? mesh_shape[i] : 0;
+  }
+  in = inx;
+  for (int j = 0; j < op->n_out; j++) memset(&out[j], 0, sizeof out[j]);
+  DT_CHECK(op->infer(ctx, a, in, out));
+  for (int j = 0; j < op->n_out; j++) out[j].mesh_ndim = m;
+  dt_candidate *cand = malloc(sizeof(dt_candidate) * DT_OP_MAX_CANDIDATES);
+  if (!cand) return dt_error(ctx, DT_ERR_NOMEM, call, "no memory for candidates");
+  int n = 0;
+  dt_status s = DT_OK;
+  if (op->candidates) {
+    s = op->candidates(ctx, a, in, out, cand, &n, DT_OP_MAX_CANDIDATES);
+  } else {
+    dt_dim_option opts[DT_MAX_MESH_DIMS][DT_OP_MAX_OPTIONS];
+    const dt_dim_option *optp[DT_MAX_MESH_DIMS];
+    int nopt[DT_MAX_MESH_DIMS];
+    for (int i = 0; i < m && s == DT_OK; i++) {
+      s = op->options(ctx, a, in, out, i, opts[i], &nopt[i], DT_OP_MAX_OPTIONS);
+      optp[i] = opts[i];
+    }
+    if (s == DT_OK && dt_op_expand(m, op->n_in, op->n_out, optp, nopt, cand, &n,
+                                   DT_OP_MAX_CANDIDATES) != DT_OK)
+      s = dt_error(ctx, DT_ERR_UNSUPPORTED, call, "more than %d candidates", DT_OP_MAX_CANDIDATES);
+  }
+  if (s != DT_OK) {
+    free(cand);
+    return s;
+  }
+  dt_topo topo;
+  dt_topo_build(m, mesh_shape, 1, &topo);
+  int kept = 0, best = -1;
+  for (int c = 0; c < n; c++) {
+    bool ok = true;
+    for (int j = 0; j < op->n_in && ok; j++)
+      if (!same_pl(m, cand[c].in[j], in[j].pl) && !dt_spec_shardable(&in[j], mesh_shape, cand[c].in[j]))
+        ok = false;
+    for (int j = 0; j < op->n_out && ok; j++)
+      if (!dt_spec_shardable(&out[j], mesh_shape, cand[c].out[j])) ok = false;
+    if (!ok) continue;
+    double cost = 0;
+    for (int j = 0; j < op->n_in; j++)
+      cost += dt_redistribute_cost(&topo, dt_spec_bytes(&in[j]), in[j].pl, cand[c].in[j]);
+    cand[kept] = cand[c];
+    cand[kept].cost_us = cost;
+    if (isfinite(cost) && (best < 0 || cost < cand[best].cost_us)) best = kept;
+    kept++;
+  }
+  if (rep) {
+    rep->n_generated = n;
+    rep->n_candidates = kept;
+    rep->chosen = best;
+    rep->cached = false;
+    if (rep->cand)
+      for (int c = 0; c < kept && c < rep->max_cand; c++) rep->cand[c] = cand[c];
+  }
+  if (best < 0) {
+    free(cand);
+    return dt_error(ctx, DT_ERR_UNSUPPORTED, call, "no sharding strategy fits these inputs");
+  }
+  *chosen = cand[best];
+  for (int j = 0; j < op->n_out; j++)
+    for (int i = 0; i < m; i++) out[j].pl[i] = chosen->out[j][i];
+  free(cand);
+  return DT_OK;
+}
+
+/* ---- the per-rank decision cache ---- */
+
+typedef struct cache_key {
+  const dt_op *op;
+  dt_op_attrs attrs;
+  int mesh_shape[DT_MAX_MESH_DIMS];
+  dt_spec in[DT_OP_MAX_IN];
+} cache_key;
+
+typedef struct cache_entry {
+  bool used;
+  uint64_t hash;
+  cache_key key;
+  dt_candidate chosen;
+  dt_spec out[DT_OP_MAX_OUT];
+} cache_entry;
+
+typedef struct op_cache {
+  cache_entry *e;
+  size_t cap, n;
+} op_cache;
+
+enum { CACHE_INIT = 256 }; /* entries; doubles at 50% load */
+
+/* FNV-1a over 64-bit words (the key is zero-padded to whole words): one
+ * multiply per 8 bytes keeps a cached dispatch cheap. */
+static uint64_t fnv(const void *p, size_t n) {
+  const unsigned char *b = p;
+  uint64_t h = 1469598103934665603ull; /* FNV offset basis and prime */
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    uint64_t w;
+    memcpy(&w, b + i, 8);
+    h = (h ^ w) * 1099511628211ull;
+  }
+  for (; i < n; i++) h = (h ^ b[i]) * 1099511628211ull;
+  return h ^ (h >> 29); /* fold the high bits into the low ones the table indexes */
+}
+
+static void cache_free_fn(dt_ctx *ctx) {
+  op_cache *c = ctx->op_cache;
+  if (c) free(c->e);
+  free(c);
+}
+
+void dt_op_cache_free(dt_ctx *ctx) {
+  if (ctx->op_cache) cache_free_fn(ctx);
+  ctx->op_cache = NULL;
+  ctx->op_cache_free = NULL;
+}
+
+static cache_entry *cache_find(op_cache *c, const cache_key *k, uint64_t h) {
+  if (!c || !c->cap) return NULL;
+  for (size_t i = h & (c->cap - 1);; i = (i + 1) & (c->cap - 1)) {
+    cache_entry *e = &c->e[i];
+    if (!e->used) return NULL;
+    if (e->hash == h && !memcmp(&e->key, k, sizeof *k)) return e;
+  }
+}
+
+static void cache_put(dt_ctx *ctx, const cache_key *k, uint64_t h, const dt_candidate *ch,
+                      const dt_spec *out, int n_out) {
+  op_cache *c = ctx->op_cache;
+  if (!c) {
+    c = calloc(1, sizeof *c);
+    if (!c) return; /* a missing cache only costs speed */
+    ctx->op_cache = c;
+    ctx->op_cache_free = cache_free_fn;
+  }
+  if (2 * (c->n + 1) > c->cap) {
+    size_t cap = c->cap ? 2 * c->cap : CACHE_INIT;
+    cache_entry *e = calloc(cap, sizeof *e);
+    if (!e) return;
+    for (size_t i = 0; i < c->cap; i++) {
+      if (!c->e[i].used) continue;
+      size_t j = c->e[i].hash & (cap - 1);
+      while (e[j].used) j = (j + 1) & (cap - 1);
+      e[j] = c->e[i];
+    }
+    free(c->e);
+    c->e = e;
+    c->cap = cap;
+  }
+  size_t i = h & (c->cap - 1);
+  while (c->e[i].used) i = (i + 1) & (c->cap - 1);
+  cache_entry *e = &c->e[i];
+  e->used = true;
+  e->hash = h;
+  e->key = *k;
+  e->chosen = *ch;
+  for (int j = 0; j < n_out; j++) e->out[j] = out[j];
+  c->n++;
+}
+
+dt_status dt_op_call(dt_ctx *ctx, const dt_op *op, const dt_op_attrs *a,
+                     const dt_tensor *const *in, dt_tensor *const *out, dt_op_report *rep) {
+  const char *call = op ? op->name : "dt_op_call";
+  if (!op || !in || !out) return dt_error(ctx, DT_ERR_INVALID, call, "NULL argument");
+  static const dt_op_attrs zero_attrs;
+  if (!a) a = &zero_attrs;
+  for (int j = 0; j < op->n_out; j++) memset(out[j], 0, sizeof *out[j]);
+  dt_mesh *mesh = in[0]->mesh;
+  for (int j = 1; j < op->n_in; j++)
+    if (in[j]->mesh != mesh)
+      return dt_error(ctx, DT_ERR_INVALID, call, "inputs 0 and %d live on different meshes", j);
+  cache_key k;
+  memset(&k, 0, sizeof k); /* padding too: the key is hashed and compared bytewise */
+  k.op = op;
+  k.attrs = *a;
+  int m;
+  dt_tensor_mesh_info(mesh, &m, k.mesh_shape, NULL);
+  for (int j = 0; j < op->n_in; j++) dt_tensor_spec(in[j], &k.in[j]);
+  uint64_t h = fnv(&k, sizeof k);
+  dt_candidate chosen;
+  dt_spec os[DT_OP_MAX_OUT];
+  cache_entry *e = cache_find(ctx->op_cache, &k, h);
+  if (e) {
+    chosen = e->chosen;
+    for (int j = 0; j < op->n_out; j++) os[j] = e->out[j];
+    if (rep) { /* the candidates are not listed again */
+      rep->n_candidates = rep->n_generated = 0;
+      rep->chosen = -1;
+      rep->cached = true;
+    }
+  } else {
+    DT_CHECK(dt_op_plan(ctx, op, a, k.mesh_shape, k.in, os, &chosen, rep));
+    cache_put(ctx, &k, h, &chosen, os, op->n_out);
+  }
+  /* redistribute the inputs that need it */
+  dt_tensor moved[DT_OP_MAX_IN];
+  const dt_tensor *use[DT_OP_MAX_IN];
+  bool own[DT_OP_MAX_IN] = {false};
+  dt_status s = DT_OK;
+  for (int j = 0; j < op->n_in && s == DT_OK; j++) {
+    use[j] = in[j];
+    if (same_pl(m, in[j]->pl, chosen.in[j])) continue;
+    s = dt_redistribute(ctx, in[j], chosen.in[j], DT_PLANNER_GREEDY, &moved[j]);
+    if (s == DT_OK) {
+      own[j] = true;
+      use[j] = &moved[j];
+    }
+  }
+  int made = 0;
+  for (int j = 0; j < op->n_out && s == DT_OK; j++) {
+    s = dt_tensor_meta(ctx, mesh, chosen.out[j], os[j].ndim, os[j].gshape, os[j].dtype, call, out[j]);
+    if (s != DT_OK) break;
+    int64_t ls[DT_MAX_DIMS];
+    dt_tensor_local_shape(out[j], ls);
+    s = dt_array_create(ctx, DT_DEV_CPU, os[j].dtype, os[j].ndim, ls, &out[j]->local);
+    if (s == DT_OK) made++;
+  }
+  if (s == DT_OK) s = op->kernel(ctx, a, use, out);
+  for (int j = 0; j < op->n_in; j++)
+    if (own[j]) dt_tensor_free(ctx, &moved[j]);
+  if (s != DT_OK)
+    for (int j = 0; j < made; j++) dt_tensor_free(ctx, out[j]);
+  return s;
+}

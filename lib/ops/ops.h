@@ -1,0 +1,155 @@
+/* lib/ops/ops.h: the op registry and sharding propagation (dtensor-semantics.md 3).
+ *
+ * An op is a const table: shape inference, a strategy generator (per mesh dim
+ * options, expanded over the whole mesh like PyTorch's
+ * expand_to_full_mesh_op_strategy, or a whole-mesh candidate list), a local
+ * kernel per device (CPU now) and a backward written with other DTensor ops,
+ * so that backward communication is propagated the same way.
+ *
+ * dt_op_call dispatches: it lists the candidates, drops those whose inputs are
+ * not shardable, prices each by the redistribute cost of its inputs (alpha-beta
+ * model, 3.2; ties go to generation order), redistributes the inputs, allocates
+ * the outputs, runs the kernel and wraps them. Decisions are cached per rank
+ * (op, attrs, input specs). This layer does no autograd (lib/autograd does).
+ */
+#ifndef DT_OPS_H
+#define DT_OPS_H
+
+#include "dtensor/dtensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* A DTensor's description without data. */
+typedef struct dt_spec {
+  int mesh_ndim;
+  dt_placement pl[DT_MAX_MESH_DIMS];
+  /* Sizes of the mesh dims (dt_tensor_spec fills them; dt_op_plan overwrites
+   * them from its mesh_shape, so strategies may read them: num_shards of the
+   * pointwise follow rule, evenness for mean). */
+  int mesh_shape[DT_MAX_MESH_DIMS];
+  int ndim;
+  int64_t gshape[DT_MAX_DIMS];
+  dt_dtype dtype;
+} dt_spec;
+
+void dt_tensor_spec(const dt_tensor *t, dt_spec *out);
+/* Bytes of the global tensor a spec describes. */
+double dt_spec_bytes(const dt_spec *s);
+
+enum {
+  DT_OP_MAX_IN = 4,
+  DT_OP_MAX_OUT = 2,
+  DT_OP_MAX_OPTIONS = 32,      /* per mesh dim */
+  DT_OP_MAX_CANDIDATES = 4096  /* whole mesh, after expansion */
+};
+
+/* Static arguments of an op call; each op documents the fields it reads. All
+ * fields take part in the dispatch cache key, so zero what an op does not use
+ * (use DT_OP_ATTRS_INIT). */
+typedef struct dt_op_attrs {
+  double scalar;               /* scale factor, eps, ... */
+  int dim;                     /* softmax / reduction / gather dim */
+  int ndims;
+  int dims[DT_MAX_DIMS];       /* reduction dims, permutation */
+  int shape_n;
+  int64_t shape[DT_MAX_DIMS];  /* view / reshape target (-1 infers one dim) */
+  bool keepdim;
+  int i0, i1;                  /* op-specific integers (documented by the op) */
+  char eq[32];                 /* einsum equation "mk,kn->mn" */
+} dt_op_attrs;
+#define DT_OP_ATTRS_INIT {0}
+
+/* Placements of one mesh dim: outputs, then inputs. */
+typedef struct dt_dim_option {
+  dt_placement out[DT_OP_MAX_OUT];
+  dt_placement in[DT_OP_MAX_IN];
+} dt_dim_option;
+
+/* A whole-mesh candidate: placements per output / input per mesh dim. */
+typedef struct dt_candidate {
+  dt_placement out[DT_OP_MAX_OUT][DT_MAX_MESH_DIMS];
+  dt_placement in[DT_OP_MAX_IN][DT_MAX_MESH_DIMS];
+  double cost_us;              /* filled by the dispatcher */
+} dt_candidate;
+
+typedef struct dt_op dt_op;
+struct dt_op {
+  const char *name;
+  int n_in, n_out;
+  /* Output global shapes and dtypes from the inputs' specs (placements of
+   * out[] are ignored). Errors: DT_ERR_INVALID with a message. */
+  dt_status (*infer)(dt_ctx *ctx, const dt_op_attrs *a, const dt_spec *in, dt_spec *out);
+  /* Either: options for one mesh dim in generation order (expanded over the
+   * mesh by the dispatcher, mesh dim 0 varying slowest) ... */
+  dt_status (*options)(dt_ctx *ctx, const dt_op_attrs *a, const dt_spec *in, const dt_spec *out,
+                       int mesh_dim, dt_dim_option *opt, int *n, int max);
+  /* ... or whole-mesh candidates directly (e.g. pointwise "follow" rules). */
+  dt_status (*candidates)(dt_ctx *ctx, const dt_op_attrs *a, const dt_spec *in,
+                          const dt_spec *out, dt_candidate *cand, int *n, int max);
+  /* Fills the outputs' local arrays (already allocated for the chosen
+   * placements) from the inputs' locals (already redistributed). */
+  dt_status (*kernel)(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor *const *in,
+                      dt_tensor *const *out);
+  /* Gradients of the inputs from those of the outputs, with DTensor ops
+   * (dt_op_call), so that backward is propagated like forward. gin[i] == NULL:
+   * that gradient is not needed. gout[j] may be NULL (no gradient: zero). */
+  dt_status (*backward)(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor *const *in,
+                        const dt_tensor *const *out, const dt_tensor *const *gout,
+                        dt_tensor *const *gin);
+};
+
+/* The ops (defined in matmul.c, pointwise.c, reduce.c). Attrs each reads:
+ *   einsum   eq ("bmk,bkn->bmn"; two operands, letters a-z)
+ *   matmul   -   (x[..., m, k] @ y[..., k, n], equal leading batch dims)
+ *   linear   -   (x[..., k] with W[n, k] -> [..., n], TorchTitan's nn.Linear, no bias)
+ *   add, sub, mul (tensor-tensor, broadcasting), scale (x * scalar)
+ *   silu, swiglu (silu(a) * b)
+ *   sum, mean    dims[0..ndims) (ndims 0: all), keepdim
+ *   softmax      dim */
+extern const dt_op dt_op_einsum, dt_op_matmul, dt_op_linear;
+extern const dt_op dt_op_add, dt_op_sub, dt_op_mul, dt_op_scale, dt_op_silu, dt_op_swiglu;
+extern const dt_op dt_op_sum, dt_op_mean, dt_op_softmax;
+
+/* Looks an op up by name in the registry (NULL when unknown). */
+const dt_op *dt_op_find(const char *name);
+/* The registry, for listing: *n ops. */
+const dt_op *const *dt_op_all(int *n);
+
+/* What a dispatch decided, for explain and tests. */
+typedef struct dt_op_report {
+  int n_candidates;            /* after the shardability filter */
+  int n_generated;             /* before it */
+  int chosen;                  /* index into cand[] */
+  bool cached;                 /* the decision came from the cache */
+  dt_candidate *cand;          /* caller's buffer of max_cand entries, or NULL */
+  int max_cand;
+} dt_op_report;
+
+/* Runs op on DTensors in[0..n_in) (same mesh), writing new DTensors to
+ * out[0..n_out) (the caller frees them with dt_tensor_free). rep may be NULL. */
+dt_status dt_op_call(dt_ctx *ctx, const dt_op *op, const dt_op_attrs *a,
+                     const dt_tensor *const *in, dt_tensor *const *out, dt_op_report *rep);
+/* The decision alone, on a mesh of the given sizes: the output specs (with
+ * the chosen placements), the chosen candidate, and in rep every candidate
+ * with its cost (no comm, no kernel, no cache). */
+dt_status dt_op_plan(dt_ctx *ctx, const dt_op *op, const dt_op_attrs *a, const int *mesh_shape,
+                     const dt_spec *in, dt_spec *out, dt_candidate *chosen, dt_op_report *rep);
+
+/* Expansion helper for op authors: the cartesian product of per-mesh-dim
+ * options (mesh dim 0 slowest), as PyTorch's expand_to_full_mesh_op_strategy. */
+dt_status dt_op_expand(int mesh_ndim, int n_in, int n_out, const dt_dim_option *const *opts,
+                       const int *n_opts, dt_candidate *cand, int *n, int max);
+
+/* PyTorch's is_tensor_shardable: no tensor dim has fewer elements than the
+ * number of shards placed on it. */
+bool dt_spec_shardable(const dt_spec *s, const int *mesh_shape, const dt_placement *pl);
+
+/* Frees the rank's dispatch cache (dt_ctx_release calls it too). */
+void dt_op_cache_free(dt_ctx *ctx);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
