@@ -87,5 +87,8 @@ void sb_shape_str(int ndim, const int64_t *shape, bool bare, char *buf, size_t n
 
 int sb_cmd_explain(int argc, char **argv);
 extern const char sb_explain_usage[];
+/* `explain --op NAME` (bench/explain_op.c): sb_cmd_explain routes here when
+ * --op is among its flags. */
+int sb_cmd_explain_op(int argc, char **argv);
 
 #endif

@@ -275,7 +275,7 @@ static dt_status check_case(dt_ctx *ctx, dt_mesh *mesh, job *J, const mcase *c) 
             bad++;
           }
         }
-        J->checks += ctx->rank == 0;
+        if (ctx->rank == 0) J->checks++;
         dt_array_free(ctx, &full);
       }
       dt_tensor_free(ctx, &tc);

@@ -114,7 +114,9 @@ static dt_status check_common(dt_comm *c, const char *call, dt_dtype t, const vo
   return DT_OK;
 }
 
-static dt_status check_op(dt_comm *c, const char *call, dt_reduce_op op) {
+static dt_status check_op(dt_comm *c, const char *call, dt_reduce_op op, dt_dtype t) {
+  if (t == DT_I64)
+    return dt_error(c->ctx, DT_ERR_UNSUPPORTED, call, "i64 data is moved, never reduced");
   if ((unsigned)op >= DT_RED_COUNT)
     return dt_error(c->ctx, DT_ERR_INVALID, call, "invalid reduce op %d", (int)op);
   return DT_OK;
@@ -145,7 +147,7 @@ static dt_status slot(dt_comm *c, const void *fn, const char *call) {
 dt_status dt_comm_all_reduce(dt_comm *c, const void *send, void *recv, size_t count, dt_dtype t,
                              dt_reduce_op op) {
   DT_CHECK(check_common(c, "all_reduce", t, send, recv, count));
-  DT_CHECK(check_op(c, "all_reduce", op));
+  DT_CHECK(check_op(c, "all_reduce", op, t));
   DT_CHECK(slot(c, (const void *)c->ops->all_reduce, "all_reduce"));
   TIMED(c, DT_COLL_ALL_REDUCE, (int)op, count, t, c->ops->all_reduce(c, send, recv, count, t, op));
 }
@@ -159,7 +161,7 @@ dt_status dt_comm_all_gather(dt_comm *c, const void *send, void *recv, size_t co
 dt_status dt_comm_reduce_scatter(dt_comm *c, const void *send, void *recv, size_t count,
                                  dt_dtype t, dt_reduce_op op) {
   DT_CHECK(check_common(c, "reduce_scatter", t, send, recv, count));
-  DT_CHECK(check_op(c, "reduce_scatter", op));
+  DT_CHECK(check_op(c, "reduce_scatter", op, t));
   DT_CHECK(slot(c, (const void *)c->ops->reduce_scatter, "reduce_scatter"));
   if (count > 0 && send == recv && c->size > 1)
     return dt_error(c->ctx, DT_ERR_INVALID, "reduce_scatter", "send and recv must differ");

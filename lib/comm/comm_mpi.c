@@ -344,6 +344,7 @@ static MPI_Datatype mpi_type(dt_dtype t) {
     case DT_F32: return MPI_FLOAT;
     case DT_F64: return MPI_DOUBLE;
     case DT_BF16: return MPI_UINT16_T; /* moved as raw 16-bit words */
+    case DT_I64: return MPI_INT64_T;   /* moved only: the front refuses to reduce it */
     default: return MPI_DATATYPE_NULL;
   }
 }

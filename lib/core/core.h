@@ -48,6 +48,7 @@ typedef enum dt_dtype {
   DT_F32 = 0,
   DT_F64 = 1,
   DT_BF16 = 2, /* storage only: converted to f32 for arithmetic */
+  DT_I64 = 3,  /* indices (token ids, targets): moved, gathered, never reduced */
   DT_DTYPE_COUNT
 } dt_dtype;
 
@@ -55,9 +56,10 @@ typedef enum dt_dtype {
 typedef struct dt_bf16 { uint16_t bits; } dt_bf16;
 _Static_assert(sizeof(dt_bf16) == 2, "bf16 is two bytes");
 
-size_t dt_dtype_size(dt_dtype t);        /* 4, 8, 2; 0 for an invalid dtype */
-const char *dt_dtype_name(dt_dtype t);   /* "f32", "f64", "bf16" */
-/* Parses "f32"/"float32", "f64"/"float64", "bf16"/"bfloat16"; DT_ERR_INVALID otherwise. */
+size_t dt_dtype_size(dt_dtype t);        /* 4, 8, 2, 8; 0 for an invalid dtype */
+const char *dt_dtype_name(dt_dtype t);   /* "f32", "f64", "bf16", "i64" */
+/* Parses "f32"/"float32", "f64"/"float64", "bf16"/"bfloat16", "i64"/"int64";
+ * DT_ERR_INVALID otherwise. */
 dt_status dt_dtype_parse(const char *s, dt_dtype *out);
 dt_bf16 dt_f32_to_bf16(float f);         /* round to nearest even; NaN stays NaN */
 float dt_bf16_to_f32(dt_bf16 h);

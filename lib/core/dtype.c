@@ -10,6 +10,7 @@ size_t dt_dtype_size(dt_dtype t) {
     case DT_F32: return 4;
     case DT_F64: return 8;
     case DT_BF16: return 2;
+    case DT_I64: return 8;
     default: return 0;
   }
 }
@@ -19,6 +20,7 @@ const char *dt_dtype_name(dt_dtype t) {
     case DT_F32: return "f32";
     case DT_F64: return "f64";
     case DT_BF16: return "bf16";
+    case DT_I64: return "i64";
     default: return "?";
   }
 }
@@ -28,6 +30,7 @@ dt_status dt_dtype_parse(const char *s, dt_dtype *out) {
   if (!strcmp(s, "f32") || !strcmp(s, "float32")) *out = DT_F32;
   else if (!strcmp(s, "f64") || !strcmp(s, "float64")) *out = DT_F64;
   else if (!strcmp(s, "bf16") || !strcmp(s, "bfloat16")) *out = DT_BF16;
+  else if (!strcmp(s, "i64") || !strcmp(s, "int64")) *out = DT_I64;
   else return DT_ERR_INVALID;
   return DT_OK;
 }

@@ -60,7 +60,7 @@ void dt_array_div(dt_array *x, double n) {
   for (int64_t i = 0; i < x->numel; i++) {
     if (x->dtype == DT_F32) ((float *)x->data)[i] /= (float)n;
     else if (x->dtype == DT_F64) ((double *)x->data)[i] /= n;
-    else {
+    else if (x->dtype == DT_BF16) {
       dt_bf16 *h = x->data;
       h[i] = dt_f32_to_bf16((float)(dt_bf16_to_f32(h[i]) / n));
     }

@@ -121,11 +121,13 @@ dt_status dt_op_plan(dt_ctx *ctx, const dt_op *op, const dt_op_attrs *a, const i
   int kept = 0, best = -1;
   for (int c = 0; c < n; c++) {
     bool ok = true;
+    /* Inputs that would move must be shardable (strict ops: every input).
+     * Outputs are not checked, as in PyTorch: an output that carries an input's
+     * layout (e.g. [7,3] S(1) on 4 ranks) keeps it, empty shards and all. */
     for (int j = 0; j < op->n_in && ok; j++)
-      if (!same_pl(m, cand[c].in[j], in[j].pl) && !dt_spec_shardable(&in[j], mesh_shape, cand[c].in[j]))
+      if ((op->strict_inputs || !same_pl(m, cand[c].in[j], in[j].pl)) &&
+          !dt_spec_shardable(&in[j], mesh_shape, cand[c].in[j]))
         ok = false;
-    for (int j = 0; j < op->n_out && ok; j++)
-      if (!dt_spec_shardable(&out[j], mesh_shape, cand[c].out[j])) ok = false;
     if (!ok) continue;
     double cost = 0;
     for (int j = 0; j < op->n_in; j++)

@@ -563,21 +563,21 @@ OP_FUNCS(einsum, K_EINSUM, "einsum")
 OP_FUNCS(matmul, K_MATMUL, "matmul")
 OP_FUNCS(linear, K_LINEAR, "linear")
 
-const dt_op dt_op_einsum = {.name = "einsum",
+const dt_op dt_op_einsum = {.name = "einsum", .strict_inputs = true,
                             .n_in = 2,
                             .n_out = 1,
                             .infer = einsum_infer,
                             .options = einsum_options,
                             .kernel = einsum_kernel,
                             .backward = einsum_backward};
-const dt_op dt_op_matmul = {.name = "matmul",
+const dt_op dt_op_matmul = {.name = "matmul", .strict_inputs = true,
                             .n_in = 2,
                             .n_out = 1,
                             .infer = matmul_infer,
                             .options = matmul_options,
                             .kernel = matmul_kernel,
                             .backward = matmul_backward};
-const dt_op dt_op_linear = {.name = "linear",
+const dt_op dt_op_linear = {.name = "linear", .strict_inputs = true,
                             .n_in = 2,
                             .n_out = 1,
                             .infer = linear_infer,

@@ -78,6 +78,10 @@ typedef struct dt_op dt_op;
 struct dt_op {
   const char *name;
   int n_in, n_out;
+  /* PyTorch's mm-like ops check every input for shardability, even one that is
+   * already in place ([3,4] S(0) on 4 ranks makes mm replicate); other ops
+   * check only inputs that would move (expand_to_full_mesh_op_strategy). */
+  bool strict_inputs;
   /* Output global shapes and dtypes from the inputs' specs (placements of
    * out[] are ignored). Errors: DT_ERR_INVALID with a message. */
   dt_status (*infer)(dt_ctx *ctx, const dt_op_attrs *a, const dt_spec *in, dt_spec *out);
@@ -111,6 +115,22 @@ struct dt_op {
 extern const dt_op dt_op_einsum, dt_op_matmul, dt_op_linear;
 extern const dt_op dt_op_add, dt_op_sub, dt_op_mul, dt_op_scale, dt_op_silu, dt_op_swiglu;
 extern const dt_op dt_op_sum, dt_op_mean, dt_op_softmax;
+/*   view, reshape  shape[0..shape_n) (-1 infers one dim); view refuses what
+ *                  needs a redistribution, reshape redistributes (3.8)
+ *   transpose      i0, i1 (dims to swap);  permute  dims[0..ndims)
+ *   rms_norm       x [..., d], weight [d]; scalar = eps (1e-5 when 0)
+ *   rope           x [b, s, h, hd]; scalar = theta (0: 10000; Llama 3 uses 500000),
+ *                  i0 = 1 applies the Llama 3.1 frequency scaling; interleaved pairs;
+ *                  positions are global (a sequence shard uses its offset)
+ *   sdpa           q [b, h, s, hd], k and v [b, kvh, s, hd]; causal; scale 1/sqrt(hd);
+ *                  h % kvh == 0 (query head i reads kv head i / (h/kvh))
+ *   embedding      weight [vocab, dim], ids (i64) [...] -> [..., dim]; no attrs; row-wise
+ *                  (weight S(0)) gives P(sum) with masked lookups; ids get no gradient
+ *   cross_entropy  logits [..., vocab], targets (i64) [...] -> mean loss (0-d); no
+ *                  attrs; R, or P(sum) on position-sharded mesh dims (exact for uneven
+ *                  shards); logits S(last) is loss parallel (3 all_reduces in the kernel) */
+extern const dt_op dt_op_view, dt_op_reshape, dt_op_transpose, dt_op_permute, dt_op_rms_norm;
+extern const dt_op dt_op_rope, dt_op_sdpa, dt_op_embedding, dt_op_cross_entropy;
 
 /* Looks an op up by name in the registry (NULL when unknown). */
 const dt_op *dt_op_find(const char *name);

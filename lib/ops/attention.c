@@ -1,0 +1,475 @@
+/* lib/ops/attention.c: rotary position embedding (rope) and causal scaled dot
+ * product attention with grouped KV heads (sdpa) on DTensors
+ * (dtensor-semantics.md 3.10; shared/reference/torchtitan-llama.md, Attention).
+ *
+ * rope: x [b, s, h, hd] (hd even), interleaved pairs (x[.., 2i], x[.., 2i+1])
+ *   rotated by pos * freq_i, freq_i = theta^(-2i/hd) (TorchTitan's
+ *   precompute_freqs_cis + apply_rotary_emb, complex form on adjacent
+ *   elements). attrs.scalar = theta (0 means 10000, TorchTitan's ModelArgs
+ *   default rope_theta; Llama 3 passes 500000), attrs.i0 = 1 applies the
+ *   Llama 3.1 frequency scaling (scale 8, low_freq_factor 1, high_freq_factor
+ *   4, original context 8192). Positions are GLOBAL sequence positions: a
+ *   shard of the sequence dim (S(1), nested or uneven) starts at its goffset[1]
+ *   (TorchTitan slices freqs_cis with the local seqlen instead, which is only
+ *   right for the first shard).
+ *   Strategy (per mesh dim, one option and an all-R fallback): the output
+ *   follows x. Shards of b, s or h are kept (the rotation is per element pair,
+ *   with the position read from the offset); a Shard of hd goes to R (a pair or
+ *   its frequency index could straddle shards); rope is linear in x, so
+ *   P(sum) and P(avg) pass through unreduced; P(max) / P(min) go to R (a
+ *   rotation does not commute with max). Backward: the private op rope_bwd,
+ *   the same rotation by -angle (the transpose of a rotation), same strategy.
+ *
+ * sdpa: q [b, h, s, hd], k and v [b, kvh, s, hd] (h % kvh == 0; query head i
+ *   uses kv head i / (h / kvh), TorchTitan's repeat_kv), causal (query i sees
+ *   keys j <= i; the sequence dim is never sharded here), scale 1/sqrt(hd).
+ *   Strategy: per mesh dim the three options of PyTorch's flash / efficient
+ *   strategies: all R, head sharding S(1) on q, k, v and the output, batch
+ *   sharding S(0) on all; expanded over the mesh, then a candidate is dropped
+ *   when its head shards N (product of the mesh sizes sharding dim 1) do not
+ *   divide both h and kvh: only then are the local q heads [k h/N, (k+1) h/N)
+ *   exactly those that use the local kv heads [k kvh/N, (k+1) kvh/N). Partial
+ *   inputs are never kept: the cost model picks R or a Shard target for them
+ *   (all-reduce or reduce-scatter). The all-R candidate always survives.
+ *   Kernel per (batch, head): scores in double, max-subtracted softmax.
+ *   Backward: two private ops on (q, k, v, dout) with the same strategy,
+ *   sdpa_bwd_q -> dq and sdpa_bwd_kv -> (dk, dv) (DT_OP_MAX_OUT is 2), each
+ *   recomputing P: dV = P^T dO, dP = dO V^T, dS = P (dP - rowsum(dP P)),
+ *   dQ = dS K scale, dK = dS^T Q scale, dK and dV summed over a group's heads.
+ *
+ * Kernels: f32 and f64 host arrays, accumulated in double.
+ * What it is not: context parallel (sequence-sharded) attention, dropout,
+ * non-causal masks, rotate-half rope, fused or blocked kernels.
+ */
+#include "config.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "ops/ops.h"
+
+/* ---- shared helpers ---------------------------------------------------------------- */
+
+static double load(const dt_array *x, int64_t i) {
+  return x->dtype == DT_F64 ? ((const double *)x->data)[i] : (double)((const float *)x->data)[i];
+}
+static void store(dt_array *y, int64_t i, double v) {
+  if (y->dtype == DT_F64)
+    ((double *)y->data)[i] = v;
+  else
+    ((float *)y->data)[i] = (float)v;
+}
+
+static dt_status check_float(dt_ctx *ctx, const char *name, int j, dt_dtype t) {
+  if (t != DT_F32 && t != DT_F64)
+    return dt_error(ctx, DT_ERR_UNSUPPORTED, name, "input %d is %s; only f32 and f64 are supported",
+                    j, dt_dtype_name(t));
+  return DT_OK;
+}
+
+static dt_status zeros_like(dt_ctx *ctx, const dt_tensor *x, dt_tensor *out) {
+  dt_op_attrs z;
+  memset(&z, 0, sizeof z); /* scale by 0 */
+  const dt_tensor *i1[1] = {x};
+  dt_tensor *o1[1] = {out};
+  return dt_op_call(ctx, &dt_op_scale, &z, i1, o1, NULL);
+}
+
+/* ---- rope --------------------------------------------------------------------------- */
+
+/* Llama 3.1 frequency scaling constants (Meta's apply_scaling, TorchTitan's
+ * rope_scaling_args): the published values, not tunables. */
+static const double ROPE_SCALE = 8.0, ROPE_LOW = 1.0, ROPE_HIGH = 4.0, ROPE_CTX = 8192.0;
+/* TorchTitan's ModelArgs default rope_theta, used when attrs.scalar is 0 */
+static const double ROPE_THETA_DEFAULT = 10000.0;
+
+/* freq of pair i of a head of hd elements */
+static double rope_freq(const dt_op_attrs *a, int64_t i, int64_t hd) {
+  double theta = a->scalar != 0 ? a->scalar : ROPE_THETA_DEFAULT;
+  double f = pow(theta, -(double)(2 * i) / (double)hd);
+  if (a->i0 != 1) return f;
+  const double two_pi = 2.0 * acos(-1.0);
+  double wavelen = two_pi / f, low_wl = ROPE_CTX / ROPE_LOW, high_wl = ROPE_CTX / ROPE_HIGH;
+  if (wavelen < high_wl) return f;
+  if (wavelen > low_wl) return f / ROPE_SCALE;
+  double smooth = (ROPE_CTX / wavelen - ROPE_LOW) / (ROPE_HIGH - ROPE_LOW);
+  return (1.0 - smooth) * f / ROPE_SCALE + smooth * f;
+}
+
+static dt_status rope_infer(dt_ctx *ctx, const dt_op_attrs *a, const dt_spec *in, dt_spec *out) {
+  DT_CHECK(check_float(ctx, "rope", 0, in[0].dtype));
+  if (in[0].ndim != 4)
+    return dt_error(ctx, DT_ERR_INVALID, "rope", "x must be [b, s, h, hd]; it has %d dims", in[0].ndim);
+  if (in[0].gshape[3] % 2)
+    return dt_error(ctx, DT_ERR_INVALID, "rope", "head dim %lld is odd", (long long)in[0].gshape[3]);
+  if (a->i0 != 0 && a->i0 != 1)
+    return dt_error(ctx, DT_ERR_INVALID, "rope", "i0 (scaling) must be 0 or 1, not %d", a->i0);
+  if (!(a->scalar >= 0) || !isfinite(a->scalar))
+    return dt_error(ctx, DT_ERR_INVALID, "rope", "theta %g (must be > 0; 0: the default)", a->scalar);
+  *out = in[0];
+  return DT_OK;
+}
+
+static dt_status rope_options(dt_ctx *ctx, const dt_op_attrs *a, const dt_spec *in,
+                              const dt_spec *out, int mesh_dim, dt_dim_option *opt, int *n, int max) {
+  (void)a;
+  (void)out;
+  if (max < 2) return dt_error(ctx, DT_ERR_INTERNAL, "rope", "no room for options");
+  dt_placement p = in[0].pl[mesh_dim];
+  if (p.kind == DT_PL_SHARD && p.dim == 3) p = dt_replicate();
+  if (p.kind == DT_PL_PARTIAL && p.op != DT_RED_SUM && p.op != DT_RED_AVG) p = dt_replicate();
+  memset(opt, 0, 2 * sizeof *opt);
+  opt[0].in[0] = opt[0].out[0] = p;
+  *n = 1;
+  if (p.kind != DT_PL_REPLICATE) { /* all-R fallback when p's Shard is unshardable */
+    opt[1].in[0] = opt[1].out[0] = dt_replicate();
+    *n = 2;
+  }
+  return DT_OK;
+}
+
+static dt_status rope_run(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor *const *in,
+                          dt_tensor *const *out, double sign) {
+  const dt_array *x = &in[0]->local;
+  dt_array *y = &out[0]->local;
+  if (x->ndim != 4 || y->numel != x->numel)
+    return dt_error(ctx, DT_ERR_INTERNAL, "rope", "local shapes do not match");
+  int64_t B = x->shape[0], S = x->shape[1], H = x->shape[2], HD = x->shape[3];
+  int64_t ghd = in[0]->gshape[3], pos0 = in[0]->goffset[1];
+  if (HD != ghd) return dt_error(ctx, DT_ERR_INTERNAL, "rope", "head dim is sharded");
+  for (int64_t i = 0; i < HD / 2; i++) {
+    double f = rope_freq(a, i, ghd);
+    for (int64_t t = 0; t < S; t++) {
+      double ang = sign * (double)(pos0 + t) * f, c = cos(ang), sn = sin(ang);
+      for (int64_t bb = 0; bb < B; bb++)
+        for (int64_t h = 0; h < H; h++) {
+          int64_t e = ((bb * S + t) * H + h) * HD + 2 * i;
+          double x0 = load(x, e), x1 = load(x, e + 1);
+          store(y, e, x0 * c - x1 * sn);
+          store(y, e + 1, x0 * sn + x1 * c);
+        }
+    }
+  }
+  return DT_OK;
+}
+
+static dt_status rope_kernel(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor *const *in,
+                             dt_tensor *const *out) {
+  return rope_run(ctx, a, in, out, 1.0);
+}
+static dt_status rope_bwd_kernel(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor *const *in,
+                                 dt_tensor *const *out) {
+  return rope_run(ctx, a, in, out, -1.0);
+}
+
+/* rope_bwd(dy) = dy rotated by -angle; same attrs, shapes and strategy as rope. */
+static const dt_op op_rope_bwd = {.name = "rope_bwd", .n_in = 1, .n_out = 1, .infer = rope_infer,
+                                  .options = rope_options, .kernel = rope_bwd_kernel};
+
+static dt_status rope_backward(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor *const *in,
+                               const dt_tensor *const *out, const dt_tensor *const *gout,
+                               dt_tensor *const *gin) {
+  (void)out;
+  if (!gin[0]) return DT_OK;
+  if (!gout[0]) return zeros_like(ctx, in[0], gin[0]);
+  const dt_tensor *i1[1] = {gout[0]};
+  return dt_op_call(ctx, &op_rope_bwd, a, i1, gin, NULL);
+}
+
+/* ---- sdpa ------------------------------------------------------------------------- */
+
+/* Checks q [b,h,s,hd], k, v [b,kvh,s,hd] (and, with dout, dout like q). */
+static dt_status sdpa_check(dt_ctx *ctx, const char *name, const dt_spec *in, int n) {
+  static const char *const NM[4] = {"q", "k", "v", "dout"};
+  for (int j = 0; j < n; j++) {
+    DT_CHECK(check_float(ctx, name, j, in[j].dtype));
+    if (in[j].dtype != in[0].dtype)
+      return dt_error(ctx, DT_ERR_INVALID, name, "q and %s differ in dtype", NM[j]);
+    if (in[j].ndim != 4)
+      return dt_error(ctx, DT_ERR_INVALID, name, "%s must be 4-d [b, heads, s, hd]; it has %d dims",
+                      NM[j], in[j].ndim);
+  }
+  const int64_t *q = in[0].gshape, *k = in[1].gshape, *v = in[2].gshape;
+  for (int d = 0; d < 4; d++)
+    if (k[d] != v[d])
+      return dt_error(ctx, DT_ERR_INVALID, name, "k and v differ in dim %d (%lld, %lld)", d,
+                      (long long)k[d], (long long)v[d]);
+  if (q[0] != k[0] || q[2] != k[2] || q[3] != k[3])
+    return dt_error(ctx, DT_ERR_INVALID, name,
+                    "q [%lld,%lld,%lld,%lld] and k [%lld,%lld,%lld,%lld] differ in batch, seq or head dim",
+                    (long long)q[0], (long long)q[1], (long long)q[2], (long long)q[3],
+                    (long long)k[0], (long long)k[1], (long long)k[2], (long long)k[3]);
+  if (k[1] <= 0 || q[1] % k[1])
+    return dt_error(ctx, DT_ERR_INVALID, name, "q heads %lld are not a multiple of kv heads %lld",
+                    (long long)q[1], (long long)k[1]);
+  if (n == 4)
+    for (int d = 0; d < 4; d++)
+      if (in[3].gshape[d] != q[d])
+        return dt_error(ctx, DT_ERR_INVALID, name, "dout differs from q in dim %d", d);
+  return DT_OK;
+}
+
+static dt_status sdpa_infer(dt_ctx *ctx, const dt_op_attrs *a, const dt_spec *in, dt_spec *out) {
+  (void)a;
+  DT_CHECK(sdpa_check(ctx, "sdpa", in, 3));
+  out[0] = in[0];
+  return DT_OK;
+}
+
+/* sdpa_bwd_q: dq like q.  sdpa_bwd_kv: dk, dv like k. */
+static dt_status bwd_q_infer(dt_ctx *ctx, const dt_op_attrs *a, const dt_spec *in, dt_spec *out) {
+  (void)a;
+  DT_CHECK(sdpa_check(ctx, "sdpa_bwd_q", in, 4));
+  out[0] = in[0];
+  return DT_OK;
+}
+static dt_status bwd_kv_infer(dt_ctx *ctx, const dt_op_attrs *a, const dt_spec *in, dt_spec *out) {
+  (void)a;
+  DT_CHECK(sdpa_check(ctx, "sdpa_bwd_kv", in, 4));
+  out[0] = in[1];
+  out[1] = in[2];
+  return DT_OK;
+}
+
+/* Whole-mesh candidates shared by sdpa and its backward ops: per mesh dim
+ * {all R, all S(1), all S(0)} expanded, minus head shardings that split h or
+ * kvh unevenly. Every input and output takes the same placement. */
+static dt_status sdpa_cands(dt_ctx *ctx, const char *name, const dt_spec *in, int n_in, int n_out,
+                            dt_candidate *cand, int *n, int max) {
+  int m = in[0].mesh_ndim;
+  dt_dim_option opts[DT_MAX_MESH_DIMS][3];
+  const dt_dim_option *optp[DT_MAX_MESH_DIMS];
+  int nopt[DT_MAX_MESH_DIMS];
+  const dt_placement P3[3] = {dt_replicate(), dt_shard(1), dt_shard(0)};
+  for (int i = 0; i < m; i++) {
+    memset(opts[i], 0, sizeof opts[i]);
+    for (int o = 0; o < 3; o++) {
+      for (int j = 0; j < n_in; j++) opts[i][o].in[j] = P3[o];
+      for (int j = 0; j < n_out; j++) opts[i][o].out[j] = P3[o];
+    }
+    optp[i] = opts[i];
+    nopt[i] = 3;
+  }
+  if (dt_op_expand(m, n_in, n_out, optp, nopt, cand, n, max) != DT_OK)
+    return dt_error(ctx, DT_ERR_UNSUPPORTED, name, "more than %d candidates", max);
+  int64_t h = in[0].gshape[1], kvh = in[1].gshape[1];
+  int kept = 0;
+  for (int c = 0; c < *n; c++) {
+    int64_t N = 1;
+    for (int i = 0; i < m; i++) {
+      if (cand[c].in[0][i].kind != DT_PL_SHARD || cand[c].in[0][i].dim != 1) continue;
+      if (in[0].mesh_shape[i] <= 0)
+        return dt_error(ctx, DT_ERR_INTERNAL, name, "mesh sizes missing from the spec");
+      N *= in[0].mesh_shape[i];
+    }
+    if (h % N || kvh % N) continue;
+    cand[kept++] = cand[c];
+  }
+  *n = kept;
+  return DT_OK;
+}
+
+static dt_status sdpa_candidates(dt_ctx *ctx, const dt_op_attrs *a, const dt_spec *in,
+                                 const dt_spec *out, dt_candidate *cand, int *n, int max) {
+  (void)a;
+  (void)out;
+  return sdpa_cands(ctx, "sdpa", in, 3, 1, cand, n, max);
+}
+static dt_status bwd_q_candidates(dt_ctx *ctx, const dt_op_attrs *a, const dt_spec *in,
+                                  const dt_spec *out, dt_candidate *cand, int *n, int max) {
+  (void)a;
+  (void)out;
+  return sdpa_cands(ctx, "sdpa_bwd_q", in, 4, 1, cand, n, max);
+}
+static dt_status bwd_kv_candidates(dt_ctx *ctx, const dt_op_attrs *a, const dt_spec *in,
+                                   const dt_spec *out, dt_candidate *cand, int *n, int max) {
+  (void)a;
+  (void)out;
+  return sdpa_cands(ctx, "sdpa_bwd_kv", in, 4, 2, cand, n, max);
+}
+
+/* Local geometry of one call. */
+typedef struct sdpa_geo {
+  int64_t B, H, KVH, S, HD, group;
+  double scale;
+} sdpa_geo;
+
+static dt_status sdpa_geo_get(dt_ctx *ctx, const char *name, const dt_tensor *const *in, sdpa_geo *g) {
+  const dt_array *q = &in[0]->local, *k = &in[1]->local, *v = &in[2]->local;
+  g->B = q->shape[0];
+  g->H = q->shape[1];
+  g->S = q->shape[2];
+  g->HD = q->shape[3];
+  g->KVH = k->shape[1];
+  if (k->shape[0] != g->B || v->shape[0] != g->B || v->shape[1] != g->KVH || k->shape[2] != g->S ||
+      v->shape[2] != g->S || k->shape[3] != g->HD || v->shape[3] != g->HD || g->S != in[0]->gshape[2])
+    return dt_error(ctx, DT_ERR_INTERNAL, name, "local shapes of q, k, v do not match");
+  /* an empty batch shard has no heads to pair; otherwise the groups must agree */
+  if (g->B > 0 && (g->KVH <= 0 || g->H % g->KVH || g->H / g->KVH != in[0]->gshape[1] / in[1]->gshape[1]))
+    return dt_error(ctx, DT_ERR_INTERNAL, name, "local heads %lld / kv heads %lld break the grouping",
+                    (long long)g->H, (long long)g->KVH);
+  g->group = g->KVH > 0 ? g->H / g->KVH : 1;
+  g->scale = 1.0 / sqrt((double)in[0]->gshape[3]);
+  return DT_OK;
+}
+
+/* P[i][j] (row-major S x S, j <= i; zero above the diagonal) for (b, head h). */
+static void sdpa_probs(const dt_array *q, const dt_array *k, const sdpa_geo *g, int64_t b, int64_t h,
+                       double *P) {
+  int64_t kh = h / g->group;
+  int64_t qb = (b * g->H + h) * g->S * g->HD, kb = (b * g->KVH + kh) * g->S * g->HD;
+  for (int64_t i = 0; i < g->S; i++) {
+    double mx = -INFINITY, z = 0;
+    for (int64_t j = 0; j <= i; j++) {
+      double sc = 0;
+      for (int64_t d = 0; d < g->HD; d++) sc += load(q, qb + i * g->HD + d) * load(k, kb + j * g->HD + d);
+      P[i * g->S + j] = sc * g->scale;
+      mx = fmax(mx, P[i * g->S + j]);
+    }
+    for (int64_t j = 0; j <= i; j++) {
+      P[i * g->S + j] = exp(P[i * g->S + j] - mx);
+      z += P[i * g->S + j];
+    }
+    for (int64_t j = 0; j <= i; j++) P[i * g->S + j] /= z;
+    for (int64_t j = i + 1; j < g->S; j++) P[i * g->S + j] = 0;
+  }
+}
+
+static dt_status sdpa_kernel(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor *const *in,
+                             dt_tensor *const *out) {
+  (void)a;
+  sdpa_geo g;
+  DT_CHECK(sdpa_geo_get(ctx, "sdpa", in, &g));
+  const dt_array *q = &in[0]->local, *k = &in[1]->local, *v = &in[2]->local;
+  dt_array *o = &out[0]->local;
+  if (g.B * g.H * g.S == 0) return DT_OK;
+  double *P = dt_host_calloc(ctx, (size_t)(g.S * g.S) * sizeof(double));
+  if (!P) return dt_error(ctx, DT_ERR_NOMEM, "sdpa", "scores");
+  for (int64_t b = 0; b < g.B; b++)
+    for (int64_t h = 0; h < g.H; h++) {
+      sdpa_probs(q, k, &g, b, h, P);
+      int64_t ob = (b * g.H + h) * g.S * g.HD, vb = (b * g.KVH + h / g.group) * g.S * g.HD;
+      for (int64_t i = 0; i < g.S; i++)
+        for (int64_t d = 0; d < g.HD; d++) {
+          double acc = 0;
+          for (int64_t j = 0; j <= i; j++) acc += P[i * g.S + j] * load(v, vb + j * g.HD + d);
+          store(o, ob + i * g.HD + d, acc);
+        }
+    }
+  dt_host_free(ctx, P);
+  return DT_OK;
+}
+
+/* The backward kernel: dq (want_q) or dk, dv, from q, k, v, dout. */
+static dt_status sdpa_bwd_run(dt_ctx *ctx, const char *name, const dt_tensor *const *in,
+                              dt_tensor *const *out, bool want_q) {
+  sdpa_geo g;
+  DT_CHECK(sdpa_geo_get(ctx, name, in, &g));
+  const dt_array *q = &in[0]->local, *k = &in[1]->local, *v = &in[2]->local, *dO = &in[3]->local;
+  if (dO->numel != q->numel) return dt_error(ctx, DT_ERR_INTERNAL, name, "dout shape differs from q");
+  dt_array *dq = want_q ? &out[0]->local : NULL, *dk = want_q ? NULL : &out[0]->local,
+           *dv = want_q ? NULL : &out[1]->local;
+  if (g.B * g.H * g.S == 0) return DT_OK;
+  size_t ss = (size_t)(g.S * g.S);
+  size_t kvn = want_q ? 0 : (size_t)(g.B * g.KVH * g.S * g.HD);
+  double *P = dt_host_calloc(ctx, (2 * ss + 2 * kvn) * sizeof(double));
+  if (!P) return dt_error(ctx, DT_ERR_NOMEM, name, "scratch");
+  double *dS = P + ss, *adk = dS + ss, *adv = adk + kvn; /* dK, dV accumulated over a group */
+  for (int64_t b = 0; b < g.B; b++)
+    for (int64_t h = 0; h < g.H; h++) {
+      sdpa_probs(q, k, &g, b, h, P);
+      int64_t qb = (b * g.H + h) * g.S * g.HD, kb = (b * g.KVH + h / g.group) * g.S * g.HD;
+      for (int64_t i = 0; i < g.S; i++) {
+        /* dP[i][j] = dO[i] . V[j]; dS = P (dP - sum_j dP P) */
+        double rs = 0;
+        for (int64_t j = 0; j <= i; j++) {
+          double dp = 0;
+          for (int64_t d = 0; d < g.HD; d++) dp += load(dO, qb + i * g.HD + d) * load(v, kb + j * g.HD + d);
+          dS[i * g.S + j] = dp;
+          rs += dp * P[i * g.S + j];
+        }
+        for (int64_t j = 0; j <= i; j++) dS[i * g.S + j] = P[i * g.S + j] * (dS[i * g.S + j] - rs);
+      }
+      if (want_q) {
+        for (int64_t i = 0; i < g.S; i++)
+          for (int64_t d = 0; d < g.HD; d++) {
+            double acc = 0;
+            for (int64_t j = 0; j <= i; j++) acc += dS[i * g.S + j] * load(k, kb + j * g.HD + d);
+            store(dq, qb + i * g.HD + d, acc * g.scale);
+          }
+      } else {
+        for (int64_t j = 0; j < g.S; j++)
+          for (int64_t d = 0; d < g.HD; d++) {
+            double ak = 0, av = 0;
+            for (int64_t i = j; i < g.S; i++) {
+              ak += dS[i * g.S + j] * load(q, qb + i * g.HD + d);
+              av += P[i * g.S + j] * load(dO, qb + i * g.HD + d);
+            }
+            adk[kb + j * g.HD + d] += ak * g.scale;
+            adv[kb + j * g.HD + d] += av;
+          }
+      }
+    }
+  if (!want_q)
+    for (size_t e = 0; e < kvn; e++) {
+      store(dk, (int64_t)e, adk[e]);
+      store(dv, (int64_t)e, adv[e]);
+    }
+  dt_host_free(ctx, P);
+  return DT_OK;
+}
+
+static dt_status bwd_q_kernel(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor *const *in,
+                              dt_tensor *const *out) {
+  (void)a;
+  return sdpa_bwd_run(ctx, "sdpa_bwd_q", in, out, true);
+}
+static dt_status bwd_kv_kernel(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor *const *in,
+                               dt_tensor *const *out) {
+  (void)a;
+  return sdpa_bwd_run(ctx, "sdpa_bwd_kv", in, out, false);
+}
+
+static const dt_op op_sdpa_bwd_q = {.name = "sdpa_bwd_q", .n_in = 4, .n_out = 1,
+                                    .infer = bwd_q_infer, .candidates = bwd_q_candidates,
+                                    .kernel = bwd_q_kernel};
+static const dt_op op_sdpa_bwd_kv = {.name = "sdpa_bwd_kv", .n_in = 4, .n_out = 2,
+                                     .infer = bwd_kv_infer, .candidates = bwd_kv_candidates,
+                                     .kernel = bwd_kv_kernel};
+
+static dt_status sdpa_backward(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor *const *in,
+                               const dt_tensor *const *out, const dt_tensor *const *gout,
+                               dt_tensor *const *gin) {
+  (void)out;
+  dt_status s = DT_OK;
+  if (!gout[0]) {
+    for (int j = 0; j < 3 && s == DT_OK; j++)
+      if (gin[j]) s = zeros_like(ctx, in[j], gin[j]);
+    return s;
+  }
+  const dt_tensor *bi[4] = {in[0], in[1], in[2], gout[0]};
+  if (gin[0]) {
+    dt_tensor *o[1] = {gin[0]};
+    DT_CHECK(dt_op_call(ctx, &op_sdpa_bwd_q, a, bi, o, NULL));
+  }
+  if (gin[1] || gin[2]) {
+    dt_tensor dk, dv;
+    dt_tensor *o[2] = {&dk, &dv};
+    s = dt_op_call(ctx, &op_sdpa_bwd_kv, a, bi, o, NULL);
+    if (s != DT_OK) {
+      if (gin[0]) dt_tensor_free(ctx, gin[0]);
+      return s;
+    }
+    if (gin[1]) *gin[1] = dk; else dt_tensor_free(ctx, &dk);
+    if (gin[2]) *gin[2] = dv; else dt_tensor_free(ctx, &dv);
+  }
+  return DT_OK;
+}
+
+/* ---- the ops ------------------------------------------------------------------------ */
+
+const dt_op dt_op_rope = {.name = "rope", .n_in = 1, .n_out = 1, .infer = rope_infer,
+                          .options = rope_options, .kernel = rope_kernel, .backward = rope_backward};
+const dt_op dt_op_sdpa = {.name = "sdpa", .n_in = 3, .n_out = 1, .infer = sdpa_infer,
+                          .candidates = sdpa_candidates, .kernel = sdpa_kernel,
+                          .backward = sdpa_backward};

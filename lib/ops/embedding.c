@@ -1,0 +1,437 @@
+/* lib/ops/embedding.c: embedding and cross-entropy on DTensors
+ * (dtensor-semantics.md 3.7, 3.11, 4.2).
+ *
+ * embedding(weight [V, D], ids i64 [...]) -> [..., D]. Options per mesh dim,
+ * [out, weight, ids], in generation order (3.7):
+ *   [R, R, R]; column-wise [S(ids.ndim), S(1), R] (no comm); row-wise
+ *   [P(sum), S(0), R]; batch [S(d), R, S(d)] for each ids dim d.
+ * Row-wise is PyTorch's _MaskPartial written as a plain P(sum) plus a masked
+ * kernel: a rank looks up only the rows it holds (global rows goffset[0] ..
+ * goffset[0] + local rows, right for uneven and nested vocab shards too) and
+ * writes 0 for the others, so a later all_reduce (to R) or reduce_scatter (to
+ * S) of the output resolves it. Ids outside [0, V) are DT_ERR_INVALID (checked
+ * on the local ids). Backward: a private op embedding_bwd(grad_out, ids,
+ * weight-template) -> grad_w, scatter-add of grad rows by id, with options
+ * [grad_w, grad_out, ids, weight]: [R,R,R], [S(1),S(last),R], [P,S(d),S(d)],
+ * [P,P,R] (3.7) and row-wise [S(0),R,R]; the weight template never moves (it
+ * only carries the placement the gradient should prefer: the option whose
+ * grad_w matches the weight's placement is generated first, so it wins ties).
+ * No gradient for ids.
+ *
+ * cross_entropy(logits [..., V], targets i64 [...]) -> mean loss over every
+ * position (0-d). Options per mesh dim, [out, logits, targets]:
+ *   [R, R, R] (3.11: the vocab dim gathered);
+ *   batch [P(sum), S(d), S(d)] for each position dim d: the kernel writes the
+ *     LOCAL SUM of losses divided by the GLOBAL number of positions N, so the
+ *     P(sum) is exact for uneven position shards too (PyTorch's P(avg) of local
+ *     means is not);
+ *   loss parallel (4.2) [R, S(last), R]: the vocab dim is not gathered; the
+ *     kernel all_reduces (through the comm front, over each such mesh dim's
+ *     communicator) the per-position max (MAX), sum of exp(x - max) (SUM) and
+ *     the target logit, which only the owning rank contributes (SUM): three
+ *     all_reduces of `positions` f64 elements; loss = log(sumexp) + max - x_t.
+ * The dispatcher prices only input redistribution, so loss parallel is chosen
+ * when the logits are already S(last). Backward: a private op
+ * cross_entropy_bwd(grad 0-d, logits, targets) -> dlogits =
+ * (softmax - onehot) * grad / N with the logits' option (R, batch or loss
+ * parallel); loss parallel recomputes the global max and sumexp (2 all_reduces
+ * of positions; PyTorch saves them and does none).
+ *
+ * Kernels: f32 and f64 values (computed in double), i64 ids/targets; host only.
+ * What it is not: padding_idx, max_norm, class weights, ignore_index, label
+ * smoothing, reductions other than mean.
+ */
+#include "config.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "ops/ops.h"
+
+/* ---- helpers ----------------------------------------------------------------- */
+
+static double ld(const dt_array *x, int64_t i) {
+  return x->dtype == DT_F64 ? ((const double *)x->data)[i] : (double)((const float *)x->data)[i];
+}
+static void st(dt_array *y, int64_t i, double v) {
+  if (y->dtype == DT_F64)
+    ((double *)y->data)[i] = v;
+  else
+    ((float *)y->data)[i] = (float)v;
+}
+
+static dt_status check_float(dt_ctx *ctx, const char *name, const char *what, dt_dtype t) {
+  if (t != DT_F32 && t != DT_F64)
+    return dt_error(ctx, DT_ERR_UNSUPPORTED, name, "%s is %s; only f32 and f64 are supported", what,
+                    dt_dtype_name(t));
+  return DT_OK;
+}
+
+static dt_status check_i64(dt_ctx *ctx, const char *name, const char *what, dt_dtype t) {
+  if (t != DT_I64)
+    return dt_error(ctx, DT_ERR_INVALID, name, "%s must be i64, not %s", what, dt_dtype_name(t));
+  return DT_OK;
+}
+
+/* Every local id in [0, V); DT_ERR_INVALID naming the first one that is not. */
+static dt_status check_ids(dt_ctx *ctx, const char *name, const dt_array *ids, int64_t V) {
+  const int64_t *p = ids->data;
+  for (int64_t i = 0; i < ids->numel; i++)
+    if (p[i] < 0 || p[i] >= V)
+      return dt_error(ctx, DT_ERR_INVALID, name, "index %lld out of range [0, %lld)", (long long)p[i],
+                      (long long)V);
+  return DT_OK;
+}
+
+static dt_status room(dt_ctx *ctx, const char *name, int need, int max) {
+  if (need > max) return dt_error(ctx, DT_ERR_INTERNAL, name, "no room for %d options", need);
+  return DT_OK;
+}
+
+/* ---- embedding forward ----------------------------------------------------------- */
+
+static dt_status emb_infer(dt_ctx *ctx, const dt_op_attrs *a, const dt_spec *in, dt_spec *out) {
+  (void)a;
+  DT_CHECK(check_float(ctx, "embedding", "weight", in[0].dtype));
+  DT_CHECK(check_i64(ctx, "embedding", "ids", in[1].dtype));
+  if (in[0].ndim != 2)
+    return dt_error(ctx, DT_ERR_INVALID, "embedding", "weight must be 2-d [vocab, dim], not %d-d",
+                    in[0].ndim);
+  if (in[1].ndim + 1 > DT_MAX_DIMS)
+    return dt_error(ctx, DT_ERR_INVALID, "embedding", "ids have too many dims (%d)", in[1].ndim);
+  out->dtype = in[0].dtype;
+  out->ndim = in[1].ndim + 1;
+  for (int d = 0; d < in[1].ndim; d++) out->gshape[d] = in[1].gshape[d];
+  out->gshape[in[1].ndim] = in[0].gshape[1];
+  return DT_OK;
+}
+
+static void opt3(dt_dim_option *o, dt_placement out, dt_placement w, dt_placement ids) {
+  memset(o, 0, sizeof *o);
+  o->out[0] = out;
+  o->in[0] = w;
+  o->in[1] = ids;
+}
+
+static dt_status emb_options(dt_ctx *ctx, const dt_op_attrs *a, const dt_spec *in,
+                             const dt_spec *out, int mesh_dim, dt_dim_option *opt, int *n, int max) {
+  (void)a;
+  (void)out;
+  (void)mesh_dim;
+  int r = in[1].ndim;
+  DT_CHECK(room(ctx, "embedding", 3 + r, max));
+  const dt_placement R = dt_replicate();
+  int k = 0;
+  opt3(&opt[k++], R, R, R);
+  opt3(&opt[k++], dt_shard(r), dt_shard(1), R);
+  opt3(&opt[k++], dt_partial(DT_RED_SUM), dt_shard(0), R);
+  for (int d = 0; d < r; d++) opt3(&opt[k++], dt_shard(d), R, dt_shard(d));
+  *n = k;
+  return DT_OK;
+}
+
+/* out[i, :] = weight[ids[i] - off, :] when the row is held here, else 0. The
+ * local weight is [rows, cols] at global row offset off; the local output is
+ * [ids local..., cols]. */
+static dt_status emb_kernel(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor *const *in,
+                            dt_tensor *const *out) {
+  (void)a;
+  const dt_tensor *w = in[0];
+  const dt_array *W = &w->local, *I = &in[1]->local;
+  dt_array *Y = &out[0]->local;
+  DT_CHECK(check_ids(ctx, "embedding", I, w->gshape[0]));
+  int64_t rows = W->shape[0], cols = W->shape[1], off = w->goffset[0];
+  if (Y->numel != I->numel * cols)
+    return dt_error(ctx, DT_ERR_INTERNAL, "embedding", "local output has %lld elements, expected %lld",
+                    (long long)Y->numel, (long long)(I->numel * cols));
+  const int64_t *ids = I->data;
+  for (int64_t i = 0; i < I->numel; i++) {
+    int64_t row = ids[i] - off;
+    bool mine = row >= 0 && row < rows;
+    for (int64_t c = 0; c < cols; c++) st(Y, i * cols + c, mine ? ld(W, row * cols + c) : 0.0);
+  }
+  return DT_OK;
+}
+
+/* ---- embedding backward: the private op --------------------------------------------- */
+
+/* embedding_bwd(grad_out [..., D], ids [...], weight [V, D]) -> grad_w [V, D].
+ * The weight is a template: never moved, its data never read. */
+static dt_status embb_infer(dt_ctx *ctx, const dt_op_attrs *a, const dt_spec *in, dt_spec *out) {
+  (void)a;
+  DT_CHECK(check_float(ctx, "embedding_bwd", "grad", in[0].dtype));
+  DT_CHECK(check_i64(ctx, "embedding_bwd", "ids", in[1].dtype));
+  if (in[2].ndim != 2 || in[0].ndim != in[1].ndim + 1 || in[0].gshape[in[1].ndim] != in[2].gshape[1])
+    return dt_error(ctx, DT_ERR_INVALID, "embedding_bwd", "grad, ids and weight shapes disagree");
+  out->dtype = in[0].dtype;
+  out->ndim = 2;
+  out->gshape[0] = in[2].gshape[0];
+  out->gshape[1] = in[2].gshape[1];
+  return DT_OK;
+}
+
+static dt_status embb_options(dt_ctx *ctx, const dt_op_attrs *a, const dt_spec *in,
+                              const dt_spec *out, int mesh_dim, dt_dim_option *opt, int *n, int max) {
+  (void)a;
+  (void)out;
+  int r = in[1].ndim;
+  DT_CHECK(room(ctx, "embedding_bwd", 5 + r, max));
+  const dt_placement R = dt_replicate(), P = dt_partial(DT_RED_SUM), wp = in[2].pl[mesh_dim];
+  dt_dim_option all[DT_OP_MAX_OPTIONS];
+  int k = 0;
+#define EB(gw, go, id)                        \
+  do {                                        \
+    memset(&all[k], 0, sizeof all[k]);        \
+    all[k].out[0] = (gw);                     \
+    all[k].in[0] = (go);                      \
+    all[k].in[1] = (id);                      \
+    all[k].in[2] = wp;                        \
+    k++;                                      \
+  } while (0)
+  EB(R, R, R);
+  EB(dt_shard(1), dt_shard(r), R);
+  for (int d = 0; d < r; d++) EB(P, dt_shard(d), dt_shard(d));
+  EB(P, P, R);
+  EB(dt_shard(0), R, R); /* row-wise: each rank accumulates the rows it owns */
+#undef EB
+  /* the options whose grad_w has the weight's placement first (they win ties) */
+  int m = 0;
+  for (int pass = 0; pass < 2; pass++)
+    for (int j = 0; j < k; j++)
+      if (dt_placement_eq(all[j].out[0], wp) == (pass == 0)) opt[m++] = all[j];
+  *n = m;
+  return DT_OK;
+}
+
+static dt_status embb_kernel(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor *const *in,
+                             dt_tensor *const *out) {
+  (void)a;
+  const dt_array *G = &in[0]->local, *I = &in[1]->local;
+  dt_tensor *gw = out[0];
+  dt_array *Y = &gw->local;
+  DT_CHECK(check_ids(ctx, "embedding_bwd", I, gw->gshape[0]));
+  int64_t rows = Y->shape[0], cols = Y->shape[1], off = gw->goffset[0];
+  if (G->numel != I->numel * cols)
+    return dt_error(ctx, DT_ERR_INTERNAL, "embedding_bwd", "local grad has %lld elements, expected %lld",
+                    (long long)G->numel, (long long)(I->numel * cols));
+  for (int64_t i = 0; i < Y->numel; i++) st(Y, i, 0.0);
+  const int64_t *ids = I->data;
+  for (int64_t i = 0; i < I->numel; i++) {
+    int64_t row = ids[i] - off;
+    if (row < 0 || row >= rows) continue;
+    for (int64_t c = 0; c < cols; c++)
+      st(Y, row * cols + c, ld(Y, row * cols + c) + ld(G, i * cols + c));
+  }
+  return DT_OK;
+}
+
+static const dt_op op_embedding_bwd = {.name = "embedding_bwd", .n_in = 3, .n_out = 1,
+                                       .infer = embb_infer, .options = embb_options,
+                                       .kernel = embb_kernel};
+
+static dt_status emb_backward(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor *const *in,
+                              const dt_tensor *const *out, const dt_tensor *const *gout,
+                              dt_tensor *const *gin) {
+  (void)a;
+  (void)out;
+  /* gin[1] (ids) is left empty: no gradient for indices */
+  if (!gin[0] || !gout[0]) return DT_OK; /* no gradient in: grad_w is zero (left empty) */
+  dt_op_attrs z;
+  memset(&z, 0, sizeof z);
+  const dt_tensor *bi[3] = {gout[0], in[1], in[0]};
+  dt_tensor *bo[1] = {gin[0]};
+  return dt_op_call(ctx, &op_embedding_bwd, &z, bi, bo, NULL);
+}
+
+const dt_op dt_op_embedding = {.name = "embedding", .n_in = 2, .n_out = 1, .infer = emb_infer,
+                               .options = emb_options, .kernel = emb_kernel,
+                               .backward = emb_backward};
+
+/* ---- cross entropy ------------------------------------------------------------------ */
+
+static dt_status ce_shapes(dt_ctx *ctx, const char *name, const dt_spec *x, const dt_spec *t) {
+  DT_CHECK(check_float(ctx, name, "logits", x->dtype));
+  DT_CHECK(check_i64(ctx, name, "targets", t->dtype));
+  bool ok = x->ndim >= 1 && t->ndim == x->ndim - 1;
+  for (int d = 0; ok && d < t->ndim; d++) ok = t->gshape[d] == x->gshape[d];
+  if (!ok)
+    return dt_error(ctx, DT_ERR_INVALID, name,
+                    "targets must have the logits' shape without the last (vocab) dim");
+  return DT_OK;
+}
+
+static dt_status ce_infer(dt_ctx *ctx, const dt_op_attrs *a, const dt_spec *in, dt_spec *out) {
+  (void)a;
+  DT_CHECK(ce_shapes(ctx, "cross_entropy", &in[0], &in[1]));
+  out->dtype = in[0].dtype;
+  out->ndim = 0;
+  return DT_OK;
+}
+
+static dt_status ce_options(dt_ctx *ctx, const dt_op_attrs *a, const dt_spec *in,
+                            const dt_spec *out, int mesh_dim, dt_dim_option *opt, int *n, int max) {
+  (void)a;
+  (void)out;
+  (void)mesh_dim;
+  int last = in[0].ndim - 1;
+  DT_CHECK(room(ctx, "cross_entropy", 2 + last, max));
+  const dt_placement R = dt_replicate();
+  int k = 0;
+  opt3(&opt[k++], R, R, R);
+  for (int d = 0; d < last; d++) opt3(&opt[k++], dt_partial(DT_RED_SUM), dt_shard(d), dt_shard(d));
+  opt3(&opt[k++], R, dt_shard(last), R); /* loss parallel */
+  *n = k;
+  return DT_OK;
+}
+
+/* Per-position reductions over the vocab shards of x (local [npos, Vl] at vocab
+ * offset voff): mx = global max, se = global sum of exp(x - mx); with tl
+ * non-NULL also the target logit. Collectives: one all_reduce per quantity per
+ * mesh dim that shards the vocab (S(last)). buf: 3 * npos doubles. */
+static dt_status ce_stats(dt_ctx *ctx, const char *name, const dt_tensor *x, const int64_t *tg,
+                          int64_t npos, double *mx, double *se, double *tl) {
+  const dt_array *X = &x->local;
+  int last = x->ndim - 1;
+  int64_t Vl = X->shape[last], voff = x->goffset[last];
+  for (int64_t p = 0; p < npos; p++) {
+    double m = -INFINITY;
+    for (int64_t v = 0; v < Vl; v++) m = fmax(m, ld(X, p * Vl + v));
+    mx[p] = m;
+  }
+  for (int i = 0; i < x->mesh_ndim; i++)
+    if (x->pl[i].kind == DT_PL_SHARD && x->pl[i].dim == last)
+      DT_CHECK(dt_comm_all_reduce(dt_mesh_comm(x->mesh, i), mx, mx, (size_t)npos, DT_F64, DT_RED_MAX));
+  for (int64_t p = 0; p < npos; p++) {
+    double s = 0;
+    for (int64_t v = 0; v < Vl; v++) s += exp(ld(X, p * Vl + v) - mx[p]);
+    se[p] = s;
+  }
+  for (int i = 0; i < x->mesh_ndim; i++)
+    if (x->pl[i].kind == DT_PL_SHARD && x->pl[i].dim == last)
+      DT_CHECK(dt_comm_all_reduce(dt_mesh_comm(x->mesh, i), se, se, (size_t)npos, DT_F64, DT_RED_SUM));
+  if (!tl) return DT_OK;
+  for (int64_t p = 0; p < npos; p++) {
+    int64_t v = tg[p] - voff;
+    tl[p] = v >= 0 && v < Vl ? ld(X, p * Vl + v) : 0.0; /* masked: only the owner contributes */
+  }
+  for (int i = 0; i < x->mesh_ndim; i++)
+    if (x->pl[i].kind == DT_PL_SHARD && x->pl[i].dim == last)
+      DT_CHECK(dt_comm_all_reduce(dt_mesh_comm(x->mesh, i), tl, tl, (size_t)npos, DT_F64, DT_RED_SUM));
+  (void)name;
+  return DT_OK;
+}
+
+/* number of positions of the global logits */
+static double ce_N(const dt_tensor *x) {
+  double N = 1;
+  for (int d = 0; d + 1 < x->ndim; d++) N *= (double)x->gshape[d];
+  return N;
+}
+
+static dt_status ce_kernel(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor *const *in,
+                           dt_tensor *const *out) {
+  (void)a;
+  const dt_tensor *x = in[0];
+  const dt_array *X = &x->local, *T = &in[1]->local;
+  int last = x->ndim - 1;
+  int64_t Vl = X->shape[last], npos = T->numel;
+  if (X->numel != npos * Vl)
+    return dt_error(ctx, DT_ERR_INTERNAL, "cross_entropy", "local logits and targets disagree");
+  /* every rank of a vocab group holds the same targets, so all fail alike here,
+   * before any collective */
+  DT_CHECK(check_ids(ctx, "cross_entropy", T, x->gshape[last]));
+  double *buf = dt_host_alloc(ctx, (size_t)(3 * npos + 1) * sizeof(double));
+  if (!buf) return dt_error(ctx, DT_ERR_NOMEM, "cross_entropy", "statistics");
+  dt_status s = ce_stats(ctx, "cross_entropy", x, T->data, npos, buf, buf + npos, buf + 2 * npos);
+  if (s == DT_OK) {
+    double sum = 0;
+    for (int64_t p = 0; p < npos; p++) sum += log(buf[npos + p]) + buf[p] - buf[2 * npos + p];
+    st(&out[0]->local, 0, sum / ce_N(x)); /* local sum / global N: an exact P(sum) */
+  }
+  dt_host_free(ctx, buf);
+  return s;
+}
+
+/* cross_entropy_bwd(grad 0-d, logits, targets) -> dlogits */
+static dt_status ceb_infer(dt_ctx *ctx, const dt_op_attrs *a, const dt_spec *in, dt_spec *out) {
+  (void)a;
+  DT_CHECK(ce_shapes(ctx, "cross_entropy_bwd", &in[1], &in[2]));
+  if (in[0].ndim != 0)
+    return dt_error(ctx, DT_ERR_INVALID, "cross_entropy_bwd", "grad must be 0-d");
+  out->dtype = in[1].dtype;
+  out->ndim = in[1].ndim;
+  for (int d = 0; d < in[1].ndim; d++) out->gshape[d] = in[1].gshape[d];
+  return DT_OK;
+}
+
+static dt_status ceb_options(dt_ctx *ctx, const dt_op_attrs *a, const dt_spec *in,
+                             const dt_spec *out, int mesh_dim, dt_dim_option *opt, int *n, int max) {
+  (void)a;
+  (void)out;
+  (void)mesh_dim;
+  int last = in[1].ndim - 1;
+  DT_CHECK(room(ctx, "cross_entropy_bwd", 2 + last, max));
+  const dt_placement R = dt_replicate();
+  int k = 0;
+#define CB(gx, x, t)                   \
+  do {                                 \
+    memset(&opt[k], 0, sizeof opt[k]); \
+    opt[k].out[0] = (gx);              \
+    opt[k].in[0] = R;                  \
+    opt[k].in[1] = (x);                \
+    opt[k].in[2] = (t);                \
+    k++;                               \
+  } while (0)
+  CB(R, R, R);
+  for (int d = 0; d < last; d++) CB(dt_shard(d), dt_shard(d), dt_shard(d));
+  CB(dt_shard(last), dt_shard(last), R);
+#undef CB
+  *n = k;
+  return DT_OK;
+}
+
+static dt_status ceb_kernel(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor *const *in,
+                            dt_tensor *const *out) {
+  (void)a;
+  const dt_tensor *x = in[1];
+  const dt_array *X = &x->local, *T = &in[2]->local;
+  dt_array *Y = &out[0]->local;
+  int last = x->ndim - 1;
+  int64_t Vl = X->shape[last], voff = x->goffset[last], npos = T->numel;
+  if (X->numel != npos * Vl || Y->numel != X->numel)
+    return dt_error(ctx, DT_ERR_INTERNAL, "cross_entropy_bwd", "local logits and targets disagree");
+  DT_CHECK(check_ids(ctx, "cross_entropy_bwd", T, x->gshape[last]));
+  double g = ld(&in[0]->local, 0) / ce_N(x);
+  double *buf = dt_host_alloc(ctx, (size_t)(2 * npos + 1) * sizeof(double));
+  if (!buf) return dt_error(ctx, DT_ERR_NOMEM, "cross_entropy_bwd", "statistics");
+  dt_status s = ce_stats(ctx, "cross_entropy_bwd", x, NULL, npos, buf, buf + npos, NULL);
+  const int64_t *tg = T->data;
+  for (int64_t p = 0; s == DT_OK && p < npos; p++)
+    for (int64_t v = 0; v < Vl; v++) {
+      double sm = exp(ld(X, p * Vl + v) - buf[p]) / buf[npos + p];
+      st(Y, p * Vl + v, (sm - (voff + v == tg[p] ? 1.0 : 0.0)) * g);
+    }
+  dt_host_free(ctx, buf);
+  return s;
+}
+
+static const dt_op op_cross_entropy_bwd = {.name = "cross_entropy_bwd", .n_in = 3, .n_out = 1,
+                                           .infer = ceb_infer, .options = ceb_options,
+                                           .kernel = ceb_kernel};
+
+static dt_status ce_backward(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor *const *in,
+                             const dt_tensor *const *out, const dt_tensor *const *gout,
+                             dt_tensor *const *gin) {
+  (void)a;
+  (void)out;
+  if (!gin[0] || !gout[0]) return DT_OK; /* gin[1] (targets): no gradient */
+  dt_op_attrs z;
+  memset(&z, 0, sizeof z);
+  const dt_tensor *bi[3] = {gout[0], in[0], in[1]};
+  dt_tensor *bo[1] = {gin[0]};
+  return dt_op_call(ctx, &op_cross_entropy_bwd, &z, bi, bo, NULL);
+}
+
+const dt_op dt_op_cross_entropy = {.name = "cross_entropy", .n_in = 2, .n_out = 1,
+                                   .infer = ce_infer, .options = ce_options, .kernel = ce_kernel,
+                                   .backward = ce_backward};

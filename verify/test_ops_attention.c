@@ -1,0 +1,730 @@
+/* verify/test_ops_attention.c: rope and sdpa of lib/ops/attention.c on real
+ * ranks (threads backend), against naive references computed here on the
+ * unsharded global tensors (dtensor-semantics.md 3.10; torchtitan-llama.md:
+ * repeat_kv, precompute_freqs_cis, apply_rotary_emb, Llama 3.1 scaling).
+ *
+ * What it checks:
+ *  (a) sdpa values: b=2, s=5, hd=4, h=8 with kvh 4, 2, 8, and h=6 with kvh 3
+ *      and 2 (heads not divisible by 4 ranks: the head strategy must be
+ *      refused), on a 1-D mesh of 4 every combination of {R, S(0), S(1),
+ *      P(sum)} for (q, k, v), on a 2x2 mesh every combination of six 2-D
+ *      placements: dt_tensor_full(out) equals the reference (repeat_kv
+ *      semantics: query head i uses kv head i / (h / kvh));
+ *  (b) sdpa oracles: head-sharded (S(1)) inputs with divisible heads run with
+ *      0 ledger rows and give an S(1) output (1-D and (S(0), S(1)) / (S(1),
+ *      S(1)) on 2x2), batch sharding likewise; non-divisible heads (h=6, or
+ *      kvh=2 on 4 ranks) communicate and are still right;
+ *  (c) rope values: x [2, 7, 3, 8] (s=7 is uneven on 4 ranks and nested
+ *      uneven on 2x2) on every placement from {R, S(0..3), P(sum), P(avg)}
+ *      (1-D) / {R, S(0..3), P(sum)}^2 (2x2), theta default, 500000 with and
+ *      without the Llama 3.1 scaling: equals the reference with GLOBAL
+ *      positions; oracles: S(1) and P(sum) pass through with 0 ledger rows;
+ *  (d) the scaling rule: for hd=128, theta=500000, the frequency rope applies
+ *      (read back as atan2 of a rotated (1, 0) pair at position 1) equals a
+ *      direct transcription of Meta's apply_scaling loop, in all three
+ *      regimes (high: unchanged, low: /8, medium: smoothed);
+ *  (e) backward of sdpa (dq, dk, dv) and rope against central finite
+ *      differences of the reference (loss = sum(out * G)), sharded (1-D mesh
+ *      of 4, 2x2) and unsharded (mesh of 1);
+ *  (f) no host memory is left allocated.
+ * What it is not: f32 accuracy, the cost model (test_plan), MPI.
+ */
+#include "config.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "testutil.h"
+
+enum { MAXN = 1024 }; /* elements of the largest global tensor used here (b4 h8 s5 hd4 = 640) */
+
+/* Tolerances. REL: the kernels compute the same sums as the references in
+ * double; P(sum) inputs are split (value / n) and summed back by an all-reduce,
+ * which changes values by a few ulps; sums have <= 8 terms of magnitude < 4 and
+ * exp / cos / sin are correctly rounded to ~1 ulp, so results agree to ~1e-15
+ * and 1e-12 (relative, floor 1) is far below any indexing or strategy error
+ * (those are O(0.1)). FD: central differences with h = 1e-6 have truncation
+ * error ~h^2 |f'''| (< 1e-10 here: the functions are smooth with O(1)
+ * derivatives) and round-off ~eps |L| / h (|L| < 100: ~2e-8), so 1e-6
+ * (relative, floor 1) separates a right gradient from a wrong one. */
+static const double REL = 1e-12;
+static const double FD_H = 1e-6, FD_TOL = 1e-6;
+
+typedef struct garr {
+  int ndim;
+  int64_t sh[4];
+  double v[MAXN];
+} garr;
+
+static int64_t numel(const garr *g) {
+  int64_t n = 1;
+  for (int d = 0; d < g->ndim; d++) n *= g->sh[d];
+  return n;
+}
+
+/* deterministic values in [-1, 1], no symmetry between heads or positions */
+static void gfill(garr *g, int64_t a, int64_t b, int64_t c, int64_t d, int seed) {
+  memset(g, 0, sizeof *g);
+  g->ndim = 4;
+  g->sh[0] = a;
+  g->sh[1] = b;
+  g->sh[2] = c;
+  g->sh[3] = d;
+  for (int64_t i = 0; i < numel(g); i++) g->v[i] = sin(0.37 * (double)i + 1.3 * seed) * cos(0.11 * (double)i * seed);
+}
+
+/* ---- references -------------------------------------------------------------------- */
+
+/* out [b,h,s,hd] = causal softmax(q k^T / sqrt(hd)) v with repeat_kv */
+static void ref_sdpa(const garr *in, garr *out) {
+  const garr *q = &in[0], *k = &in[1], *v = &in[2];
+  int64_t B = q->sh[0], H = q->sh[1], S = q->sh[2], HD = q->sh[3], KVH = k->sh[1];
+  memset(out, 0, sizeof *out);
+  out->ndim = 4;
+  memcpy(out->sh, q->sh, sizeof out->sh);
+  double sc = 1.0 / sqrt((double)HD);
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t h = 0; h < H; h++) {
+      int64_t kh = h / (H / KVH); /* repeat_kv: kv head kh repeated n_rep times */
+      for (int64_t i = 0; i < S; i++) {
+        double s[64], mx = -INFINITY, z = 0;
+        for (int64_t j = 0; j <= i; j++) {
+          s[j] = 0;
+          for (int64_t d = 0; d < HD; d++)
+            s[j] += q->v[((b * H + h) * S + i) * HD + d] * k->v[((b * KVH + kh) * S + j) * HD + d];
+          s[j] *= sc;
+          mx = fmax(mx, s[j]);
+        }
+        for (int64_t j = 0; j <= i; j++) z += exp(s[j] - mx);
+        for (int64_t d = 0; d < HD; d++) {
+          double acc = 0;
+          for (int64_t j = 0; j <= i; j++) acc += exp(s[j] - mx) / z * v->v[((b * KVH + kh) * S + j) * HD + d];
+          out->v[((b * H + h) * S + i) * HD + d] = acc;
+        }
+      }
+    }
+}
+
+/* Meta's apply_scaling (llama3 reference), transcribed loop-style. */
+static double direct_scaled_freq(double freq) {
+  const double scale_factor = 8, low_freq_factor = 1, high_freq_factor = 4, old_context_len = 8192;
+  double low_freq_wavelen = old_context_len / low_freq_factor;
+  double high_freq_wavelen = old_context_len / high_freq_factor;
+  double wavelen = 2 * acos(-1.0) / freq;
+  if (wavelen < high_freq_wavelen) return freq;
+  if (wavelen > low_freq_wavelen) return freq / scale_factor;
+  double smooth = (old_context_len / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor);
+  return (1 - smooth) * freq / scale_factor + smooth * freq;
+}
+
+static double ref_freq(const dt_op_attrs *a, int64_t i, int64_t hd) {
+  double theta = a->scalar != 0 ? a->scalar : 10000.0; /* the documented default */
+  double f = 1.0 / pow(theta, (double)(2 * i) / (double)hd);
+  return a->i0 ? direct_scaled_freq(f) : f;
+}
+
+/* x [b, s, h, hd] as complex pairs times polar(1, pos * freq), pos global */
+static void ref_rope(const dt_op_attrs *a, const garr *x, garr *out) {
+  *out = *x;
+  int64_t B = x->sh[0], S = x->sh[1], H = x->sh[2], HD = x->sh[3];
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t t = 0; t < S; t++)
+      for (int64_t h = 0; h < H; h++)
+        for (int64_t i = 0; i < HD / 2; i++) {
+          int64_t e = ((b * S + t) * H + h) * HD + 2 * i;
+          double ang = (double)t * ref_freq(a, i, HD), re = x->v[e], im = x->v[e + 1];
+          out->v[e] = re * cos(ang) - im * sin(ang);
+          out->v[e + 1] = re * sin(ang) + im * cos(ang);
+        }
+}
+
+typedef enum top { T_SDPA, T_ROPE } top;
+
+static void ref(top op, const dt_op_attrs *a, const garr *in, garr *out) {
+  if (op == T_SDPA)
+    ref_sdpa(in, out);
+  else
+    ref_rope(a, &in[0], out);
+}
+
+static const struct {
+  const char *name;
+  const dt_op *op;
+  int n_in;
+} OPS[2] = {{"sdpa", &dt_op_sdpa, 3}, {"rope", &dt_op_rope, 1}};
+
+/* ---- per-rank helpers ---------------------------------------------------------------- */
+
+typedef struct rk {
+  dt_ctx *ctx;
+  dt_mesh *mesh;
+  const char *mlabel;
+  int m;
+  int ms[DT_MAX_MESH_DIMS];
+  long cases;
+} rk;
+
+static void shape_str(const garr *g, char *buf, size_t n) {
+  snprintf(buf, n, "[%lld,%lld,%lld,%lld]", (long long)g->sh[0], (long long)g->sh[1],
+           (long long)g->sh[2], (long long)g->sh[3]);
+}
+
+static dt_status make(rk *R, const garr *g, const dt_placement *pl, dt_tensor *t) {
+  dt_array arr;
+  dt_status s = dt_array_wrap(R->ctx, DT_DEV_CPU, DT_F64, g->ndim, g->sh, (void *)g->v, &arr);
+  if (s != DT_OK) return s;
+  return dt_tensor_distribute(R->ctx, R->mesh, &arr, pl, t);
+}
+
+static bool check_full(rk *R, const char *what, const dt_tensor *t, const garr *want, double tol) {
+  dt_array full;
+  dt_status s = dt_tensor_full(R->ctx, t, &full);
+  if (s != DT_OK) {
+    tu_fail(__FILE__, __LINE__, "%s, rank %d: dt_tensor_full -> %s: %s", what, R->ctx->rank,
+            dt_status_str(s), dt_last_error(R->ctx));
+    return false;
+  }
+  bool ok = full.ndim == want->ndim && full.dtype == DT_F64;
+  for (int d = 0; ok && d < want->ndim; d++) ok = full.shape[d] == want->sh[d];
+  if (!ok) tu_fail(__FILE__, __LINE__, "%s, rank %d: output shape or dtype differs", what, R->ctx->rank);
+  const double *v = full.data;
+  for (int64_t i = 0; ok && i < full.numel; i++) {
+    double e = fabs(v[i] - want->v[i]);
+    if (!(e <= tol * (1.0 + fabs(want->v[i])))) {
+      tu_fail(__FILE__, __LINE__, "%s, rank %d: element %lld is %.17g, expected %.17g (tol %g)", what,
+              R->ctx->rank, (long long)i, v[i], want->v[i], tol);
+      ok = false;
+    }
+  }
+  dt_array_free(R->ctx, &full);
+  return ok;
+}
+
+static void describe(rk *R, top op, const dt_op_attrs *a, const garr *in,
+                     dt_placement pl[][DT_MAX_MESH_DIMS], char *what, size_t wn) {
+  size_t k = (size_t)snprintf(what, wn, "%s on mesh %s", OPS[op].name, R->mlabel);
+  for (int j = 0; j < OPS[op].n_in && k < wn; j++) {
+    char ps[64], ss[64];
+    dt_placements_str(R->m, pl[j], ps, sizeof ps);
+    shape_str(&in[j], ss, sizeof ss);
+    k += (size_t)snprintf(what + k, wn - k, "%s %s(%s)", j ? "," : "", ss, ps);
+  }
+  if (op == T_ROPE && k < wn) snprintf(what + k, wn - k, " theta %g scaling %d", a->scalar, a->i0);
+}
+
+typedef struct call_res {
+  dt_placement out_pl[DT_MAX_MESH_DIMS];
+  size_t comms;
+  bool ok;
+} call_res;
+
+static void run_case(rk *R, top op, const dt_op_attrs *a, const garr *in,
+                     dt_placement pl[][DT_MAX_MESH_DIMS], call_res *res) {
+  dt_ctx *ctx = R->ctx;
+  int n = OPS[op].n_in;
+  char what[320];
+  describe(R, op, a, in, pl, what, sizeof what);
+  memset(res, 0, sizeof *res);
+  dt_tensor t[3], out;
+  int made = 0;
+  for (int j = 0; j < n; j++) {
+    dt_status s = make(R, &in[j], pl[j], &t[j]);
+    if (s != DT_OK) {
+      tu_fail(__FILE__, __LINE__, "%s, rank %d: distribute input %d -> %s: %s", what, ctx->rank, j,
+              dt_status_str(s), dt_last_error(ctx));
+      goto done;
+    }
+    made++;
+  }
+  const dt_tensor *ip[3] = {&t[0], &t[1], &t[2]};
+  dt_tensor *op_[1] = {&out};
+  size_t before = ctx->ledger.n;
+  dt_status s = dt_op_call(ctx, OPS[op].op, a, ip, op_, NULL);
+  res->comms = ctx->ledger.n - before;
+  if (s != DT_OK) {
+    tu_fail(__FILE__, __LINE__, "%s, rank %d: dt_op_call -> %s: %s", what, ctx->rank,
+            dt_status_str(s), dt_last_error(ctx));
+    goto done;
+  }
+  for (int i = 0; i < R->m; i++) res->out_pl[i] = out.pl[i];
+  garr want;
+  ref(op, a, in, &want);
+  res->ok = check_full(R, what, &out, &want, REL);
+  dt_tensor_free(ctx, &out);
+  R->cases++;
+done:
+  for (int j = 0; j < made; j++) dt_tensor_free(ctx, &t[j]);
+}
+
+/* ---- (a) sdpa values --------------------------------------------------------------------- */
+
+typedef struct sdpa_cfg { int64_t b, h, kvh; } sdpa_cfg;
+static const int64_t SQ = 5, HD = 4; /* sequence and head dim of every sdpa case */
+
+static void sdpa_inputs(const sdpa_cfg *c, garr *in) {
+  gfill(&in[0], c->b, c->h, SQ, HD, 1);
+  gfill(&in[1], c->b, c->kvh, SQ, HD, 2);
+  gfill(&in[2], c->b, c->kvh, SQ, HD, 3);
+}
+
+static void sdpa_sweep(rk *R) {
+  static const sdpa_cfg CFG[] = {{2, 8, 4}, {2, 8, 2}, {2, 8, 8}, {2, 6, 3}, {2, 6, 2}};
+  dt_placement one[8][DT_MAX_MESH_DIMS];
+  memset(one, 0, sizeof one);
+  int n1;
+  if (R->m == 1) {
+    one[0][0] = dt_replicate();
+    one[1][0] = dt_shard(0);
+    one[2][0] = dt_shard(1);
+    one[3][0] = dt_partial(DT_RED_SUM);
+    n1 = 4;
+  } else {
+    static const int P2[6][2] = {{0, 0}, {1, 2}, {2, 2}, {2, 1}, {3, 2}, {1, 0}}; /* R, S0, S1, P */
+    for (int c = 0; c < 6; c++)
+      for (int i = 0; i < 2; i++) {
+        int k = P2[c][i];
+        one[c][i] = k == 0 ? dt_replicate() : k == 1 ? dt_shard(0) : k == 2 ? dt_shard(1) : dt_partial(DT_RED_SUM);
+      }
+    n1 = 6;
+  }
+  dt_op_attrs a;
+  memset(&a, 0, sizeof a);
+  call_res res;
+  for (size_t c = 0; c < sizeof CFG / sizeof CFG[0]; c++) {
+    garr in[3];
+    sdpa_inputs(&CFG[c], in);
+    for (int x = 0; x < n1; x++)
+      for (int y = 0; y < n1; y++)
+        for (int z = 0; z < n1; z++) {
+          dt_placement pl[3][DT_MAX_MESH_DIMS];
+          memcpy(pl[0], one[x], sizeof pl[0]);
+          memcpy(pl[1], one[y], sizeof pl[1]);
+          memcpy(pl[2], one[z], sizeof pl[2]);
+          run_case(R, T_SDPA, &a, in, pl, &res);
+        }
+  }
+}
+
+/* ---- (b) sdpa oracles ---------------------------------------------------------------------- */
+
+static void expect(rk *R, const char *name, const call_res *res, bool zero_comms,
+                   const dt_placement *want) {
+  char got[64], exp_[64];
+  dt_placements_str(R->m, res->out_pl, got, sizeof got);
+  if (!res->ok) tu_fail(__FILE__, __LINE__, "oracle %s, rank %d: wrong values (above)", name, R->ctx->rank);
+  if (zero_comms != (res->comms == 0))
+    tu_fail(__FILE__, __LINE__, "oracle %s, rank %d: %zu ledger rows, expected %s", name, R->ctx->rank,
+            res->comms, zero_comms ? "none" : "some");
+  if (!want) return;
+  dt_placements_str(R->m, want, exp_, sizeof exp_);
+  for (int i = 0; i < R->m; i++)
+    if (!dt_placement_eq(res->out_pl[i], want[i])) {
+      tu_fail(__FILE__, __LINE__, "oracle %s, rank %d: output %s, expected %s", name, R->ctx->rank, got, exp_);
+      break;
+    }
+}
+
+static void sdpa_oracle(rk *R, const char *name, sdpa_cfg c, dt_placement p0, dt_placement p1,
+                        bool zero_comms, bool check_pl) {
+  garr in[3];
+  sdpa_inputs(&c, in);
+  dt_placement pl[3][DT_MAX_MESH_DIMS];
+  memset(pl, 0, sizeof pl);
+  for (int j = 0; j < 3; j++) {
+    pl[j][0] = p0;
+    pl[j][1] = p1;
+  }
+  dt_op_attrs a;
+  memset(&a, 0, sizeof a);
+  call_res res;
+  run_case(R, T_SDPA, &a, in, pl, &res);
+  expect(R, name, &res, zero_comms, check_pl ? pl[0] : NULL);
+  /* whatever was chosen, its head shards divide both head counts */
+  int64_t N = 1;
+  for (int i = 0; i < R->m; i++)
+    if (res.out_pl[i].kind == DT_PL_SHARD && res.out_pl[i].dim == 1) N *= R->ms[i];
+  TU_CHECK(c.h % N == 0 && c.kvh % N == 0, "oracle %s, rank %d: output split %lld heads over %lld shards",
+           name, R->ctx->rank, (long long)c.kvh, (long long)N);
+}
+
+static void sdpa_oracles(rk *R) {
+  const dt_placement Rp = dt_replicate(), S0 = dt_shard(0), S1 = dt_shard(1);
+  if (R->m == 1) {
+    sdpa_oracle(R, "heads S(1), h8 kvh4", (sdpa_cfg){2, 8, 4}, S1, Rp, true, true);
+    sdpa_oracle(R, "heads S(1), h8 kvh8", (sdpa_cfg){2, 8, 8}, S1, Rp, true, true);
+    sdpa_oracle(R, "batch S(0), b4", (sdpa_cfg){4, 8, 4}, S0, Rp, true, true);
+    /* b 5 on 4 ranks: chunks 2,2,1,0, the last rank's shard is empty */
+    sdpa_oracle(R, "batch S(0), b5 (uneven, one empty shard)", (sdpa_cfg){5, 8, 4}, S0, Rp, true, true);
+    sdpa_oracle(R, "all R", (sdpa_cfg){2, 8, 4}, Rp, Rp, true, true);
+    /* kvh 2 on 4 ranks: not head-shardable, the inputs must move */
+    sdpa_oracle(R, "heads S(1), h8 kvh2 (fallback)", (sdpa_cfg){2, 8, 2}, S1, Rp, false, false);
+    sdpa_oracle(R, "heads S(1), h6 kvh3 (fallback)", (sdpa_cfg){2, 6, 3}, S1, Rp, false, false);
+    sdpa_oracle(R, "heads S(1), h6 kvh2 (fallback)", (sdpa_cfg){2, 6, 2}, S1, Rp, false, false);
+  } else {
+    sdpa_oracle(R, "(S(0),S(1)), h8 kvh4", (sdpa_cfg){2, 8, 4}, S0, S1, true, true);
+    sdpa_oracle(R, "(S(1),S(1)), h8 kvh4", (sdpa_cfg){2, 8, 4}, S1, S1, true, true);
+    sdpa_oracle(R, "(S(1),S(0)), h6 kvh2", (sdpa_cfg){2, 6, 2}, S1, S0, true, true);
+    sdpa_oracle(R, "(S(1),S(1)), h8 kvh2 (fallback)", (sdpa_cfg){2, 8, 2}, S1, S1, false, false);
+    sdpa_oracle(R, "(S(1),S(1)), h6 kvh3 (fallback)", (sdpa_cfg){2, 6, 3}, S1, S1, false, false);
+  }
+}
+
+/* ---- (c) rope values and oracles ----------------------------------------------------------- */
+
+static const dt_op_attrs *rope_attrs(int k, dt_op_attrs *a) {
+  memset(a, 0, sizeof *a);
+  if (k >= 1) a->scalar = 500000.0; /* Llama 3's rope_theta */
+  if (k == 2) a->i0 = 1;
+  return a;
+}
+
+static void rope_sweep(rk *R) {
+  garr x[1];
+  gfill(&x[0], 2, 7, 3, 8, 4); /* s = 7: uneven on 4 ranks and on 2x2 nested */
+  dt_placement set[7] = {dt_replicate(), dt_shard(0), dt_shard(1), dt_shard(2), dt_shard(3),
+                         dt_partial(DT_RED_SUM), dt_partial(DT_RED_AVG)};
+  int ns = R->m == 1 ? 7 : 6, total = R->m == 1 ? ns : ns * ns;
+  dt_op_attrs a;
+  call_res res;
+  for (int k = 0; k < 3; k++)
+    for (int c = 0; c < total; c++) {
+      dt_placement pl[1][DT_MAX_MESH_DIMS];
+      memset(pl, 0, sizeof pl);
+      pl[0][0] = set[R->m == 1 ? c : c / ns];
+      if (R->m > 1) pl[0][1] = set[c % ns];
+      run_case(R, T_ROPE, rope_attrs(k, &a), x, pl, &res);
+    }
+  /* oracles: sequence shards and P(sum) pass through without communication */
+  dt_placement pl[1][DT_MAX_MESH_DIMS];
+  memset(pl, 0, sizeof pl);
+  pl[0][0] = dt_shard(1);
+  pl[0][1] = dt_shard(1);
+  run_case(R, T_ROPE, rope_attrs(2, &a), x, pl, &res);
+  expect(R, "rope S(1) (uneven)", &res, true, pl[0]);
+  pl[0][0] = dt_partial(DT_RED_SUM);
+  pl[0][1] = dt_shard(1);
+  run_case(R, T_ROPE, rope_attrs(2, &a), x, pl, &res);
+  expect(R, "rope P(sum)", &res, true, pl[0]);
+  pl[0][0] = dt_shard(3);
+  pl[0][1] = dt_replicate();
+  run_case(R, T_ROPE, rope_attrs(2, &a), x, pl, &res);
+  dt_placement want[DT_MAX_MESH_DIMS] = {dt_replicate(), dt_replicate()};
+  expect(R, "rope S(3) (head dim goes to R)", &res, false, want);
+}
+
+/* ---- (d) the scaling rule ------------------------------------------------------------------- */
+
+static void rope_scaling(rk *R) {
+  dt_ctx *ctx = R->ctx;
+  enum { HDS = 128 }; /* Llama 3 8B head dim: frequencies span all three regimes */
+  garr x;
+  memset(&x, 0, sizeof x);
+  x.ndim = 4;
+  x.sh[0] = 1;
+  x.sh[1] = 2;
+  x.sh[2] = 1;
+  x.sh[3] = HDS;
+  for (int i = 0; i < HDS / 2; i++) x.v[HDS + 2 * i] = x.v[2 * i] = 1.0; /* (1, 0) pairs */
+  dt_placement pl[DT_MAX_MESH_DIMS] = {dt_replicate(), dt_replicate()};
+  int regimes[3] = {0, 0, 0};
+  for (int sc = 0; sc < 2; sc++) {
+    dt_op_attrs a;
+    memset(&a, 0, sizeof a);
+    a.scalar = 500000.0;
+    a.i0 = sc;
+    dt_tensor t, y;
+    dt_array full;
+    dt_status s;
+    if ((s = make(R, &x, pl, &t)) != DT_OK) {
+      tu_fail(__FILE__, __LINE__, "scaling, rank %d: %s", ctx->rank, dt_last_error(ctx));
+      return;
+    }
+    const dt_tensor *ip[1] = {&t};
+    dt_tensor *op_[1] = {&y};
+    s = dt_op_call(ctx, &dt_op_rope, &a, ip, op_, NULL);
+    dt_tensor_free(ctx, &t);
+    if (s != DT_OK) {
+      tu_fail(__FILE__, __LINE__, "scaling, rank %d: %s", ctx->rank, dt_last_error(ctx));
+      return;
+    }
+    s = dt_tensor_full(ctx, &y, &full);
+    dt_tensor_free(ctx, &y);
+    if (s != DT_OK) {
+      tu_fail(__FILE__, __LINE__, "scaling, rank %d: %s", ctx->rank, dt_last_error(ctx));
+      return;
+    }
+    const double *v = full.data;
+    static const int IDX[] = {0, 1, 20, 28, 29, 31, 34, 35, 40, 63}; /* 29..34: medium */
+    for (size_t k = 0; k < sizeof IDX / sizeof IDX[0]; k++) {
+      int i = IDX[k];
+      /* position 1: the angle is the frequency itself (<= 1 < pi, so atan2 recovers it) */
+      double got = atan2(v[HDS + 2 * i + 1], v[HDS + 2 * i]);
+      double f = pow(500000.0, -2.0 * i / HDS), want = sc ? direct_scaled_freq(f) : f;
+      /* 1e-12 relative: atan2/cos/sin are accurate to a few ulps */
+      TU_CHECK(fabs(got - want) <= 1e-12 * want, "scaling %d, rank %d: freq %d is %.17g, expected %.17g",
+               sc, ctx->rank, i, got, want);
+      if (sc) {
+        double wl = 2 * acos(-1.0) / f;
+        regimes[wl < 2048 ? 0 : wl > 8192 ? 2 : 1]++;
+        if (wl < 2048) TU_CHECK(fabs(got - f) <= 1e-12 * f, "high freq %d must be unchanged", i);
+        if (wl > 8192) TU_CHECK(fabs(got - f / 8) <= 1e-12 * f, "low freq %d must be divided by 8", i);
+        if (wl >= 2048 && wl <= 8192)
+          TU_CHECK(got > f / 8 && got < f, "medium freq %d must lie between f/8 and f", i);
+      }
+      /* position 0 is unrotated */
+      TU_CHECK(v[2 * i] == 1.0 && v[2 * i + 1] == 0.0, "rank %d: position 0 was rotated", ctx->rank);
+    }
+    dt_array_free(ctx, &full);
+    R->cases++;
+  }
+  TU_CHECK(regimes[0] && regimes[1] && regimes[2], "rank %d: the indices miss a regime (%d %d %d)",
+           ctx->rank, regimes[0], regimes[1], regimes[2]);
+}
+
+/* ---- (e) gradients ------------------------------------------------------------------------ */
+
+static double loss_ref(top op, const dt_op_attrs *a, const garr *in, const garr *G) {
+  garr out;
+  ref(op, a, in, &out);
+  double L = 0;
+  for (int64_t i = 0; i < numel(&out); i++) L += out.v[i] * G->v[i];
+  return L;
+}
+
+static void grad_case(rk *R, top op, const dt_op_attrs *a, garr *in, dt_placement pl[][DT_MAX_MESH_DIMS]) {
+  dt_ctx *ctx = R->ctx;
+  int n = OPS[op].n_in;
+  char what[320];
+  describe(R, op, a, in, pl, what, sizeof what);
+  garr G;
+  {
+    garr out;
+    ref(op, a, in, &out);
+    gfill(&G, out.sh[0], out.sh[1], out.sh[2], out.sh[3], 9);
+  }
+  dt_tensor t[3], y, g, gin[3];
+  int made = 0;
+  bool have_y = false, have_g = false;
+  dt_status s = DT_OK;
+  for (int j = 0; j < n; j++) {
+    DT_CHECK_GOTO(make(R, &in[j], pl[j], &t[j]), s, fail);
+    made++;
+  }
+  const dt_tensor *ip[3] = {&t[0], &t[1], &t[2]};
+  dt_tensor *yp[1] = {&y};
+  DT_CHECK_GOTO(dt_op_call(ctx, OPS[op].op, a, ip, yp, NULL), s, fail);
+  have_y = true;
+  dt_placement gpl[DT_MAX_MESH_DIMS];
+  for (int i = 0; i < R->m; i++) gpl[i] = y.pl[i].kind == DT_PL_PARTIAL ? dt_replicate() : y.pl[i];
+  DT_CHECK_GOTO(make(R, &G, gpl, &g), s, fail);
+  have_g = true;
+  const dt_tensor *yo[1] = {&y}, *go[1] = {&g};
+  dt_tensor *gp[3] = {&gin[0], n > 1 ? &gin[1] : NULL, n > 2 ? &gin[2] : NULL};
+  DT_CHECK_GOTO(OPS[op].op->backward(ctx, a, ip, yo, go, gp), s, fail);
+  for (int j = 0; j < n; j++) {
+    garr want = in[j];
+    for (int64_t i = 0; i < numel(&in[j]); i++) {
+      double v = in[j].v[i];
+      in[j].v[i] = v + FD_H;
+      double lp = loss_ref(op, a, in, &G);
+      in[j].v[i] = v - FD_H;
+      double lm = loss_ref(op, a, in, &G);
+      in[j].v[i] = v;
+      want.v[i] = (lp - lm) / (2 * FD_H);
+    }
+    char w2[360];
+    snprintf(w2, sizeof w2, "%s: gradient of input %d", what, j);
+    check_full(R, w2, &gin[j], &want, FD_TOL);
+    dt_tensor_free(ctx, &gin[j]);
+  }
+  R->cases++;
+  goto done;
+fail:
+  tu_fail(__FILE__, __LINE__, "%s, rank %d: %s: %s", what, ctx->rank, dt_status_str(s), dt_last_error(ctx));
+done:
+  if (have_g) dt_tensor_free(ctx, &g);
+  if (have_y) dt_tensor_free(ctx, &y);
+  for (int j = 0; j < made; j++) dt_tensor_free(ctx, &t[j]);
+}
+
+static void grads(rk *R) {
+  const dt_placement Rp = dt_replicate(), S0 = dt_shard(0), S1 = dt_shard(1), P = dt_partial(DT_RED_SUM);
+  dt_op_attrs a;
+  memset(&a, 0, sizeof a);
+  /* sdpa: per case the config and (q, k, v) placements on mesh dims 0 and 1 */
+  static const struct { sdpa_cfg c; int p[3][2]; } SC[] = {
+      {{2, 8, 4}, {{0, 0}, {0, 0}, {0, 0}}}, /* R */
+      {{2, 8, 4}, {{2, 2}, {2, 2}, {2, 2}}}, /* heads (2x2: both mesh dims) */
+      {{4, 8, 2}, {{1, 2}, {1, 2}, {1, 2}}}, /* batch (1-D); batch x heads (2x2) */
+      {{2, 8, 2}, {{2, 0}, {2, 0}, {2, 0}}}, /* heads, kvh 2 */
+      {{2, 8, 4}, {{2, 3}, {0, 1}, {3, 0}}}, /* mixed with P(sum) */
+      {{2, 6, 3}, {{2, 2}, {2, 2}, {2, 2}}}, /* h 6: not head-shardable on 4 */
+      {{5, 8, 4}, {{1, 1}, {1, 1}, {1, 1}}}, /* batch 5: uneven, an empty shard on 4 */
+  };
+  const dt_placement K[4] = {Rp, S0, S1, P};
+  int nsc = R->ms[0] == 1 ? 2 : (int)(sizeof SC / sizeof SC[0]);
+  for (int c = 0; c < nsc; c++) {
+    garr in[3];
+    sdpa_inputs(&SC[c].c, in);
+    dt_placement pl[3][DT_MAX_MESH_DIMS];
+    memset(pl, 0, sizeof pl);
+    for (int j = 0; j < 3; j++)
+      for (int i = 0; i < R->m; i++) pl[j][i] = K[SC[c].p[j][i]];
+    grad_case(R, T_SDPA, &a, in, pl);
+  }
+  /* rope */
+  garr x[1];
+  gfill(&x[0], 2, 7, 3, 8, 5);
+  static const int RP[][2] = {{0, 0}, {2, 2}, {1, 2}, {3, 2}, {4, 0}};
+  const dt_placement K2[5] = {Rp, S0, S1, P, dt_shard(3)};
+  int nrp = R->ms[0] == 1 ? 1 : (int)(sizeof RP / sizeof RP[0]);
+  for (int k = 0; k < 3; k++)
+    for (int c = 0; c < nrp; c++) {
+      dt_placement pl[1][DT_MAX_MESH_DIMS];
+      memset(pl, 0, sizeof pl);
+      for (int i = 0; i < R->m; i++) pl[0][i] = K2[RP[c][i]];
+      grad_case(R, T_ROPE, rope_attrs(k, &a), x, pl);
+    }
+}
+
+/* ---- f32 kernels ----------------------------------------------------------------------------- */
+
+/* f32 tolerance: inputs are rounded to f32 once (the reference sees the same
+ * rounded values); the kernels accumulate in double and round the result
+ * once, so outputs agree to ~1 f32 ulp (6e-8); 1e-6 relative (floor 1) still
+ * catches any indexing or strategy error (O(0.1)). */
+static const double F32_TOL = 1e-6;
+
+static void f32_case(rk *R, top op, const dt_op_attrs *a, garr *in, dt_placement pl[][DT_MAX_MESH_DIMS]) {
+  dt_ctx *ctx = R->ctx;
+  int n = OPS[op].n_in;
+  float fb[3][MAXN];
+  dt_tensor t[3], out;
+  int made = 0;
+  dt_status s = DT_OK;
+  for (int j = 0; j < n; j++) {
+    for (int64_t i = 0; i < numel(&in[j]); i++) {
+      fb[j][i] = (float)in[j].v[i];
+      in[j].v[i] = (double)fb[j][i];
+    }
+    dt_array arr;
+    DT_CHECK_GOTO(dt_array_wrap(ctx, DT_DEV_CPU, DT_F32, 4, in[j].sh, fb[j], &arr), s, fail);
+    DT_CHECK_GOTO(dt_tensor_distribute(ctx, R->mesh, &arr, pl[j], &t[j]), s, fail);
+    made++;
+  }
+  const dt_tensor *ip[3] = {&t[0], &t[1], &t[2]};
+  dt_tensor *o[1] = {&out};
+  DT_CHECK_GOTO(dt_op_call(ctx, OPS[op].op, a, ip, o, NULL), s, fail);
+  garr want;
+  ref(op, a, in, &want);
+  dt_array full;
+  s = dt_tensor_full(ctx, &out, &full);
+  dt_tensor_free(ctx, &out);
+  if (s != DT_OK) goto fail;
+  const float *v = full.data;
+  bool ok = full.dtype == DT_F32 && full.numel == numel(&want);
+  TU_CHECK(ok, "f32 %s on mesh %s, rank %d: output dtype or size differs", OPS[op].name, R->mlabel, ctx->rank);
+  for (int64_t i = 0; ok && i < full.numel; i++)
+    if (!(fabs((double)v[i] - want.v[i]) <= F32_TOL * (1 + fabs(want.v[i])))) {
+      tu_fail(__FILE__, __LINE__, "f32 %s on mesh %s, rank %d: element %lld is %.9g, expected %.9g",
+              OPS[op].name, R->mlabel, ctx->rank, (long long)i, (double)v[i], want.v[i]);
+      ok = false;
+    }
+  dt_array_free(ctx, &full);
+  R->cases++;
+fail:
+  if (s != DT_OK)
+    tu_fail(__FILE__, __LINE__, "f32 %s on mesh %s, rank %d: %s: %s", OPS[op].name, R->mlabel,
+            ctx->rank, dt_status_str(s), dt_last_error(ctx));
+  for (int j = 0; j < made; j++) dt_tensor_free(ctx, &t[j]);
+}
+
+static void f32_checks(rk *R) {
+  dt_op_attrs a;
+  garr in[3];
+  dt_placement pl[3][DT_MAX_MESH_DIMS];
+  memset(pl, 0, sizeof pl);
+  for (int j = 0; j < 3; j++) pl[j][0] = dt_shard(1);
+  sdpa_inputs(&(sdpa_cfg){2, 8, 4}, in);
+  memset(&a, 0, sizeof a);
+  f32_case(R, T_SDPA, &a, in, pl);
+  gfill(&in[0], 2, 7, 3, 8, 4);
+  f32_case(R, T_ROPE, rope_attrs(2, &a), in, pl);
+}
+
+/* ---- jobs ------------------------------------------------------------------------------- */
+
+typedef struct mesh_job {
+  const char *label;
+  int ndim;
+  int shape[DT_MAX_MESH_DIMS];
+  bool values;
+  long cases; /* rank 0's count */
+} mesh_job;
+
+static dt_status body(dt_ctx *ctx, void *arg) {
+  mesh_job *J = arg;
+  static const char *const NAMES[] = {"dp", "tp"};
+  const char *const *names = J->ndim == 1 ? &NAMES[1] : NAMES;
+  rk R;
+  memset(&R, 0, sizeof R);
+  R.ctx = ctx;
+  R.mlabel = J->label;
+  R.m = J->ndim;
+  for (int i = 0; i < J->ndim; i++) R.ms[i] = J->shape[i];
+  dt_status s = dt_mesh_create(ctx, ctx->world, J->ndim, J->shape, names, &R.mesh);
+  if (s != DT_OK) {
+    tu_fail(__FILE__, __LINE__, "mesh %s, rank %d: dt_mesh_create -> %s: %s", J->label, ctx->rank,
+            dt_status_str(s), dt_last_error(ctx));
+    return s;
+  }
+  size_t mem0 = ctx->mem.host_cur;
+  if (J->values) {
+    sdpa_sweep(&R);
+    sdpa_oracles(&R);
+    rope_sweep(&R);
+    rope_scaling(&R);
+    f32_checks(&R);
+  }
+  grads(&R);
+  /* every output, gradient and temporary of the ops was freed */
+  TU_CHECK(ctx->mem.host_cur == mem0, "mesh %s, rank %d: host memory %zu bytes at the end, %zu at the start",
+           J->label, ctx->rank, ctx->mem.host_cur, mem0);
+  dt_mesh_free(R.mesh);
+  if (ctx->rank == 0) J->cases = R.cases;
+  return DT_OK;
+}
+
+int main(int argc, char **argv) {
+  tu_opts o;
+  tu_parse(argc, argv, &o);
+  if (o.backend != DT_BACKEND_THREADS) {
+    printf("SKIP: test_ops_attention runs on the threads backend only\n");
+    return SB_SKIP;
+  }
+  dt_device_cpu_blas_threads(1);
+  mesh_job jobs[] = {
+      {"(4)", 1, {4}, true, 0},
+      {"(2,2)", 2, {2, 2}, true, 0},
+      {"(1)", 1, {1}, false, 0},
+  };
+  double t0 = dt_now();
+  for (size_t i = 0; i < sizeof jobs / sizeof jobs[0]; i++) {
+    mesh_job *J = &jobs[i];
+    dt_launch_opts lo = {.backend = o.backend, .timeout_s = 60};
+    lo.world = 1;
+    for (int d = 0; d < J->ndim; d++) lo.world *= J->shape[d];
+    dt_launch_report rep;
+    double t1 = dt_now();
+    dt_status s = dt_launch(&lo, body, J, &rep);
+    if (s != DT_OK)
+      tu_fail(__FILE__, __LINE__, "mesh %s: launch: rank %d: %s", J->label, rep.failed_rank,
+              rep.failed_msg);
+    dt_launch_report_free(&rep);
+    printf("mesh %-6s %6ld cases %.2f s\n", J->label, J->cases, dt_now() - t1);
+  }
+  printf("total %.2f s\n", dt_now() - t0);
+  return tu_finish("test_ops_attention");
+}
