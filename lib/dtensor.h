@@ -13,4 +13,6 @@
 #include "dtensor/dtensor.h"
 #include "ops/ops.h"
 #include "autograd/autograd.h"
+#include "nn/nn.h"
+#include "parallel/parallel.h"
 #endif

@@ -46,6 +46,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "device/device.h"
 #include "ops/ops.h"
 
 /* ---- shared helpers ---------------------------------------------------------------- */
@@ -313,26 +314,70 @@ static dt_status sdpa_geo_get(dt_ctx *ctx, const char *name, const dt_tensor *co
   return DT_OK;
 }
 
-/* P[i][j] (row-major S x S, j <= i; zero above the diagonal) for (b, head h). */
-static void sdpa_probs(const dt_array *q, const dt_array *k, const sdpa_geo *g, int64_t b, int64_t h,
-                       double *P) {
-  int64_t kh = h / g->group;
-  int64_t qb = (b * g->H + h) * g->S * g->HD, kb = (b * g->KVH + kh) * g->S * g->HD;
-  for (int64_t i = 0; i < g->S; i++) {
-    double mx = -INFINITY, z = 0;
-    for (int64_t j = 0; j <= i; j++) {
-      double sc = 0;
-      for (int64_t d = 0; d < g->HD; d++) sc += load(q, qb + i * g->HD + d) * load(k, kb + j * g->HD + d);
-      P[i * g->S + j] = sc * g->scale;
-      mx = fmax(mx, P[i * g->S + j]);
-    }
-    for (int64_t j = 0; j <= i; j++) {
-      P[i * g->S + j] = exp(P[i * g->S + j] - mx);
-      z += P[i * g->S + j];
-    }
-    for (int64_t j = 0; j <= i; j++) P[i * g->S + j] /= z;
-    for (int64_t j = i + 1; j < g->S; j++) P[i * g->S + j] = 0;
+/* The kernels run per (batch, head) on GEMMs of the rank's device (cblas on the
+ * CPU) in the tensors' dtype: scores = Q K^T * scale, a causal softmax per row
+ * (max and sum accumulated in double), out = P V; backward recomputes P,
+ * dP = dO V^T, dS = P (dP - rowsum(dP P)), dQ = dS K * scale, and for the kv head
+ * of each group dK += dS^T Q * scale, dV += P^T dO (GEMMs with beta = 1). */
+
+static dt_status gemm(dt_ctx *ctx, dt_dtype t, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+                      double alpha, const void *A, int64_t lda, const void *B, int64_t ldb,
+                      double beta, void *C, int64_t ldc) {
+  dt_gemm_desc d = {.dtype = t, .trans_a = ta, .trans_b = tb, .m = m, .n = n, .k = k,
+                    .alpha = alpha, .beta = beta, .a = A, .lda = lda, .b = B, .ldb = ldb,
+                    .c = C, .ldc = ldc, .batch = 1};
+  return dt_device_gemm(ctx->device, &d);
+}
+
+/* Row-wise causal softmax of the S x S scores in place (zero above the diagonal). */
+#define SOFTMAX_ROWS(T)                                                          \
+  static void softmax_rows_##T(T *P, int64_t S) {                                \
+    for (int64_t i = 0; i < S; i++) {                                            \
+      T *row = P + i * S;                                                        \
+      double mx = -INFINITY, z = 0;                                              \
+      for (int64_t j = 0; j <= i; j++) mx = fmax(mx, (double)row[j]);            \
+      for (int64_t j = 0; j <= i; j++) {                                         \
+        double e = exp((double)row[j] - mx);                                     \
+        row[j] = (T)e;                                                           \
+        z += e;                                                                  \
+      }                                                                          \
+      for (int64_t j = 0; j <= i; j++) row[j] = (T)((double)row[j] / z);         \
+      for (int64_t j = i + 1; j < S; j++) row[j] = 0;                            \
+    }                                                                            \
+  }                                                                              \
+  /* dS = P (dP - rowsum(dP P)), in place over dP */                             \
+  static void dsoft_rows_##T(const T *P, T *dP, int64_t S) {                     \
+    for (int64_t i = 0; i < S; i++) {                                            \
+      double rs = 0;                                                             \
+      for (int64_t j = 0; j <= i; j++) rs += (double)dP[i * S + j] * (double)P[i * S + j]; \
+      for (int64_t j = 0; j <= i; j++)                                           \
+        dP[i * S + j] = (T)((double)P[i * S + j] * ((double)dP[i * S + j] - rs)); \
+      for (int64_t j = i + 1; j < S; j++) dP[i * S + j] = 0;                     \
+    }                                                                            \
   }
+SOFTMAX_ROWS(float)
+SOFTMAX_ROWS(double)
+
+static void softmax_rows(dt_dtype t, void *P, int64_t S) {
+  if (t == DT_F32) softmax_rows_float(P, S);
+  else softmax_rows_double(P, S);
+}
+
+static void dsoft_rows(dt_dtype t, const void *P, void *dP, int64_t S) {
+  if (t == DT_F32) dsoft_rows_float(P, dP, S);
+  else dsoft_rows_double(P, dP, S);
+}
+
+/* P = softmax(Q_h K_kh^T * scale) for (b, h); es: element bytes. */
+static dt_status sdpa_probs(dt_ctx *ctx, dt_dtype t, const dt_array *q, const dt_array *k,
+                            const sdpa_geo *g, int64_t b, int64_t h, void *P) {
+  size_t es = dt_dtype_size(t);
+  int64_t kh = h / g->group;
+  const char *Q = (const char *)q->data + (size_t)((b * g->H + h) * g->S * g->HD) * es;
+  const char *K = (const char *)k->data + (size_t)((b * g->KVH + kh) * g->S * g->HD) * es;
+  DT_CHECK(gemm(ctx, t, false, true, g->S, g->S, g->HD, g->scale, Q, g->HD, K, g->HD, 0.0, P, g->S));
+  softmax_rows(t, P, g->S);
+  return DT_OK;
 }
 
 static dt_status sdpa_kernel(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor *const *in,
@@ -343,21 +388,20 @@ static dt_status sdpa_kernel(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor 
   const dt_array *q = &in[0]->local, *k = &in[1]->local, *v = &in[2]->local;
   dt_array *o = &out[0]->local;
   if (g.B * g.H * g.S == 0) return DT_OK;
-  double *P = dt_host_calloc(ctx, (size_t)(g.S * g.S) * sizeof(double));
+  dt_dtype t = q->dtype;
+  size_t es = dt_dtype_size(t);
+  void *P = dt_host_alloc(ctx, (size_t)(g.S * g.S) * es);
   if (!P) return dt_error(ctx, DT_ERR_NOMEM, "sdpa", "scores");
-  for (int64_t b = 0; b < g.B; b++)
-    for (int64_t h = 0; h < g.H; h++) {
-      sdpa_probs(q, k, &g, b, h, P);
-      int64_t ob = (b * g.H + h) * g.S * g.HD, vb = (b * g.KVH + h / g.group) * g.S * g.HD;
-      for (int64_t i = 0; i < g.S; i++)
-        for (int64_t d = 0; d < g.HD; d++) {
-          double acc = 0;
-          for (int64_t j = 0; j <= i; j++) acc += P[i * g.S + j] * load(v, vb + j * g.HD + d);
-          store(o, ob + i * g.HD + d, acc);
-        }
+  dt_status s = DT_OK;
+  for (int64_t b = 0; b < g.B && s == DT_OK; b++)
+    for (int64_t h = 0; h < g.H && s == DT_OK; h++) {
+      s = sdpa_probs(ctx, t, q, k, &g, b, h, P);
+      const char *V = (const char *)v->data + (size_t)((b * g.KVH + h / g.group) * g.S * g.HD) * es;
+      char *O = (char *)o->data + (size_t)((b * g.H + h) * g.S * g.HD) * es;
+      if (s == DT_OK) s = gemm(ctx, t, false, false, g.S, g.HD, g.S, 1.0, P, g.S, V, g.HD, 0.0, O, g.HD);
     }
   dt_host_free(ctx, P);
-  return DT_OK;
+  return s;
 }
 
 /* The backward kernel: dq (want_q) or dk, dv, from q, k, v, dout. */
@@ -369,54 +413,39 @@ static dt_status sdpa_bwd_run(dt_ctx *ctx, const char *name, const dt_tensor *co
   if (dO->numel != q->numel) return dt_error(ctx, DT_ERR_INTERNAL, name, "dout shape differs from q");
   dt_array *dq = want_q ? &out[0]->local : NULL, *dk = want_q ? NULL : &out[0]->local,
            *dv = want_q ? NULL : &out[1]->local;
+  if (!want_q) { /* accumulated over each group's query heads */
+    if (dk->numel) memset(dk->data, 0, dt_array_bytes(dk));
+    if (dv->numel) memset(dv->data, 0, dt_array_bytes(dv));
+  }
   if (g.B * g.H * g.S == 0) return DT_OK;
-  size_t ss = (size_t)(g.S * g.S);
-  size_t kvn = want_q ? 0 : (size_t)(g.B * g.KVH * g.S * g.HD);
-  double *P = dt_host_calloc(ctx, (2 * ss + 2 * kvn) * sizeof(double));
+  dt_dtype t = q->dtype;
+  size_t es = dt_dtype_size(t), ss = (size_t)(g.S * g.S);
+  char *P = dt_host_alloc(ctx, 2 * ss * es);
   if (!P) return dt_error(ctx, DT_ERR_NOMEM, name, "scratch");
-  double *dS = P + ss, *adk = dS + ss, *adv = adk + kvn; /* dK, dV accumulated over a group */
-  for (int64_t b = 0; b < g.B; b++)
-    for (int64_t h = 0; h < g.H; h++) {
-      sdpa_probs(q, k, &g, b, h, P);
-      int64_t qb = (b * g.H + h) * g.S * g.HD, kb = (b * g.KVH + h / g.group) * g.S * g.HD;
-      for (int64_t i = 0; i < g.S; i++) {
-        /* dP[i][j] = dO[i] . V[j]; dS = P (dP - sum_j dP P) */
-        double rs = 0;
-        for (int64_t j = 0; j <= i; j++) {
-          double dp = 0;
-          for (int64_t d = 0; d < g.HD; d++) dp += load(dO, qb + i * g.HD + d) * load(v, kb + j * g.HD + d);
-          dS[i * g.S + j] = dp;
-          rs += dp * P[i * g.S + j];
-        }
-        for (int64_t j = 0; j <= i; j++) dS[i * g.S + j] = P[i * g.S + j] * (dS[i * g.S + j] - rs);
-      }
+  char *dS = P + ss * es;
+  dt_status s = DT_OK;
+  for (int64_t b = 0; b < g.B && s == DT_OK; b++)
+    for (int64_t h = 0; h < g.H && s == DT_OK; h++) {
+      size_t qo = (size_t)((b * g.H + h) * g.S * g.HD) * es;
+      size_t ko = (size_t)((b * g.KVH + h / g.group) * g.S * g.HD) * es;
+      const char *Q = (const char *)q->data + qo, *DO = (const char *)dO->data + qo;
+      const char *K = (const char *)k->data + ko, *V = (const char *)v->data + ko;
+      s = sdpa_probs(ctx, t, q, k, &g, b, h, P);
+      /* dP = dO V^T, then dS in place */
+      if (s == DT_OK) s = gemm(ctx, t, false, true, g.S, g.S, g.HD, 1.0, DO, g.HD, V, g.HD, 0.0, dS, g.S);
+      if (s != DT_OK) break;
+      dsoft_rows(t, P, dS, g.S);
       if (want_q) {
-        for (int64_t i = 0; i < g.S; i++)
-          for (int64_t d = 0; d < g.HD; d++) {
-            double acc = 0;
-            for (int64_t j = 0; j <= i; j++) acc += dS[i * g.S + j] * load(k, kb + j * g.HD + d);
-            store(dq, qb + i * g.HD + d, acc * g.scale);
-          }
+        char *DQ = (char *)dq->data + qo;
+        s = gemm(ctx, t, false, false, g.S, g.HD, g.S, g.scale, dS, g.S, K, g.HD, 0.0, DQ, g.HD);
       } else {
-        for (int64_t j = 0; j < g.S; j++)
-          for (int64_t d = 0; d < g.HD; d++) {
-            double ak = 0, av = 0;
-            for (int64_t i = j; i < g.S; i++) {
-              ak += dS[i * g.S + j] * load(q, qb + i * g.HD + d);
-              av += P[i * g.S + j] * load(dO, qb + i * g.HD + d);
-            }
-            adk[kb + j * g.HD + d] += ak * g.scale;
-            adv[kb + j * g.HD + d] += av;
-          }
+        char *DK = (char *)dk->data + ko, *DV = (char *)dv->data + ko;
+        s = gemm(ctx, t, true, false, g.S, g.HD, g.S, g.scale, dS, g.S, Q, g.HD, 1.0, DK, g.HD);
+        if (s == DT_OK) s = gemm(ctx, t, true, false, g.S, g.HD, g.S, 1.0, P, g.S, DO, g.HD, 1.0, DV, g.HD);
       }
-    }
-  if (!want_q)
-    for (size_t e = 0; e < kvn; e++) {
-      store(dk, (int64_t)e, adk[e]);
-      store(dv, (int64_t)e, adv[e]);
     }
   dt_host_free(ctx, P);
-  return DT_OK;
+  return s;
 }
 
 static dt_status bwd_q_kernel(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor *const *in,

@@ -1,0 +1,636 @@
+/* lib/nn/model.c: TorchTitan's Llama 3 (torchtitan-llama.md 1.1-1.6) on DTensor
+ * ops with autograd, and AdamW.
+ *
+ * Configs: the four flavours of the reference table (1.5); FFN hidden size and
+ * parameter count computed as TorchTitan does (1.3, 1.6).
+ *
+ * Modules: a flat list, parents before children, each with TorchTitan's fqn:
+ *   "" (the model), tok_embeddings, then per layer N: layers.N (block),
+ *   layers.N.attention_norm, layers.N.attention, layers.N.attention.{wq,wk,wv,wo},
+ *   layers.N.ffn_norm, layers.N.feed_forward, layers.N.feed_forward.{w1,w2,w3};
+ *   then norm, output. A module's index is its RNG stream.
+ *
+ * Weights (dt_model_materialize): generated with dt_tensor_rand on the module's
+ * placements wpl (sharding-invariant: element i of the global weight depends on
+ * (seed, stream, i) only). Normal: N(0, std). Ones: norms. Truncated normal: a
+ * uniform u of the same global element is mapped by the inverse normal CDF into
+ * [-b, b] std (the inverse-CDF method of PyTorch's trunc_normal_), an elementwise
+ * transform of a sharding-invariant uniform, so it is invariant too.
+ *
+ * Tape lifetime: weights are leaves of a long-lived tape (m->tape); each step's
+ * graph is recorded on a tape of its own (m->step_tape, made by the first
+ * forward after end_step) whose ops read the weight variables of m->tape.
+ * dt_backward on the step tape accumulates the weights' gradients into those
+ * variables (lib/autograd records input pointers and accumulates into them,
+ * whichever tape made them); dt_model_end_step frees the step tape (all
+ * activations) and keeps weights and gradients. The optimizer updates the
+ * weight values in place.
+ *
+ * Hooks: pre(inputs) / post(outputs) at every module boundary: tok_embeddings
+ * (ids / h), every linear (x / y), every norm (x / y), attention (x / out),
+ * feed_forward (x / out), each block (h / h); the model root's hooks are not
+ * called. Hooks receive the step tape.
+ *
+ * AdamW: PyTorch's torch.optim.AdamW (decoupled weight decay applied first,
+ * bias-corrected moments), on local shards after the gradient is
+ * redistributed to the weight's placements. Host (CPU) arrays only.
+ */
+#include "config.h"
+
+#include <float.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "nn/nn.h"
+
+/* ---- configs --------------------------------------------------------------------- */
+
+/* Shared by every Llama 3 flavour (torchtitan-llama.md 1.3, 1.5). */
+static const double LLAMA_NORM_EPS = 1e-5;
+static const double LLAMA3_ROPE_THETA = 500000.0;
+
+typedef struct flavour {
+  const char *name;
+  int dim, n_layers, n_heads, n_kv_heads, vocab, multiple_of;
+  double ffn_mult;
+} flavour;
+
+/* torchtitan-llama.md 1.5 (llama3_args @ v0.2.0) */
+static const flavour FLAVOURS[] = {
+    {"debugmodel", 256, 6, 16, 16, 2048, 256, 0.0},
+    {"8B", 4096, 32, 32, 8, 128256, 1024, 1.3},
+    {"70B", 8192, 80, 64, 8, 128256, 4096, 1.3},
+    {"405B", 16384, 126, 128, 8, 128256, 4096, 1.2},
+};
+enum { N_FLAVOURS = sizeof FLAVOURS / sizeof FLAVOURS[0] };
+
+dt_status dt_llama_config_get(dt_ctx *ctx, const char *name, dt_llama_config *out) {
+  if (!name || !out) return dt_error(ctx, DT_ERR_INVALID, "dt_llama_config_get", "NULL argument");
+  for (int i = 0; i < N_FLAVOURS; i++) {
+    const flavour *f = &FLAVOURS[i];
+    if (strcmp(name, f->name) != 0) continue;
+    memset(out, 0, sizeof *out);
+    snprintf(out->name, sizeof out->name, "%s", f->name);
+    out->dim = f->dim;
+    out->n_layers = f->n_layers;
+    out->n_heads = f->n_heads;
+    out->n_kv_heads = f->n_kv_heads;
+    out->vocab = f->vocab;
+    out->multiple_of = f->multiple_of;
+    out->ffn_dim_multiplier = f->ffn_mult;
+    out->norm_eps = LLAMA_NORM_EPS;
+    out->rope_theta = LLAMA3_ROPE_THETA;
+    out->rope_scaling = true;
+    out->depth_init = true;
+    return DT_OK;
+  }
+  return dt_error(ctx, DT_ERR_INVALID, "dt_llama_config_get",
+                  "unknown model \"%s\" (known: debugmodel, 8B, 70B, 405B)", name);
+}
+
+int dt_llama_ffn_hidden(const dt_llama_config *c) {
+  /* FeedForward(hidden_dim = 4*dim): int(2*hidden/3), int(mult*h), round up to multiple_of */
+  int h = (int)(2.0 * (4.0 * c->dim) / 3.0);
+  if (c->ffn_dim_multiplier != 0) h = (int)(c->ffn_dim_multiplier * h);
+  int mo = c->multiple_of > 0 ? c->multiple_of : 1;
+  return mo * ((h + mo - 1) / mo);
+}
+
+int64_t dt_llama_nparams(const dt_llama_config *c) {
+  int64_t D = c->dim, V = c->vocab, hd = c->dim / c->n_heads, F = dt_llama_ffn_hidden(c);
+  int64_t H = c->n_heads, KV = c->n_kv_heads;
+  int64_t attn = D * H * hd + 2 * D * KV * hd + H * hd * D;
+  int64_t layer = attn + 3 * D * F + 2 * D; /* + attention_norm, ffn_norm */
+  return V * D + (int64_t)c->n_layers * layer + D + V * D; /* embedding, layers, norm, output */
+}
+
+dt_status dt_llama_config_check(dt_ctx *ctx, const dt_llama_config *c) {
+  const char *who = "dt_llama_config_check";
+  if (!c) return dt_error(ctx, DT_ERR_INVALID, who, "NULL config");
+  if (!memchr(c->name, 0, sizeof c->name))
+    return dt_error(ctx, DT_ERR_INVALID, who, "name is not NUL-terminated");
+  if (c->dim <= 0 || c->n_layers <= 0 || c->n_heads <= 0 || c->n_kv_heads <= 0 || c->vocab <= 0 ||
+      c->multiple_of <= 0)
+    return dt_error(ctx, DT_ERR_INVALID, who,
+                    "dim %d, n_layers %d, n_heads %d, n_kv_heads %d, vocab %d, multiple_of %d "
+                    "must all be > 0",
+                    c->dim, c->n_layers, c->n_heads, c->n_kv_heads, c->vocab, c->multiple_of);
+  if (c->dim % c->n_heads)
+    return dt_error(ctx, DT_ERR_INVALID, who, "dim %d is not a multiple of n_heads %d", c->dim,
+                    c->n_heads);
+  if (c->n_heads % c->n_kv_heads)
+    return dt_error(ctx, DT_ERR_INVALID, who, "n_heads %d is not a multiple of n_kv_heads %d",
+                    c->n_heads, c->n_kv_heads);
+  if ((c->dim / c->n_heads) % 2)
+    return dt_error(ctx, DT_ERR_INVALID, who, "head_dim %d is odd (rope rotates pairs)",
+                    c->dim / c->n_heads);
+  if (!(c->ffn_dim_multiplier >= 0) || !isfinite(c->ffn_dim_multiplier))
+    return dt_error(ctx, DT_ERR_INVALID, who, "ffn_dim_multiplier %g (0: none, else > 0)",
+                    c->ffn_dim_multiplier);
+  if (!(c->norm_eps > 0) || !isfinite(c->norm_eps))
+    return dt_error(ctx, DT_ERR_INVALID, who, "norm_eps %g must be > 0", c->norm_eps);
+  if (!(c->rope_theta > 0) || !isfinite(c->rope_theta))
+    return dt_error(ctx, DT_ERR_INVALID, who, "rope_theta %g must be > 0", c->rope_theta);
+  if (dt_llama_ffn_hidden(c) <= 0)
+    return dt_error(ctx, DT_ERR_INVALID, who, "FFN hidden size %d <= 0", dt_llama_ffn_hidden(c));
+  return DT_OK;
+}
+
+/* ---- module tree ----------------------------------------------------------------- */
+
+/* Truncation bounds in units of std: output's +-3 std (1.4); the other truncated
+ * inits use PyTorch's trunc_normal_ default absolute bounds [-2, 2]. */
+static const double OUTPUT_TRUNC_STD = 3.0;
+static const double TRUNC_ABS_BOUND = 2.0;
+/* Init std of wq, wk, wv, w1 (and of wo, w2, w3 before depth scaling), 1.4 */
+static const double LINEAR_INIT_STD = 0.02;
+/* Modules per transformer block: the block, attention_norm, attention, wq, wk, wv,
+ * wo, ffn_norm, feed_forward, w1, w2, w3 */
+enum { MODS_PER_LAYER = 12 };
+
+static dt_module *add_mod(dt_model *m, const char *fqn, dt_module_kind kind) {
+  dt_module *md = &m->mods[m->n_mods];
+  memset(md, 0, sizeof *md);
+  snprintf(md->fqn, sizeof md->fqn, "%s", fqn);
+  md->kind = kind;
+  md->index = m->n_mods++;
+  return md;
+}
+
+static void set_weight(dt_module *md, int ndim, int64_t d0, int64_t d1, dt_init_kind init,
+                       double std, double trunc_std) {
+  md->wndim = ndim;
+  md->wshape[0] = d0;
+  md->wshape[1] = d1;
+  md->init = init;
+  md->init_std = std;
+  md->init_trunc = trunc_std;
+}
+
+static void add_linear(dt_model *m, const char *fqn, int64_t out, int64_t in, double std) {
+  dt_module *md = add_mod(m, fqn, DT_MOD_LINEAR);
+  set_weight(md, 2, out, in, DT_INIT_TRUNC_NORMAL, std, TRUNC_ABS_BOUND / std);
+}
+
+static void add_norm(dt_model *m, const char *fqn, int64_t dim) {
+  dt_module *md = add_mod(m, fqn, DT_MOD_RMSNORM);
+  set_weight(md, 1, dim, 0, DT_INIT_ONES, 0, 0);
+}
+
+dt_status dt_model_create(dt_ctx *ctx, dt_mesh *mesh, const dt_llama_config *cfg, dt_dtype dtype,
+                          uint64_t seed, dt_model **out) {
+  const char *who = "dt_model_create";
+  if (!ctx || !mesh || !cfg || !out) return dt_error(ctx, DT_ERR_INVALID, who, "NULL argument");
+  *out = NULL;
+  DT_CHECK(dt_llama_config_check(ctx, cfg));
+  if (dtype != DT_F32 && dtype != DT_F64)
+    return dt_error(ctx, DT_ERR_INVALID, who, "dtype must be f32 or f64");
+  dt_model *m = dt_host_calloc(ctx, sizeof *m);
+  if (!m) return dt_error(ctx, DT_ERR_NOMEM, who, "no memory");
+  int cap = 2 + MODS_PER_LAYER * cfg->n_layers + 2;
+  m->mods = dt_host_calloc(ctx, (size_t)cap * sizeof *m->mods);
+  m->adam_m = dt_host_calloc(ctx, (size_t)cap * sizeof *m->adam_m);
+  m->adam_v = dt_host_calloc(ctx, (size_t)cap * sizeof *m->adam_v);
+  if (!m->mods || !m->adam_m || !m->adam_v) {
+    dt_model_free(ctx, m);
+    return dt_error(ctx, DT_ERR_NOMEM, who, "no memory for %d modules", cap);
+  }
+  m->cfg = *cfg;
+  m->mesh = mesh;
+  m->dtype = dtype;
+  m->seed = seed;
+  const int64_t D = cfg->dim, V = cfg->vocab, hd = cfg->dim / cfg->n_heads;
+  const int64_t F = dt_llama_ffn_hidden(cfg), QD = cfg->n_heads * hd, KVD = cfg->n_kv_heads * hd;
+  add_mod(m, "", DT_MOD_MODEL);
+  set_weight(add_mod(m, "tok_embeddings", DT_MOD_EMBEDDING), 2, V, D, DT_INIT_NORMAL, 1.0, 0);
+  char f[64];
+  for (int l = 0; l < cfg->n_layers; l++) {
+    double deep = cfg->depth_init ? LINEAR_INIT_STD / sqrt(2.0 * (l + 1))
+                                  : LINEAR_INIT_STD / sqrt(2.0 * cfg->n_layers);
+#define FQN(...) (snprintf(f, sizeof f, __VA_ARGS__), f)
+    add_mod(m, FQN("layers.%d", l), DT_MOD_BLOCK);
+    add_norm(m, FQN("layers.%d.attention_norm", l), D);
+    add_mod(m, FQN("layers.%d.attention", l), DT_MOD_ATTENTION);
+    add_linear(m, FQN("layers.%d.attention.wq", l), QD, D, LINEAR_INIT_STD);
+    add_linear(m, FQN("layers.%d.attention.wk", l), KVD, D, LINEAR_INIT_STD);
+    add_linear(m, FQN("layers.%d.attention.wv", l), KVD, D, LINEAR_INIT_STD);
+    add_linear(m, FQN("layers.%d.attention.wo", l), D, QD, deep);
+    add_norm(m, FQN("layers.%d.ffn_norm", l), D);
+    add_mod(m, FQN("layers.%d.feed_forward", l), DT_MOD_FEEDFORWARD);
+    add_linear(m, FQN("layers.%d.feed_forward.w1", l), F, D, LINEAR_INIT_STD);
+    add_linear(m, FQN("layers.%d.feed_forward.w2", l), D, F, deep);
+    add_linear(m, FQN("layers.%d.feed_forward.w3", l), F, D, deep);
+#undef FQN
+  }
+  add_norm(m, "norm", D);
+  dt_module *o = add_mod(m, "output", DT_MOD_LINEAR);
+  set_weight(o, 2, V, D, DT_INIT_TRUNC_NORMAL, 1.0 / sqrt((double)D), OUTPUT_TRUNC_STD);
+  *out = m;
+  return DT_OK;
+}
+
+void dt_model_free(dt_ctx *ctx, dt_model *m) {
+  if (!m) return;
+  dt_tape_free(m->step_tape);
+  dt_tape_free(m->tape);
+  for (int i = 0; i < m->n_mods; i++) {
+    if (m->adam_m && m->adam_m[i].mesh) dt_tensor_free(ctx, &m->adam_m[i]);
+    if (m->adam_v && m->adam_v[i].mesh) dt_tensor_free(ctx, &m->adam_v[i]);
+  }
+  dt_host_free(ctx, m->adam_m);
+  dt_host_free(ctx, m->adam_v);
+  dt_host_free(ctx, m->mods);
+  dt_host_free(ctx, m);
+}
+
+dt_module *dt_model_find(dt_model *m, const char *fqn) {
+  if (!m || !fqn) return NULL;
+  for (int i = 0; i < m->n_mods; i++)
+    if (!strcmp(m->mods[i].fqn, fqn)) return &m->mods[i];
+  return NULL;
+}
+
+/* ---- initialisation --------------------------------------------------------------- */
+
+/* Acklam's rational approximation of the inverse normal CDF for p in (0, 0.5]
+ * (relative error < 1.2e-9), refined by one Halley step on erfc, which brings
+ * it to full double precision. Published coefficients, not tunables. */
+static double inv_phi_lower(double p) {
+  static const double a[6] = {-3.969683028665376e+01, 2.209460984245205e+02,
+                              -2.759285104469687e+02, 1.383577518672690e+02,
+                              -3.066479806614716e+01, 2.506628277459239e+00};
+  static const double b[5] = {-5.447609879822406e+01, 1.615858368580409e+02,
+                              -1.556989798598866e+02, 6.680131188771972e+01,
+                              -1.328068155288572e+01};
+  static const double c[6] = {-7.784894002430293e-03, -3.223964580411365e-01,
+                              -2.400758277161838e+00, -2.549732539343734e+00,
+                              4.374664141464968e+00,  2.938163982698783e+00};
+  static const double d[4] = {7.784695709041462e-03, 3.224671290700398e-01,
+                              2.445134137142996e+00, 3.754408661907416e+00};
+  static const double P_LOW = 0.02425; /* Acklam's split between tail and central region */
+  double x;
+  if (p < P_LOW) {
+    double q = sqrt(-2 * log(p));
+    x = (((((c[0] * q + c[1]) * q + c[2]) * q + c[3]) * q + c[4]) * q + c[5]) /
+        ((((d[0] * q + d[1]) * q + d[2]) * q + d[3]) * q + 1);
+  } else {
+    double q = p - 0.5, r = q * q;
+    x = (((((a[0] * r + a[1]) * r + a[2]) * r + a[3]) * r + a[4]) * r + a[5]) * q /
+        (((((b[0] * r + b[1]) * r + b[2]) * r + b[3]) * r + b[4]) * r + 1);
+  }
+  double e = 0.5 * erfc(-x / sqrt(2.0)) - p;
+  double u = e * 2.5066282746310002 /* sqrt(2 pi) */ * exp(x * x / 2);
+  return x - u / (1 + x * u / 2);
+}
+
+/* A standard normal truncated to [-bound, bound] from a uniform u in [0, 1):
+ * x = Phi^-1(lo + u mass), lo = Phi(-bound), mass = Phi(bound) - Phi(-bound),
+ * evaluated on the lower half for both halves (by symmetry) so the upper tail
+ * keeps its precision. */
+static double trunc_normal_from_uniform(double u, double lo, double mass, double bound) {
+  bool upper = u >= 0.5;
+  double p = lo + (upper ? 1.0 - u : u) * mass;
+  if (p < DBL_MIN) p = DBL_MIN; /* bound so wide that Phi(-bound) underflows and u == 0 */
+  if (p > 0.5) p = 0.5;
+  double x = inv_phi_lower(p);
+  if (x < -bound) x = -bound; /* rounding at the edge */
+  return upper ? -x : x;
+}
+
+static dt_status gen_weight(dt_ctx *ctx, dt_model *m, const dt_module *md, dt_tensor *out) {
+  const dt_placement *pl = md->wpl;
+  uint64_t stream = (uint64_t)md->index;
+  switch (md->init) {
+  case DT_INIT_NORMAL:
+    return dt_tensor_rand(ctx, m->mesh, md->wndim, md->wshape, m->dtype, pl, m->seed, stream,
+                          DT_RNG_NORMAL, 0.0, md->init_std, out);
+  case DT_INIT_ONES: /* uniform with a = 1, b = 0: exactly 1 */
+    return dt_tensor_rand(ctx, m->mesh, md->wndim, md->wshape, m->dtype, pl, m->seed, stream,
+                          DT_RNG_UNIFORM, 1.0, 0.0, out);
+  case DT_INIT_NONE: /* zeros */
+    return dt_tensor_rand(ctx, m->mesh, md->wndim, md->wshape, m->dtype, pl, m->seed, stream,
+                          DT_RNG_UNIFORM, 0.0, 0.0, out);
+  case DT_INIT_TRUNC_NORMAL: break;
+  }
+  dt_tensor u;
+  DT_CHECK(dt_tensor_rand(ctx, m->mesh, md->wndim, md->wshape, DT_F64, pl, m->seed, stream,
+                          DT_RNG_UNIFORM, 0.0, 1.0, &u));
+  dt_status s = dt_tensor_rand(ctx, m->mesh, md->wndim, md->wshape, m->dtype, pl, m->seed, stream,
+                               DT_RNG_UNIFORM, 0.0, 0.0, out);
+  if (s != DT_OK) {
+    dt_tensor_free(ctx, &u);
+    return s;
+  }
+  if (u.local.dev != DT_DEV_CPU || out->local.dev != DT_DEV_CPU ||
+      u.local.numel != out->local.numel) {
+    dt_tensor_free(ctx, &u);
+    dt_tensor_free(ctx, out);
+    return dt_error(ctx, DT_ERR_UNSUPPORTED, "dt_model_materialize",
+                    "%s: truncated-normal init needs host (CPU) arrays", md->fqn);
+  }
+  const double *ud = u.local.data;
+  const double bound = md->init_trunc, lo = 0.5 * erfc(bound / sqrt(2.0)), mass = erf(bound / sqrt(2.0));
+  for (int64_t i = 0; i < u.local.numel; i++) {
+    double w = md->init_std * trunc_normal_from_uniform(ud[i], lo, mass, bound);
+    if (m->dtype == DT_F32) ((float *)out->local.data)[i] = (float)w;
+    else ((double *)out->local.data)[i] = w;
+  }
+  dt_tensor_free(ctx, &u);
+  return DT_OK;
+}
+
+static void adam_state_free(dt_ctx *ctx, dt_model *m) {
+  for (int i = 0; i < m->n_mods; i++) {
+    if (m->adam_m[i].mesh) dt_tensor_free(ctx, &m->adam_m[i]);
+    if (m->adam_v[i].mesh) dt_tensor_free(ctx, &m->adam_v[i]);
+    memset(&m->adam_m[i], 0, sizeof m->adam_m[i]);
+    memset(&m->adam_v[i], 0, sizeof m->adam_v[i]);
+  }
+  m->adam_step = 0;
+}
+
+dt_status dt_model_materialize(dt_ctx *ctx, dt_model *m) {
+  if (!ctx || !m) return dt_error(ctx, DT_ERR_INVALID, "dt_model_materialize", "NULL argument");
+  /* a second call regenerates every weight (e.g. after new placements) */
+  dt_tape_free(m->step_tape);
+  m->step_tape = NULL;
+  dt_tape_free(m->tape);
+  m->tape = NULL;
+  adam_state_free(ctx, m);
+  for (int i = 0; i < m->n_mods; i++) m->mods[i].weight = NULL;
+  DT_CHECK(dt_tape_create(ctx, NULL, &m->tape));
+  for (int i = 0; i < m->n_mods; i++) {
+    dt_module *md = &m->mods[i];
+    if (md->wndim == 0) continue;
+    dt_tensor w;
+    DT_CHECK(gen_weight(ctx, m, md, &w));
+    md->weight = dt_var_leaf(m->tape, &w, true);
+    if (!md->weight) return DT_ERR_NOMEM;
+  }
+  return DT_OK;
+}
+
+/* ---- forward ----------------------------------------------------------------------- */
+
+static dt_status hook(dt_ctx *ctx, dt_model *m, dt_module *md, bool pre, dt_var **io, int n) {
+  dt_module_hook h = pre ? md->pre : md->post;
+  if (!h) return DT_OK;
+  return h(ctx, md, m->step_tape, io, n, md->hook_state);
+}
+
+static dt_status op1(dt_model *m, const dt_op *op, const dt_op_attrs *a, dt_var *x, dt_var **y) {
+  dt_var *in[1] = {x};
+  return dt_ad_op(m->step_tape, op, a, in, y);
+}
+
+static dt_status op2(dt_model *m, const dt_op *op, const dt_op_attrs *a, dt_var *x, dt_var *w,
+                     dt_var **y) {
+  dt_var *in[2] = {x, w};
+  return dt_ad_op(m->step_tape, op, a, in, y);
+}
+
+/* A module with a weight applied to one input: pre hook, op(x, W), post hook. */
+static dt_status run_weighted(dt_ctx *ctx, dt_model *m, dt_module *md, const dt_op *op,
+                              const dt_op_attrs *a, dt_var *x, dt_var **y) {
+  dt_var *io[1] = {x};
+  DT_CHECK(hook(ctx, m, md, true, io, 1));
+  DT_CHECK(op2(m, op, a, io[0], md->weight, y));
+  io[0] = *y;
+  DT_CHECK(hook(ctx, m, md, false, io, 1));
+  *y = io[0];
+  return DT_OK;
+}
+
+static dt_status linear(dt_ctx *ctx, dt_model *m, dt_module *md, dt_var *x, dt_var **y) {
+  return run_weighted(ctx, m, md, &dt_op_linear, NULL, x, y);
+}
+
+static dt_status rmsnorm(dt_ctx *ctx, dt_model *m, dt_module *md, dt_var *x, dt_var **y) {
+  dt_op_attrs a = DT_OP_ATTRS_INIT;
+  a.scalar = m->cfg.norm_eps;
+  return run_weighted(ctx, m, md, &dt_op_rms_norm, &a, x, y);
+}
+
+static dt_op_attrs shape_attrs(int n, const int64_t *shape) {
+  dt_op_attrs a = DT_OP_ATTRS_INIT;
+  a.shape_n = n;
+  for (int i = 0; i < n; i++) a.shape[i] = shape[i];
+  return a;
+}
+
+static dt_op_attrs transpose_attrs(int d0, int d1) {
+  dt_op_attrs a = DT_OP_ATTRS_INIT;
+  a.i0 = d0;
+  a.i1 = d1;
+  return a;
+}
+
+/* Attention (1.2) on x [b, s, dim] (after attention_norm) -> [b, s, dim]. mods: the
+ * attention module, then wq, wk, wv, wo. */
+static dt_status attention(dt_ctx *ctx, dt_model *m, dt_module *mods, dt_var *x, dt_var **y) {
+  dt_module *att = &mods[0];
+  dt_var *io[1] = {x};
+  DT_CHECK(hook(ctx, m, att, true, io, 1));
+  x = io[0];
+  const dt_tensor *xv = dt_var_value(x);
+  const int64_t b = xv->gshape[0], s = xv->gshape[1], hd = m->cfg.dim / m->cfg.n_heads;
+  dt_var *q, *k, *v;
+  DT_CHECK(linear(ctx, m, &mods[1], x, &q));
+  DT_CHECK(linear(ctx, m, &mods[2], x, &k));
+  DT_CHECK(linear(ctx, m, &mods[3], x, &v));
+  /* heads inferred (-1) as TorchTitan does, since TP may shard them */
+  const int64_t hshape[4] = {b, s, -1, hd};
+  dt_op_attrs va = shape_attrs(4, hshape);
+  DT_CHECK(op1(m, &dt_op_view, &va, q, &q));
+  DT_CHECK(op1(m, &dt_op_view, &va, k, &k));
+  DT_CHECK(op1(m, &dt_op_view, &va, v, &v));
+  dt_op_attrs ra = DT_OP_ATTRS_INIT;
+  ra.scalar = m->cfg.rope_theta;
+  ra.i0 = m->cfg.rope_scaling ? 1 : 0;
+  DT_CHECK(op1(m, &dt_op_rope, &ra, q, &q));
+  DT_CHECK(op1(m, &dt_op_rope, &ra, k, &k));
+  dt_op_attrs ta = transpose_attrs(1, 2);
+  DT_CHECK(op1(m, &dt_op_transpose, &ta, q, &q));
+  DT_CHECK(op1(m, &dt_op_transpose, &ta, k, &k));
+  DT_CHECK(op1(m, &dt_op_transpose, &ta, v, &v));
+  dt_var *sin[3] = {q, k, v}, *o;
+  DT_CHECK(dt_ad_op(m->step_tape, &dt_op_sdpa, NULL, sin, &o));
+  DT_CHECK(op1(m, &dt_op_transpose, &ta, o, &o));
+  const int64_t oshape[3] = {b, s, -1};
+  dt_op_attrs rsa = shape_attrs(3, oshape);
+  DT_CHECK(op1(m, &dt_op_reshape, &rsa, o, &o));
+  DT_CHECK(linear(ctx, m, &mods[4], o, &o));
+  io[0] = o;
+  DT_CHECK(hook(ctx, m, att, false, io, 1));
+  *y = io[0];
+  return DT_OK;
+}
+
+/* SwiGLU FFN: w2(silu(w1 x) * w3 x). mods: feed_forward, w1, w2, w3. */
+static dt_status feed_forward(dt_ctx *ctx, dt_model *m, dt_module *mods, dt_var *x, dt_var **y) {
+  dt_var *io[1] = {x};
+  DT_CHECK(hook(ctx, m, &mods[0], true, io, 1));
+  dt_var *g, *u, *z;
+  DT_CHECK(linear(ctx, m, &mods[1], io[0], &g));
+  DT_CHECK(linear(ctx, m, &mods[3], io[0], &u));
+  DT_CHECK(op2(m, &dt_op_swiglu, NULL, g, u, &z));
+  DT_CHECK(linear(ctx, m, &mods[2], z, &z));
+  io[0] = z;
+  DT_CHECK(hook(ctx, m, &mods[0], false, io, 1));
+  *y = io[0];
+  return DT_OK;
+}
+
+/* A copy of a DTensor as a leaf of the step tape (no gradient). */
+static dt_status const_leaf(dt_ctx *ctx, dt_model *m, const dt_tensor *t, dt_var **out) {
+  dt_tensor c;
+  DT_CHECK(dt_tensor_from_local(ctx, t->mesh, &t->local, t->pl, t->ndim, t->gshape, &c));
+  *out = dt_var_leaf(m->step_tape, &c, false);
+  return *out ? DT_OK : DT_ERR_NOMEM;
+}
+
+dt_status dt_model_forward(dt_ctx *ctx, dt_model *m, const dt_tensor *tokens, dt_var **logits) {
+  const char *who = "dt_model_forward";
+  if (!ctx || !m || !tokens || !logits) return dt_error(ctx, DT_ERR_INVALID, who, "NULL argument");
+  *logits = NULL;
+  if (!m->tape) return dt_error(ctx, DT_ERR_INVALID, who, "call dt_model_materialize first");
+  if (tokens->ndim != 2 || tokens->dtype != DT_I64 || tokens->mesh != m->mesh)
+    return dt_error(ctx, DT_ERR_INVALID, who, "tokens must be i64 [b, s] on the model's mesh");
+  if (!m->step_tape) DT_CHECK(dt_tape_create(ctx, NULL, &m->step_tape));
+  dt_module *mods = m->mods;
+  int mi = 1; /* after the model root */
+  dt_var *io[1];
+  DT_CHECK(const_leaf(ctx, m, tokens, &io[0]));
+  dt_var *h;
+  {
+    dt_module *emb = &mods[mi++];
+    DT_CHECK(hook(ctx, m, emb, true, io, 1));
+    DT_CHECK(op2(m, &dt_op_embedding, NULL, emb->weight, io[0], &h));
+    io[0] = h;
+    DT_CHECK(hook(ctx, m, emb, false, io, 1));
+    h = io[0];
+  }
+  for (int l = 0; l < m->cfg.n_layers; l++) {
+    dt_module *blk = &mods[mi];
+    io[0] = h;
+    DT_CHECK(hook(ctx, m, blk, true, io, 1));
+    h = io[0];
+    dt_var *x, *a, *f;
+    DT_CHECK(rmsnorm(ctx, m, &blk[1], h, &x));
+    DT_CHECK(attention(ctx, m, &blk[2], x, &a));
+    DT_CHECK(op2(m, &dt_op_add, NULL, h, a, &h));
+    DT_CHECK(rmsnorm(ctx, m, &blk[7], h, &x));
+    DT_CHECK(feed_forward(ctx, m, &blk[8], x, &f));
+    DT_CHECK(op2(m, &dt_op_add, NULL, h, f, &h));
+    io[0] = h;
+    DT_CHECK(hook(ctx, m, blk, false, io, 1));
+    h = io[0];
+    mi += MODS_PER_LAYER;
+  }
+  DT_CHECK(rmsnorm(ctx, m, &mods[mi], h, &h));
+  DT_CHECK(linear(ctx, m, &mods[mi + 1], h, logits));
+  return DT_OK;
+}
+
+dt_status dt_model_loss(dt_ctx *ctx, dt_model *m, dt_var *logits, const dt_tensor *targets,
+                        dt_var **loss) {
+  if (!ctx || !m || !logits || !targets || !loss)
+    return dt_error(ctx, DT_ERR_INVALID, "dt_model_loss", "NULL argument");
+  *loss = NULL;
+  if (!m->step_tape)
+    return dt_error(ctx, DT_ERR_INVALID, "dt_model_loss", "no step: call dt_model_forward first");
+  dt_var *t;
+  DT_CHECK(const_leaf(ctx, m, targets, &t));
+  return op2(m, &dt_op_cross_entropy, NULL, logits, t, loss);
+}
+
+dt_status dt_model_backward(dt_ctx *ctx, dt_model *m, dt_var *loss) {
+  if (!ctx || !m || !loss)
+    return dt_error(ctx, DT_ERR_INVALID, "dt_model_backward", "NULL argument");
+  if (!m->step_tape)
+    return dt_error(ctx, DT_ERR_INVALID, "dt_model_backward", "no step: call dt_model_forward");
+  return dt_backward(m->step_tape, loss, NULL);
+}
+
+dt_status dt_model_end_step(dt_ctx *ctx, dt_model *m) {
+  if (!ctx || !m) return dt_error(ctx, DT_ERR_INVALID, "dt_model_end_step", "NULL argument");
+  dt_tape_free(m->step_tape);
+  m->step_tape = NULL;
+  return DT_OK;
+}
+
+/* ---- AdamW -------------------------------------------------------------------------- */
+
+static dt_status adamw_one(dt_ctx *ctx, dt_model *m, int i, const dt_adamw *o, double bc1,
+                           double bc2) {
+  dt_module *md = &m->mods[i];
+  const dt_tensor *g0 = dt_var_grad(md->weight);
+  if (!g0) return DT_OK; /* no gradient: skipped, as torch.optim does */
+  /* The optimizer owns the weights' values and updates them in place (the
+   * variable is not const; the accessor is). */
+  dt_tensor *w = (dt_tensor *)dt_var_value(md->weight);
+  /* the gradient in the weight's placements: reduced (P -> R: all_reduce, P -> S:
+   * reduce_scatter) or resharded; used as it is when it already matches */
+  bool same = true;
+  for (int d = 0; d < w->mesh_ndim; d++) same = same && dt_placement_eq(g0->pl[d], w->pl[d]);
+  dt_tensor gr = {0};
+  if (!same) DT_CHECK(dt_redistribute(ctx, g0, w->pl, DT_PLANNER_GREEDY, &gr));
+  const dt_tensor *gp = same ? g0 : &gr;
+  dt_status s = DT_OK;
+  if (!m->adam_m[i].mesh) {
+    s = dt_tensor_rand(ctx, m->mesh, w->ndim, w->gshape, w->dtype, w->pl, 0, 0, DT_RNG_UNIFORM,
+                       0.0, 0.0, &m->adam_m[i]);
+    if (s == DT_OK)
+      s = dt_tensor_rand(ctx, m->mesh, w->ndim, w->gshape, w->dtype, w->pl, 0, 0, DT_RNG_UNIFORM,
+                         0.0, 0.0, &m->adam_v[i]);
+  }
+  const dt_array *la[4] = {&w->local, &gp->local, &m->adam_m[i].local, &m->adam_v[i].local};
+  for (int j = 0; s == DT_OK && j < 4; j++)
+    if (la[j]->dev != DT_DEV_CPU || la[j]->numel != w->local.numel || la[j]->dtype != w->dtype)
+      s = dt_error(ctx, DT_ERR_UNSUPPORTED, "dt_model_adamw_step",
+                   "%s: needs host arrays of one layout and dtype", md->fqn);
+  if (s == DT_OK) {
+    const double step = o->lr / bc1, sbc2 = sqrt(bc2), decay = 1.0 - o->lr * o->weight_decay;
+    const int64_t n = w->local.numel;
+    if (w->dtype == DT_F64) {
+      double *W = w->local.data, *M = m->adam_m[i].local.data, *Vv = m->adam_v[i].local.data;
+      const double *G = gp->local.data;
+      for (int64_t e = 0; e < n; e++) {
+        W[e] *= decay;
+        M[e] = o->beta1 * M[e] + (1 - o->beta1) * G[e];
+        Vv[e] = o->beta2 * Vv[e] + (1 - o->beta2) * G[e] * G[e];
+        W[e] -= step * M[e] / (sqrt(Vv[e]) / sbc2 + o->eps);
+      }
+    } else {
+      float *W = w->local.data, *M = m->adam_m[i].local.data, *Vv = m->adam_v[i].local.data;
+      const float *G = gp->local.data;
+      for (int64_t e = 0; e < n; e++) {
+        double we = W[e] * decay;
+        double me = o->beta1 * M[e] + (1 - o->beta1) * G[e];
+        double ve = o->beta2 * Vv[e] + (1 - o->beta2) * (double)G[e] * G[e];
+        M[e] = (float)me;
+        Vv[e] = (float)ve;
+        W[e] = (float)(we - step * me / (sqrt(ve) / sbc2 + o->eps));
+      }
+    }
+  }
+  if (!same) dt_tensor_free(ctx, &gr);
+  return s;
+}
+
+dt_status dt_model_adamw_step(dt_ctx *ctx, dt_model *m, const dt_adamw *opt) {
+  if (!ctx || !m || !opt)
+    return dt_error(ctx, DT_ERR_INVALID, "dt_model_adamw_step", "NULL argument");
+  if (!m->tape)
+    return dt_error(ctx, DT_ERR_INVALID, "dt_model_adamw_step", "model not materialized");
+  m->adam_step++;
+  const double bc1 = 1.0 - pow(opt->beta1, m->adam_step);
+  const double bc2 = 1.0 - pow(opt->beta2, m->adam_step);
+  for (int i = 0; i < m->n_mods; i++) {
+    if (!m->mods[i].weight) continue;
+    DT_CHECK(adamw_one(ctx, m, i, opt, bc1, bc2));
+  }
+  dt_tape_zero_grad(m->tape);
+  return DT_OK;
+}

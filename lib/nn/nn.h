@@ -1,0 +1,121 @@
+/* lib/nn/nn.h: the Llama 3 model as TorchTitan defines it (torchtitan-llama.md 1),
+ * built from DTensor ops with autograd, plus AdamW.
+ *
+ * Modules carry TorchTitan's fully qualified names (tok_embeddings,
+ * layers.N.attention_norm, layers.N.attention.{wq,wk,wv,wo}, layers.N.ffn_norm,
+ * layers.N.feed_forward.{w1,w2,w3}, norm, output). Each module has an optional
+ * pre- and post-hook on its activations and a placement for its weight; lib/parallel
+ * installs styles through them (this layer knows nothing of styles). Weights are
+ * generated from the sharding-invariant RNG (stream = the module's index), so every
+ * layout, and the unsharded reference, starts from the same global weights.
+ */
+#ifndef DT_NN_H
+#define DT_NN_H
+
+#include "autograd/autograd.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct dt_llama_config {
+  char name[32];
+  int dim, n_layers, n_heads, n_kv_heads, vocab, multiple_of;
+  double ffn_dim_multiplier;  /* 0: none */
+  double norm_eps;            /* 1e-5 */
+  double rope_theta;          /* 500000 for every Llama 3 flavour */
+  bool rope_scaling;          /* Llama 3.1 frequency scaling */
+  bool depth_init;            /* wo/w2/w3 std 0.02/sqrt(2(layer+1)) */
+} dt_llama_config;
+
+/* "debugmodel", "8B", "70B", "405B"; DT_ERR_INVALID naming the known ones otherwise. */
+dt_status dt_llama_config_get(dt_ctx *ctx, const char *name, dt_llama_config *out);
+/* TorchTitan's FeedForward hidden size (multiple_of, ffn_dim_multiplier). */
+int dt_llama_ffn_hidden(const dt_llama_config *c);
+int64_t dt_llama_nparams(const dt_llama_config *c);
+/* Checks a config (dims divide into heads, kv heads divide heads, ...). */
+dt_status dt_llama_config_check(dt_ctx *ctx, const dt_llama_config *c);
+
+typedef enum dt_module_kind {
+  DT_MOD_EMBEDDING = 0, DT_MOD_LINEAR, DT_MOD_RMSNORM, DT_MOD_ATTENTION, DT_MOD_FEEDFORWARD,
+  DT_MOD_BLOCK, DT_MOD_MODEL
+} dt_module_kind;
+
+typedef enum dt_init_kind { DT_INIT_NONE = 0, DT_INIT_NORMAL, DT_INIT_TRUNC_NORMAL, DT_INIT_ONES } dt_init_kind;
+
+typedef struct dt_module dt_module;
+struct dt_tape;
+
+/* A hook sees the module's activations (inputs before it runs, outputs after)
+ * and may replace them (io[i] = a new var made on the tape). */
+typedef dt_status (*dt_module_hook)(dt_ctx *ctx, dt_module *m, struct dt_tape *tape, dt_var **io,
+                                    int n, void *state);
+
+struct dt_module {
+  char fqn[64];
+  dt_module_kind kind;
+  int index;                       /* position in the model's module list (RNG stream) */
+  /* the weight (linear [out, in], embedding [vocab, dim], norm [dim]); none for containers */
+  int wndim;
+  int64_t wshape[2];
+  dt_init_kind init;
+  double init_std;                 /* normal / truncated normal */
+  double init_trunc;               /* truncated normal: bounds at +-init_trunc * init_std
+                                    * (output: 3; the others: TorchTitan's default absolute
+                                    * [-2, 2], i.e. 2 / init_std) */
+  dt_placement wpl[DT_MAX_MESH_DIMS]; /* the weight's placements (R unless a style says) */
+  dt_var *weight;                  /* on the model's tape; NULL before materialize */
+  dt_module_hook pre, post;        /* installed by lib/parallel; NULL: none */
+  void *hook_state;                /* owned by whoever installed the hooks */
+};
+
+typedef struct dt_model {
+  dt_llama_config cfg;
+  dt_mesh *mesh;
+  dt_dtype dtype;
+  uint64_t seed;
+  int n_mods;
+  dt_module *mods;                 /* every module, parents before children */
+  struct dt_tape *tape;            /* long-lived: holds only the weights (leaves) and
+                                    * their gradients */
+  struct dt_tape *step_tape;       /* one step's graph (activations), recorded on a tape
+                                    * of its own whose ops read the weight vars of `tape`;
+                                    * made by the first forward, freed by end_step. Hooks
+                                    * receive this tape. */
+  /* AdamW state per module weight (same placements as the weight) */
+  dt_tensor *adam_m, *adam_v;
+  int adam_step;
+} dt_model;
+
+/* Builds the module tree (no weights yet). seq_len bounds the rope positions. */
+dt_status dt_model_create(dt_ctx *ctx, dt_mesh *mesh, const dt_llama_config *cfg, dt_dtype dtype,
+                          uint64_t seed, dt_model **out);
+void dt_model_free(dt_ctx *ctx, dt_model *m);
+/* The module with this fqn, or NULL. */
+dt_module *dt_model_find(dt_model *m, const char *fqn);
+/* Generates every weight with its module's wpl from the RNG (no comm). Call after
+ * the placements are set (lib/parallel) and before the first forward. */
+dt_status dt_model_materialize(dt_ctx *ctx, dt_model *m);
+/* One forward on the model's tape: tokens i64 [b, s] (a DTensor on the model's
+ * mesh) -> logits var [b, s, vocab]. Hooks run at every module boundary. */
+dt_status dt_model_forward(dt_ctx *ctx, dt_model *m, const dt_tensor *tokens, dt_var **logits);
+/* Mean cross-entropy of logits against targets (i64 [b, s]) -> 0-d loss var. */
+dt_status dt_model_loss(dt_ctx *ctx, dt_model *m, dt_var *logits, const dt_tensor *targets,
+                        dt_var **loss);
+/* Backward from the loss; afterwards every weight var has its gradient. */
+dt_status dt_model_backward(dt_ctx *ctx, dt_model *m, dt_var *loss);
+/* Drops the step's graph (activations, non-leaf vars), keeping weights and grads. */
+dt_status dt_model_end_step(dt_ctx *ctx, dt_model *m);
+
+typedef struct dt_adamw {
+  double lr, beta1, beta2, eps, weight_decay;
+} dt_adamw;
+#define DT_ADAMW_DEFAULT {8e-4, 0.9, 0.95, 1e-8, 0.1}
+/* One AdamW step on every weight from its gradient (reduced to the weight's
+ * placements first), decoupled weight decay, bias correction; clears grads. */
+dt_status dt_model_adamw_step(dt_ctx *ctx, dt_model *m, const dt_adamw *opt);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

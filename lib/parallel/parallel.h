@@ -1,0 +1,110 @@
+/* lib/parallel/parallel.h: ParallelStyles, parallelize_module, plans and data parallel.
+ *
+ * Styles are data (dtensor-semantics.md 4): ColwiseParallel, RowwiseParallel,
+ * SequenceParallel, PrepareModuleInput, PrepareModuleOutput with PyTorch's
+ * input_layouts, desired_input_layouts, output_layouts, use_local_output and
+ * defaults. dt_parallelize_module matches fqn patterns token by token with
+ * fnmatch and installs each style as module hooks plus weight placements on one
+ * mesh dim. Plans are files (plans/NAME.plan) parsed here.
+ */
+#ifndef DT_PARALLEL_H
+#define DT_PARALLEL_H
+
+#include "nn/nn.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum dt_style_kind {
+  DT_STYLE_COLWISE = 0, DT_STYLE_ROWWISE, DT_STYLE_SEQUENCE, DT_STYLE_PREPARE_INPUT,
+  DT_STYLE_PREPARE_OUTPUT
+} dt_style_kind;
+
+enum { DT_STYLE_MAX_ARGS = 4 };
+
+/* A layout of one activation argument on the style's mesh dim; `none` = leave it. */
+typedef struct dt_style_layout {
+  bool none;
+  dt_placement pl;
+} dt_style_layout;
+
+typedef struct dt_style {
+  dt_style_kind kind;
+  int n_in;                                   /* arguments the layouts describe */
+  dt_style_layout input_layouts[DT_STYLE_MAX_ARGS];
+  dt_style_layout desired_input_layouts[DT_STYLE_MAX_ARGS];
+  int n_out;
+  dt_style_layout output_layouts[DT_STYLE_MAX_ARGS];
+  dt_style_layout desired_output_layouts[DT_STYLE_MAX_ARGS];
+  bool use_local_output;
+  int sequence_dim;                           /* SequenceParallel (1) */
+} dt_style;
+
+/* A style with PyTorch's defaults for its kind. */
+void dt_style_default(dt_style_kind kind, dt_style *out);
+/* "ColwiseParallel(output_layouts=Shard(1))" etc. (what plan files contain). */
+int dt_style_str(const dt_style *s, char *buf, size_t n);
+
+typedef struct dt_plan_entry {
+  char pattern[96];                           /* fqn pattern, fnmatch per '.' token */
+  dt_style style;
+  int line;                                   /* where it came from (plan files) */
+  int dim;                                    /* index into dt_plan.dim_names ([dim] section) */
+} dt_plan_entry;
+
+enum { DT_PLAN_MAX_ENTRIES = 64, DT_PLAN_MAX_DIMS = 5 };
+
+/* A parsed plan file: the parallel dims and the TP entries. */
+typedef struct dt_plan {
+  char name[64];
+  char path[256];
+  int n_dims;
+  char dim_names[DT_PLAN_MAX_DIMS][32];       /* e.g. dp_replicate, tp */
+  int dim_sizes[DT_PLAN_MAX_DIMS];            /* -1: inferred from the world */
+  bool loss_parallel;
+  int n_entries;
+  dt_plan_entry entries[DT_PLAN_MAX_ENTRIES];
+} dt_plan;
+
+/* Parses a plan file. Errors: DT_ERR_INVALID with "FILE:LINE:COL: expected ..." in
+ * the ctx's last error (syntax), or a one-line message for unknown styles, bad
+ * placements, bad dims. DT_ERR_IO when the file cannot be read. */
+dt_status dt_plan_load(dt_ctx *ctx, const char *path, dt_plan *out);
+dt_status dt_plan_parse(dt_ctx *ctx, const char *text, const char *path, dt_plan *out);
+/* Resolves -1 dims against the world size; checks the plan fits the model (every
+ * pattern matches some fqn, heads and kv heads divisible by tp, seq divisible by
+ * tp under sequence parallel). One-line DT_ERR_INVALID messages. */
+dt_status dt_plan_resolve(dt_ctx *ctx, dt_plan *p, int world, const dt_llama_config *cfg,
+                          int seq_len);
+/* Index of the dim named `name` ("tp", ...) in p->dim_names, or -1. */
+int dt_plan_dim(const dt_plan *p, const char *name);
+
+/* Applies plan entries to the model's modules on mesh dim `mesh_dim` (the tp
+ * dim): weight placements and activation hooks. Call before materialize. */
+dt_status dt_parallelize_module(dt_ctx *ctx, dt_model *m, int mesh_dim, const dt_plan_entry *entries,
+                                int n_entries);
+/* fnmatch of one fqn against a pattern, token by token ('.'-separated). */
+bool dt_fqn_match(const char *pattern, const char *fqn);
+
+/* Frees the hook states dt_parallelize_module allocated in m's modules and
+ * removes its hooks (call before dt_model_free; nn.h has no destructor for
+ * hook_state). Modules whose hooks someone else installed are left alone. */
+void dt_parallelize_release(dt_ctx *ctx, dt_model *m);
+
+/* Data parallel (replicate): every weight gradient that is Partial on mesh dim
+ * dp_dim (batch-sharded activations give Partial(sum) weight gradients, since
+ * the loss is the global mean) is all-reduced to Replicate there, one
+ * all_reduce per such weight. The sum of the Partial(sum) contributions of the global
+ * mean loss is the DDP average of the per-rank mean losses' gradients. Call
+ * after dt_model_backward and before the optimizer. It uses dt_var_grad_reduce,
+ * so the rows say phase "backward" (where DDP's bucketed all_reduce runs too)
+ * and every other Partial dim of such a gradient (the tp Partial of the SP
+ * norm weights) is reduced in the same call, one all_reduce per Partial dim.
+ * DT_ERR_INVALID for a bad dim or a model not materialized. */
+dt_status dt_data_parallel_reduce_grads(dt_ctx *ctx, dt_model *m, int dp_dim);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

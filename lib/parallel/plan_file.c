@@ -1,0 +1,1012 @@
+/* lib/parallel/plan_file.c: plan files (plans/NAME.plan, format in plans/README.md),
+ * ParallelStyle defaults and printing, fqn matching and plan resolution.
+ *
+ * A plan file holds settings (name, dims, loss_parallel) and, under [dim] headers,
+ * entries "pattern = Style(kwarg=value, ...)" written as PyTorch writes them
+ * (dtensor-semantics.md 4). Styles take PyTorch's defaults for omitted kwargs.
+ * Every error is found before any work: syntax errors name FILE:LINE:COLUMN and
+ * what was expected; semantic errors are one-line DT_ERR_INVALID messages that
+ * name FILE:LINE. dt_plan_resolve infers a -1 dim from the world (TorchTitan's
+ * ParallelDims, torchtitan-llama.md 3.1) and checks the plan against a Llama
+ * config whose fqns it generates itself (torchtitan-llama.md 1.1), so this file
+ * does not depend on lib/nn code. No state outside the caller's structs.
+ */
+#include "config.h"
+#include "parallel/parallel.h"
+
+#include <ctype.h>
+#include <fnmatch.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- names --------------------------------------------------------------------- */
+
+/* Indexed by dt_style_kind. */
+static const char *const k_style_names[] = {"ColwiseParallel", "RowwiseParallel",
+                                            "SequenceParallel", "PrepareModuleInput",
+                                            "PrepareModuleOutput"};
+enum { N_STYLES = (int)(sizeof k_style_names / sizeof k_style_names[0]) };
+
+/* TorchTitan's mesh dims in mesh order (ParallelDims, torchtitan-llama.md 3.1). */
+static const char *const k_dim_names[] = {"pp", "dp_replicate", "dp_shard", "cp", "tp"};
+enum { N_DIM_NAMES = (int)(sizeof k_dim_names / sizeof k_dim_names[0]) };
+_Static_assert((int)N_DIM_NAMES == (int)DT_PLAN_MAX_DIMS, "one plan dim per TorchTitan dim");
+
+typedef enum kwarg {
+  KW_INPUT_LAYOUTS = 0, KW_DESIRED_INPUT_LAYOUTS, KW_OUTPUT_LAYOUTS, KW_DESIRED_OUTPUT_LAYOUTS,
+  KW_USE_LOCAL_OUTPUT, KW_SEQUENCE_DIM, N_KWARGS
+} kwarg;
+static const char *const k_kwarg_names[N_KWARGS] = {
+    "input_layouts", "desired_input_layouts", "output_layouts", "desired_output_layouts",
+    "use_local_output", "sequence_dim"};
+
+#define KWBIT(k) (1u << (k))
+/* The kwargs each style's constructor takes in PyTorch (style.py), by dt_style_kind. */
+static const unsigned k_style_kwargs[N_STYLES] = {
+    KWBIT(KW_INPUT_LAYOUTS) | KWBIT(KW_OUTPUT_LAYOUTS) | KWBIT(KW_USE_LOCAL_OUTPUT),
+    KWBIT(KW_INPUT_LAYOUTS) | KWBIT(KW_OUTPUT_LAYOUTS) | KWBIT(KW_USE_LOCAL_OUTPUT),
+    KWBIT(KW_SEQUENCE_DIM) | KWBIT(KW_USE_LOCAL_OUTPUT),
+    KWBIT(KW_INPUT_LAYOUTS) | KWBIT(KW_DESIRED_INPUT_LAYOUTS) | KWBIT(KW_USE_LOCAL_OUTPUT),
+    KWBIT(KW_OUTPUT_LAYOUTS) | KWBIT(KW_DESIRED_OUTPUT_LAYOUTS) | KWBIT(KW_USE_LOCAL_OUTPUT)};
+
+/* Settings allowed above the first [dim] header. */
+static const char *const k_settings[] = {"name", "dims", "loss_parallel"};
+enum { N_SETTINGS = (int)(sizeof k_settings / sizeof k_settings[0]) };
+
+/* Plan files are hand-written and a few KiB; anything over 1 MiB is not a plan. */
+enum { PLAN_FILE_MAX_BYTES = 1 << 20 };
+/* Dim sizes above this are typos, not clusters; it also keeps products in range. */
+enum { PLAN_DIM_MAX = 1 << 20 };
+/* Longest style / kwarg / dim / placement word we look at (names are < 32 chars). */
+enum { WORD_MAX = 64 };
+/* Edit distance under which a misspelt name gets a "did you mean" hint. */
+enum { SUGGEST_MAX_DIST = 3 };
+/* Longest fqn token fnmatch sees (dt_plan_entry.pattern is 96 chars). */
+enum { FQN_TOKEN_MAX = 128 };
+
+/* ---- small helpers -------------------------------------------------------------- */
+
+/* Levenshtein distance, case-insensitive, ignoring '_' (so colwise_parallel is
+ * close to ColwiseParallel); words longer than WORD_MAX count as far. */
+static int edit_distance(const char *a, const char *b) {
+  char x[WORD_MAX], y[WORD_MAX];
+  size_t n = 0, m = 0;
+  for (; *a; a++) {
+    if (*a == '_') continue;
+    if (n + 1 >= sizeof x) return WORD_MAX;
+    x[n++] = (char)tolower((unsigned char)*a);
+  }
+  for (; *b; b++) {
+    if (*b == '_') continue;
+    if (m + 1 >= sizeof y) return WORD_MAX;
+    y[m++] = (char)tolower((unsigned char)*b);
+  }
+  int row[WORD_MAX + 1];
+  for (size_t j = 0; j <= m; j++) row[j] = (int)j;
+  for (size_t i = 1; i <= n; i++) {
+    int diag = row[0];
+    row[0] = (int)i;
+    for (size_t j = 1; j <= m; j++) {
+      int up = row[j];
+      int best = diag + (x[i - 1] != y[j - 1]);
+      if (up + 1 < best) best = up + 1;
+      if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
+      row[j] = best;
+      diag = up;
+    }
+  }
+  return row[m];
+}
+
+/* The closest of names[0..n) to `w`, or NULL when none is close. */
+static const char *suggest(const char *w, const char *const *names, int n) {
+  const char *best = NULL;
+  int bestd = SUGGEST_MAX_DIST + 1;
+  for (int i = 0; i < n; i++) {
+    int d = edit_distance(w, names[i]);
+    if (d < bestd) {
+      bestd = d;
+      best = names[i];
+    }
+  }
+  return best;
+}
+
+static int find_name(const char *w, const char *const *names, int n) {
+  for (int i = 0; i < n; i++)
+    if (!strcmp(w, names[i])) return i;
+  return -1;
+}
+
+/* snprintf-style appender: counts what would be written, truncates safely. */
+typedef struct appender {
+  char *buf;
+  size_t n;
+  size_t len;
+} appender;
+
+static void app(appender *a, const char *fmt, ...) DT_PRINTF(2, 3);
+static void app(appender *a, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  size_t room = a->len < a->n ? a->n - a->len : 0;
+  int w = vsnprintf(room ? a->buf + a->len : NULL, room, fmt, ap);
+  va_end(ap);
+  if (w > 0) a->len += (size_t)w;
+}
+
+static void app_placement(appender *a, dt_placement p) {
+  switch (p.kind) {
+    case DT_PL_SHARD: app(a, "Shard(%d)", p.dim); break;
+    case DT_PL_REPLICATE: app(a, "Replicate()"); break;
+    case DT_PL_PARTIAL:
+      if (p.op == DT_RED_SUM) app(a, "Partial()");
+      else app(a, "Partial(%s)", dt_reduce_name(p.op));
+      break;
+  }
+}
+
+static void app_layout(appender *a, dt_style_layout l) {
+  if (l.none) app(a, "None");
+  else app_placement(a, l.pl);
+}
+
+static void app_tuple(appender *a, const dt_style_layout *l, int n) {
+  app(a, "(");
+  for (int i = 0; i < n; i++) {
+    if (i) app(a, ", ");
+    app_layout(a, l[i]);
+  }
+  app(a, n == 1 ? ",)" : ")");
+}
+
+static bool layout_eq(dt_style_layout a, dt_style_layout b) {
+  if (a.none || b.none) return a.none == b.none;
+  return dt_placement_eq(a.pl, b.pl);
+}
+
+static dt_style_layout lay(dt_placement p) { return (dt_style_layout){.none = false, .pl = p}; }
+
+/* ---- styles --------------------------------------------------------------------- */
+
+void dt_style_default(dt_style_kind kind, dt_style *out) {
+  memset(out, 0, sizeof *out);
+  out->kind = kind;
+  out->sequence_dim = 1; /* SequenceParallel's default: dim 1 of (bs, seq, dim) */
+  switch (kind) {
+    case DT_STYLE_COLWISE:
+      out->n_in = out->n_out = 1;
+      out->input_layouts[0] = lay(dt_replicate());
+      out->desired_input_layouts[0] = lay(dt_replicate());
+      out->output_layouts[0] = lay(dt_shard(-1));
+      out->use_local_output = true;
+      break;
+    case DT_STYLE_ROWWISE:
+      /* desired input S(-1) is for nn.Linear; an nn.Embedding wants Replicate()
+       * (PyTorch decides by module type when the style is applied). */
+      out->n_in = out->n_out = 1;
+      out->input_layouts[0] = lay(dt_shard(-1));
+      out->desired_input_layouts[0] = lay(dt_shard(-1));
+      out->output_layouts[0] = lay(dt_replicate());
+      out->use_local_output = true;
+      break;
+    case DT_STYLE_SEQUENCE:
+      /* Not kwargs: the layouts SequenceParallel implies (input taken as / made
+       * Shard(sequence_dim), output Shard(sequence_dim)), filled for the hooks. */
+      out->n_in = out->n_out = 1;
+      out->input_layouts[0] = lay(dt_shard(1));
+      out->desired_input_layouts[0] = lay(dt_shard(1));
+      out->output_layouts[0] = lay(dt_shard(1));
+      out->use_local_output = false;
+      break;
+    case DT_STYLE_PREPARE_INPUT: out->use_local_output = false; break;
+    case DT_STYLE_PREPARE_OUTPUT: out->use_local_output = true; break;
+  }
+}
+
+static void sequence_fill(dt_style *s) {
+  s->input_layouts[0] = lay(dt_shard(s->sequence_dim));
+  s->desired_input_layouts[0] = lay(dt_shard(s->sequence_dim));
+  s->output_layouts[0] = lay(dt_shard(s->sequence_dim));
+}
+
+int dt_style_str(const dt_style *s, char *buf, size_t n) {
+  appender a = {buf, n, 0};
+  if (buf && n) buf[0] = '\0';
+  if (!s || (int)s->kind < 0 || (int)s->kind >= N_STYLES) {
+    app(&a, "?");
+    return (int)a.len;
+  }
+  dt_style d;
+  dt_style_default(s->kind, &d);
+  app(&a, "%s(", k_style_names[s->kind]);
+  const char *sep = "";
+  switch (s->kind) {
+    case DT_STYLE_COLWISE:
+    case DT_STYLE_ROWWISE:
+      if (s->n_in == 1 && !layout_eq(s->input_layouts[0], d.input_layouts[0])) {
+        app(&a, "input_layouts=");
+        app_layout(&a, s->input_layouts[0]);
+        sep = ", ";
+      }
+      if (s->n_out == 1 && !layout_eq(s->output_layouts[0], d.output_layouts[0])) {
+        app(&a, "%soutput_layouts=", sep);
+        app_layout(&a, s->output_layouts[0]);
+        sep = ", ";
+      }
+      break;
+    case DT_STYLE_SEQUENCE:
+      if (s->sequence_dim != d.sequence_dim) {
+        app(&a, "sequence_dim=%d", s->sequence_dim);
+        sep = ", ";
+      }
+      break;
+    case DT_STYLE_PREPARE_INPUT:
+      app(&a, "input_layouts=");
+      app_tuple(&a, s->input_layouts, s->n_in);
+      app(&a, ", desired_input_layouts=");
+      app_tuple(&a, s->desired_input_layouts, s->n_in);
+      sep = ", ";
+      break;
+    case DT_STYLE_PREPARE_OUTPUT:
+      app(&a, "output_layouts=");
+      app_tuple(&a, s->output_layouts, s->n_out);
+      app(&a, ", desired_output_layouts=");
+      app_tuple(&a, s->desired_output_layouts, s->n_out);
+      sep = ", ";
+      break;
+  }
+  if (s->use_local_output != d.use_local_output)
+    app(&a, "%suse_local_output=%s", sep, s->use_local_output ? "True" : "False");
+  app(&a, ")");
+  return (int)a.len;
+}
+
+/* ---- fqn matching --------------------------------------------------------------- */
+
+bool dt_fqn_match(const char *pattern, const char *fqn) {
+  if (!pattern || !fqn) return false;
+  const char *p = pattern, *f = fqn;
+  for (;;) {
+    const char *pe = strchr(p, '.'), *fe = strchr(f, '.');
+    size_t pl = pe ? (size_t)(pe - p) : strlen(p);
+    size_t fl = fe ? (size_t)(fe - f) : strlen(f);
+    if (pl >= FQN_TOKEN_MAX || fl >= FQN_TOKEN_MAX) return false;
+    char pt[FQN_TOKEN_MAX], ft[FQN_TOKEN_MAX];
+    memcpy(pt, p, pl);
+    pt[pl] = '\0';
+    memcpy(ft, f, fl);
+    ft[fl] = '\0';
+    if (fnmatch(pt, ft, 0) != 0) return false;
+    if (!pe || !fe) return !pe && !fe; /* token counts must match */
+    p = pe + 1;
+    f = fe + 1;
+  }
+}
+
+int dt_plan_dim(const dt_plan *p, const char *name) {
+  if (!p || !name) return -1;
+  for (int i = 0; i < p->n_dims; i++)
+    if (!strcmp(p->dim_names[i], name)) return i;
+  return -1;
+}
+
+/* ---- the parser ----------------------------------------------------------------- */
+
+typedef struct pstate {
+  dt_ctx *ctx;
+  const char *path;
+  dt_plan *plan;
+  int line;
+  const char *ls;   /* start of the current line (column 1) */
+  const char *p;    /* cursor */
+  const char *end;  /* end of the line's content (before a comment / newline) */
+  int cur_dim;      /* the [dim] section, -1 before the first header */
+  unsigned seen;    /* settings given (bit per k_settings) */
+} pstate;
+
+static int col_of(const pstate *s, const char *at) { return (int)(at - s->ls) + 1; }
+
+/* "FILE:LINE:COL: msg" (col > 0) or "FILE:LINE: msg" (col 0) or "FILE: msg" (line 0). */
+static dt_status perr(pstate *s, int line, int col, const char *fmt, ...) DT_PRINTF(4, 5);
+static dt_status perr(pstate *s, int line, int col, const char *fmt, ...) {
+  char msg[DT_ERRMSG_LEN];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  if (line > 0 && col > 0)
+    return dt_error(s->ctx, DT_ERR_INVALID, "dt_plan_parse", "%s:%d:%d: %s", s->path, line, col,
+                    msg);
+  if (line > 0)
+    return dt_error(s->ctx, DT_ERR_INVALID, "dt_plan_parse", "%s:%d: %s", s->path, line, msg);
+  return dt_error(s->ctx, DT_ERR_INVALID, "dt_plan_parse", "%s: %s", s->path, msg);
+}
+
+static void ws(pstate *s) {
+  while (s->p < s->end && (*s->p == ' ' || *s->p == '\t' || *s->p == '\r')) s->p++;
+}
+
+static bool at(const pstate *s, char c) { return s->p < s->end && *s->p == c; }
+
+static bool is_ident_start(char c) { return isalpha((unsigned char)c) || c == '_'; }
+static bool is_ident(char c) { return isalnum((unsigned char)c) || c == '_'; }
+
+/* Reads an identifier into w (truncated names are rejected by the callers'
+ * lookups, since every known name is short); returns its length (0: none). */
+static size_t ident(pstate *s, char *w, size_t wn) {
+  const char *b = s->p;
+  if (s->p >= s->end || !is_ident_start(*s->p)) return 0;
+  while (s->p < s->end && is_ident(*s->p)) s->p++;
+  size_t l = (size_t)(s->p - b);
+  size_t c = l < wn - 1 ? l : wn - 1;
+  memcpy(w, b, c);
+  w[c] = '\0';
+  return l;
+}
+
+/* An integer at the cursor (optional '-'); false when none or out of range. */
+static bool integer(pstate *s, long lo, long hi, long *out) {
+  const char *b = s->p;
+  bool neg = at(s, '-');
+  if (neg) s->p++;
+  if (s->p >= s->end || !isdigit((unsigned char)*s->p)) {
+    s->p = b;
+    return false;
+  }
+  long v = 0;
+  bool big = false;
+  while (s->p < s->end && isdigit((unsigned char)*s->p)) {
+    if (v > PLAN_DIM_MAX) big = true; /* stop growing; still consume the digits */
+    else v = v * 10 + (*s->p - '0');
+    s->p++;
+  }
+  if (neg) v = -v;
+  if (big || v < lo || v > hi) {
+    s->p = b;
+    return false;
+  }
+  *out = v;
+  return true;
+}
+
+static const char *const k_layout_expect =
+    "expected a layout (Shard(d), Replicate(), Partial(), S(d), R, P, None or a tuple of them)";
+
+/* One layout: None or a placement word with an optional (...) group. */
+static dt_status one_layout(pstate *s, dt_style_layout *out) {
+  const char *b = s->p;
+  char w[WORD_MAX];
+  if (!ident(s, w, sizeof w)) return perr(s, s->line, col_of(s, b), "%s", k_layout_expect);
+  if (!strcmp(w, "None")) {
+    out->none = true;
+    out->pl = dt_replicate();
+    return DT_OK;
+  }
+  const char *e = s->p;
+  ws(s);
+  if (at(s, '(')) {
+    const char *open = s->p;
+    int depth = 0;
+    for (; s->p < s->end; s->p++) {
+      if (*s->p == '(') depth++;
+      else if (*s->p == ')' && --depth == 0) break;
+    }
+    if (s->p >= s->end) {
+      s->p = s->end;
+      return perr(s, s->line, col_of(s, s->p), "expected ')' to close the '(' at column %d",
+                  col_of(s, open));
+    }
+    s->p++;
+    e = s->p;
+  } else {
+    s->p = e;
+  }
+  char text[WORD_MAX], why[DT_ERRMSG_LEN / 2];
+  size_t l = (size_t)(e - b);
+  if (l >= sizeof text) return perr(s, s->line, col_of(s, b), "bad placement: too long");
+  memcpy(text, b, l);
+  text[l] = '\0';
+  why[0] = '\0';
+  if (dt_placement_parse(text, &out->pl, why, sizeof why) != DT_OK)
+    return perr(s, s->line, col_of(s, b), "bad placement '%s'%s%s", text, why[0] ? ": " : "",
+                why);
+  out->none = false;
+  return DT_OK;
+}
+
+/* A layout or a tuple of them; *tuple says which was written. */
+static dt_status layouts(pstate *s, dt_style_layout *out, int *n, bool *tuple) {
+  *n = 0;
+  *tuple = false;
+  if (!at(s, '(')) {
+    DT_CHECK(one_layout(s, &out[0]));
+    *n = 1;
+    return DT_OK;
+  }
+  *tuple = true;
+  const char *open = s->p;
+  s->p++;
+  ws(s);
+  if (at(s, ')')) return perr(s, s->line, col_of(s, open), "an empty layout tuple");
+  for (;;) {
+    ws(s);
+    if (*n == DT_STYLE_MAX_ARGS)
+      return perr(s, s->line, col_of(s, s->p), "at most %d layouts in a tuple",
+                  DT_STYLE_MAX_ARGS);
+    DT_CHECK(one_layout(s, &out[*n]));
+    (*n)++;
+    ws(s);
+    if (at(s, ',')) {
+      s->p++;
+      ws(s);
+      if (at(s, ')')) {
+        s->p++;
+        return DT_OK;
+      }
+      continue;
+    }
+    if (at(s, ')')) {
+      s->p++;
+      return DT_OK;
+    }
+    return perr(s, s->line, col_of(s, s->p), "expected ')' or ',' in a layout tuple");
+  }
+}
+
+static void names_list(char *buf, size_t n, const char *const *names, int k, unsigned mask) {
+  appender a = {buf, n, 0};
+  buf[0] = '\0';
+  int total = 0, done = 0;
+  for (int i = 0; i < k; i++)
+    if (mask & (1u << i)) total++;
+  for (int i = 0; i < k; i++) {
+    if (!(mask & (1u << i))) continue;
+    app(&a, "%s%s", done == 0 ? "" : done == total - 1 ? " or " : ", ", names[i]);
+    done++;
+  }
+}
+
+/* Style(kwargs...) at the cursor, up to the end of the line. */
+static dt_status style_call(pstate *s, dt_style *st) {
+  const char *b = s->p;
+  char w[WORD_MAX];
+  if (!ident(s, w, sizeof w))
+    return perr(s, s->line, col_of(s, b), "expected a style (ColwiseParallel, RowwiseParallel, "
+                "SequenceParallel, PrepareModuleInput or PrepareModuleOutput)");
+  int kind = find_name(w, k_style_names, N_STYLES);
+  if (kind < 0) {
+    if (!strcmp(w, "PrepareModuleInputOutput"))
+      return perr(s, s->line, col_of(s, b), "style 'PrepareModuleInputOutput' is not supported "
+                  "(write a PrepareModuleInput and a PrepareModuleOutput entry)");
+    const char *hint = suggest(w, k_style_names, N_STYLES);
+    if (hint)
+      return perr(s, s->line, col_of(s, b), "unknown style '%s' (did you mean %s?)", w, hint);
+    return perr(s, s->line, col_of(s, b), "unknown style '%s' (expected ColwiseParallel, "
+                "RowwiseParallel, SequenceParallel, PrepareModuleInput or PrepareModuleOutput)", w);
+  }
+  dt_style_default((dt_style_kind)kind, st);
+  ws(s);
+  if (!at(s, '(')) return perr(s, s->line, col_of(s, s->p), "expected '(' after '%s'", w);
+  s->p++;
+  unsigned given = 0;
+  int kw_line_col[N_KWARGS] = {0};
+  int n_lay[N_KWARGS] = {0};
+  for (;;) {
+    ws(s);
+    if (at(s, ')')) break;
+    const char *kb = s->p;
+    char kw[WORD_MAX];
+    if (!ident(s, kw, sizeof kw))
+      return perr(s, s->line, col_of(s, kb), "expected a keyword argument or ')'");
+    ws(s);
+    if (!at(s, '='))
+      return perr(s, s->line, col_of(s, s->p),
+                  "expected '=' after '%s' (styles take keyword arguments only)", kw);
+    s->p++;
+    ws(s);
+    int k = find_name(kw, k_kwarg_names, N_KWARGS);
+    unsigned ok = k_style_kwargs[kind];
+    if (k < 0 || !(ok & KWBIT(k))) {
+      char list[DT_ERRMSG_LEN / 2];
+      names_list(list, sizeof list, k_kwarg_names, N_KWARGS, ok);
+      const char *hint = NULL;
+      for (int i = 0; i < N_KWARGS && !hint; i++)
+        if ((ok & KWBIT(i)) && edit_distance(kw, k_kwarg_names[i]) <= SUGGEST_MAX_DIST)
+          hint = k_kwarg_names[i];
+      if (hint)
+        return perr(s, s->line, col_of(s, kb),
+                    "unknown keyword argument '%s' for %s (did you mean %s?)", kw, w, hint);
+      return perr(s, s->line, col_of(s, kb), "unknown keyword argument '%s' for %s (expected %s)",
+                  kw, w, list);
+    }
+    if (given & KWBIT(k))
+      return perr(s, s->line, col_of(s, kb), "keyword argument '%s' given twice", kw);
+    given |= KWBIT(k);
+    kw_line_col[k] = col_of(s, kb);
+    const char *vb = s->p;
+    if (k == KW_USE_LOCAL_OUTPUT) {
+      char v[WORD_MAX];
+      ident(s, v, sizeof v);
+      if (!strcmp(v, "True") || !strcmp(v, "true")) st->use_local_output = true;
+      else if (!strcmp(v, "False") || !strcmp(v, "false")) st->use_local_output = false;
+      else {
+        s->p = vb;
+        return perr(s, s->line, col_of(s, vb), "expected True or False after '%s='", kw);
+      }
+    } else if (k == KW_SEQUENCE_DIM) {
+      long v;
+      if (!integer(s, -DT_MAX_DIMS, DT_MAX_DIMS - 1, &v))
+        return perr(s, s->line, col_of(s, vb),
+                    "expected an integer in [%d, %d] after 'sequence_dim='", -DT_MAX_DIMS,
+                    DT_MAX_DIMS - 1);
+      st->sequence_dim = (int)v;
+    } else {
+      dt_style_layout l[DT_STYLE_MAX_ARGS];
+      int n;
+      bool tuple;
+      DT_CHECK(layouts(s, l, &n, &tuple));
+      bool bare_none = !tuple && l[0].none;
+      if (kind == DT_STYLE_COLWISE || kind == DT_STYLE_ROWWISE) {
+        /* PyTorch: one Placement (None means the default). */
+        if (!bare_none) {
+          if (n != 1 || l[0].none)
+            return perr(s, s->line, col_of(s, vb), "%s's %s takes one placement", w, kw);
+          if (k == KW_INPUT_LAYOUTS) st->input_layouts[0] = l[0];
+          else st->output_layouts[0] = l[0];
+        }
+      } else {
+        /* PrepareModule*: a Placement or a tuple; a bare None means not given. */
+        int cnt = bare_none ? 0 : n;
+        dt_style_layout *dst = k == KW_INPUT_LAYOUTS           ? st->input_layouts
+                               : k == KW_DESIRED_INPUT_LAYOUTS ? st->desired_input_layouts
+                               : k == KW_OUTPUT_LAYOUTS        ? st->output_layouts
+                                                               : st->desired_output_layouts;
+        for (int i = 0; i < cnt; i++) dst[i] = l[i];
+        n_lay[k] = cnt;
+      }
+    }
+    ws(s);
+    if (at(s, ',')) {
+      s->p++;
+      continue;
+    }
+    if (at(s, ')')) break;
+    return perr(s, s->line, col_of(s, s->p), "expected ')' or ',' after a keyword argument");
+  }
+  s->p++; /* ')' */
+  ws(s);
+  if (s->p != s->end) return perr(s, s->line, col_of(s, s->p), "expected the end of the line after ')'");
+
+  if (kind == DT_STYLE_SEQUENCE) sequence_fill(st);
+  if (kind == DT_STYLE_PREPARE_INPUT || kind == DT_STYLE_PREPARE_OUTPUT) {
+    kwarg a = kind == DT_STYLE_PREPARE_INPUT ? KW_INPUT_LAYOUTS : KW_OUTPUT_LAYOUTS;
+    kwarg d = kind == DT_STYLE_PREPARE_INPUT ? KW_DESIRED_INPUT_LAYOUTS : KW_DESIRED_OUTPUT_LAYOUTS;
+    if (!n_lay[a] || !n_lay[d])
+      return perr(s, s->line, col_of(s, b), "%s needs both %s and %s", w, k_kwarg_names[a],
+                  k_kwarg_names[d]);
+    if (n_lay[a] != n_lay[d])
+      return perr(s, s->line, kw_line_col[d], "%s has %d layouts but %s has %d", k_kwarg_names[a],
+                  n_lay[a], k_kwarg_names[d], n_lay[d]);
+    if (kind == DT_STYLE_PREPARE_INPUT) st->n_in = n_lay[a];
+    else st->n_out = n_lay[a];
+  }
+  return DT_OK;
+}
+
+/* dims = NAME:SIZE, ... */
+static dt_status dims_setting(pstate *s) {
+  dt_plan *pl = s->plan;
+  int last = -1, neg = -1;
+  for (;;) {
+    ws(s);
+    const char *b = s->p;
+    char w[WORD_MAX];
+    if (!ident(s, w, sizeof w))
+      return perr(s, s->line, col_of(s, b), "expected a dim name (pp, dp_replicate, dp_shard, cp or tp)");
+    int k = find_name(w, k_dim_names, N_DIM_NAMES);
+    if (k < 0) {
+      const char *hint = suggest(w, k_dim_names, N_DIM_NAMES);
+      if (hint)
+        return perr(s, s->line, col_of(s, b), "unknown dim '%s' (did you mean %s?)", w, hint);
+      return perr(s, s->line, col_of(s, b),
+                  "unknown dim '%s' (expected pp, dp_replicate, dp_shard, cp or tp)", w);
+    }
+    for (int i = 0; i < pl->n_dims; i++)
+      if (!strcmp(pl->dim_names[i], w))
+        return perr(s, s->line, col_of(s, b), "dim '%s' given twice", w);
+    if (k < last)
+      return perr(s, s->line, col_of(s, b),
+                  "dim '%s' is out of order (TorchTitan's mesh order is pp, dp_replicate, "
+                  "dp_shard, cp, tp)", w);
+    last = k;
+    ws(s);
+    if (!at(s, ':')) return perr(s, s->line, col_of(s, s->p), "expected ':' and a size after '%s'", w);
+    s->p++;
+    ws(s);
+    const char *vb = s->p;
+    long v;
+    if (!integer(s, -1, PLAN_DIM_MAX, &v) || v == 0)
+      return perr(s, s->line, col_of(s, vb), "expected a size >= 1 (at most %d) or -1 for '%s'",
+                  PLAN_DIM_MAX, w);
+    if (v == -1) {
+      if (neg >= 0)
+        return perr(s, s->line, col_of(s, vb),
+                    "at most one dim may be -1 (inferred from the world): '%s' and '%s' both are",
+                    pl->dim_names[neg], w);
+      neg = pl->n_dims;
+    }
+    memcpy(pl->dim_names[pl->n_dims], k_dim_names[k], strlen(k_dim_names[k]) + 1); /* all < 32 */
+    pl->dim_sizes[pl->n_dims] = (int)v;
+    pl->n_dims++;
+    ws(s);
+    if (s->p == s->end) return DT_OK;
+    if (!at(s, ',')) return perr(s, s->line, col_of(s, s->p), "expected ',' or the end of the line after a dim");
+    s->p++;
+  }
+}
+
+static dt_status setting(pstate *s, int which, const char *kb) {
+  dt_plan *pl = s->plan;
+  if (s->seen & (1u << which))
+    return perr(s, s->line, col_of(s, kb), "setting '%s' given twice", k_settings[which]);
+  s->seen |= 1u << which;
+  if (which == 0) { /* name */
+    const char *b = s->p;
+    while (s->p < s->end && (is_ident(*s->p) || *s->p == '-' || *s->p == '.')) s->p++;
+    size_t l = (size_t)(s->p - b);
+    if (l == 0) return perr(s, s->line, col_of(s, b), "expected a name (letters, digits, '_', '-', '.')");
+    if (l >= sizeof pl->name)
+      return perr(s, s->line, col_of(s, b), "name is longer than %zu characters", sizeof pl->name - 1);
+    ws(s);
+    if (s->p != s->end)
+      return perr(s, s->line, col_of(s, s->p), "expected the end of the line after the name");
+    memcpy(pl->name, b, l);
+    pl->name[l] = '\0';
+    return DT_OK;
+  }
+  if (which == 1) return dims_setting(s);
+  const char *b = s->p; /* loss_parallel */
+  char w[WORD_MAX];
+  ident(s, w, sizeof w);
+  if (!strcmp(w, "true") || !strcmp(w, "True")) pl->loss_parallel = true;
+  else if (!strcmp(w, "false") || !strcmp(w, "False")) pl->loss_parallel = false;
+  else {
+    s->p = b;
+    return perr(s, s->line, col_of(s, b), "expected true or false after 'loss_parallel ='");
+  }
+  ws(s);
+  if (s->p != s->end)
+    return perr(s, s->line, col_of(s, s->p), "expected the end of the line after '%s'", w);
+  return DT_OK;
+}
+
+static bool pattern_char(char c) {
+  return is_ident(c) || c == '.' || c == '*' || c == '?' || c == '[' || c == ']' || c == '!' ||
+         c == '-' || c == '^';
+}
+
+static dt_status entry(pstate *s, const char *kb, size_t kl) {
+  dt_plan *pl = s->plan;
+  char pat[sizeof pl->entries[0].pattern];
+  if (kl >= sizeof pat)
+    return perr(s, s->line, col_of(s, kb), "pattern is longer than %zu characters", sizeof pat - 1);
+  memcpy(pat, kb, kl);
+  pat[kl] = '\0';
+  for (size_t i = 0; i < kl; i++) {
+    bool empty_tok = pat[i] == '.' && (i == 0 || i + 1 == kl || pat[i + 1] == '.');
+    if (empty_tok) return perr(s, s->line, col_of(s, kb), "bad pattern '%s': an empty token", pat);
+  }
+  for (int i = 0; i < pl->n_entries; i++)
+    if (pl->entries[i].dim == s->cur_dim && !strcmp(pl->entries[i].pattern, pat))
+      return perr(s, s->line, col_of(s, kb), "duplicate pattern '%s' under [%s] (first at line %d)",
+                  pat, pl->dim_names[s->cur_dim], pl->entries[i].line);
+  if (pl->n_entries == DT_PLAN_MAX_ENTRIES)
+    return perr(s, s->line, col_of(s, kb), "too many entries (at most %d)", DT_PLAN_MAX_ENTRIES);
+  dt_plan_entry *e = &pl->entries[pl->n_entries];
+  memset(e, 0, sizeof *e);
+  DT_CHECK(style_call(s, &e->style));
+  memcpy(e->pattern, pat, kl + 1);
+  e->line = s->line;
+  e->dim = s->cur_dim;
+  pl->n_entries++;
+  return DT_OK;
+}
+
+/* Whether the value at the cursor looks like a style call: IDENT '('. */
+static bool looks_like_call(const pstate *s) {
+  const char *q = s->p;
+  if (q >= s->end || !is_ident_start(*q)) return false;
+  while (q < s->end && is_ident(*q)) q++;
+  while (q < s->end && (*q == ' ' || *q == '\t')) q++;
+  return q < s->end && *q == '(';
+}
+
+static dt_status parse_line(pstate *s) {
+  ws(s);
+  if (s->p == s->end) return DT_OK;
+  if (at(s, '[')) {
+    s->p++;
+    ws(s);
+    const char *b = s->p;
+    char w[WORD_MAX];
+    if (!ident(s, w, sizeof w)) return perr(s, s->line, col_of(s, b), "expected a dim name after '['");
+    ws(s);
+    if (!at(s, ']')) return perr(s, s->line, col_of(s, s->p), "expected ']' after the dim name");
+    s->p++;
+    ws(s);
+    if (s->p != s->end) return perr(s, s->line, col_of(s, s->p), "expected the end of the line after ']'");
+    if (!(s->seen & 2u))
+      return perr(s, s->line, col_of(s, b), "[%s]: a [dim] header needs a 'dims = ...' line above it", w);
+    int d = dt_plan_dim(s->plan, w);
+    if (d < 0) {
+      char list[DT_ERRMSG_LEN / 2];
+      appender a = {list, sizeof list, 0};
+      for (int i = 0; i < s->plan->n_dims; i++) app(&a, "%s%s", i ? ", " : "", s->plan->dim_names[i]);
+      return perr(s, s->line, col_of(s, b), "[%s]: dim '%s' is not in dims (%s)", w, w, list);
+    }
+    s->cur_dim = d;
+    return DT_OK;
+  }
+  const char *kb = s->p;
+  while (s->p < s->end && pattern_char(*s->p)) s->p++;
+  size_t kl = (size_t)(s->p - kb);
+  if (kl == 0)
+    return perr(s, s->line, col_of(s, kb), "expected a pattern, a setting or a [dim] header");
+  char key[sizeof s->plan->entries[0].pattern];
+  snprintf(key, sizeof key, "%.*s", (int)kl, kb);
+  ws(s);
+  if (!at(s, '=')) return perr(s, s->line, col_of(s, s->p), "expected '=' after '%s'", key);
+  s->p++;
+  ws(s);
+  int which = find_name(key, k_settings, N_SETTINGS);
+  if (s->cur_dim < 0) {
+    if (which >= 0) return setting(s, which, kb);
+    if (looks_like_call(s))
+      return perr(s, s->line, col_of(s, kb),
+                  "entry '%s' comes before a [dim] header (add e.g. [tp] above it)", key);
+    return perr(s, s->line, col_of(s, kb), "unknown setting '%s' (expected name, dims or loss_parallel)",
+                key);
+  }
+  if (which >= 0 && !looks_like_call(s))
+    return perr(s, s->line, col_of(s, kb), "setting '%s' must come before the first [dim] header",
+                key);
+  return entry(s, kb, kl);
+}
+
+/* Checks the output entry loss parallel needs (torchtitan-llama.md 2.1/2.2). */
+static dt_status check_loss_parallel(pstate *s) {
+  dt_plan *pl = s->plan;
+  if (!pl->loss_parallel) return DT_OK;
+  int tp = dt_plan_dim(pl, "tp");
+  if (tp < 0) return perr(s, 0, 0, "loss_parallel = true needs a tp dim in dims");
+  for (int i = 0; i < pl->n_entries; i++) {
+    const dt_plan_entry *e = &pl->entries[i];
+    if (e->dim != tp || !dt_fqn_match(e->pattern, "output")) continue;
+    const dt_style *st = &e->style;
+    bool shard_last = st->n_out >= 1 && !st->output_layouts[0].none &&
+                      st->output_layouts[0].pl.kind == DT_PL_SHARD &&
+                      (st->output_layouts[0].pl.dim == -1 || st->output_layouts[0].pl.dim == 2);
+    if (st->kind != DT_STYLE_COLWISE || !shard_last) {
+      char buf[DT_ERRMSG_LEN / 2];
+      dt_style_str(st, buf, sizeof buf);
+      return perr(s, e->line, 0,
+                  "loss_parallel = true needs 'output' to be ColwiseParallel with "
+                  "output_layouts=Shard(-1) (vocab-sharded logits), got %s", buf);
+    }
+    if (st->use_local_output)
+      return perr(s, e->line, 0,
+                  "loss_parallel = true needs use_local_output=False on 'output' (the loss "
+                  "needs the logits as a DTensor)");
+    return DT_OK;
+  }
+  return perr(s, 0, 0, "loss_parallel = true needs an 'output' entry under [tp] "
+              "(ColwiseParallel(..., output_layouts=Shard(-1), use_local_output=False))");
+}
+
+dt_status dt_plan_parse(dt_ctx *ctx, const char *text, const char *path, dt_plan *out) {
+  if (!out) return dt_error(ctx, DT_ERR_INVALID, "dt_plan_parse", "no output plan");
+  memset(out, 0, sizeof *out);
+  const char *shown = path && *path ? path : "<plan>";
+  if (!text) return dt_error(ctx, DT_ERR_INVALID, "dt_plan_parse", "%s: no text", shown);
+  snprintf(out->path, sizeof out->path, "%s", shown);
+  pstate s = {.ctx = ctx, .path = shown, .plan = out, .cur_dim = -1};
+  const char *t = text;
+  while (*t) {
+    s.line++;
+    const char *eol = strchr(t, '\n');
+    if (!eol) eol = t + strlen(t);
+    const char *hash = memchr(t, '#', (size_t)(eol - t));
+    s.ls = s.p = t;
+    s.end = hash ? hash : eol;
+    dt_status st = parse_line(&s);
+    if (st != DT_OK) {
+      memset(out, 0, sizeof *out);
+      return st;
+    }
+    t = *eol ? eol + 1 : eol;
+  }
+  dt_status st = DT_OK;
+  if (!(s.seen & 2u)) st = perr(&s, 0, 0, "no 'dims = ...' line (e.g. dims = tp:-1)");
+  if (st == DT_OK) st = check_loss_parallel(&s);
+  if (st != DT_OK) {
+    memset(out, 0, sizeof *out);
+    return st;
+  }
+  if (!out->name[0]) { /* default: the file's base name without ".plan" */
+    const char *base = strrchr(shown, '/');
+    base = base ? base + 1 : shown;
+    size_t l = strlen(base);
+    if (l > 5 && !strcmp(base + l - 5, ".plan")) l -= 5; /* 5 = strlen(".plan") */
+    if (l >= sizeof out->name) l = sizeof out->name - 1;
+    memcpy(out->name, base, l);
+    out->name[l] = '\0';
+  }
+  return DT_OK;
+}
+
+dt_status dt_plan_load(dt_ctx *ctx, const char *path, dt_plan *out) {
+  if (!path || !out) return dt_error(ctx, DT_ERR_INVALID, "dt_plan_load", "no path or plan");
+  FILE *f = fopen(path, "rb");
+  if (!f) return dt_error(ctx, DT_ERR_IO, "dt_plan_load", "%s: cannot open", path);
+  char *buf = dt_host_alloc(ctx, PLAN_FILE_MAX_BYTES + 1);
+  if (!buf) {
+    fclose(f);
+    return DT_ERR_NOMEM; /* dt_host_alloc recorded it */
+  }
+  size_t n = fread(buf, 1, PLAN_FILE_MAX_BYTES + 1, f);
+  bool bad = ferror(f) != 0;
+  fclose(f);
+  dt_status st;
+  if (bad) st = dt_error(ctx, DT_ERR_IO, "dt_plan_load", "%s: read error", path);
+  else if (n > PLAN_FILE_MAX_BYTES)
+    st = dt_error(ctx, DT_ERR_INVALID, "dt_plan_load", "%s: larger than %d bytes, not a plan",
+                  path, PLAN_FILE_MAX_BYTES);
+  else if (memchr(buf, '\0', n))
+    st = dt_error(ctx, DT_ERR_INVALID, "dt_plan_load", "%s: contains a NUL byte, not a plan", path);
+  else {
+    buf[n] = '\0';
+    st = dt_plan_parse(ctx, buf, path, out);
+  }
+  dt_host_free(ctx, buf);
+  return st;
+}
+
+/* ---- resolution ----------------------------------------------------------------- */
+
+typedef enum fqn_kind { FQ_EMBEDDING, FQ_LINEAR, FQ_NORM, FQ_CONTAINER } fqn_kind;
+
+/* The modules of one TransformerBlock (torchtitan-llama.md 1.1), parents first. */
+static const struct {
+  const char *name;
+  fqn_kind kind;
+} k_block_mods[] = {
+    {"attention_norm", FQ_NORM},      {"attention", FQ_CONTAINER},
+    {"attention.wq", FQ_LINEAR},      {"attention.wk", FQ_LINEAR},
+    {"attention.wv", FQ_LINEAR},      {"attention.wo", FQ_LINEAR},
+    {"ffn_norm", FQ_NORM},            {"feed_forward", FQ_CONTAINER},
+    {"feed_forward.w1", FQ_LINEAR},   {"feed_forward.w2", FQ_LINEAR},
+    {"feed_forward.w3", FQ_LINEAR}};
+enum { N_BLOCK_MODS = (int)(sizeof k_block_mods / sizeof k_block_mods[0]) };
+/* tok_embeddings before the blocks; norm and output after them. */
+enum { N_ROOT_MODS = 3 };
+
+static int n_fqns(const dt_llama_config *cfg) { return N_ROOT_MODS + N_BLOCK_MODS * cfg->n_layers; }
+
+static fqn_kind fqn_at(const dt_llama_config *cfg, int i, char *buf, size_t n) {
+  int last = n_fqns(cfg) - 1;
+  if (i == 0) {
+    snprintf(buf, n, "tok_embeddings");
+    return FQ_EMBEDDING;
+  }
+  if (i == last - 1) {
+    snprintf(buf, n, "norm");
+    return FQ_NORM;
+  }
+  if (i == last) {
+    snprintf(buf, n, "output");
+    return FQ_LINEAR;
+  }
+  int j = i - 1;
+  snprintf(buf, n, "layers.%d.%s", j / N_BLOCK_MODS, k_block_mods[j % N_BLOCK_MODS].name);
+  return k_block_mods[j % N_BLOCK_MODS].kind;
+}
+
+static bool is_seq_shard(const dt_style_layout *l, int n) {
+  for (int i = 0; i < n; i++) /* Shard(1) / Shard(-2): the seq dim of (bs, seq, dim) */
+    if (!l[i].none && l[i].pl.kind == DT_PL_SHARD && (l[i].pl.dim == 1 || l[i].pl.dim == -2))
+      return true;
+  return false;
+}
+
+static dt_status rerr(dt_ctx *ctx, const dt_plan *p, int line, const char *fmt, ...) DT_PRINTF(4, 5);
+static dt_status rerr(dt_ctx *ctx, const dt_plan *p, int line, const char *fmt, ...) {
+  char msg[DT_ERRMSG_LEN];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  const char *where = p->path[0] ? p->path : p->name;
+  if (line > 0)
+    return dt_error(ctx, DT_ERR_INVALID, "dt_plan_resolve", "%s:%d: %s", where, line, msg);
+  return dt_error(ctx, DT_ERR_INVALID, "dt_plan_resolve", "%s: %s", where, msg);
+}
+
+dt_status dt_plan_resolve(dt_ctx *ctx, dt_plan *p, int world, const dt_llama_config *cfg,
+                          int seq_len) {
+  if (!p || !cfg) return dt_error(ctx, DT_ERR_INVALID, "dt_plan_resolve", "no plan or config");
+  if (world < 1) return rerr(ctx, p, 0, "world size %d must be >= 1", world);
+  if (cfg->n_layers < 0 || cfg->n_heads < 1)
+    return rerr(ctx, p, 0, "config '%s' has %d layers and %d heads", cfg->name, cfg->n_layers,
+                cfg->n_heads);
+
+  /* dims: infer the -1 (ParallelDims: product == world) */
+  char dims[DT_ERRMSG_LEN / 2];
+  appender a = {dims, sizeof dims, 0};
+  dims[0] = '\0';
+  long long known = 1;
+  int neg = -1;
+  for (int i = 0; i < p->n_dims; i++) {
+    app(&a, "%s%s:%d", i ? " x " : "", p->dim_names[i], p->dim_sizes[i]);
+    if (p->dim_sizes[i] == -1) neg = i;
+    else known *= p->dim_sizes[i];
+  }
+  if (neg >= 0) {
+    if (world % known)
+      return rerr(ctx, p, 0, "world %d is not divisible by the other dims (%s: %lld) to infer %s",
+                  world, dims, known, p->dim_names[neg]);
+    p->dim_sizes[neg] = (int)(world / known);
+  } else if (known != world) {
+    return rerr(ctx, p, 0, "dims %s = %lld ranks do not match the world of %d", dims, known, world);
+  }
+  int tpi = dt_plan_dim(p, "tp"), cpi = dt_plan_dim(p, "cp");
+  int tp = tpi >= 0 ? p->dim_sizes[tpi] : 1, cp = cpi >= 0 ? p->dim_sizes[cpi] : 1;
+
+  /* every pattern matches a module; Colwise/Rowwise only on Linear/Embedding */
+  int nf = n_fqns(cfg);
+  bool sp = false;
+  for (int e = 0; e < p->n_entries; e++) {
+    const dt_plan_entry *en = &p->entries[e];
+    const dt_style *st = &en->style;
+    bool hit = false;
+    for (int i = 0; i < nf; i++) {
+      char fqn[FQN_TOKEN_MAX];
+      fqn_kind k = fqn_at(cfg, i, fqn, sizeof fqn);
+      if (!dt_fqn_match(en->pattern, fqn)) continue;
+      hit = true;
+      if ((st->kind == DT_STYLE_COLWISE || st->kind == DT_STYLE_ROWWISE) && k != FQ_LINEAR &&
+          k != FQ_EMBEDDING)
+        return rerr(ctx, p, en->line, "pattern '%s' matches '%s', which is not a Linear or an "
+                    "Embedding (%s needs one)", en->pattern, fqn, k_style_names[st->kind]);
+    }
+    if (!hit)
+      return rerr(ctx, p, en->line, "pattern '%s' matches no module of %s (%d layers)",
+                  en->pattern, cfg->name[0] ? cfg->name : "the model", cfg->n_layers);
+    if (en->dim == tpi &&
+        (st->kind == DT_STYLE_SEQUENCE || is_seq_shard(st->input_layouts, st->n_in) ||
+         is_seq_shard(st->desired_input_layouts, st->n_in) ||
+         is_seq_shard(st->output_layouts, st->n_out) ||
+         is_seq_shard(st->desired_output_layouts, st->n_out)))
+      sp = true;
+  }
+
+  /* TP shards heads (wq colwise) and kv heads (wk/wv colwise): torchtitan-llama.md 2.1 */
+  int kv = cfg->n_kv_heads > 0 ? cfg->n_kv_heads : cfg->n_heads;
+  if (cfg->n_heads % tp)
+    return rerr(ctx, p, 0, "n_heads %d of %s is not divisible by tp %d", cfg->n_heads, cfg->name,
+                tp);
+  if (kv % tp)
+    return rerr(ctx, p, 0, "n_kv_heads %d of %s is not divisible by tp %d (no KV-head "
+                "replication)", kv, cfg->name, tp);
+  /* ParallelDims.seq_len_divisor: tp under sequence parallel, times 2*cp (load-balanced CP) */
+  if (seq_len > 0) {
+    long long div = (sp ? tp : 1) * (cp > 1 ? 2LL * cp : 1);
+    if (seq_len % div)
+      return rerr(ctx, p, 0, "seq_len %d is not divisible by %lld (%s%s%s)", seq_len, div,
+                  sp && tp > 1 ? "tp under sequence parallel" : "",
+                  sp && tp > 1 && cp > 1 ? " x " : "", cp > 1 ? "2 x cp" : "");
+  }
+  return DT_OK;
+}

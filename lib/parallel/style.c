@@ -1,0 +1,268 @@
+/* lib/parallel/style.c: parallelize_module (styles as weight placements plus
+ * activation hooks) and data-parallel gradient reduction.
+ *
+ * dt_parallelize_module gives every module whose fqn matches an entry's
+ * pattern (dt_fqn_match: fnmatch token by token, dtensor-semantics.md 4.1; ""
+ * is the root) the entry's style on one
+ * mesh dim (the tp dim):
+ *   ColwiseParallel   Linear weight S(0), Embedding weight S(1)
+ *   RowwiseParallel   Linear weight S(1), Embedding weight S(0)
+ *   SequenceParallel  weight R (norms: the same ones on every rank)
+ *   PrepareModuleInput / PrepareModuleOutput: no weight
+ * and installs its hooks (pre on the inputs, post on the outputs), which
+ * redistribute activations on the model's tape with dt_ad_redistribute, so the
+ * backward of every move is recorded (2.2):
+ *   Colwise / Rowwise pre: inputs[0] goes to the desired input layout (Colwise
+ *     R; Rowwise S(-1) on a Linear, R on an Embedding, as PyTorch's _apply).
+ *     Activations here are DTensors already: PyTorch trusts the style's
+ *     input_layouts and compares them with the desired ones; we redistribute
+ *     from the ACTUAL placement instead, so a plan whose input_layouts lie stays
+ *     correct (when they tell the truth both do the same thing).
+ *   Colwise / Rowwise post: outputs[0] goes to output_layouts (Partial -> R is
+ *     an all_reduce, Partial -> S(d) a reduce_scatter, S(-1) -> R an all_gather).
+ *   SequenceParallel pre: inputs[0] goes to S(sequence_dim); post: nothing.
+ *   PrepareModuleInput pre / PrepareModuleOutput post: per argument whose
+ *     desired layout is given (not None), redistribute when the actual
+ *     placement differs. A non-None layout for an argument the module does not
+ *     have is DT_ERR_INVALID (PyTorch: ValueError on a count mismatch; TorchTitan's
+ *     (x, freqs_cis, masks) layouts end in Nones, which are skipped).
+ *   use_local_output has no effect on values: to_local / from_local of a DTensor
+ *   with the same placements is the identity here, since activations stay
+ *   DTensors from module to module. (It matters in PyTorch for autograd: a
+ *   from_local(Replicate) input turns a Partial gradient into an all_reduce at
+ *   that boundary; here a Partial gradient stays Partial, summed over every
+ *   use, until the first consumer that needs it reduced: see verify/test_parallel.c
+ *   for where that puts the Megatron all_reduces.)
+ * Only mesh dim `mesh_dim` of an activation's placements is changed.
+ *
+ * Hook states (the style and the mesh dim) are allocated per module with the
+ * rank's counted allocator and freed by dt_parallelize_release (nn.h has no
+ * destructor for hook_state). A module matched by several entries keeps the
+ * last one (its earlier state is freed). Patterns that match nothing are
+ * skipped, as PyTorch does (it warns; the library never prints: plan files are
+ * checked by dt_plan_resolve).
+ *
+ * dt_data_parallel_reduce_grads: see parallel.h.
+ */
+#include "config.h"
+
+#include <string.h>
+
+#include "parallel/parallel.h"
+
+typedef struct style_state {
+  dt_style style;
+  int mesh_dim;
+} style_state;
+
+/* Redistributes io[i] so that its placement on mesh_dim is `want` (negative
+ * shard dims resolved against the activation), when it differs. */
+static dt_status move_to(dt_ctx *ctx, dt_module *m, struct dt_tape *tape, dt_var **io, int i,
+                         int mesh_dim, dt_placement want) {
+  const dt_tensor *v = dt_var_value(io[i]);
+  if (!v) return dt_error(ctx, DT_ERR_INVALID, "dt_parallelize_module", "%s: no activation", m->fqn);
+  if (mesh_dim < 0 || mesh_dim >= v->mesh_ndim)
+    return dt_error(ctx, DT_ERR_INVALID, "dt_parallelize_module",
+                    "%s: mesh dim %d out of range (the activation's mesh has %d dims)", m->fqn,
+                    mesh_dim, v->mesh_ndim);
+  char err[128] = ""; /* one line: the placement and the dim range */
+  if (dt_placements_normalize(1, &want, v->ndim, err, sizeof err) != DT_OK)
+    return dt_error(ctx, DT_ERR_INVALID, "dt_parallelize_module", "%s: input %d: %s", m->fqn, i,
+                    err);
+  if (dt_placement_eq(v->pl[mesh_dim], want)) return DT_OK;
+  dt_placement dst[DT_MAX_MESH_DIMS];
+  for (int d = 0; d < v->mesh_ndim; d++) dst[d] = v->pl[d];
+  dst[mesh_dim] = want;
+  dt_var *out = NULL;
+  DT_CHECK(dt_ad_redistribute(tape, io[i], dst, &out));
+  io[i] = out;
+  return DT_OK;
+}
+
+/* The desired input layout of a Colwise / Rowwise style on this module. */
+static dt_placement desired_input(const dt_module *m, const dt_style *s) {
+  if (s->kind == DT_STYLE_ROWWISE && m->kind == DT_MOD_EMBEDDING) return dt_replicate();
+  if (s->n_in > 0 && !s->desired_input_layouts[0].none) return s->desired_input_layouts[0].pl;
+  return s->kind == DT_STYLE_ROWWISE ? dt_shard(-1) : dt_replicate();
+}
+
+static dt_status style_pre(dt_ctx *ctx, dt_module *m, struct dt_tape *tape, dt_var **io, int n,
+                           void *state) {
+  const style_state *st = state;
+  const dt_style *s = &st->style;
+  switch (s->kind) {
+  case DT_STYLE_COLWISE:
+  case DT_STYLE_ROWWISE:
+    if (n < 1) return DT_OK;
+    return move_to(ctx, m, tape, io, 0, st->mesh_dim, desired_input(m, s));
+  case DT_STYLE_SEQUENCE:
+    if (n < 1) return DT_OK;
+    return move_to(ctx, m, tape, io, 0, st->mesh_dim, dt_shard(s->sequence_dim));
+  case DT_STYLE_PREPARE_INPUT:
+    for (int i = 0; i < s->n_in; i++) {
+      if (s->desired_input_layouts[i].none) continue;
+      if (i >= n)
+        return dt_error(ctx, DT_ERR_INVALID, "dt_parallelize_module",
+                        "%s: PrepareModuleInput gives a layout for input %d, the module has %d",
+                        m->fqn, i, n);
+      DT_CHECK(move_to(ctx, m, tape, io, i, st->mesh_dim, s->desired_input_layouts[i].pl));
+    }
+    return DT_OK;
+  case DT_STYLE_PREPARE_OUTPUT:
+    return DT_OK;
+  }
+  return DT_OK;
+}
+
+static dt_status style_post(dt_ctx *ctx, dt_module *m, struct dt_tape *tape, dt_var **io, int n,
+                            void *state) {
+  const style_state *st = state;
+  const dt_style *s = &st->style;
+  switch (s->kind) {
+  case DT_STYLE_COLWISE:
+  case DT_STYLE_ROWWISE: {
+    if (n < 1) return DT_OK;
+    dt_placement want = s->kind == DT_STYLE_COLWISE ? dt_shard(-1) : dt_replicate();
+    if (s->n_out > 0 && !s->output_layouts[0].none) want = s->output_layouts[0].pl;
+    return move_to(ctx, m, tape, io, 0, st->mesh_dim, want);
+  }
+  case DT_STYLE_PREPARE_OUTPUT:
+    for (int i = 0; i < s->n_out; i++) {
+      if (s->desired_output_layouts[i].none) continue;
+      if (i >= n)
+        return dt_error(ctx, DT_ERR_INVALID, "dt_parallelize_module",
+                        "%s: PrepareModuleOutput gives a layout for output %d, the module has %d",
+                        m->fqn, i, n);
+      DT_CHECK(move_to(ctx, m, tape, io, i, st->mesh_dim, s->desired_output_layouts[i].pl));
+    }
+    return DT_OK;
+  case DT_STYLE_SEQUENCE: /* the output stays S(sequence_dim) */
+  case DT_STYLE_PREPARE_INPUT:
+    return DT_OK;
+  }
+  return DT_OK;
+}
+
+static bool ours(const dt_module *md) { return md->pre == style_pre || md->post == style_post; }
+
+static const char *kind_name(dt_style_kind k) {
+  switch (k) {
+  case DT_STYLE_COLWISE: return "ColwiseParallel";
+  case DT_STYLE_ROWWISE: return "RowwiseParallel";
+  case DT_STYLE_SEQUENCE: return "SequenceParallel";
+  case DT_STYLE_PREPARE_INPUT: return "PrepareModuleInput";
+  case DT_STYLE_PREPARE_OUTPUT: return "PrepareModuleOutput";
+  }
+  return "?";
+}
+
+/* The weight placement a style gives a module on the mesh dim; false (with
+ * an error) for a module the style does not support. */
+static dt_status weight_placement(dt_ctx *ctx, const dt_module *md, const dt_style *s,
+                                  bool *has, dt_placement *pl) {
+  *has = false;
+  switch (s->kind) {
+  case DT_STYLE_COLWISE:
+  case DT_STYLE_ROWWISE: {
+    bool col = s->kind == DT_STYLE_COLWISE;
+    if (md->kind == DT_MOD_LINEAR) {
+      *pl = dt_shard(col ? 0 : 1);
+    } else if (md->kind == DT_MOD_EMBEDDING) {
+      *pl = dt_shard(col ? 1 : 0);
+    } else {
+      return dt_error(ctx, DT_ERR_UNSUPPORTED, "dt_parallelize_module",
+                      "%s: %s supports Linear and Embedding modules only", md->fqn,
+                      kind_name(s->kind));
+    }
+    *has = true;
+    return DT_OK;
+  }
+  case DT_STYLE_SEQUENCE:
+    if (md->wndim > 0) {
+      *pl = dt_replicate();
+      *has = true;
+    }
+    return DT_OK;
+  case DT_STYLE_PREPARE_INPUT:
+  case DT_STYLE_PREPARE_OUTPUT:
+    return DT_OK;
+  }
+  return dt_error(ctx, DT_ERR_INVALID, "dt_parallelize_module", "unknown style kind %d",
+                  (int)s->kind);
+}
+
+static void release_module(dt_ctx *ctx, dt_module *md) {
+  if (!ours(md)) return;
+  dt_host_free(ctx, md->hook_state);
+  md->hook_state = NULL;
+  md->pre = NULL;
+  md->post = NULL;
+}
+
+dt_status dt_parallelize_module(dt_ctx *ctx, dt_model *m, int mesh_dim,
+                                const dt_plan_entry *entries, int n_entries) {
+  if (!m || (!entries && n_entries > 0) || n_entries < 0)
+    return dt_error(ctx, DT_ERR_INVALID, "dt_parallelize_module", "NULL argument");
+  int mesh_nd = dt_mesh_ndim(m->mesh);
+  if (mesh_dim < 0 || mesh_dim >= mesh_nd)
+    return dt_error(ctx, DT_ERR_INVALID, "dt_parallelize_module",
+                    "mesh dim %d out of range (the model's mesh has %d dims)", mesh_dim, mesh_nd);
+  for (int i = 0; i < m->n_mods; i++)
+    if (m->mods[i].weight)
+      return dt_error(ctx, DT_ERR_INVALID, "dt_parallelize_module",
+                      "the model is materialized already; parallelize before dt_model_materialize");
+  for (int e = 0; e < n_entries; e++) {
+    const dt_style *s = &entries[e].style;
+    if (s->n_in < 0 || s->n_in > DT_STYLE_MAX_ARGS || s->n_out < 0 || s->n_out > DT_STYLE_MAX_ARGS)
+      return dt_error(ctx, DT_ERR_INVALID, "dt_parallelize_module",
+                      "entry '%s': %d inputs, %d outputs (at most %d)", entries[e].pattern,
+                      s->n_in, s->n_out, (int)DT_STYLE_MAX_ARGS);
+    for (int i = 0; i < m->n_mods; i++) {
+      dt_module *md = &m->mods[i];
+      if (!dt_fqn_match(entries[e].pattern, md->fqn)) continue;
+      bool has = false;
+      dt_placement pl = dt_replicate();
+      DT_CHECK(weight_placement(ctx, md, s, &has, &pl));
+      style_state *st = dt_host_alloc(ctx, sizeof *st);
+      if (!st)
+        return dt_error(ctx, DT_ERR_NOMEM, "dt_parallelize_module", "no memory for a hook state");
+      st->style = *s;
+      st->mesh_dim = mesh_dim;
+      if (md->hook_state && !ours(md)) {
+        dt_host_free(ctx, st);
+        return dt_error(ctx, DT_ERR_INVALID, "dt_parallelize_module",
+                        "%s: has hooks that lib/parallel did not install", md->fqn);
+      }
+      release_module(ctx, md);
+      if (has) md->wpl[mesh_dim] = pl;
+      md->hook_state = st;
+      md->pre = style_pre;
+      md->post = style_post;
+    }
+  }
+  return DT_OK;
+}
+
+void dt_parallelize_release(dt_ctx *ctx, dt_model *m) {
+  if (!m) return;
+  for (int i = 0; i < m->n_mods; i++) release_module(ctx, &m->mods[i]);
+}
+
+dt_status dt_data_parallel_reduce_grads(dt_ctx *ctx, dt_model *m, int dp_dim) {
+  if (!m) return dt_error(ctx, DT_ERR_INVALID, "dt_data_parallel_reduce_grads", "NULL model");
+  int nd = dt_mesh_ndim(m->mesh);
+  if (dp_dim < 0 || dp_dim >= nd)
+    return dt_error(ctx, DT_ERR_INVALID, "dt_data_parallel_reduce_grads",
+                    "mesh dim %d out of range (the model's mesh has %d dims)", dp_dim, nd);
+  for (int i = 0; i < m->n_mods; i++) {
+    dt_module *md = &m->mods[i];
+    if (md->wndim == 0) continue;
+    if (!md->weight)
+      return dt_error(ctx, DT_ERR_INVALID, "dt_data_parallel_reduce_grads",
+                      "%s: not materialized", md->fqn);
+    const dt_tensor *g = dt_var_grad(md->weight);
+    if (!g || g->pl[dp_dim].kind != DT_PL_PARTIAL) continue;
+    DT_CHECK(dt_var_grad_reduce(m->tape, md->weight));
+  }
+  return DT_OK;
+}
