@@ -32,6 +32,14 @@ typedef struct sb_cmd {
 } sb_cmd;
 
 static const sb_cmd sb_cmds[] = {
+    {"run", "run one config, verify it against the unsharded reference, measure it",
+     sb_cmd_run, sb_run_usage},
+    {"sweep", "run every mesh shape x plan x workload x dtype for a world into a DB",
+     sb_cmd_sweep, sb_sweep_usage},
+    {"report", "gnuplot charts and an index page from a results DB", sb_cmd_report,
+     sb_report_usage},
+    {"baselines", "analytic framework baselines (Megatron, ZeRO, FSDP, PP, CP) for a config",
+     sb_cmd_baselines, sb_baselines_usage},
     {"explain", "show shards, the redistribute plan, its cost, and run it on threads",
      sb_cmd_explain, sb_explain_usage},
 };

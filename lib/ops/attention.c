@@ -329,19 +329,22 @@ static dt_status gemm(dt_ctx *ctx, dt_dtype t, bool ta, bool tb, int64_t m, int6
   return dt_device_gemm(ctx->device, &d);
 }
 
-/* Row-wise causal softmax of the S x S scores in place (zero above the diagonal). */
-#define SOFTMAX_ROWS(T)                                                          \
+/* Row-wise causal softmax of the S x S scores in place (zero above the diagonal);
+ * the sum is accumulated in double. EXP and MAX are the dtype's own (expf for
+ * f32: within 1 ulp, and half the cost of exp in double on the hot path). */
+#define SOFTMAX_ROWS(T, EXP, MAX)                                                \
   static void softmax_rows_##T(T *P, int64_t S) {                                \
     for (int64_t i = 0; i < S; i++) {                                            \
       T *row = P + i * S;                                                        \
-      double mx = -INFINITY, z = 0;                                              \
-      for (int64_t j = 0; j <= i; j++) mx = fmax(mx, (double)row[j]);            \
+      T mx = row[0];                                                             \
+      for (int64_t j = 1; j <= i; j++) mx = MAX(mx, row[j]);                     \
+      double z = 0;                                                              \
       for (int64_t j = 0; j <= i; j++) {                                         \
-        double e = exp((double)row[j] - mx);                                     \
-        row[j] = (T)e;                                                           \
-        z += e;                                                                  \
+        row[j] = EXP(row[j] - mx);                                               \
+        z += (double)row[j];                                                     \
       }                                                                          \
-      for (int64_t j = 0; j <= i; j++) row[j] = (T)((double)row[j] / z);         \
+      T inv = (T)(1.0 / z);                                                      \
+      for (int64_t j = 0; j <= i; j++) row[j] *= inv;                            \
       for (int64_t j = i + 1; j < S; j++) row[j] = 0;                            \
     }                                                                            \
   }                                                                              \
@@ -350,13 +353,14 @@ static dt_status gemm(dt_ctx *ctx, dt_dtype t, bool ta, bool tb, int64_t m, int6
     for (int64_t i = 0; i < S; i++) {                                            \
       double rs = 0;                                                             \
       for (int64_t j = 0; j <= i; j++) rs += (double)dP[i * S + j] * (double)P[i * S + j]; \
-      for (int64_t j = 0; j <= i; j++)                                           \
-        dP[i * S + j] = (T)((double)P[i * S + j] * ((double)dP[i * S + j] - rs)); \
+      T r = (T)rs;                                                               \
+      for (int64_t j = 0; j <= i; j++) dP[i * S + j] = P[i * S + j] * (dP[i * S + j] - r); \
       for (int64_t j = i + 1; j < S; j++) dP[i * S + j] = 0;                     \
     }                                                                            \
   }
-SOFTMAX_ROWS(float)
-SOFTMAX_ROWS(double)
+#define DT_MAXT(a, b) ((b) > (a) ? (b) : (a)) /* inlined; fmaxf is a call here */
+SOFTMAX_ROWS(float, expf, DT_MAXT)
+SOFTMAX_ROWS(double, exp, DT_MAXT)
 
 static void softmax_rows(dt_dtype t, void *P, int64_t S) {
   if (t == DT_F32) softmax_rows_float(P, S);

@@ -303,7 +303,13 @@ static dt_status ce_stats(dt_ctx *ctx, const char *name, const dt_tensor *x, con
       DT_CHECK(dt_comm_all_reduce(dt_mesh_comm(x->mesh, i), mx, mx, (size_t)npos, DT_F64, DT_RED_MAX));
   for (int64_t p = 0; p < npos; p++) {
     double s = 0;
-    for (int64_t v = 0; v < Vl; v++) s += exp(ld(X, p * Vl + v) - mx[p]);
+    if (X->dtype == DT_F32) { /* expf on f32 logits: within 1 ulp, twice as fast */
+      const float *xf = (const float *)X->data + p * Vl;
+      float m = (float)mx[p];
+      for (int64_t v = 0; v < Vl; v++) s += (double)expf(xf[v] - m);
+    } else {
+      for (int64_t v = 0; v < Vl; v++) s += exp(ld(X, p * Vl + v) - mx[p]);
+    }
     se[p] = s;
   }
   for (int i = 0; i < x->mesh_ndim; i++)
@@ -406,11 +412,21 @@ static dt_status ceb_kernel(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor *
   if (!buf) return dt_error(ctx, DT_ERR_NOMEM, "cross_entropy_bwd", "statistics");
   dt_status s = ce_stats(ctx, "cross_entropy_bwd", x, NULL, npos, buf, buf + npos, NULL);
   const int64_t *tg = T->data;
-  for (int64_t p = 0; s == DT_OK && p < npos; p++)
+  for (int64_t p = 0; s == DT_OK && p < npos; p++) {
+    if (X->dtype == DT_F32) { /* f32: expf, and the one-hot term applied after the loop */
+      const float *xf = (const float *)X->data + p * Vl;
+      float *yf = (float *)Y->data + p * Vl;
+      float m = (float)buf[p], sc = (float)(g / buf[npos + p]);
+      for (int64_t v = 0; v < Vl; v++) yf[v] = expf(xf[v] - m) * sc;
+      int64_t t = tg[p] - voff;
+      if (t >= 0 && t < Vl) yf[t] = (float)((double)yf[t] - g);
+      continue;
+    }
     for (int64_t v = 0; v < Vl; v++) {
       double sm = exp(ld(X, p * Vl + v) - buf[p]) / buf[npos + p];
       st(Y, p * Vl + v, (sm - (voff + v == tg[p] ? 1.0 : 0.0)) * g);
     }
+  }
   dt_host_free(ctx, buf);
   return s;
 }

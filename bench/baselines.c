@@ -1,0 +1,595 @@
+/* bench/baselines.c: `shardbench baselines`: the analytic framework baselines
+ * (Megatron TP / TP+SP, ZeRO-1/2/3, DDP, FSDP, HSDP, GPipe / 1F1B / interleaved
+ * PP, ring-attention CP, torchtitan FLOPs) of one config, each with the formula
+ * of /work/shared/reference/baselines.md it comes from. The numbers are computed
+ * by bench/baselines_model.c (bench/baselines.h); this file parses flags, prints
+ * text or JSON, and with --db writes the baselines table (linked to a configs
+ * row when --plan is given, else config_id NULL) and loads results/published.csv
+ * into the published table, idempotently. Its SQLite code is its own (plain
+ * sqlite3 calls against results/schema.sql), not bench/store.c's.
+ *
+ * Exit codes (bench/cli.h): 0 ok, 1 a DB error, 2 bad flags (one line).
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <sqlite3.h>
+
+#include "baselines.h"
+#include "cli.h"
+
+const char sb_baselines_usage[] =
+    "usage: shardbench baselines --model debugmodel|8B|70B|405B [mesh] --batch B --seq S\n"
+    "                            [--dtype f32|f64|bf16] [--microbatches M] [--virtual-stages V]\n"
+    "                            [--db FILE [--plan NAME [--workload W] [--steps N] [--backend B]]\n"
+    "                             [--published CSV] [--schema SQL]] [--json]\n"
+    "\n"
+    "Analytic baselines (baselines.md) for one config: Megatron TP and TP+SP comm and\n"
+    "activation memory, ZeRO-1/2/3, DDP, FSDP, HSDP comm and memory, GPipe / 1F1B /\n"
+    "interleaved bubbles, activations and p2p, ring-attention CP KV traffic, torchtitan\n"
+    "FLOPs. Comm is wire bytes per rank per step by the ring model (AR 2(n-1)/n S,\n"
+    "AG/RS (n-1)/n S), comparable with the ledger's wire_bytes.\n"
+    "\n"
+    "mesh: --mesh pp:1,dp_replicate:2,dp_shard:1,cp:1,tp:4 (named dims, any order,\n"
+    "      missing ones 1) or --pp N --dp-replicate N --dp-shard N --cp N --tp N\n"
+    "  --batch B            global batch (sequences); divisible by dp_replicate*dp_shard\n"
+    "  --seq S              sequence length; divisible by cp\n"
+    "  --dtype T            element type of activations, params, grads (default bf16)\n"
+    "  --microbatches M     PP micro-batches per step (default pp)\n"
+    "  --virtual-stages V   interleaved PP stages per rank (default 1)\n"
+    "  --db FILE            write the rows into the baselines table of a results DB\n"
+    "                       (created from --schema, default the source tree's\n"
+    "                       results/schema.sql) and load --published (default\n"
+    "                       results/published.csv there)\n"
+    "  --plan NAME          link the rows to the configs row of this key (model= workload=\n"
+    "                       plan= mesh= dtype= batch= seq= steps= backend= world=); without\n"
+    "                       it config_id is NULL\n"
+    "  --workload W, --steps N, --backend B   the rest of that key (model, 1, threads)\n"
+    "  --json               one JSON object instead of the table\n";
+
+static const char *const CMD = "baselines";
+
+/* Default data files: the source tree's when the build says where it is
+ * (Makefile.am: SB_SRCDIR), else relative to the working directory. */
+#ifdef SB_SRCDIR
+#define DEFAULT_SCHEMA SB_SRCDIR "/results/schema.sql"
+#define DEFAULT_PUBLISHED SB_SRCDIR "/results/published.csv"
+#else
+#define DEFAULT_SCHEMA "results/schema.sql"
+#define DEFAULT_PUBLISHED "results/published.csv"
+#endif
+
+/* Mesh dims in the order of results/schema.sql's configs columns. */
+enum { D_PP = 0, D_DPR, D_DPS, D_CP, D_TP, D_N };
+static const char *const dim_names[D_N] = {"pp", "dp_replicate", "dp_shard", "cp", "tp"};
+
+/* "pp:1,dp_replicate:2,...": named sizes, any order, each dim at most once. */
+static int parse_named_mesh(const char *s, int sz[D_N], char *err, size_t errn) {
+  bool seen[D_N] = {false};
+  const char *p = s;
+  while (*p) {
+    size_t l = strcspn(p, ",");
+    const char *colon = memchr(p, ':', l);
+    if (!colon) {
+      snprintf(err, errn, "expected NAME:SIZE items like tp:4, got '%.*s'", (int)l, p);
+      return -1;
+    }
+    int k = -1;
+    for (int i = 0; i < D_N; i++)
+      if ((size_t)(colon - p) == strlen(dim_names[i]) && !strncmp(p, dim_names[i], strlen(dim_names[i])))
+        k = i;
+    if (k < 0) {
+      snprintf(err, errn, "unknown dim '%.*s' (pp, dp_replicate, dp_shard, cp, tp)",
+               (int)(colon - p), p);
+      return -1;
+    }
+    if (seen[k]) {
+      snprintf(err, errn, "dim %s given twice", dim_names[k]);
+      return -1;
+    }
+    char num[32];
+    size_t nl = l - (size_t)(colon + 1 - p);
+    if (nl == 0 || nl >= sizeof num) {
+      snprintf(err, errn, "bad size for %s", dim_names[k]);
+      return -1;
+    }
+    memcpy(num, colon + 1, nl);
+    num[nl] = '\0';
+    long v;
+    /* 1..2^20 ranks per dim: above any real cluster's dim, and the products of
+     * five such dims still fit a double exactly */
+    if (sb_parse_long(num, 1, 1L << 20, &v, err, errn) != DT_OK) return -1;
+    sz[k] = (int)v;
+    seen[k] = true;
+    p += l;
+    if (*p == ',') {
+      p++;
+      if (!*p) {
+        snprintf(err, errn, "trailing ','");
+        return -1;
+      }
+    }
+  }
+  return 0;
+}
+
+/* The configs key, in results/schema.sql's example format: mesh lists the dims
+ * of size > 1 in column order (all 1: tp:1). */
+static void config_key(const sb_baseline_in *in, const char *workload, const char *plan,
+                       const char *dtype, long steps, const char *backend, char *key, size_t n,
+                       char *mesh, size_t mn) {
+  const int sz[D_N] = {in->pp, in->dp_replicate, in->dp_shard, in->cp, in->tp};
+  size_t off = 0;
+  mesh[0] = '\0';
+  for (int i = 0; i < D_N; i++)
+    if (sz[i] > 1 && off < mn)
+      off += (size_t)snprintf(mesh + off, mn - off, "%s%s:%d", off ? "," : "", dim_names[i], sz[i]);
+  if (!off) snprintf(mesh, mn, "tp:1");
+  long world = (long)in->pp * in->dp_replicate * in->dp_shard * in->cp * in->tp;
+  snprintf(key, n,
+           "model=%s workload=%s plan=%s mesh=%s dtype=%s batch=%lld seq=%lld steps=%ld "
+           "backend=%s world=%ld",
+           in->model.name, workload, plan, mesh, dtype, (long long)in->batch, (long long)in->seq,
+           steps, backend, world);
+}
+
+/* ---- SQLite ---- */
+
+static char *read_text(const char *path) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  size_t cap = 4096, len = 0; /* grows by doubling */
+  char *buf = malloc(cap);
+  while (buf) {
+    size_t r = fread(buf + len, 1, cap - len - 1, f);
+    len += r;
+    if (len + 1 < cap) break;
+    char *nb = realloc(buf, cap * 2);
+    if (!nb) {
+      free(buf);
+      buf = NULL;
+      break;
+    }
+    buf = nb;
+    cap *= 2;
+  }
+  fclose(f);
+  if (buf) buf[len] = '\0';
+  return buf;
+}
+
+static int db_fail(sqlite3 *db, const char *what) {
+  fprintf(stderr, "shardbench %s: --db: %s: %s\n", CMD, what, db ? sqlite3_errmsg(db) : "?");
+  return SB_EXIT_FAIL;
+}
+
+/* Splits one CSV line into at most max fields in place ("..." quoting with ""
+ * escapes). Returns the field count, or -1 for an unterminated quote. */
+static int csv_split(char *line, char **f, int max) {
+  int n = 0;
+  char *p = line;
+  for (;;) {
+    if (n == max) return n + 1;
+    char *out = p;
+    f[n++] = p;
+    if (*p == '"') {
+      p++;
+      for (;;) {
+        if (!*p) return -1;
+        if (*p == '"' && p[1] == '"') {
+          *out++ = '"';
+          p += 2;
+        } else if (*p == '"') {
+          p++;
+          break;
+        } else {
+          *out++ = *p++;
+        }
+      }
+      p += strcspn(p, ","); /* anything between the closing quote and ',' is dropped */
+      bool more = *p == ',';
+      *out = '\0';
+      if (!more) return n;
+      p++;
+    } else {
+      size_t l = strcspn(p, ",");
+      bool more = p[l] == ',';
+      p[l] = '\0';
+      if (!more) return n;
+      p += l + 1;
+    }
+  }
+}
+
+/* Loads the published CSV: a row is inserted unless an identical one is there. */
+static int load_published(sqlite3 *db, const char *path, int *added) {
+  char *text = read_text(path);
+  if (!text) {
+    fprintf(stderr, "shardbench %s: --published: cannot read %s: %s\n", CMD, path,
+            strerror(errno));
+    return SB_EXIT_FAIL;
+  }
+  static const char *const sql =
+      "INSERT INTO published (framework, model, hardware, gpus, metric, value, source) "
+      "SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7 WHERE NOT EXISTS (SELECT 1 FROM published WHERE "
+      "framework = ?1 AND model = ?2 AND hardware = ?3 AND gpus = ?4 AND metric = ?5 AND "
+      "value = ?6 AND source = ?7)";
+  sqlite3_stmt *st = NULL;
+  if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK) {
+    free(text);
+    return db_fail(db, "prepare published insert");
+  }
+  int rc = SB_EXIT_OK, lineno = 0;
+  *added = 0;
+  char *save = NULL;
+  for (char *line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+    lineno++;
+    size_t l = strlen(line);
+    if (l && line[l - 1] == '\r') line[l - 1] = '\0';
+    if (lineno == 1 || !line[0]) continue; /* the header */
+    enum { NF = 7 };                        /* the published table's columns */
+    char *f[NF + 1];
+    int nf = csv_split(line, f, NF);
+    char *end;
+    long gpus = nf == NF ? strtol(f[3], &end, 10) : 0;
+    bool ok = nf == NF && !*end;
+    double val = ok ? strtod(f[5], &end) : 0;
+    if (!ok || *end) {
+      fprintf(stderr, "shardbench %s: --published: %s:%d: expected 7 fields "
+              "framework,model,hardware,gpus,metric,value,source\n", CMD, path, lineno);
+      rc = SB_EXIT_FAIL;
+      break;
+    }
+    sqlite3_reset(st);
+    for (int i = 0; i < NF; i++) {
+      if (i == 3) sqlite3_bind_int64(st, i + 1, gpus);
+      else if (i == 5) sqlite3_bind_double(st, i + 1, val);
+      else sqlite3_bind_text(st, i + 1, f[i], -1, SQLITE_TRANSIENT);
+    }
+    if (sqlite3_step(st) != SQLITE_DONE) {
+      rc = db_fail(db, "insert published");
+      break;
+    }
+    *added += sqlite3_changes(db);
+  }
+  sqlite3_finalize(st);
+  free(text);
+  return rc;
+}
+
+typedef struct db_args {
+  const char *path, *schema, *published, *plan, *workload, *backend, *dtype;
+  long steps;
+} db_args;
+
+/* Finds or creates the configs row of the key; *id = its id. */
+static int config_row(sqlite3 *db, const sb_baseline_in *in, const db_args *da, sqlite3_int64 *id) {
+  char key[512], mesh[128];
+  config_key(in, da->workload, da->plan, da->dtype, da->steps, da->backend, key, sizeof key, mesh,
+             sizeof mesh);
+  sqlite3_stmt *st = NULL;
+  if (sqlite3_prepare_v2(db,
+                         "INSERT OR IGNORE INTO configs (key, workload, model, plan, pp, "
+                         "dp_replicate, dp_shard, cp, tp, dtype, batch, seq, steps, backend, world) "
+                         "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
+                         -1, &st, NULL) != SQLITE_OK)
+    return db_fail(db, "prepare configs insert");
+  const int sz[D_N] = {in->pp, in->dp_replicate, in->dp_shard, in->cp, in->tp};
+  sqlite3_bind_text(st, 1, key, -1, SQLITE_TRANSIENT);
+  sqlite3_bind_text(st, 2, da->workload, -1, SQLITE_STATIC);
+  sqlite3_bind_text(st, 3, in->model.name, -1, SQLITE_TRANSIENT);
+  sqlite3_bind_text(st, 4, da->plan, -1, SQLITE_STATIC);
+  for (int i = 0; i < D_N; i++) sqlite3_bind_int(st, 5 + i, sz[i]);
+  sqlite3_bind_text(st, 10, da->dtype, -1, SQLITE_STATIC);
+  sqlite3_bind_int64(st, 11, in->batch);
+  sqlite3_bind_int64(st, 12, in->seq);
+  sqlite3_bind_int64(st, 13, da->steps);
+  sqlite3_bind_text(st, 14, da->backend, -1, SQLITE_STATIC);
+  sqlite3_bind_int64(st, 15, (sqlite3_int64)in->pp * in->dp_replicate * in->dp_shard * in->cp * in->tp);
+  int r = sqlite3_step(st);
+  sqlite3_finalize(st);
+  if (r != SQLITE_DONE) return db_fail(db, "insert configs");
+  if (sqlite3_prepare_v2(db, "SELECT id FROM configs WHERE key = ?1", -1, &st, NULL) != SQLITE_OK)
+    return db_fail(db, "prepare configs select");
+  sqlite3_bind_text(st, 1, key, -1, SQLITE_TRANSIENT);
+  r = sqlite3_step(st);
+  if (r == SQLITE_ROW) *id = sqlite3_column_int64(st, 0);
+  sqlite3_finalize(st);
+  return r == SQLITE_ROW ? SB_EXIT_OK : db_fail(db, "select configs");
+}
+
+/* The program's schema version (results/schema.sql: schema_version 1). */
+enum { SCHEMA_VERSION = 1 };
+
+static int write_db(const sb_baseline_in *in, const db_args *da, const sb_baseline_row *rows,
+                    int n) {
+  sqlite3 *db = NULL;
+  if (sqlite3_open_v2(da->path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL) !=
+      SQLITE_OK) {
+    int rc = db_fail(db, da->path);
+    sqlite3_close(db);
+    return rc;
+  }
+  /* 30 s busy timeout, as results/schema.sql asks (two sweeps share a DB) */
+  sqlite3_busy_timeout(db, 30000);
+  int rc = SB_EXIT_OK;
+  char *schema = NULL;
+  if (sqlite3_exec(db, "PRAGMA journal_mode = WAL; PRAGMA foreign_keys = ON;", NULL, NULL, NULL) !=
+      SQLITE_OK) {
+    rc = db_fail(db, "open (not a SQLite DB?)");
+    goto out;
+  }
+  if (!(schema = read_text(da->schema))) {
+    fprintf(stderr, "shardbench %s: --schema: cannot read %s: %s\n", CMD, da->schema,
+            strerror(errno));
+    rc = SB_EXIT_FAIL;
+    goto out;
+  }
+  if (sqlite3_exec(db, "BEGIN IMMEDIATE", NULL, NULL, NULL) != SQLITE_OK ||
+      sqlite3_exec(db, schema, NULL, NULL, NULL) != SQLITE_OK) {
+    rc = db_fail(db, "apply schema");
+    goto out;
+  }
+  {
+    sqlite3_stmt *st = NULL;
+    long ver = -1, nver = 0;
+    if (sqlite3_prepare_v2(db, "SELECT version FROM schema_version", -1, &st, NULL) == SQLITE_OK) {
+      while (sqlite3_step(st) == SQLITE_ROW) {
+        ver = (long)sqlite3_column_int64(st, 0);
+        nver++;
+      }
+      sqlite3_finalize(st);
+    }
+    if (nver == 0) {
+      char q[64];
+      snprintf(q, sizeof q, "INSERT INTO schema_version (version) VALUES (%d)", SCHEMA_VERSION);
+      if (sqlite3_exec(db, q, NULL, NULL, NULL) != SQLITE_OK) {
+        rc = db_fail(db, "schema_version");
+        goto rollback;
+      }
+    } else if (ver != SCHEMA_VERSION || nver != 1) {
+      fprintf(stderr, "shardbench %s: --db: %s has schema version %ld, this program writes %d\n",
+              CMD, da->path, ver, SCHEMA_VERSION);
+      rc = SB_EXIT_FAIL;
+      goto rollback;
+    }
+  }
+  sqlite3_int64 cid = 0;
+  bool have_cid = false;
+  if (da->plan) {
+    if ((rc = config_row(db, in, da, &cid)) != SB_EXIT_OK) goto rollback;
+    have_cid = true;
+    /* idempotent per config: the rows of an earlier call are replaced */
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(db, "DELETE FROM baselines WHERE config_id = ?1", -1, &st, NULL) !=
+        SQLITE_OK) {
+      rc = db_fail(db, "prepare delete");
+      goto rollback;
+    }
+    sqlite3_bind_int64(st, 1, cid);
+    int r = sqlite3_step(st);
+    sqlite3_finalize(st);
+    if (r != SQLITE_DONE) {
+      rc = db_fail(db, "delete baselines");
+      goto rollback;
+    }
+  }
+  {
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(db,
+                           "INSERT INTO baselines (config_id, framework, quantity, value, unit, "
+                           "formula) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                           -1, &st, NULL) != SQLITE_OK) {
+      rc = db_fail(db, "prepare baselines insert");
+      goto rollback;
+    }
+    for (int i = 0; i < n && rc == SB_EXIT_OK; i++) {
+      sqlite3_reset(st);
+      if (have_cid) sqlite3_bind_int64(st, 1, cid);
+      else sqlite3_bind_null(st, 1);
+      sqlite3_bind_text(st, 2, rows[i].framework, -1, SQLITE_STATIC);
+      sqlite3_bind_text(st, 3, rows[i].quantity, -1, SQLITE_STATIC);
+      sqlite3_bind_double(st, 4, rows[i].value);
+      sqlite3_bind_text(st, 5, rows[i].unit, -1, SQLITE_STATIC);
+      sqlite3_bind_text(st, 6, rows[i].formula, -1, SQLITE_STATIC);
+      if (sqlite3_step(st) != SQLITE_DONE) rc = db_fail(db, "insert baselines");
+    }
+    sqlite3_finalize(st);
+    if (rc != SB_EXIT_OK) goto rollback;
+  }
+  int added = 0;
+  if ((rc = load_published(db, da->published, &added)) != SB_EXIT_OK) goto rollback;
+  if (sqlite3_exec(db, "COMMIT", NULL, NULL, NULL) != SQLITE_OK) {
+    rc = db_fail(db, "commit");
+    goto rollback;
+  }
+  fprintf(stderr, "shardbench %s: wrote %d baselines rows (config_id %s) and %d new published rows to %s\n",
+          CMD, n, have_cid ? "set" : "NULL", added, da->path);
+  goto out;
+rollback:
+  sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
+out:
+  free(schema);
+  sqlite3_close(db);
+  return rc;
+}
+
+/* ---- output ---- */
+
+static void print_json(const sb_baseline_in *in, const char *dtype, const sb_tp_terms *tm,
+                       const sb_tp_terms *ts, const sb_baseline_row *rows, int n) {
+  printf("{\"model\": ");
+  sb_json_str(stdout, in->model.name);
+  printf(", \"mesh\": {\"pp\": %d, \"dp_replicate\": %d, \"dp_shard\": %d, \"cp\": %d, \"tp\": %d}",
+         in->pp, in->dp_replicate, in->dp_shard, in->cp, in->tp);
+  printf(", \"batch\": %lld, \"seq\": %lld, \"dtype\": ", (long long)in->batch, (long long)in->seq);
+  sb_json_str(stdout, dtype);
+  printf(", \"microbatches\": %d, \"virtual_stages\": %d, \"params\": %lld",
+         in->microbatches, in->virtual_stages, (long long)dt_llama_nparams(&in->model));
+  const sb_tp_terms *tt[2] = {tm, ts};
+  const char *tn[2] = {"megatron-tp", "megatron-tp-sp"};
+  printf(", \"tp_terms\": {");
+  for (int k = 0; k < 2; k++)
+    printf("%s\"%s\": {\"layers\": %d, \"block_per_layer\": %.17g, \"blocks\": %.17g, "
+           "\"boundary\": %.17g, \"logits\": %.17g, \"loss\": %.17g, \"optimizer\": %.17g, "
+           "\"total\": %.17g, \"all_reduce\": %d, \"all_gather\": %d, \"reduce_scatter\": %d}",
+           k ? ", " : "", tn[k], tt[k]->layers, tt[k]->block_per_layer, tt[k]->blocks,
+           tt[k]->boundary, tt[k]->logits, tt[k]->loss, tt[k]->optimizer, tt[k]->total,
+           tt[k]->n_ar, tt[k]->n_ag, tt[k]->n_rs);
+  printf("}, \"baselines\": [");
+  for (int i = 0; i < n; i++) {
+    printf("%s\n  {\"framework\": ", i ? "," : "");
+    sb_json_str(stdout, rows[i].framework);
+    printf(", \"quantity\": ");
+    sb_json_str(stdout, rows[i].quantity);
+    printf(", \"value\": %.17g, \"unit\": ", rows[i].value);
+    sb_json_str(stdout, rows[i].unit);
+    printf(", \"formula\": ");
+    sb_json_str(stdout, rows[i].formula);
+    printf("}");
+  }
+  printf("\n]}\n");
+}
+
+static void print_text(const sb_baseline_in *in, const char *dtype, const sb_tp_terms *tm,
+                       const sb_tp_terms *ts, const sb_baseline_row *rows, int n) {
+  printf("config: model %s (%lld params), pp %d dp_replicate %d dp_shard %d cp %d tp %d, "
+         "batch %lld seq %lld dtype %s, microbatches %d, virtual stages %d\n",
+         in->model.name, (long long)dt_llama_nparams(&in->model), in->pp, in->dp_replicate,
+         in->dp_shard, in->cp, in->tp, (long long)in->batch, (long long)in->seq, dtype,
+         in->microbatches, in->virtual_stages);
+  printf("TP comm per rank per step (wire bytes, ring), layers on the rank %d:\n", tm->layers);
+  printf("  %-15s %16s %16s %16s %16s %16s %18s\n", "framework", "blocks", "boundary", "logits",
+         "loss", "optimizer", "total");
+  const sb_tp_terms *tt[2] = {tm, ts};
+  const char *tn[2] = {"megatron-tp", "megatron-tp-sp"};
+  for (int k = 0; k < 2; k++)
+    printf("  %-15s %16.0f %16.0f %16.0f %16.0f %16.0f %18.0f\n", tn[k], tt[k]->blocks,
+           tt[k]->boundary, tt[k]->logits, tt[k]->loss, tt[k]->optimizer, tt[k]->total);
+  printf("\n%-15s %-36s %22s %-8s %s\n", "framework", "quantity", "value", "unit", "formula");
+  for (int i = 0; i < n; i++)
+    printf("%-15s %-36s %22.15g %-8s %s\n", rows[i].framework, rows[i].quantity, rows[i].value,
+           rows[i].unit, rows[i].formula);
+}
+
+/* ---- the command ---- */
+
+int sb_cmd_baselines(int argc, char **argv) {
+  enum {
+    O_MODEL = 1000, O_MESH, O_PP, O_DPR, O_DPS, O_CP, O_TP, O_BATCH, O_SEQ, O_DTYPE, O_MB, O_VS,
+    O_DB, O_PLAN, O_WORKLOAD, O_STEPS, O_BACKEND, O_PUB, O_SCHEMA, O_JSON, O_HELP
+  };
+  static const struct option lopts[] = {
+      {"model", required_argument, NULL, O_MODEL},
+      {"mesh", required_argument, NULL, O_MESH},
+      {"pp", required_argument, NULL, O_PP},
+      {"dp-replicate", required_argument, NULL, O_DPR},
+      {"dp-shard", required_argument, NULL, O_DPS},
+      {"cp", required_argument, NULL, O_CP},
+      {"tp", required_argument, NULL, O_TP},
+      {"batch", required_argument, NULL, O_BATCH},
+      {"seq", required_argument, NULL, O_SEQ},
+      {"dtype", required_argument, NULL, O_DTYPE},
+      {"microbatches", required_argument, NULL, O_MB},
+      {"virtual-stages", required_argument, NULL, O_VS},
+      {"db", required_argument, NULL, O_DB},
+      {"plan", required_argument, NULL, O_PLAN},
+      {"workload", required_argument, NULL, O_WORKLOAD},
+      {"steps", required_argument, NULL, O_STEPS},
+      {"backend", required_argument, NULL, O_BACKEND},
+      {"published", required_argument, NULL, O_PUB},
+      {"schema", required_argument, NULL, O_SCHEMA},
+      {"json", no_argument, NULL, O_JSON},
+      {"help", no_argument, NULL, O_HELP},
+      {NULL, 0, NULL, 0}};
+  const char *model = NULL, *mesh = NULL;
+  long dims[D_N] = {-1, -1, -1, -1, -1}, batch = -1, seq = -1, mbs = -1, vs = 1;
+  dt_dtype dt = DT_BF16;
+  bool json = false;
+  db_args da = {NULL, DEFAULT_SCHEMA, DEFAULT_PUBLISHED, NULL, "model", "threads", NULL, 1};
+  char err[SB_ERR_LEN];
+  /* sizes up to 2^20 ranks per dim, batch/seq up to 2^30: beyond any real run, and
+   * their products stay exact in double */
+  const long DIM_MAX = 1L << 20, TOK_MAX = 1L << 30;
+  sb_getopt_reset();
+  int ch;
+  while ((ch = getopt_long(argc, argv, ":h", lopts, NULL)) != -1) {
+    long *dst = NULL, hi = DIM_MAX;
+    const char *flag = NULL;
+    switch (ch) {
+    case O_MODEL: model = optarg; break;
+    case O_MESH: mesh = optarg; break;
+    case O_PP: dst = &dims[D_PP]; flag = "--pp"; break;
+    case O_DPR: dst = &dims[D_DPR]; flag = "--dp-replicate"; break;
+    case O_DPS: dst = &dims[D_DPS]; flag = "--dp-shard"; break;
+    case O_CP: dst = &dims[D_CP]; flag = "--cp"; break;
+    case O_TP: dst = &dims[D_TP]; flag = "--tp"; break;
+    case O_BATCH: dst = &batch; flag = "--batch"; hi = TOK_MAX; break;
+    case O_SEQ: dst = &seq; flag = "--seq"; hi = TOK_MAX; break;
+    case O_MB: dst = &mbs; flag = "--microbatches"; hi = TOK_MAX; break;
+    case O_VS: dst = &vs; flag = "--virtual-stages"; break;
+    case O_STEPS: dst = &da.steps; flag = "--steps"; hi = TOK_MAX; break;
+    case O_DTYPE:
+      if (sb_parse_dtype(optarg, &dt, err, sizeof err) != DT_OK || dt == DT_I64)
+        return sb_usage_error(CMD, "--dtype", "expected f32, f64 or bf16, got '%s'", optarg);
+      break;
+    case O_DB: da.path = optarg; break;
+    case O_PLAN: da.plan = optarg; break;
+    case O_WORKLOAD: da.workload = optarg; break;
+    case O_BACKEND: da.backend = optarg; break;
+    case O_PUB: da.published = optarg; break;
+    case O_SCHEMA: da.schema = optarg; break;
+    case O_JSON: json = true; break;
+    case O_HELP:
+    case 'h': fputs(sb_baselines_usage, stdout); return SB_EXIT_OK;
+    default: return sb_getopt_error(CMD, ch, argv, lopts);
+    }
+    if (dst && sb_parse_long(optarg, 1, hi, dst, err, sizeof err) != DT_OK)
+      return sb_usage_error(CMD, flag, "%s", err);
+  }
+  if (optind < argc) return sb_usage_error(CMD, NULL, "unexpected argument '%s'", argv[optind]);
+  if (!model) return sb_usage_error(CMD, "--model", "required (debugmodel, 8B, 70B or 405B)");
+  if (batch < 0) return sb_usage_error(CMD, "--batch", "required");
+  if (seq < 0) return sb_usage_error(CMD, "--seq", "required");
+  sb_baseline_in in;
+  memset(&in, 0, sizeof in);
+  if (dt_llama_config_get(NULL, model, &in.model) != DT_OK)
+    return sb_usage_error(CMD, "--model", "unknown model '%s' (debugmodel, 8B, 70B, 405B)", model);
+  int sz[D_N] = {1, 1, 1, 1, 1};
+  if (mesh && parse_named_mesh(mesh, sz, err, sizeof err))
+    return sb_usage_error(CMD, "--mesh", "%s", err);
+  for (int i = 0; i < D_N; i++) {
+    if (dims[i] < 0) continue;
+    if (mesh && sz[i] != dims[i])
+      return sb_usage_error(CMD, NULL, "--%s %ld disagrees with --mesh %s:%d", dim_names[i],
+                            dims[i], dim_names[i], sz[i]);
+    sz[i] = (int)dims[i];
+  }
+  in.pp = sz[D_PP];
+  in.dp_replicate = sz[D_DPR];
+  in.dp_shard = sz[D_DPS];
+  in.cp = sz[D_CP];
+  in.tp = sz[D_TP];
+  in.batch = batch;
+  in.seq = seq;
+  in.elem_bytes = (int)dt_dtype_size(dt);
+  in.microbatches = mbs > 0 ? (int)mbs : in.pp; /* default: one micro-batch per stage */
+  in.virtual_stages = (int)vs;
+  if (sb_baseline_check(&in, err, sizeof err)) return sb_usage_error(CMD, NULL, "%s", err);
+  if (!da.path && (da.plan || da.steps != 1))
+    return sb_usage_error(CMD, da.plan ? "--plan" : "--steps", "needs --db");
+  da.dtype = dt_dtype_name(dt);
+  sb_baseline_row rows[SB_BASELINE_MAX_ROWS];
+  int n = sb_baseline_compute(&in, rows, SB_BASELINE_MAX_ROWS);
+  sb_tp_terms tm, ts;
+  if (n < 0 || sb_baseline_tp_terms(&in, SB_TP_MEGATRON, false, &tm) ||
+      sb_baseline_tp_terms(&in, SB_TP_SP, true, &ts))
+    return sb_usage_error(CMD, NULL, "bad config");
+  if (json) print_json(&in, da.dtype, &tm, &ts, rows, n);
+  else print_text(&in, da.dtype, &tm, &ts, rows, n);
+  if (da.path) return write_db(&in, &da, rows, n);
+  return SB_EXIT_OK;
+}

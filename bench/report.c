@@ -1,0 +1,1084 @@
+/* bench/report.c: `shardbench report`, charts and an index page from a results DB.
+ *
+ *   shardbench report [--db results/shardbench.db] [--out report] [--scripts DIR]
+ *                     [--format png,svg] [--run ID|latest|all]
+ *
+ * It opens the DB read-only (a file that is not SQLite, or a DB of another
+ * schema_version, is refused with one line and exit 2, and is not touched),
+ * reads the results of one run (or, with --run all, the newest result of every
+ * config over all runs), and writes:
+ *
+ *   OUT/data/NAME.dat whitespace-separated data, one header comment line naming
+ *                    the columns and one giving the query; gnuplot reads them
+ *   OUT/NAME.png|svg the charts, drawn by the committed scripts/NAME.gp with
+ *                      gnuplot -e "datadir='OUT/data'; outdir='OUT'; fmt='png'" scripts/NAME.gp
+ *                    (the same line redraws any chart by hand, without the DB)
+ *   OUT/index.html   the charts, how to read each, the skipped / failed /
+ *                    mismatched configs with their reasons, and where it came from
+ *   OUT/gnuplot.log  what gnuplot printed
+ *
+ * Charts: comm (wire bytes per rank per step, stacked by phase and op, with the
+ * analytic baselines' comm_bytes_per_step), throughput (tokens/s and MFU by mesh
+ * shape), memory (peak bytes per rank by plan, with memory_bytes_per_rank
+ * baselines), error (max_rel_err against the tolerance, log scale). A chart
+ * with no rows is not drawn; the index says so.
+ *
+ * gnuplot is found as $GNUPLOT or `gnuplot` on PATH; the scripts as --scripts,
+ * $SHARDBENCH_SCRIPTS, ./scripts, or the source tree's scripts/ (SB_SRCDIR).
+ * Without gnuplot the data files and the index are still written, one line says
+ * that charts need gnuplot, and the exit code is 0. Exit codes: 0 written,
+ * 1 a file could not be written or gnuplot failed, 2 bad input.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <limits.h>
+#include <math.h>
+#include <spawn.h>
+#include <sqlite3.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "store.h"
+
+extern char **environ;
+
+#define CMD "report"
+
+/* The schema this reader understands is the one the store writes: SB_SCHEMA_VERSION
+ * (bench/store.h, results/schema.sql's schema_version row). */
+enum { RP_SCHEMA_VERSION = SB_SCHEMA_VERSION };
+
+/* Readers wait this long for a sweep holding the write lock (schema.sql's 30 s). */
+enum { RP_BUSY_MS = 30000 };
+
+/* Room for a path we build (OUT/data/NAME.dat); longer paths are refused. */
+enum { RP_PATH = 4096 };
+
+/* Room for a mesh ("pp2.dpr2.dps2.cp2.tp2") and a chart label (plan/mesh/...). */
+enum { RP_MESH = 64, RP_LABEL = 320 };
+
+const char sb_report_usage[] =
+    "usage: shardbench report [--db results/shardbench.db] [--out report] [--scripts DIR]\n"
+    "           [--format png,svg] [--run ID|latest|all]\n"
+    "\n"
+    "Reads a results DB (read-only) and writes OUT/data/*.dat, the charts OUT/NAME.png\n"
+    "and OUT/NAME.svg drawn by scripts/NAME.gp with gnuplot, and OUT/index.html.\n"
+    "\n"
+    "  --db FILE        the results DB (default results/shardbench.db)\n"
+    "  --out DIR        where to write (default report; created if missing)\n"
+    "  --scripts DIR    the .gp scripts (default $SHARDBENCH_SCRIPTS, ./scripts, or\n"
+    "                   the source tree's scripts/)\n"
+    "  --format LIST    png, svg or png,svg (default png,svg)\n"
+    "  --run WHICH      a run id, latest (default), or all (the newest result of\n"
+    "                   each config over every run)\n"
+    "\n"
+    "Charts: comm (wire bytes per rank per step by plan and mesh, with the analytic\n"
+    "baselines), throughput (tokens/s and MFU by mesh shape), memory (peak bytes per\n"
+    "rank by plan), error (max_rel_err against the tolerance). Redraw any chart by\n"
+    "hand: gnuplot -e \"datadir='report/data'; outdir='report'\" scripts/comm.gp\n"
+    "Without gnuplot the data files and the index are still written (exit 0).\n"
+    "Exit codes: 0 written, 1 a write or gnuplot failed, 2 bad input (DB refused).\n";
+
+/* ---- rows read from the DB ---- */
+
+typedef struct rp_row {
+  long long result_id, run_id, config_id;
+  char status[16];
+  char *reason, *key, *workload, *model, *plan, *dtype, *backend;
+  int pp, dpr, dps, cp, tp, world;
+  long long batch, seq;
+  double tokens, mfu, tflops, step_s, mem, rel_err, abs_err, tol; /* NAN when NULL */
+  char mesh[RP_MESH];
+  char label[RP_LABEL];
+} rp_row;
+
+typedef struct rp_report {
+  const char *db_path, *out, *scripts;
+  bool png, svg;
+  long long run;      /* > 0 a run id; 0 all */
+  bool run_latest;
+  sqlite3 *db;
+  rp_row *rows;
+  size_t nrows;
+  int status_count[4]; /* ok, mismatch, failed, skipped */
+  FILE *log;
+  bool write_failed;
+} rp_report;
+
+static const char *const rp_statuses[4] = {"ok", "mismatch", "failed", "skipped"};
+
+static char *xstrdup(const char *s) {
+  char *p = strdup(s ? s : "");
+  if (!p) {
+    fputs("shardbench report: out of memory\n", stderr);
+    exit(SB_EXIT_FAIL);
+  }
+  return p;
+}
+
+static double col_real(sqlite3_stmt *st, int i) {
+  return sqlite3_column_type(st, i) == SQLITE_NULL ? NAN : sqlite3_column_double(st, i);
+}
+
+static const char *col_text(sqlite3_stmt *st, int i) {
+  const unsigned char *t = sqlite3_column_text(st, i);
+  return t ? (const char *)t : "";
+}
+
+/* ---- small helpers ---- */
+
+static int mkdir_p(const char *path) {
+  char buf[RP_PATH];
+  if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf) return -1;
+  for (char *p = buf + 1; *p; p++) {
+    if (*p != '/') continue;
+    *p = '\0';
+    if (mkdir(buf, 0777) != 0 && errno != EEXIST) return -1;
+    *p = '/';
+  }
+  if (mkdir(buf, 0777) != 0 && errno != EEXIST) return -1;
+  struct stat sbuf;
+  return stat(buf, &sbuf) == 0 && S_ISDIR(sbuf.st_mode) ? 0 : -1;
+}
+
+static bool is_file(const char *path) {
+  struct stat sbuf;
+  return stat(path, &sbuf) == 0 && S_ISREG(sbuf.st_mode);
+}
+
+static bool path_join(char *buf, size_t n, const char *dir, const char *name) {
+  return snprintf(buf, n, "%s/%s", dir, name) < (int)n;
+}
+
+/* A token without blanks for a whitespace-separated .dat column. */
+static void dat_token(char *s) {
+  if (!*s) return;
+  for (char *p = s; *p; p++)
+    if (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r' || *p == '"' || *p == '#')
+      *p = '_';
+}
+
+static void html_str(FILE *f, const char *s) {
+  for (; s && *s; s++) {
+    switch (*s) {
+      case '<': fputs("&lt;", f); break;
+      case '>': fputs("&gt;", f); break;
+      case '&': fputs("&amp;", f); break;
+      case '"': fputs("&quot;", f); break;
+      default: fputc(*s, f);
+    }
+  }
+}
+
+/* A value for a .dat column: NaN (gnuplot skips it) when the DB held NULL. */
+static void dat_num(FILE *f, double v) {
+  if (isnan(v)) fputs(" NaN", f);
+  else fprintf(f, " %.9g", v);
+}
+
+static FILE *open_out(rp_report *r, const char *name) {
+  char path[RP_PATH];
+  if (!path_join(path, sizeof path, r->out, name)) {
+    fprintf(stderr, "shardbench report: path too long: %s/%s\n", r->out, name);
+    r->write_failed = true;
+    return NULL;
+  }
+  FILE *f = fopen(path, "w");
+  if (!f) {
+    fprintf(stderr, "shardbench report: cannot write %s: %s\n", path, strerror(errno));
+    r->write_failed = true;
+  }
+  return f;
+}
+
+static void close_out(rp_report *r, FILE *f, const char *name) {
+  if (!f) return;
+  if (ferror(f) | fclose(f)) {
+    fprintf(stderr, "shardbench report: cannot write %s/%s\n", r->out, name);
+    r->write_failed = true;
+  }
+}
+
+/* ---- opening and reading the DB ---- */
+
+/* Opens read-only and checks the schema version; one-line reason on refusal. */
+static int open_db(rp_report *r) {
+  int rc = sqlite3_open_v2(r->db_path, &r->db, SQLITE_OPEN_READONLY, NULL);
+  if (rc != SQLITE_OK) {
+    int rc2 = sb_usage_error(CMD, "--db", "cannot open '%s': %s", r->db_path,
+                             r->db ? sqlite3_errmsg(r->db) : sqlite3_errstr(rc));
+    sqlite3_close(r->db);
+    r->db = NULL;
+    return rc2;
+  }
+  sqlite3_busy_timeout(r->db, RP_BUSY_MS);
+  sqlite3_stmt *st = NULL;
+  rc = sqlite3_prepare_v2(r->db, "SELECT version FROM schema_version", -1, &st, NULL);
+  if (rc != SQLITE_OK) {
+    const char *why = sqlite3_errmsg(r->db);
+    if (rc == SQLITE_NOTADB)
+      sb_usage_error(CMD, "--db", "'%s' is not an SQLite database", r->db_path);
+    else if (strstr(why, "no such table"))
+      sb_usage_error(CMD, "--db", "'%s' is not a shardbench results DB (no schema_version table)",
+                     r->db_path);
+    else
+      sb_usage_error(CMD, "--db", "cannot read '%s': %s", r->db_path, why);
+    return SB_EXIT_USAGE;
+  }
+  int n = 0;
+  long long version = -1;
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    version = sqlite3_column_int64(st, 0);
+    n++;
+  }
+  sqlite3_finalize(st);
+  if (rc != SQLITE_DONE)
+    return sb_usage_error(CMD, "--db", "cannot read '%s': %s", r->db_path, sqlite3_errmsg(r->db));
+  if (n != 1 || version != RP_SCHEMA_VERSION)
+    return sb_usage_error(CMD, "--db",
+                          "'%s' has schema version %lld%s; this shardbench reads version %d",
+                          r->db_path, version, n > 1 ? " (and more rows)" : "",
+                          RP_SCHEMA_VERSION);
+  return SB_EXIT_OK;
+}
+
+/* Resolves --run latest / an id; 0 rows of runs leaves run at -1 (empty). */
+static int resolve_run(rp_report *r) {
+  if (!r->run_latest && r->run == 0) return SB_EXIT_OK; /* all */
+  sqlite3_stmt *st = NULL;
+  const char *q = r->run_latest ? "SELECT max(id) FROM runs" : "SELECT id FROM runs WHERE id = ?1";
+  if (sqlite3_prepare_v2(r->db, q, -1, &st, NULL) != SQLITE_OK)
+    return sb_usage_error(CMD, "--db", "cannot read runs: %s", sqlite3_errmsg(r->db));
+  if (!r->run_latest) sqlite3_bind_int64(st, 1, r->run);
+  int rc = sqlite3_step(st);
+  bool found = rc == SQLITE_ROW && sqlite3_column_type(st, 0) != SQLITE_NULL;
+  if (found) r->run = sqlite3_column_int64(st, 0);
+  sqlite3_finalize(st);
+  if (rc != SQLITE_ROW && rc != SQLITE_DONE)
+    return sb_usage_error(CMD, "--db", "cannot read runs: %s", sqlite3_errmsg(r->db));
+  if (!found) {
+    if (!r->run_latest) return sb_usage_error(CMD, "--run", "no run %lld in '%s'", r->run, r->db_path);
+    r->run = -1; /* latest of no runs: an empty report */
+  }
+  return SB_EXIT_OK;
+}
+
+/* The results of the chosen run (or the newest per config), with their configs. */
+static const char rp_rows_query[] =
+    "SELECT r.id, r.run_id, r.config_id, r.status, r.reason, r.tokens_per_s, r.mfu, r.tflops, "
+    "r.step_time_s, r.peak_mem_bytes, r.max_rel_err, r.max_abs_err, r.tolerance, c.key, "
+    "c.workload, c.model, c.plan, c.dtype, c.backend, c.pp, c.dp_replicate, c.dp_shard, c.cp, "
+    "c.tp, c.world, c.batch, c.seq FROM results r JOIN configs c ON c.id = r.config_id "
+    "WHERE (?1 = 0 AND r.id IN (SELECT max(id) FROM results GROUP BY config_id)) "
+    "OR r.run_id = ?1 ORDER BY c.key";
+
+static void mesh_label(rp_row *w) {
+  const int dims[5] = {w->pp, w->dpr, w->dps, w->cp, w->tp};
+  static const char *const names[5] = {"pp", "dpr", "dps", "cp", "tp"};
+  size_t k = 0;
+  w->mesh[0] = '\0';
+  for (int i = 0; i < 5; i++) {
+    if (dims[i] <= 1) continue;
+    int n = snprintf(w->mesh + k, sizeof w->mesh - k, "%s%s%d", k ? "." : "", names[i], dims[i]);
+    if (n < 0 || (size_t)n >= sizeof w->mesh - k) break;
+    k += (size_t)n;
+  }
+  if (!k) snprintf(w->mesh, sizeof w->mesh, "1rank");
+}
+
+/* Labels name the plan and mesh, plus whichever other fields differ between rows. */
+static void make_labels(rp_report *r) {
+  bool vary_model = false, vary_wl = false, vary_dt = false, vary_bs = false, vary_be = false;
+  for (size_t i = 1; i < r->nrows; i++) {
+    const rp_row *a = &r->rows[0], *b = &r->rows[i];
+    vary_model |= strcmp(a->model, b->model) != 0;
+    vary_wl |= strcmp(a->workload, b->workload) != 0;
+    vary_dt |= strcmp(a->dtype, b->dtype) != 0;
+    vary_bs |= a->batch != b->batch || a->seq != b->seq;
+    vary_be |= strcmp(a->backend, b->backend) != 0;
+  }
+  for (size_t i = 0; i < r->nrows; i++) {
+    rp_row *w = &r->rows[i];
+    mesh_label(w);
+    char bs[64] = "";
+    if (vary_bs) snprintf(bs, sizeof bs, "/b%llds%lld", w->batch, w->seq);
+    snprintf(w->label, sizeof w->label, "%s/%s%s%s%s%s%s%s%s%s%s", w->plan, w->mesh,
+             vary_model ? "/" : "", vary_model ? w->model : "", vary_wl ? "/" : "",
+             vary_wl ? w->workload : "", vary_dt ? "/" : "", vary_dt ? w->dtype : "", bs,
+             vary_be ? "/" : "", vary_be ? w->backend : "");
+    dat_token(w->label);
+  }
+}
+
+static int read_rows(rp_report *r) {
+  if (r->run < 0) return SB_EXIT_OK;
+  sqlite3_stmt *st = NULL;
+  if (sqlite3_prepare_v2(r->db, rp_rows_query, -1, &st, NULL) != SQLITE_OK)
+    return sb_usage_error(CMD, "--db", "cannot read results: %s", sqlite3_errmsg(r->db));
+  sqlite3_bind_int64(st, 1, r->run);
+  size_t cap = 0;
+  int rc;
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    if (r->nrows == cap) {
+      cap = cap ? 2 * cap : 64; /* grow by doubling from a typical sweep's size */
+      rp_row *n = realloc(r->rows, cap * sizeof *n);
+      if (!n) {
+        sqlite3_finalize(st);
+        fputs("shardbench report: out of memory\n", stderr);
+        return SB_EXIT_FAIL;
+      }
+      r->rows = n;
+    }
+    rp_row *w = &r->rows[r->nrows++];
+    memset(w, 0, sizeof *w);
+    int c = 0;
+    w->result_id = sqlite3_column_int64(st, c++);
+    w->run_id = sqlite3_column_int64(st, c++);
+    w->config_id = sqlite3_column_int64(st, c++);
+    snprintf(w->status, sizeof w->status, "%s", col_text(st, c++));
+    w->reason = xstrdup(col_text(st, c++));
+    w->tokens = col_real(st, c++);
+    w->mfu = col_real(st, c++);
+    w->tflops = col_real(st, c++);
+    w->step_s = col_real(st, c++);
+    w->mem = col_real(st, c++);
+    w->rel_err = col_real(st, c++);
+    w->abs_err = col_real(st, c++);
+    w->tol = col_real(st, c++);
+    w->key = xstrdup(col_text(st, c++));
+    w->workload = xstrdup(col_text(st, c++));
+    w->model = xstrdup(col_text(st, c++));
+    w->plan = xstrdup(col_text(st, c++));
+    w->dtype = xstrdup(col_text(st, c++));
+    w->backend = xstrdup(col_text(st, c++));
+    w->pp = sqlite3_column_int(st, c++);
+    w->dpr = sqlite3_column_int(st, c++);
+    w->dps = sqlite3_column_int(st, c++);
+    w->cp = sqlite3_column_int(st, c++);
+    w->tp = sqlite3_column_int(st, c++);
+    w->world = sqlite3_column_int(st, c++);
+    w->batch = sqlite3_column_int64(st, c++);
+    w->seq = sqlite3_column_int64(st, c++);
+    for (int s = 0; s < 4; s++)
+      if (!strcmp(w->status, rp_statuses[s])) r->status_count[s]++;
+  }
+  sqlite3_finalize(st);
+  if (rc != SQLITE_DONE)
+    return sb_usage_error(CMD, "--db", "cannot read results: %s", sqlite3_errmsg(r->db));
+  make_labels(r);
+  return SB_EXIT_OK;
+}
+
+static bool measured(const rp_row *w) {
+  return !strcmp(w->status, "ok") || !strcmp(w->status, "mismatch");
+}
+
+/* ---- orderings: each chart lists its rows in its own order ---- */
+
+static int cmp_mesh(const rp_row *a, const rp_row *b) {
+  const int da[6] = {a->world, a->pp, a->dpr, a->dps, a->cp, a->tp};
+  const int db[6] = {b->world, b->pp, b->dpr, b->dps, b->cp, b->tp};
+  for (int i = 0; i < 6; i++)
+    if (da[i] != db[i]) return da[i] < db[i] ? -1 : 1;
+  return 0;
+}
+
+static int by_plan(const void *pa, const void *pb) {
+  const rp_row *a = *(const rp_row *const *)pa, *b = *(const rp_row *const *)pb;
+  int c = strcmp(a->plan, b->plan);
+  if (!c) c = cmp_mesh(a, b);
+  return c ? c : strcmp(a->key, b->key);
+}
+
+static int by_mesh(const void *pa, const void *pb) {
+  const rp_row *a = *(const rp_row *const *)pa, *b = *(const rp_row *const *)pb;
+  int c = cmp_mesh(a, b);
+  if (!c) c = strcmp(a->plan, b->plan);
+  return c ? c : strcmp(a->key, b->key);
+}
+
+/* The rows that pass keep(), in cmp's order; *n their count. */
+static const rp_row **select_rows(const rp_report *r, bool (*keep)(const rp_row *),
+                                  int (*cmp)(const void *, const void *), size_t *n) {
+  const rp_row **v = calloc(r->nrows ? r->nrows : 1, sizeof *v);
+  if (!v) {
+    fputs("shardbench report: out of memory\n", stderr);
+    exit(SB_EXIT_FAIL);
+  }
+  size_t k = 0;
+  for (size_t i = 0; i < r->nrows; i++)
+    if (keep(&r->rows[i])) v[k++] = &r->rows[i];
+  qsort(v, k, sizeof *v, cmp);
+  *n = k;
+  return v;
+}
+
+static bool keep_throughput(const rp_row *w) { return measured(w) && !isnan(w->tokens); }
+static bool keep_memory(const rp_row *w) { return measured(w) && !isnan(w->mem); }
+static bool keep_error(const rp_row *w) { return measured(w) && !isnan(w->rel_err); }
+
+/* ---- the .dat files ---- */
+
+/* Phases in the order they happen in a step; others sort after them. */
+static int phase_rank(const char *phase) {
+  static const char *const order[3] = {"forward", "backward", "optimizer"};
+  for (int i = 0; i < 3; i++)
+    if (!strcmp(phase, order[i])) return i;
+  return 3;
+}
+
+typedef struct rp_series {
+  char name[96]; /* "phase:op" */
+  char op[64];
+  int prank;     /* phase_rank() */
+  int oid;       /* 1 + the op's rank among the ops seen (its colour in comm.gp) */
+} rp_series;
+
+static int series_cmp(const void *pa, const void *pb) {
+  const rp_series *a = pa, *b = pb;
+  if (a->prank != b->prank) return a->prank < b->prank ? -1 : 1;
+  return strcmp(a->name, b->name);
+}
+
+static const char rp_comm_query[] =
+    "SELECT phase, op, sum(wire_bytes) FROM comm WHERE result_id = ?1 "
+    "GROUP BY phase, op";
+
+/* Baselines of one quantity for the charted configs: idx label framework fid value unit. */
+static size_t write_baselines(rp_report *r, const char *name, const char *quantity,
+                              const rp_row **v, size_t n) {
+  FILE *f = open_out(r, name);
+  if (!f) return 0;
+  static const char q[] =
+      "SELECT framework, value, unit FROM baselines WHERE quantity = ?1 AND config_id = ?2 "
+      "ORDER BY framework";
+  fprintf(f, "# idx label framework fid value unit\n");
+  fprintf(f, "# query: %s (?1 = '%s'; ?2 = each charted config; fid numbers the frameworks)\n",
+          q, quantity);
+  sqlite3_stmt *st = NULL;
+  size_t rows = 0;
+  char fw[32][64]; /* frameworks seen, for fid: baselines.md names 12 */
+  int nfw = 0;
+  if (sqlite3_prepare_v2(r->db, q, -1, &st, NULL) != SQLITE_OK) {
+    fprintf(stderr, "shardbench report: cannot read baselines: %s\n", sqlite3_errmsg(r->db));
+    close_out(r, f, name);
+    return 0;
+  }
+  for (size_t i = 0; i < n; i++) {
+    sqlite3_reset(st);
+    sqlite3_bind_text(st, 1, quantity, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 2, v[i]->config_id);
+    while (sqlite3_step(st) == SQLITE_ROW) {
+      char fname[64], unit[64];
+      snprintf(fname, sizeof fname, "%s", col_text(st, 0));
+      snprintf(unit, sizeof unit, "%s", col_text(st, 2));
+      dat_token(fname);
+      dat_token(unit);
+      if (!fname[0]) snprintf(fname, sizeof fname, "?");
+      if (!unit[0]) snprintf(unit, sizeof unit, "?");
+      int fid = 0;
+      while (fid < nfw && strcmp(fw[fid], fname)) fid++;
+      if (fid == nfw && nfw < 32) snprintf(fw[nfw++], sizeof fw[0], "%s", fname);
+      fprintf(f, "%zu %s %s %d", i, v[i]->label, fname, fid + 1);
+      dat_num(f, sqlite3_column_double(st, 1));
+      fprintf(f, " %s\n", unit);
+      rows++;
+    }
+  }
+  sqlite3_finalize(st);
+  close_out(r, f, name);
+  return rows;
+}
+
+/* comm.dat (idx label series sid wire_bytes base top: the stack's segments),
+ * comm_series.dat (sid series) and comm_baselines.dat. Returns the configs charted. */
+static size_t write_comm(rp_report *r, size_t *nbase) {
+  size_t n = 0;
+  const rp_row **v = select_rows(r, measured, by_plan, &n);
+  sqlite3_stmt *st = NULL;
+  rp_series *ser = NULL;
+  size_t nser = 0, capser = 0;
+  if (sqlite3_prepare_v2(r->db, rp_comm_query, -1, &st, NULL) != SQLITE_OK) {
+    fprintf(stderr, "shardbench report: cannot read comm: %s\n", sqlite3_errmsg(r->db));
+    r->write_failed = true;
+    free(v);
+    return 0;
+  }
+  /* Pass 1: the series, so each keeps one colour and one stack position. */
+  for (size_t i = 0; i < n; i++) {
+    sqlite3_reset(st);
+    sqlite3_bind_int64(st, 1, v[i]->result_id);
+    while (sqlite3_step(st) == SQLITE_ROW) {
+      char nm[96];
+      snprintf(nm, sizeof nm, "%s:%s", col_text(st, 0), col_text(st, 1));
+      dat_token(nm);
+      size_t s = 0;
+      while (s < nser && strcmp(ser[s].name, nm)) s++;
+      if (s < nser) continue;
+      if (nser == capser) {
+        capser = capser ? 2 * capser : 16; /* a few ops x three phases */
+        rp_series *g = realloc(ser, capser * sizeof *g);
+        if (!g) {
+          fputs("shardbench report: out of memory\n", stderr);
+          exit(SB_EXIT_FAIL);
+        }
+        ser = g;
+      }
+      snprintf(ser[nser].name, sizeof ser[nser].name, "%s", nm);
+      snprintf(ser[nser].op, sizeof ser[nser].op, "%s", col_text(st, 1));
+      dat_token(ser[nser].op);
+      ser[nser++].prank = phase_rank(col_text(st, 0));
+    }
+  }
+  if (nser) qsort(ser, nser, sizeof *ser, series_cmp);
+  /* One colour per op, whatever the phase: oid = 1 + the ops alphabetically before it. */
+  for (size_t s = 0; s < nser; s++) {
+    ser[s].oid = 1;
+    for (size_t t = 0; t < nser; t++) {
+      bool seen = false; /* count each distinct op once */
+      for (size_t u = 0; u < t; u++) seen |= !strcmp(ser[u].op, ser[t].op);
+      if (!seen && strcmp(ser[t].op, ser[s].op) < 0) ser[s].oid++;
+    }
+  }
+
+  FILE *f = open_out(r, "data/comm_series.dat");
+  if (f) {
+    fprintf(f, "# sid series op oid phase_id\n");
+    fprintf(f, "# query: SELECT DISTINCT phase, op FROM comm (charted results), ordered "
+               "forward, backward, optimizer, other, then by op; oid numbers the ops; "
+               "phase_id 1..4 = forward, backward, optimizer, other\n");
+    for (size_t s = 0; s < nser; s++)
+      fprintf(f, "%zu %s %s %d %d\n", s + 1, ser[s].name, ser[s].op, ser[s].oid,
+              ser[s].prank + 1);
+    close_out(r, f, "data/comm_series.dat");
+  }
+
+  /* Pass 2: the stacked segments, in series order within each config. */
+  size_t charted = 0;
+  f = open_out(r, "data/comm.dat");
+  if (f) {
+    fprintf(f, "# idx label series sid wire_bytes base top\n");
+    fprintf(f, "# query: %s (?1 = each ok/mismatch result, by plan then mesh; wire bytes per "
+               "rank per step; base/top stack the segments)\n", rp_comm_query);
+    double *bytes = calloc(nser ? nser : 1, sizeof *bytes);
+    if (!bytes) exit(SB_EXIT_FAIL);
+    for (size_t i = 0; i < n; i++) {
+      for (size_t s = 0; s < nser; s++) bytes[s] = NAN;
+      sqlite3_reset(st);
+      sqlite3_bind_int64(st, 1, v[i]->result_id);
+      while (sqlite3_step(st) == SQLITE_ROW) {
+        char nm[96];
+        snprintf(nm, sizeof nm, "%s:%s", col_text(st, 0), col_text(st, 1));
+        dat_token(nm);
+        for (size_t s = 0; s < nser; s++)
+          if (!strcmp(ser[s].name, nm)) bytes[s] = sqlite3_column_double(st, 2);
+      }
+      double base = 0;
+      bool any = false;
+      for (size_t s = 0; s < nser; s++) {
+        if (isnan(bytes[s])) continue;
+        fprintf(f, "%zu %s %s %zu", charted, v[i]->label, ser[s].name, s + 1);
+        dat_num(f, bytes[s]);
+        dat_num(f, base);
+        dat_num(f, base + bytes[s]);
+        fputc('\n', f);
+        base += bytes[s];
+        any = true;
+      }
+      if (any) v[charted++] = v[i]; /* configs without comm rows drop out of the chart */
+    }
+    free(bytes);
+    close_out(r, f, "data/comm.dat");
+  }
+  sqlite3_finalize(st);
+  free(ser);
+  *nbase = write_baselines(r, "data/comm_baselines.dat", "comm_bytes_per_step", v, charted);
+  free(v);
+  return charted;
+}
+
+static size_t write_throughput(rp_report *r) {
+  size_t n = 0;
+  const rp_row **v = select_rows(r, keep_throughput, by_mesh, &n);
+  FILE *f = open_out(r, "data/throughput.dat");
+  if (f) {
+    fprintf(f, "# idx label mesh plan world tokens_per_s mfu_pct tflops step_time_s status\n");
+    fprintf(f, "# query: %s (?1 = the run; rows with status ok/mismatch and tokens_per_s, "
+               "by mesh then plan; mfu_pct = 100 * mfu)\n", rp_rows_query);
+    for (size_t i = 0; i < n; i++) {
+      char plan[RP_LABEL];
+      snprintf(plan, sizeof plan, "%s", v[i]->plan);
+      dat_token(plan);
+      fprintf(f, "%zu %s %s %s %d", i, v[i]->label, v[i]->mesh, plan, v[i]->world);
+      dat_num(f, v[i]->tokens);
+      dat_num(f, 100.0 * v[i]->mfu); /* fraction to percent */
+      dat_num(f, v[i]->tflops);
+      dat_num(f, v[i]->step_s);
+      fprintf(f, " %s\n", v[i]->status);
+    }
+    close_out(r, f, "data/throughput.dat");
+  }
+  free(v);
+  return n;
+}
+
+static size_t write_memory(rp_report *r, size_t *nbase) {
+  size_t n = 0;
+  const rp_row **v = select_rows(r, keep_memory, by_plan, &n);
+  FILE *f = open_out(r, "data/memory.dat");
+  if (f) {
+    fprintf(f, "# idx label plan pid mesh peak_mem_bytes status\n");
+    fprintf(f, "# query: %s (?1 = the run; rows with status ok/mismatch and peak_mem_bytes, "
+               "by plan then mesh; pid numbers the plans; bytes are the max over ranks)\n",
+            rp_rows_query);
+    int pid = 0;
+    for (size_t i = 0; i < n; i++) {
+      if (i == 0 || strcmp(v[i]->plan, v[i - 1]->plan)) pid++;
+      char plan[RP_LABEL];
+      snprintf(plan, sizeof plan, "%s", v[i]->plan);
+      dat_token(plan);
+      fprintf(f, "%zu %s %s %d %s", i, v[i]->label, plan, pid, v[i]->mesh);
+      dat_num(f, v[i]->mem);
+      fprintf(f, " %s\n", v[i]->status);
+    }
+    close_out(r, f, "data/memory.dat");
+  }
+  *nbase = write_baselines(r, "data/memory_baselines.dat", "memory_bytes_per_rank", v, n);
+  free(v);
+  return n;
+}
+
+static size_t write_error(rp_report *r) {
+  size_t n = 0;
+  const rp_row **v = select_rows(r, keep_error, by_plan, &n);
+  FILE *f = open_out(r, "data/error.dat");
+  if (f) {
+    fprintf(f, "# idx label status ok max_rel_err tolerance max_abs_err\n");
+    fprintf(f, "# query: %s (?1 = the run; rows with status ok/mismatch and max_rel_err, "
+               "by plan then mesh; ok = 1 for status ok)\n", rp_rows_query);
+    for (size_t i = 0; i < n; i++) {
+      fprintf(f, "%zu %s %s %d", i, v[i]->label, v[i]->status, !strcmp(v[i]->status, "ok"));
+      dat_num(f, v[i]->rel_err);
+      dat_num(f, v[i]->tol);
+      dat_num(f, v[i]->abs_err);
+      fputc('\n', f);
+    }
+    close_out(r, f, "data/error.dat");
+  }
+  free(v);
+  return n;
+}
+
+/* ---- gnuplot ---- */
+
+/* The program to run: $GNUPLOT or gnuplot, if it is an executable on PATH. */
+static const char *find_gnuplot(char *buf, size_t n) {
+  const char *prog = getenv("GNUPLOT");
+  if (!prog || !*prog) prog = "gnuplot";
+  if (strchr(prog, '/')) return access(prog, X_OK) == 0 ? prog : NULL;
+  const char *path = getenv("PATH");
+  if (!path) return NULL;
+  while (*path) {
+    size_t l = strcspn(path, ":");
+    if (l && (int)l < (int)n - 2 &&
+        snprintf(buf, n, "%.*s/%s", (int)l, path, prog) < (int)n && access(buf, X_OK) == 0 &&
+        is_file(buf))
+      return buf;
+    path += l;
+    if (*path == ':') path++;
+  }
+  return NULL;
+}
+
+/* The scripts directory: --scripts, $SHARDBENCH_SCRIPTS, ./scripts, SB_SRCDIR/scripts. */
+static const char *find_scripts(const rp_report *r, char *buf, size_t n) {
+  if (r->scripts) return r->scripts;
+  const char *env = getenv("SHARDBENCH_SCRIPTS");
+  if (env && *env) return env;
+  if (is_file("scripts/comm.gp")) return "scripts";
+#ifdef SB_SRCDIR
+  if (snprintf(buf, n, "%s/scripts", SB_SRCDIR) < (int)n) {
+    char probe[RP_PATH];
+    if (path_join(probe, sizeof probe, buf, "comm.gp") && is_file(probe)) return buf;
+  }
+#else
+  (void)buf;
+  (void)n;
+#endif
+  return NULL;
+}
+
+/* A gnuplot single-quoted string: '' stands for one quote. */
+static void gp_quote(char *dst, size_t n, const char *s) {
+  size_t k = 0;
+  for (; *s && k + 3 < n; s++) {
+    if (*s == '\'') dst[k++] = '\'';
+    dst[k++] = *s;
+  }
+  dst[k] = '\0';
+}
+
+/* Runs gnuplot on scripts/NAME.gp for one format; output to the log. */
+static bool run_gnuplot(rp_report *r, const char *gp, const char *scripts, const char *name,
+                        const char *fmt) {
+  char script[RP_PATH], datadir[RP_PATH], qdata[2 * RP_PATH], qout[2 * RP_PATH];
+  char expr[5 * RP_PATH];
+  snprintf(script, sizeof script, "%s/%s.gp", scripts, name);
+  snprintf(datadir, sizeof datadir, "%s/data", r->out);
+  gp_quote(qdata, sizeof qdata, datadir);
+  gp_quote(qout, sizeof qout, r->out);
+  snprintf(expr, sizeof expr, "datadir='%s'; outdir='%s'; fmt='%s'", qdata, qout, fmt);
+  if (r->log) {
+    fprintf(r->log, "$ %s -e \"%s\" %s\n", gp, expr, script);
+    fflush(r->log);
+  }
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  if (r->log) {
+    int fd = fileno(r->log);
+    posix_spawn_file_actions_adddup2(&fa, fd, STDOUT_FILENO);
+    posix_spawn_file_actions_adddup2(&fa, fd, STDERR_FILENO);
+  }
+  char *argv[] = {(char *)gp, (char *)"-e", expr, script, NULL};
+  pid_t pid;
+  int rc = posix_spawn(&pid, gp, &fa, NULL, argv, environ);
+  posix_spawn_file_actions_destroy(&fa);
+  if (rc != 0) {
+    fprintf(stderr, "shardbench report: cannot run %s: %s\n", gp, strerror(rc));
+    return false;
+  }
+  int wst = 0;
+  while (waitpid(pid, &wst, 0) < 0)
+    if (errno != EINTR) return false;
+  if (!WIFEXITED(wst) || WEXITSTATUS(wst) != 0) {
+    fprintf(stderr, "shardbench report: gnuplot failed on %s (%s); see %s/gnuplot.log\n", script,
+            fmt, r->out);
+    return false;
+  }
+  char out[RP_PATH];
+  struct stat sbuf;
+  snprintf(out, sizeof out, "%s/%s.%s", r->out, name, fmt);
+  if (stat(out, &sbuf) != 0 || sbuf.st_size == 0) {
+    fprintf(stderr, "shardbench report: gnuplot wrote no %s\n", out);
+    return false;
+  }
+  return true;
+}
+
+/* ---- the index page ---- */
+
+typedef struct rp_chart {
+  const char *name, *title, *how;
+  size_t rows;      /* configs charted */
+  size_t baselines; /* baseline rows next to them */
+  bool drawn;
+  const char *why_not; /* when not drawn */
+} rp_chart;
+
+static void write_runs(rp_report *r, FILE *f) {
+  sqlite3_stmt *st = NULL;
+  const char *q = "SELECT id, started, coalesce(finished, '(not finished)'), host, version, "
+                  "backend, world, argv, versions FROM runs WHERE ?1 = 0 OR id = ?1 ORDER BY id";
+  if (sqlite3_prepare_v2(r->db, q, -1, &st, NULL) != SQLITE_OK) return;
+  sqlite3_bind_int64(st, 1, r->run);
+  fputs("<table>\n<tr><th>run</th><th>started</th><th>finished</th><th>host</th>"
+        "<th>version</th><th>backend</th><th>world</th><th>argv</th><th>versions</th></tr>\n", f);
+  while (sqlite3_step(st) == SQLITE_ROW) {
+    fputs("<tr>", f);
+    for (int c = 0; c < 9; c++) { /* the nine columns selected above */
+      fputs("<td>", f);
+      html_str(f, col_text(st, c));
+      fputs("</td>", f);
+    }
+    fputs("</tr>\n", f);
+  }
+  fputs("</table>\n", f);
+  sqlite3_finalize(st);
+}
+
+static void write_index(rp_report *r, rp_chart *charts, size_t ncharts, const char *note) {
+  FILE *f = open_out(r, "index.html");
+  if (!f) return;
+  fputs("<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\">\n<title>shardbench report</title>\n"
+        "<style>body{font-family:sans-serif;max-width:70em;margin:1em auto;padding:0 1em}"
+        "table{border-collapse:collapse}td,th{border:1px solid #bbb;padding:2px 6px;"
+        "text-align:left;vertical-align:top}img{max-width:100%;border:1px solid #ddd}"
+        "</style>\n</head><body>\n<h1>shardbench report</h1>\n", f);
+  fputs("<p>From <code>", f);
+  html_str(f, r->db_path);
+  if (r->run > 0)
+    fprintf(f, "</code>, run %lld", r->run);
+  else if (r->run == 0)
+    fputs("</code>, all runs (the newest result of each config)", f);
+  else
+    fputs("</code>, which holds no runs", f);
+  fprintf(f, ". Results: %d ok, %d mismatch, %d failed, %d skipped.</p>\n", r->status_count[0],
+          r->status_count[1], r->status_count[2], r->status_count[3]);
+  if (r->run >= 0) write_runs(r, f);
+  if (note) {
+    fputs("<p><b>Note:</b> ", f);
+    html_str(f, note);
+    fputs("</p>\n", f);
+  }
+  if (r->nrows == 0) {
+    fputs("<p><b>This DB holds no results", f);
+    if (r->run > 0) fprintf(f, " for run %lld", r->run);
+    fputs(", so there is nothing to chart.</b> Run <code>shardbench sweep</code> or "
+          "<code>shardbench run</code> with this <code>--db</code> first.</p>\n", f);
+  }
+  for (size_t i = 0; i < ncharts && r->nrows; i++) {
+    const rp_chart *c = &charts[i];
+    fprintf(f, "<h2 id=\"%s\">%s</h2>\n", c->name, c->title);
+    if (c->drawn) {
+      const char *img = r->png ? "png" : "svg";
+      fprintf(f, "<p><img src=\"%s.%s\" alt=\"%s\"></p>\n<p>", c->name, img, c->title);
+      if (r->png) fprintf(f, "<a href=\"%s.png\">PNG</a> ", c->name);
+      if (r->svg) fprintf(f, "<a href=\"%s.svg\">SVG</a> ", c->name);
+      fprintf(f, "data: <a href=\"data/%s.dat\">data/%s.dat</a>", c->name, c->name);
+      fprintf(f, " (%zu config%s", c->rows, c->rows == 1 ? "" : "s");
+      if (c->baselines) fprintf(f, ", %zu baseline row%s", c->baselines, c->baselines == 1 ? "" : "s");
+      fputs(")</p>\n", f);
+    } else {
+      fprintf(f, "<p><i>Not drawn: %s.</i> Data: <a href=\"data/%s.dat\">data/%s.dat</a></p>\n",
+              c->why_not, c->name, c->name);
+    }
+    fprintf(f, "<p>%s</p>\n", c->how);
+    fputs("<p>Redraw by hand: <code>gnuplot -e \"datadir='", f);
+    html_str(f, r->out);
+    fputs("/data'; outdir='", f);
+    html_str(f, r->out);
+    fprintf(f, "'; fmt='png'\" scripts/%s.gp</code></p>\n", c->name);
+  }
+  /* The configs that were not measured, or did not match the reference. */
+  size_t nbad = 0;
+  for (size_t i = 0; i < r->nrows; i++) nbad += strcmp(r->rows[i].status, "ok") != 0;
+  if (r->nrows) {
+    fputs("<h2 id=\"problems\">Skipped, failed and mismatched configs</h2>\n", f);
+    if (!nbad) {
+      fputs("<p>None: every config ran and matched the unsharded reference.</p>\n", f);
+    } else {
+      fputs("<table>\n<tr><th>status</th><th>config</th><th>reason</th></tr>\n", f);
+      static const char *const order[3] = {"failed", "mismatch", "skipped"};
+      for (int s = 0; s < 3; s++)
+        for (size_t i = 0; i < r->nrows; i++) {
+          const rp_row *w = &r->rows[i];
+          if (strcmp(w->status, order[s])) continue;
+          fprintf(f, "<tr><td>%s</td><td><code>", w->status);
+          html_str(f, w->key);
+          fputs("</code></td><td>", f);
+          html_str(f, w->reason[0] ? w->reason : "(no reason recorded)");
+          fputs("</td></tr>\n", f);
+        }
+      fputs("</table>\n", f);
+    }
+  }
+  fputs("<p>Written by <code>shardbench report</code> (" PACKAGE_STRING "). The data files "
+        "in <code>data/</code> begin with a comment naming their columns and the query.</p>\n"
+        "</body></html>\n", f);
+  close_out(r, f, "index.html");
+}
+
+/* ---- flags ---- */
+
+static int parse_format(rp_report *r, const char *s) {
+  r->png = r->svg = false;
+  const char *p = s;
+  for (;;) {
+    size_t l = strcspn(p, ",");
+    if (l == 3 && !strncmp(p, "png", 3)) r->png = true;
+    else if (l == 3 && !strncmp(p, "svg", 3)) r->svg = true;
+    else return sb_usage_error(CMD, "--format", "expected png, svg or png,svg, got '%s'", s);
+    if (!p[l]) break;
+    p += l + 1;
+  }
+  return SB_EXIT_OK;
+}
+
+static int parse_flags(rp_report *r, int argc, char **argv) {
+  static const struct option lopts[] = {
+      {"db", required_argument, NULL, 'd'},     {"out", required_argument, NULL, 'o'},
+      {"scripts", required_argument, NULL, 's'}, {"format", required_argument, NULL, 'f'},
+      {"run", required_argument, NULL, 'r'},    {"help", no_argument, NULL, 'h'},
+      {NULL, 0, NULL, 0}};
+  int ch;
+  sb_getopt_reset();
+  while ((ch = getopt_long(argc, argv, ":h", lopts, NULL)) != -1) {
+    switch (ch) {
+      case 'd': r->db_path = optarg; break;
+      case 'o': r->out = optarg; break;
+      case 's': r->scripts = optarg; break;
+      case 'f':
+        if (parse_format(r, optarg) != SB_EXIT_OK) return SB_EXIT_USAGE;
+        break;
+      case 'r':
+        if (!strcmp(optarg, "latest")) {
+          r->run_latest = true;
+        } else if (!strcmp(optarg, "all")) {
+          r->run_latest = false;
+          r->run = 0;
+        } else {
+          long v;
+          char err[SB_ERR_LEN];
+          if (sb_parse_long(optarg, 1, LONG_MAX, &v, err, sizeof err) != DT_OK)
+            return sb_usage_error(CMD, "--run", "expected a run id, latest or all, got '%s'",
+                                  optarg);
+          r->run_latest = false;
+          r->run = v;
+        }
+        break;
+      case 'h': fputs(sb_report_usage, stdout); return -1;
+      default: return sb_getopt_error(CMD, ch, argv, lopts);
+    }
+  }
+  if (optind < argc) return sb_usage_error(CMD, NULL, "unexpected argument '%s'", argv[optind]);
+  if (!*r->db_path) return sb_usage_error(CMD, "--db", "empty path");
+  if (!*r->out) return sb_usage_error(CMD, "--out", "empty path");
+  if (strlen(r->out) > RP_PATH / 4) /* room for OUT/data/NAME.dat in every buffer */
+    return sb_usage_error(CMD, "--out", "path longer than %d characters", RP_PATH / 4);
+  if (r->scripts) {
+    char probe[RP_PATH];
+    if (!path_join(probe, sizeof probe, r->scripts, "comm.gp") || !is_file(probe))
+      return sb_usage_error(CMD, "--scripts", "no comm.gp in '%s'", r->scripts);
+  }
+  return SB_EXIT_OK;
+}
+
+/* ---- the subcommand ---- */
+
+static const char rp_how_comm[] =
+    "One bar per config (plan/mesh), sorted by plan then mesh shape: the bytes one rank "
+    "(rank 0) puts on the wire per training step under the ring model, stacked by phase and "
+    "collective (forward:all_gather, backward:reduce_scatter, ...). Crosses with a framework "
+    "name are the analytic baselines (comm_bytes_per_step from <code>shardbench baselines</code>) "
+    "for the same config: a bar well above its cross moves more data than the framework's "
+    "formula; a bar below it may have skipped a collective the framework needs.";
+static const char rp_how_throughput[] =
+    "Configs sorted by mesh shape (world size, then pp, dp_replicate, dp_shard, cp, tp). Top: "
+    "tokens per second over all ranks (the median timed step); bottom: MFU, achieved model "
+    "FLOP/s as a percentage of the peak recorded with the result. On the threads backend "
+    "these compare plans with each other, not with GPU clusters. Red bars are mismatched "
+    "results: fast but wrong.";
+static const char rp_how_memory[] =
+    "Peak host memory of the busiest rank for each config, grouped by plan (then mesh shape). "
+    "Crosses are the analytic memory_bytes_per_rank baselines where the DB has them. Sharding "
+    "should lower the bar as the sharded mesh dims grow; a plan whose bars stay flat "
+    "replicates what it claims to shard.";
+static const char rp_how_error[] =
+    "Largest relative error of the sharded result against the unsharded reference, one point "
+    "per config on a log scale; the short red line over each point is that config's "
+    "tolerance. Green points under their line passed (status ok); red points above it are "
+    "mismatches. Exact results (error 0) are drawn at 1e-17, under the f64 epsilon.";
+
+static void free_rows(rp_report *r) {
+  for (size_t i = 0; i < r->nrows; i++) {
+    rp_row *w = &r->rows[i];
+    free(w->reason);
+    free(w->key);
+    free(w->workload);
+    free(w->model);
+    free(w->plan);
+    free(w->dtype);
+    free(w->backend);
+  }
+  free(r->rows);
+}
+
+int sb_cmd_report(int argc, char **argv) {
+  rp_report r = {.db_path = "results/shardbench.db", .out = "report", .png = true, .svg = true,
+                 .run_latest = true};
+  int rc = parse_flags(&r, argc, argv);
+  if (rc < 0) return SB_EXIT_OK; /* --help */
+  if (rc != SB_EXIT_OK) return rc;
+
+  rc = open_db(&r);
+  if (rc == SB_EXIT_OK) rc = resolve_run(&r);
+  /* One read transaction: a sweep appending meanwhile cannot tear the report. */
+  if (rc == SB_EXIT_OK) sqlite3_exec(r.db, "BEGIN", NULL, NULL, NULL);
+  if (rc == SB_EXIT_OK) rc = read_rows(&r);
+  if (rc != SB_EXIT_OK) {
+    sqlite3_close(r.db);
+    free_rows(&r);
+    return rc;
+  }
+
+  char data[RP_PATH];
+  snprintf(data, sizeof data, "%s/data", r.out);
+  if (mkdir_p(data) != 0) {
+    int e = errno;
+    sqlite3_close(r.db);
+    free_rows(&r);
+    return sb_usage_error(CMD, "--out", "cannot create '%s': %s", data, strerror(e));
+  }
+
+  rp_chart charts[4] = {
+      {.name = "comm", .title = "Communication per step (wire bytes per rank)", .how = rp_how_comm},
+      {.name = "throughput", .title = "Throughput (tokens/s) and MFU by mesh shape",
+       .how = rp_how_throughput},
+      {.name = "memory", .title = "Peak memory per rank by plan", .how = rp_how_memory},
+      {.name = "error", .title = "Numerical error vs the unsharded reference",
+       .how = rp_how_error},
+  };
+  const size_t ncharts = sizeof charts / sizeof charts[0];
+  charts[0].rows = write_comm(&r, &charts[0].baselines);
+  charts[1].rows = write_throughput(&r);
+  charts[2].rows = write_memory(&r, &charts[2].baselines);
+  charts[3].rows = write_error(&r);
+  sqlite3_exec(r.db, "COMMIT", NULL, NULL, NULL);
+
+  char gpbuf[RP_PATH], scbuf[RP_PATH];
+  const char *gp = find_gnuplot(gpbuf, sizeof gpbuf);
+  const char *scripts = find_scripts(&r, scbuf, sizeof scbuf);
+  const char *note = NULL;
+  bool gp_failed = false;
+  if (!gp) note = "charts need gnuplot (not found on PATH or as $GNUPLOT); the data files are in data/";
+  else if (!scripts)
+    note = "charts need the scripts/*.gp files (give --scripts DIR or set SHARDBENCH_SCRIPTS)";
+  bool any = false;
+  for (size_t i = 0; i < ncharts; i++) {
+    rp_chart *c = &charts[i];
+    if (!c->rows) {
+      c->why_not = "no rows for this chart in the selected results";
+      continue;
+    }
+    if (note) {
+      c->why_not = !gp ? "gnuplot was not found" : "the gnuplot scripts were not found";
+      continue;
+    }
+    if (!any) {
+      r.log = open_out(&r, "gnuplot.log");
+      any = true;
+    }
+    bool ok = true;
+    if (r.png) ok &= run_gnuplot(&r, gp, scripts, c->name, "png");
+    if (r.svg) ok &= run_gnuplot(&r, gp, scripts, c->name, "svg");
+    c->drawn = ok;
+    if (!ok) {
+      c->why_not = "gnuplot failed (see gnuplot.log)";
+      gp_failed = true;
+    }
+  }
+  if (r.log) close_out(&r, r.log, "gnuplot.log");
+  write_index(&r, charts, ncharts, note);
+  sqlite3_close(r.db);
+
+  if (note && r.nrows) fprintf(stderr, "shardbench report: %s\n", note);
+  size_t drawn = 0;
+  for (size_t i = 0; i < ncharts; i++) drawn += charts[i].drawn;
+  printf("shardbench report: %zu result%s, %zu chart%s; see %s/index.html\n", r.nrows,
+         r.nrows == 1 ? "" : "s", drawn, drawn == 1 ? "" : "s", r.out);
+  free_rows(&r);
+  if (r.write_failed || gp_failed) return SB_EXIT_FAIL;
+  /* Missing gnuplot is not an error (the data is written); missing scripts is. */
+  if (note && gp && r.nrows) return SB_EXIT_FAIL;
+  return SB_EXIT_OK;
+}

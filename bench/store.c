@@ -1,0 +1,396 @@
+/* bench/store.c: the results database (see bench/store.h and results/schema.sql).
+ *
+ * Refusal before any write: the first 16 bytes of an existing non-empty file must
+ * be SQLite's header "SQLite format 3\0" (a random file is refused without
+ * SQLite ever opening it read-write); a DB is then opened read-only and must
+ * either have no tables (a fresh file: the schema is created) or a
+ * schema_version table holding SB_SCHEMA_VERSION. Only then is it reopened
+ * read-write, switched to WAL and given the schema.
+ *
+ * The schema text is results/schema.sql itself: the Makefile turns it into the
+ * C string literal of bench/schema_sql.h (one source of truth); every statement
+ * in it is CREATE ... IF NOT EXISTS, so running it on an existing DB is a no-op.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "store.h"
+
+static const char SB_SCHEMA_SQL[] =
+#include "bench/schema_sql.h"
+    ;
+
+/* SQLite waits this long for a lock held by another writer (a second sweep on
+ * the same DB) before giving up: a config's transaction takes milliseconds,
+ * so 30 s (results/schema.sql) means something is stuck. */
+enum { SB_BUSY_TIMEOUT_MS = 30000 };
+/* SQLite's file header: the first 16 bytes of every database file. */
+static const char SQLITE_MAGIC[16] = "SQLite format 3";
+
+/* Check macro for SQLite calls: anything but OK/ROW/DONE prints the statement's
+ * context and sqlite3_errmsg on one line and jumps to `fail`. */
+#define SB_SQL(st, expr, what)                                                     \
+  do {                                                                             \
+    int sb_rc_ = (expr);                                                           \
+    if (sb_rc_ != SQLITE_OK && sb_rc_ != SQLITE_ROW && sb_rc_ != SQLITE_DONE) {    \
+      fprintf(stderr, "shardbench: DB '%s': %s: %s\n", (st)->path, (what),         \
+              sqlite3_errmsg((st)->db));                                           \
+      goto fail;                                                                   \
+    }                                                                              \
+  } while (0)
+
+void sb_result_init(sb_result *r) {
+  memset(r, 0, sizeof *r);
+  r->step_time_s = r->tokens_per_s = r->tflops = r->mfu = r->peak_tflops = NAN;
+  r->max_abs_err = r->max_rel_err = r->tolerance = NAN;
+  r->peak_mem_bytes = -1;
+}
+
+void sb_utc_now(char *buf, size_t n) {
+  time_t t = time(NULL);
+  struct tm tm;
+  gmtime_r(&t, &tm);
+  strftime(buf, n, "%Y-%m-%dT%H:%M:%SZ", &tm);
+}
+
+void sb_versions_str(char *buf, size_t n) {
+  snprintf(buf, n, "shardbench %s; sqlite %s; mpi %s; cuda %s", PACKAGE_VERSION,
+           sqlite3_libversion(),
+#ifdef HAVE_MPI
+           "built",
+#else
+           "no",
+#endif
+#ifdef HAVE_CUDA
+           "built"
+#else
+           "no"
+#endif
+  );
+}
+
+/* 0: absent or empty (a new DB), 1: a SQLite file, -1: something else (message
+ * printed), -2: unreadable (message printed). */
+static int check_header(const char *path) {
+  FILE *f = fopen(path, "rb");
+  if (!f) {
+    if (errno == ENOENT) return 0;
+    fprintf(stderr, "shardbench: DB '%s': cannot read: %s\n", path, strerror(errno));
+    return -2;
+  }
+  char h[sizeof SQLITE_MAGIC];
+  size_t got = fread(h, 1, sizeof h, f);
+  fclose(f);
+  if (got == 0) return 0;
+  if (got < sizeof h || memcmp(h, SQLITE_MAGIC, sizeof h) != 0) {
+    fprintf(stderr, "shardbench: DB '%s': not a SQLite database\n", path);
+    return -1;
+  }
+  return 1;
+}
+
+/* Read-only look at an existing DB: SB_EXIT_OK when it is empty or ours. */
+static int check_version_ro(sb_store *st) {
+  int rc = 2; /* SB_EXIT_USAGE */
+  sqlite3_stmt *q = NULL;
+  if (sqlite3_open_v2(st->path, &st->db, SQLITE_OPEN_READONLY, NULL) != SQLITE_OK) {
+    fprintf(stderr, "shardbench: DB '%s': not a SQLite database (%s)\n", st->path,
+            st->db ? sqlite3_errmsg(st->db) : "cannot open");
+    goto done;
+  }
+  sqlite3_busy_timeout(st->db, SB_BUSY_TIMEOUT_MS);
+  int ntables = -1, has_version = 0;
+  if (sqlite3_prepare_v2(st->db,
+                         "SELECT count(*), sum(name = 'schema_version') FROM sqlite_master "
+                         "WHERE type = 'table'",
+                         -1, &q, NULL) != SQLITE_OK ||
+      sqlite3_step(q) != SQLITE_ROW) {
+    fprintf(stderr, "shardbench: DB '%s': not a SQLite database (%s)\n", st->path,
+            sqlite3_errmsg(st->db));
+    goto done;
+  }
+  ntables = sqlite3_column_int(q, 0);
+  has_version = sqlite3_column_int(q, 1);
+  sqlite3_finalize(q);
+  q = NULL;
+  if (ntables == 0) {
+    rc = 0;
+    goto done;
+  }
+  if (!has_version) {
+    fprintf(stderr, "shardbench: DB '%s': has no schema_version table (not a shardbench DB)\n",
+            st->path);
+    goto done;
+  }
+  if (sqlite3_prepare_v2(st->db, "SELECT version FROM schema_version", -1, &q, NULL) !=
+      SQLITE_OK) {
+    fprintf(stderr, "shardbench: DB '%s': %s\n", st->path, sqlite3_errmsg(st->db));
+    goto done;
+  }
+  int nrows = 0, bad = 0, ver = 0;
+  while (sqlite3_step(q) == SQLITE_ROW) {
+    ver = sqlite3_column_int(q, 0);
+    nrows++;
+    if (ver != SB_SCHEMA_VERSION) bad = 1;
+  }
+  if (nrows > 1 && !bad) {
+    fprintf(stderr, "shardbench: DB '%s': schema_version has %d rows, expected 1\n", st->path,
+            nrows);
+  } else if (bad) {
+    fprintf(stderr, "shardbench: DB '%s': schema version %d, this shardbench writes %d\n",
+            st->path, ver, SB_SCHEMA_VERSION);
+  } else {
+    rc = 0; /* nrows 0: another process is creating it right now; it inserts the row */
+  }
+done:
+  sqlite3_finalize(q);
+  sqlite3_close(st->db);
+  st->db = NULL;
+  return rc;
+}
+
+int sb_store_open(sb_store *st, const char *path) {
+  memset(st, 0, sizeof *st);
+  if (strlen(path) >= sizeof st->path) {
+    fprintf(stderr, "shardbench: DB path longer than %zu characters\n", sizeof st->path - 1);
+    return 2;
+  }
+  snprintf(st->path, sizeof st->path, "%s", path);
+  int h = check_header(path);
+  if (h < 0) return h == -1 ? 2 : 1;
+  if (h == 1) {
+    int rc = check_version_ro(st);
+    if (rc) return rc;
+  }
+  if (sqlite3_open_v2(path, &st->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL) !=
+      SQLITE_OK) {
+    fprintf(stderr, "shardbench: DB '%s': cannot open: %s\n", path,
+            st->db ? sqlite3_errmsg(st->db) : "out of memory");
+    sqlite3_close(st->db);
+    st->db = NULL;
+    return 1;
+  }
+  sqlite3_busy_timeout(st->db, SB_BUSY_TIMEOUT_MS);
+  SB_SQL(st, sqlite3_exec(st->db, "PRAGMA journal_mode = WAL", NULL, NULL, NULL),
+         "PRAGMA journal_mode");
+  SB_SQL(st, sqlite3_exec(st->db, "PRAGMA foreign_keys = ON", NULL, NULL, NULL),
+         "PRAGMA foreign_keys");
+  /* Create and version in one write transaction, so two processes creating the
+   * same new file leave exactly one version row. */
+  SB_SQL(st, sqlite3_exec(st->db, "BEGIN IMMEDIATE", NULL, NULL, NULL), "BEGIN");
+  SB_SQL(st, sqlite3_exec(st->db, SB_SCHEMA_SQL, NULL, NULL, NULL), "creating the schema");
+  {
+    char sql[160];
+    snprintf(sql, sizeof sql,
+             "INSERT INTO schema_version(version) SELECT %d "
+             "WHERE NOT EXISTS (SELECT 1 FROM schema_version)",
+             SB_SCHEMA_VERSION);
+    SB_SQL(st, sqlite3_exec(st->db, sql, NULL, NULL, NULL), "schema_version");
+  }
+  SB_SQL(st, sqlite3_exec(st->db, "COMMIT", NULL, NULL, NULL), "COMMIT");
+  return 0;
+fail:
+  sqlite3_close(st->db);
+  st->db = NULL;
+  return 1;
+}
+
+void sb_store_close(sb_store *st) {
+  if (st->db) sqlite3_close(st->db);
+  st->db = NULL;
+}
+
+int sb_store_begin_run(sb_store *st, int argc, char **argv, const char *backend, int world) {
+  char now[32], host[256] = "unknown", vers[256];
+  sb_utc_now(now, sizeof now);
+  if (gethostname(host, sizeof host) != 0) snprintf(host, sizeof host, "unknown");
+  host[sizeof host - 1] = '\0';
+  sb_versions_str(vers, sizeof vers);
+  size_t len = 1;
+  for (int i = 0; i < argc; i++) len += strlen(argv[i]) + 1;
+  char *args = malloc(len);
+  if (!args) {
+    fprintf(stderr, "shardbench: out of memory\n");
+    return 1;
+  }
+  args[0] = '\0';
+  for (int i = 0; i < argc; i++) {
+    if (i) strcat(args, " ");
+    strcat(args, argv[i]);
+  }
+  sqlite3_stmt *q = NULL;
+  SB_SQL(st,
+         sqlite3_prepare_v2(st->db,
+                            "INSERT INTO runs(started, host, version, versions, argv, backend, "
+                            "world) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                            -1, &q, NULL),
+         "prepare runs");
+  sqlite3_bind_text(q, 1, now, -1, SQLITE_TRANSIENT);
+  sqlite3_bind_text(q, 2, host, -1, SQLITE_TRANSIENT);
+  sqlite3_bind_text(q, 3, PACKAGE_VERSION, -1, SQLITE_STATIC);
+  sqlite3_bind_text(q, 4, vers, -1, SQLITE_TRANSIENT);
+  sqlite3_bind_text(q, 5, args, -1, SQLITE_TRANSIENT);
+  sqlite3_bind_text(q, 6, backend, -1, SQLITE_TRANSIENT);
+  sqlite3_bind_int(q, 7, world);
+  SB_SQL(st, sqlite3_step(q), "insert runs");
+  st->run_id = sqlite3_last_insert_rowid(st->db);
+  sqlite3_finalize(q);
+  free(args);
+  return 0;
+fail:
+  sqlite3_finalize(q);
+  free(args);
+  return 1;
+}
+
+int sb_store_end_run(sb_store *st) {
+  char now[32];
+  sb_utc_now(now, sizeof now);
+  sqlite3_stmt *q = NULL;
+  SB_SQL(st, sqlite3_prepare_v2(st->db, "UPDATE runs SET finished = ? WHERE id = ?", -1, &q, NULL),
+         "prepare finish");
+  sqlite3_bind_text(q, 1, now, -1, SQLITE_TRANSIENT);
+  sqlite3_bind_int64(q, 2, st->run_id);
+  SB_SQL(st, sqlite3_step(q), "finish run");
+  sqlite3_finalize(q);
+  return 0;
+fail:
+  sqlite3_finalize(q);
+  return 1;
+}
+
+int sb_store_has_result(sb_store *st, const char *key, bool *has) {
+  sqlite3_stmt *q = NULL;
+  *has = false;
+  SB_SQL(st,
+         sqlite3_prepare_v2(st->db,
+                            "SELECT 1 FROM results r JOIN configs c ON c.id = r.config_id "
+                            "WHERE c.key = ? LIMIT 1",
+                            -1, &q, NULL),
+         "prepare resume lookup");
+  sqlite3_bind_text(q, 1, key, -1, SQLITE_TRANSIENT);
+  int rc = sqlite3_step(q);
+  SB_SQL(st, rc, "resume lookup");
+  *has = rc == SQLITE_ROW;
+  sqlite3_finalize(q);
+  return 0;
+fail:
+  sqlite3_finalize(q);
+  return 1;
+}
+
+/* NaN (or a negative for the integer) binds NULL. */
+static void bind_real(sqlite3_stmt *q, int i, double v) {
+  if (isnan(v)) sqlite3_bind_null(q, i);
+  else sqlite3_bind_double(q, i, v);
+}
+
+int sb_store_put(sb_store *st, const sb_config *c, const sb_result *r) {
+  sqlite3_stmt *q = NULL;
+  char now[32];
+  sb_utc_now(now, sizeof now);
+  bool in_tx = false;
+  SB_SQL(st, sqlite3_exec(st->db, "BEGIN IMMEDIATE", NULL, NULL, NULL), "BEGIN");
+  in_tx = true;
+  SB_SQL(st,
+         sqlite3_prepare_v2(st->db,
+                            "INSERT OR IGNORE INTO configs(key, workload, model, plan, pp, "
+                            "dp_replicate, dp_shard, cp, tp, dtype, batch, seq, steps, backend, "
+                            "world) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                            -1, &q, NULL),
+         "prepare configs");
+  sqlite3_bind_text(q, 1, c->key, -1, SQLITE_TRANSIENT);
+  sqlite3_bind_text(q, 2, c->workload, -1, SQLITE_TRANSIENT);
+  sqlite3_bind_text(q, 3, c->model, -1, SQLITE_TRANSIENT);
+  sqlite3_bind_text(q, 4, c->plan, -1, SQLITE_TRANSIENT);
+  sqlite3_bind_int(q, 5, c->pp);
+  sqlite3_bind_int(q, 6, c->dp_replicate);
+  sqlite3_bind_int(q, 7, c->dp_shard);
+  sqlite3_bind_int(q, 8, c->cp);
+  sqlite3_bind_int(q, 9, c->tp);
+  sqlite3_bind_text(q, 10, c->dtype, -1, SQLITE_TRANSIENT);
+  sqlite3_bind_int(q, 11, c->batch);
+  sqlite3_bind_int(q, 12, c->seq);
+  sqlite3_bind_int(q, 13, c->steps);
+  sqlite3_bind_text(q, 14, c->backend, -1, SQLITE_TRANSIENT);
+  sqlite3_bind_int(q, 15, c->world);
+  SB_SQL(st, sqlite3_step(q), "insert configs");
+  sqlite3_finalize(q);
+  q = NULL;
+  SB_SQL(st, sqlite3_prepare_v2(st->db, "SELECT id FROM configs WHERE key = ?", -1, &q, NULL),
+         "prepare config id");
+  sqlite3_bind_text(q, 1, c->key, -1, SQLITE_TRANSIENT);
+  int rc = sqlite3_step(q);
+  SB_SQL(st, rc, "config id");
+  if (rc != SQLITE_ROW) {
+    fprintf(stderr, "shardbench: DB '%s': config row vanished\n", st->path);
+    goto fail;
+  }
+  int64_t config_id = sqlite3_column_int64(q, 0);
+  sqlite3_finalize(q);
+  q = NULL;
+  SB_SQL(st,
+         sqlite3_prepare_v2(st->db,
+                            "INSERT INTO results(run_id, config_id, status, reason, step_time_s, "
+                            "tokens_per_s, tflops, mfu, peak_tflops, peak_mem_bytes, max_abs_err, "
+                            "max_rel_err, tolerance, created) "
+                            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                            -1, &q, NULL),
+         "prepare results");
+  sqlite3_bind_int64(q, 1, st->run_id);
+  sqlite3_bind_int64(q, 2, config_id);
+  sqlite3_bind_text(q, 3, r->status, -1, SQLITE_TRANSIENT);
+  if (r->reason[0]) sqlite3_bind_text(q, 4, r->reason, -1, SQLITE_TRANSIENT);
+  else sqlite3_bind_null(q, 4);
+  bind_real(q, 5, r->step_time_s);
+  bind_real(q, 6, r->tokens_per_s);
+  bind_real(q, 7, r->tflops);
+  bind_real(q, 8, r->mfu);
+  bind_real(q, 9, r->peak_tflops);
+  if (r->peak_mem_bytes >= 0) sqlite3_bind_int64(q, 10, r->peak_mem_bytes);
+  else sqlite3_bind_null(q, 10);
+  bind_real(q, 11, r->max_abs_err);
+  bind_real(q, 12, r->max_rel_err);
+  bind_real(q, 13, r->tolerance);
+  sqlite3_bind_text(q, 14, now, -1, SQLITE_TRANSIENT);
+  SB_SQL(st, sqlite3_step(q), "insert results");
+  int64_t result_id = sqlite3_last_insert_rowid(st->db);
+  sqlite3_finalize(q);
+  q = NULL;
+  if (r->n_comm > 0) {
+    SB_SQL(st,
+           sqlite3_prepare_v2(st->db,
+                              "INSERT INTO comm(result_id, op, mesh_dim, phase, calls, "
+                              "payload_bytes, wire_bytes, seconds) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                              -1, &q, NULL),
+           "prepare comm");
+    for (int i = 0; i < r->n_comm; i++) {
+      const sb_comm_row *cr = &r->comm[i];
+      sqlite3_reset(q);
+      sqlite3_bind_int64(q, 1, result_id);
+      sqlite3_bind_text(q, 2, cr->op, -1, SQLITE_TRANSIENT);
+      sqlite3_bind_text(q, 3, cr->mesh_dim, -1, SQLITE_TRANSIENT);
+      sqlite3_bind_text(q, 4, cr->phase, -1, SQLITE_TRANSIENT);
+      sqlite3_bind_int64(q, 5, cr->calls);
+      sqlite3_bind_int64(q, 6, cr->payload_bytes);
+      sqlite3_bind_double(q, 7, cr->wire_bytes);
+      sqlite3_bind_double(q, 8, cr->seconds);
+      SB_SQL(st, sqlite3_step(q), "insert comm");
+    }
+    sqlite3_finalize(q);
+    q = NULL;
+  }
+  SB_SQL(st, sqlite3_exec(st->db, "COMMIT", NULL, NULL, NULL), "COMMIT");
+  return 0;
+fail:
+  sqlite3_finalize(q);
+  if (in_tx) sqlite3_exec(st->db, "ROLLBACK", NULL, NULL, NULL);
+  return 1;
+}

@@ -1,0 +1,490 @@
+/* bench/sweep.c: `shardbench sweep`: every mesh shape x plan x workload x dtype
+ * (x model) for one world size, into the results DB.
+ *
+ *   shardbench sweep --world 8 [--models debugmodel] [--plans all|a,b]
+ *                    [--workloads block,model] [--dtypes f32] [--batch 8] [--seq 32]
+ *                    [--steps 2] [--warmup 1] [--db results/shardbench.db] [--resume]
+ *                    [--backend threads|mpi] [--peak-tflops X] [--plans-dir DIR]
+ *
+ * Mesh shapes: every ordered factorisation of the world into TorchTitan's
+ * (pp, dp_replicate, dp_shard, cp, tp) (all 5-tuples of divisors whose product is
+ * the world: 35 for world 8). Each config goes through bench/run.c's runner
+ * (sb_execute): unsupported ones are recorded as skipped with the reason, at no
+ * cost. Isolation (threads backend): each config that runs does so in a forked
+ * child process that hands its result back through a pipe, so a crash (a signal,
+ * an abort) is recorded as that config's failure and the sweep goes on; the
+ * child dies with the sweep (PR_SET_PDEATHSIG) so a killed sweep leaves no
+ * orphan to write late. The unsharded reference is computed once per (model,
+ * workload, dtype, batch, seq, steps) in the parent before forking, and
+ * inherited. Only the parent writes the DB: one transaction per config
+ * (bench/store.c), so a SIGKILL loses no finished row and leaves no half row;
+ * --resume skips configs that already have a result row (any status, any run)
+ * by config key. Under --backend mpi every process walks the same list, rank 0
+ * decides the resume skips (broadcast) and alone writes the DB; no fork.
+ *
+ * Progress on stderr: one line redrawn with \r when stderr is a terminal, else
+ * one line per config. Exit: 0 when every config is ok or skipped, 1 when one
+ * mismatched or failed (or a DB write failed), 2 on bad flags or a refused DB.
+ */
+#include "config.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <math.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#ifdef __linux__
+#include <sys/prctl.h>
+#endif
+
+#include "cli.h"
+#include "store.h"
+
+/* Lists (--models, --plans, ...) hold at most this many names. */
+enum { MAX_LIST = 32 };
+/* Ordered 5-factorisations of a world <= 1024 number far fewer than this
+ * (1024 = 2^10: C(14, 4) = 1001). */
+enum { MAX_SHAPES = 4096 };
+
+const char sb_sweep_usage[] =
+    "usage: shardbench sweep --world N [--models debugmodel] [--plans all|a,b]\n"
+    "                        [--workloads block,model] [--dtypes f32[,f64]] [--batch 8]\n"
+    "                        [--seq 32] [--steps 2] [--warmup 1]\n"
+    "                        [--db results/shardbench.db] [--resume]\n"
+    "                        [--backend threads|mpi] [--peak-tflops X] [--plans-dir DIR]\n"
+    "\n"
+    "Runs every ordered factorisation of the world into (pp, dp_replicate, dp_shard, cp,\n"
+    "tp) x plans x workloads x dtypes x models with `shardbench run`'s runner and writes\n"
+    "each outcome (ok, mismatch, failed, skipped with its reason) to the DB, one\n"
+    "transaction per config. Each config runs in its own process (threads backend), so\n"
+    "a crash is recorded and the sweep goes on. --resume skips configs that already have\n"
+    "a result in the DB. Defaults (batch 8, seq 32, 2 timed steps after 1 warm-up) keep\n"
+    "a world-8 debugmodel sweep of every shipped plan to a few minutes on 2 cores.\n"
+    "Under mpirun (--backend mpi) the world is the number of processes; rank 0 writes.\n"
+    "\n"
+    "Exit: 0 all ok or skipped, 1 a mismatch or failure, 2 bad flags or a refused DB.\n";
+
+typedef struct list {
+  int n;
+  char v[MAX_LIST][64];
+} list;
+
+static int split_list(const char *s, list *l, char *err, size_t errn) {
+  l->n = 0;
+  const char *p = s;
+  for (;;) {
+    size_t k = strcspn(p, ",");
+    if (k == 0 || k >= sizeof l->v[0]) {
+      snprintf(err, errn, "expected names joined by ',', got '%s'", s);
+      return -1;
+    }
+    if (l->n == MAX_LIST) {
+      snprintf(err, errn, "more than %d names in '%s'", MAX_LIST, s);
+      return -1;
+    }
+    memcpy(l->v[l->n], p, k);
+    l->v[l->n][k] = '\0';
+    for (int i = 0; i < l->n; i++)
+      if (!strcmp(l->v[i], l->v[l->n])) {
+        snprintf(err, errn, "'%s' appears twice", l->v[i]);
+        return -1;
+      }
+    l->n++;
+    if (!p[k]) break;
+    p += k + 1;
+  }
+  return 0;
+}
+
+static int cmp_str(const void *a, const void *b) { return strcmp(a, b); }
+
+/* Every NAME.plan in dir, sorted. */
+static int all_plans(const char *dir, list *l) {
+  DIR *d = opendir(dir);
+  l->n = 0;
+  if (!d) return -1;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL && l->n < MAX_LIST) {
+    size_t n = strlen(e->d_name);
+    if (n > 5 && n - 5 < sizeof l->v[0] && !strcmp(e->d_name + n - 5, ".plan")) {
+      memcpy(l->v[l->n], e->d_name, n - 5);
+      l->v[l->n][n - 5] = '\0';
+      l->n++;
+    }
+  }
+  closedir(d);
+  qsort(l->v, (size_t)l->n, sizeof l->v[0], cmp_str);
+  return 0;
+}
+
+/* All 5-tuples of divisors with product `rest`, in lexicographic order. */
+static void factor(int rest, int d, int cur[SB_NDIMS], int (*out)[SB_NDIMS], int *n) {
+  if (d == SB_NDIMS - 1) {
+    cur[d] = rest;
+    if (*n < MAX_SHAPES) memcpy(out[(*n)++], cur, sizeof(int) * SB_NDIMS);
+    return;
+  }
+  for (int f = 1; f <= rest; f++)
+    if (rest % f == 0) {
+      cur[d] = f;
+      factor(rest / f, d + 1, cur, out, n);
+    }
+}
+
+/* ---- one config in a child process ----------------------------------------------- */
+
+static int write_all(int fd, const void *buf, size_t n) {
+  const char *p = buf;
+  while (n) {
+    ssize_t w = write(fd, p, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return -1;
+    p += w;
+    n -= (size_t)w;
+  }
+  return 0;
+}
+
+static size_t read_all(int fd, void *buf, size_t n) {
+  char *p = buf;
+  size_t got = 0;
+  while (got < n) {
+    ssize_t r = read(fd, p + got, n - got);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;
+    got += (size_t)r;
+  }
+  return got;
+}
+
+/* Runs o in a child; r gets its result, or "failed" with how the child died. */
+static void run_isolated(const sb_opts *o, sb_ref *cache, sb_result *r) {
+  int fd[2];
+  sb_result_init(r);
+  fflush(stdout);
+  fflush(stderr);
+  if (pipe(fd) != 0) {
+    snprintf(r->status, sizeof r->status, "failed");
+    snprintf(r->reason, sizeof r->reason, "pipe: %s", strerror(errno));
+    return;
+  }
+  pid_t parent = getpid();
+  pid_t pid = fork();
+  if (pid < 0) {
+    close(fd[0]);
+    close(fd[1]);
+    snprintf(r->status, sizeof r->status, "failed");
+    snprintf(r->reason, sizeof r->reason, "fork: %s", strerror(errno));
+    return;
+  }
+  if (pid == 0) {
+    close(fd[0]);
+#ifdef __linux__
+    prctl(PR_SET_PDEATHSIG, SIGKILL); /* a killed sweep takes its config with it */
+#endif
+    if (getppid() != parent) _exit(3); /* the sweep died before prctl */
+    sb_result cr;
+    sb_execute(o, cache, false, &cr);
+    int rc = write_all(fd[1], &cr, sizeof cr) ||
+             (cr.n_comm > 0 && write_all(fd[1], cr.comm, sizeof *cr.comm * (size_t)cr.n_comm));
+    _exit(rc ? 3 : 0);
+  }
+  close(fd[1]);
+  size_t got = read_all(fd[0], r, sizeof *r);
+  bool whole = got == sizeof *r;
+  r->comm = NULL;
+  if (whole && r->n_comm > 0) {
+    r->comm = malloc(sizeof *r->comm * (size_t)r->n_comm);
+    size_t want = sizeof *r->comm * (size_t)r->n_comm;
+    if (!r->comm || read_all(fd[0], r->comm, want) != want) whole = false;
+  }
+  close(fd[0]);
+  int ws = 0;
+  while (waitpid(pid, &ws, 0) < 0 && errno == EINTR) {
+  }
+  if (!whole || !WIFEXITED(ws) || WEXITSTATUS(ws) != 0) {
+    free(r->comm);
+    sb_result_init(r);
+    snprintf(r->status, sizeof r->status, "failed");
+    if (WIFSIGNALED(ws))
+      snprintf(r->reason, sizeof r->reason, "the config's process died of signal %d (%s)",
+               WTERMSIG(ws), strsignal(WTERMSIG(ws)));
+    else
+      snprintf(r->reason, sizeof r->reason, "the config's process exited %d without a result",
+               WIFEXITED(ws) ? WEXITSTATUS(ws) : -1);
+  }
+}
+
+/* ---- MPI: rank 0's decision to every rank --------------------------------------- */
+
+typedef struct bcast_arg {
+  int64_t v;
+} bcast_arg;
+
+static dt_status bcast_rank(dt_ctx *ctx, void *arg) {
+  bcast_arg *b = arg;
+  return dt_comm_broadcast(ctx->world, &b->v, 1, DT_I64, 0);
+}
+
+static int64_t mpi_bcast(int64_t v) {
+  dt_launch_opts lo;
+  memset(&lo, 0, sizeof lo);
+  lo.backend = DT_BACKEND_MPI;
+  lo.no_ledger = true;
+  bcast_arg b = {v};
+  if (dt_launch(&lo, bcast_rank, &b, NULL) != DT_OK) return -1;
+  return b.v;
+}
+
+/* ---- progress ------------------------------------------------------------------------- */
+
+static void fmt_dur(double s, char *buf, size_t n) {
+  if (!isfinite(s) || s < 0) snprintf(buf, n, "?");
+  else if (s < 60) snprintf(buf, n, "%.0fs", s);
+  else if (s < 3600) snprintf(buf, n, "%dm%02ds", (int)s / 60, (int)s % 60);
+  else snprintf(buf, n, "%dh%02dm", (int)s / 3600, (int)s / 60 % 60);
+}
+
+static void progress(bool tty, int done, int total, double t0, const char *status,
+                     const char *key) {
+  double el = dt_now() - t0;
+  char eta[32], els[32];
+  fmt_dur(done ? el / done * (total - done) : NAN, eta, sizeof eta);
+  fmt_dur(el, els, sizeof els);
+  int pct = total ? 100 * done / total : 100;
+  if (tty) {
+    /* One line of at most ~120 columns, redrawn: bar, counts, ETA, the key's head. */
+    enum { BAR = 24 };
+    char bar[BAR + 1];
+    int fill = total ? BAR * done / total : BAR;
+    for (int i = 0; i < BAR; i++) bar[i] = i < fill ? '#' : '.';
+    bar[BAR] = '\0';
+    fprintf(stderr, "\r[%s] %d/%d %3d%% %s ETA %s  %-8s %.60s\033[K", bar, done, total, pct, els,
+            eta, status, key);
+    if (done == total) fputc('\n', stderr);
+  } else {
+    fprintf(stderr, "[%d/%d %3d%% %s ETA %s] %s %s\n", done, total, pct, els, eta, status, key);
+  }
+  fflush(stderr);
+}
+
+/* ---- the command -------------------------------------------------------------------- */
+
+int sb_cmd_sweep(int argc, char **argv) {
+  static const char CMD[] = "sweep";
+  enum { O_WORLD = 256, O_MODELS, O_PLANS, O_WORKLOADS, O_DTYPES, O_BATCH, O_SEQ, O_STEPS,
+         O_WARMUP, O_DB, O_RESUME, O_BACKEND, O_PEAK, O_PLANSDIR, O_HELP };
+  static const struct option lopts[] = {
+      {"world", required_argument, NULL, O_WORLD},
+      {"models", required_argument, NULL, O_MODELS},
+      {"plans", required_argument, NULL, O_PLANS},
+      {"workloads", required_argument, NULL, O_WORKLOADS},
+      {"dtypes", required_argument, NULL, O_DTYPES},
+      {"batch", required_argument, NULL, O_BATCH},
+      {"seq", required_argument, NULL, O_SEQ},
+      {"steps", required_argument, NULL, O_STEPS},
+      {"warmup", required_argument, NULL, O_WARMUP},
+      {"db", required_argument, NULL, O_DB},
+      {"resume", no_argument, NULL, O_RESUME},
+      {"backend", required_argument, NULL, O_BACKEND},
+      {"peak-tflops", required_argument, NULL, O_PEAK},
+      {"plans-dir", required_argument, NULL, O_PLANSDIR},
+      {"help", no_argument, NULL, O_HELP},
+      {NULL, 0, NULL, 0}};
+  long world = 0, batch = 8, seq = 32, steps = 2, warmup = 1, v;
+  const char *models_s = "debugmodel", *plans_s = "all", *workloads_s = "block,model",
+             *dtypes_s = "f32", *db = "results/shardbench.db", *backend_s = "threads",
+             *plans_flag = NULL;
+  double peak = 0;
+  bool resume = false;
+  char err[SB_ERR_LEN];
+  int ch;
+  sb_getopt_reset();
+  while ((ch = getopt_long(argc, argv, ":", lopts, NULL)) != -1) {
+    char flag[40]; /* "--name", for messages */
+    snprintf(flag, sizeof flag, "--%s",
+             ch >= O_WORLD && ch <= O_HELP ? lopts[ch - O_WORLD].name : "?");
+    switch (ch) {
+    case O_WORLD: case O_BATCH: case O_SEQ: case O_STEPS: case O_WARMUP: {
+      /* steps/warm-up: a sweep of hundreds of configs wants a handful; 500 bounds it */
+      long lo = ch == O_WARMUP ? 0 : 1,
+           hi = ch == O_WORLD ? SB_MAX_WORLD : ch == O_STEPS || ch == O_WARMUP ? 500 : 1 << 20;
+      if (sb_parse_long(optarg, lo, hi, &v, err, sizeof err) != DT_OK)
+        return sb_usage_error(CMD, flag, "%s", err);
+      if (ch == O_WORLD) world = v;
+      else if (ch == O_BATCH) batch = v;
+      else if (ch == O_SEQ) seq = v;
+      else if (ch == O_STEPS) steps = v;
+      else warmup = v;
+      break;
+    }
+    case O_MODELS: models_s = optarg; break;
+    case O_PLANS: plans_s = optarg; break;
+    case O_WORKLOADS: workloads_s = optarg; break;
+    case O_DTYPES: dtypes_s = optarg; break;
+    case O_DB: db = optarg; break;
+    case O_RESUME: resume = true; break;
+    case O_BACKEND: backend_s = optarg; break;
+    case O_PLANSDIR: plans_flag = optarg; break;
+    case O_PEAK: {
+      char *end;
+      peak = strtod(optarg, &end);
+      if (end == optarg || *end || !(peak > 0) || !isfinite(peak))
+        return sb_usage_error(CMD, flag, "expected a positive number, got '%s'", optarg);
+      break;
+    }
+    case O_HELP: fputs(sb_sweep_usage, stdout); return SB_EXIT_OK;
+    default: return sb_getopt_error(CMD, ch, argv, lopts);
+    }
+  }
+  if (optind < argc) return sb_usage_error(CMD, NULL, "unexpected argument '%s'", argv[optind]);
+  dt_backend be;
+  if (dt_backend_parse(backend_s, &be) != DT_OK)
+    return sb_usage_error(CMD, "--backend", "expected threads or mpi, got '%s'", backend_s);
+  if (!dt_backend_available(be))
+    return sb_usage_error(CMD, "--backend", "'%s' is not built into this shardbench", backend_s);
+  list models, plans, workloads, dtypes;
+  if (split_list(models_s, &models, err, sizeof err))
+    return sb_usage_error(CMD, "--models", "%s", err);
+  for (int i = 0; i < models.n; i++) {
+    dt_llama_config tmp;
+    if (dt_llama_config_get(NULL, models.v[i], &tmp) != DT_OK)
+      return sb_usage_error(CMD, "--models", "unknown model '%s' (known: debugmodel, 8B, 70B, 405B)",
+                            models.v[i]);
+  }
+  if (split_list(workloads_s, &workloads, err, sizeof err))
+    return sb_usage_error(CMD, "--workloads", "%s", err);
+  for (int i = 0; i < workloads.n; i++) {
+    const char *w = workloads.v[i];
+    if (strcmp(w, "model") && strcmp(w, "block") && strcmp(w, "embedding") &&
+        strcmp(w, "attention") && strcmp(w, "feed_forward"))
+      return sb_usage_error(CMD, "--workloads",
+                            "expected model, block, embedding, attention or feed_forward, got '%s'",
+                            w);
+  }
+  if (split_list(dtypes_s, &dtypes, err, sizeof err))
+    return sb_usage_error(CMD, "--dtypes", "%s", err);
+  for (int i = 0; i < dtypes.n; i++)
+    if (strcmp(dtypes.v[i], "f32") && strcmp(dtypes.v[i], "f64"))
+      return sb_usage_error(CMD, "--dtypes", "expected f32 or f64, got '%s'", dtypes.v[i]);
+  char plans_dir[768];
+  sb_plans_dir(plans_flag, plans_dir, sizeof plans_dir);
+  if (!strcmp(plans_s, "all")) {
+    if (all_plans(plans_dir, &plans) || plans.n == 0)
+      return sb_usage_error(CMD, "--plans", "no NAME.plan files in '%s' (see --plans-dir)",
+                            plans_dir);
+  } else {
+    if (split_list(plans_s, &plans, err, sizeof err))
+      return sb_usage_error(CMD, "--plans", "%s", err);
+    for (int i = 0; i < plans.n; i++) {
+      char path[1024];
+      snprintf(path, sizeof path, "%s/%s.plan", plans_dir, plans.v[i]);
+      if (access(path, R_OK) != 0)
+        return sb_usage_error(CMD, "--plans", "no plan file '%s' (see --plans-dir)", path);
+    }
+  }
+  int rank = 0;
+  if (be == DT_BACKEND_MPI) {
+    if (dt_mpi_init(&argc, &argv) != DT_OK)
+      return sb_usage_error(CMD, "--backend", "MPI could not be initialised");
+    rank = dt_mpi_rank();
+    if (world && world != dt_mpi_size())
+      return sb_usage_error(CMD, "--world", "%ld, but mpirun started %d processes", world,
+                            dt_mpi_size());
+    world = dt_mpi_size();
+  }
+  if (!world) return sb_usage_error(CMD, "--world", "required (the number of ranks)");
+
+  static int shapes[MAX_SHAPES][SB_NDIMS];
+  int nshapes = 0, cur[SB_NDIMS];
+  factor((int)world, 0, cur, shapes, &nshapes);
+  const int total = models.n * workloads.n * dtypes.n * nshapes * plans.n;
+
+  sb_store st;
+  memset(&st, 0, sizeof st);
+  if (rank == 0) {
+    int rc = sb_store_open(&st, db);
+    if (rc) return rc;
+    if (sb_store_begin_run(&st, argc, argv, backend_s, (int)world)) {
+      sb_store_close(&st);
+      return SB_EXIT_FAIL;
+    }
+  }
+  const bool tty = isatty(STDERR_FILENO);
+  const bool isolate = be == DT_BACKEND_THREADS;
+  double peak_used = peak > 0 ? peak : sb_default_peak_tflops((int)world);
+  if (rank == 0)
+    fprintf(stderr, "shardbench sweep: world %ld, %d mesh shapes x %d plans x %d workloads x %d "
+                    "dtypes x %d models = %d configs -> %s%s\n",
+            world, nshapes, plans.n, workloads.n, dtypes.n, models.n, total, db,
+            resume ? " (resume)" : "");
+  int n_ok = 0, n_mis = 0, n_fail = 0, n_skip = 0, n_resumed = 0, done = 0, db_err = 0;
+  sb_ref ref;
+  memset(&ref, 0, sizeof ref);
+  const double t0 = dt_now();
+  for (int mi = 0; mi < models.n; mi++)
+    for (int wi = 0; wi < workloads.n; wi++)
+      for (int di = 0; di < dtypes.n; di++)
+        for (int si = 0; si < nshapes; si++)
+          for (int pi = 0; pi < plans.n; pi++) {
+            sb_opts o;
+            memset(&o, 0, sizeof o);
+            snprintf(o.model, sizeof o.model, "%s", models.v[mi]);
+            snprintf(o.workload, sizeof o.workload, "%s", workloads.v[wi]);
+            snprintf(o.dtype, sizeof o.dtype, "%s", dtypes.v[di]);
+            snprintf(o.plan, sizeof o.plan, "%s", plans.v[pi]);
+            snprintf(o.plans_dir, sizeof o.plans_dir, "%s", plans_dir);
+            snprintf(o.backend, sizeof o.backend, "%s", backend_s);
+            memcpy(o.dims, shapes[si], sizeof o.dims);
+            o.batch = (int)batch;
+            o.seq = (int)seq;
+            o.steps = (int)steps;
+            o.warmup = (int)warmup;
+            o.world = (int)world;
+            o.peak_tflops = peak_used;
+            sb_config c;
+            sb_config_fill(&o, &c);
+            done++;
+            if (resume) {
+              bool has = false;
+              if (rank == 0 && sb_store_has_result(&st, c.key, &has)) db_err = 1;
+              if (be == DT_BACKEND_MPI) has = mpi_bcast(has) != 0;
+              if (has) {
+                n_resumed++;
+                if (rank == 0) progress(tty, done, total, t0, "done", c.key);
+                continue;
+              }
+            }
+            sb_result r;
+            sb_execute(&o, &ref, true, &r); /* checks and the reference only */
+            if (!r.status[0]) {
+              if (isolate) run_isolated(&o, &ref, &r);
+              else sb_execute(&o, &ref, false, &r);
+            }
+            if (!strcmp(r.status, "ok")) n_ok++;
+            else if (!strcmp(r.status, "mismatch")) n_mis++;
+            else if (!strcmp(r.status, "skipped")) n_skip++;
+            else n_fail++;
+            if (rank == 0) {
+              if (sb_store_put(&st, &c, &r)) db_err = 1;
+              progress(tty, done, total, t0, r.status, c.key);
+            }
+            free(r.comm);
+          }
+  sb_ref_free(&ref);
+  const double el = dt_now() - t0;
+  if (rank == 0) {
+    if (sb_store_end_run(&st)) db_err = 1;
+    sb_store_close(&st);
+    printf("sweep: world %ld: %d configs in %.1f s: %d ok, %d mismatch, %d failed, %d skipped, "
+           "%d already in the DB -> %s\n",
+           world, total, el, n_ok, n_mis, n_fail, n_skip, n_resumed, db);
+  }
+  int rc = (n_mis || n_fail || db_err) ? SB_EXIT_FAIL : SB_EXIT_OK;
+  if (be == DT_BACKEND_MPI) dt_mpi_finish(true);
+  return rc;
+}

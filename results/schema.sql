@@ -1,0 +1,101 @@
+-- results/schema.sql: the shardbench results database (SQLite 3).
+-- One file holds many runs; sweeps append and resume. Opened with
+--   PRAGMA journal_mode = WAL; PRAGMA foreign_keys = ON; busy timeout 30 s
+-- so that two sweeps can write one DB. A DB whose schema_version differs from
+-- the program's, or a file that is not a SQLite DB, is refused untouched.
+
+CREATE TABLE IF NOT EXISTS schema_version (
+  version INTEGER NOT NULL                -- 1
+);
+
+-- One invocation of shardbench (run or sweep).
+CREATE TABLE IF NOT EXISTS runs (
+  id        INTEGER PRIMARY KEY,
+  started   TEXT NOT NULL,                -- UTC ISO 8601
+  finished  TEXT,                         -- NULL while running or when killed
+  host      TEXT NOT NULL,
+  version   TEXT NOT NULL,                -- shardbench version
+  versions  TEXT NOT NULL,                -- "sqlite 3.40.1; openmpi 4.1.4; cuda 13.0; ..."
+  argv      TEXT NOT NULL,
+  backend   TEXT NOT NULL,                -- threads | mpi
+  world     INTEGER NOT NULL
+);
+
+-- A configuration: what was run, independent of when. key is its canonical text.
+CREATE TABLE IF NOT EXISTS configs (
+  id           INTEGER PRIMARY KEY,
+  key          TEXT NOT NULL UNIQUE,      -- "model=debugmodel workload=block plan=torchtitan-tp-sp mesh=dp_replicate:2,tp:4 dtype=f32 batch=8 seq=64 steps=3 backend=threads world=8"
+  workload     TEXT NOT NULL,             -- embedding | attention | feed_forward | block | model
+  model        TEXT NOT NULL,             -- debugmodel | 8B | 70B | 405B | custom:...
+  plan         TEXT NOT NULL,             -- plan name (plans/NAME.plan)
+  pp           INTEGER NOT NULL,
+  dp_replicate INTEGER NOT NULL,
+  dp_shard     INTEGER NOT NULL,
+  cp           INTEGER NOT NULL,
+  tp           INTEGER NOT NULL,
+  dtype        TEXT NOT NULL,             -- f32 | f64 | bf16
+  batch        INTEGER NOT NULL,          -- global batch
+  seq          INTEGER NOT NULL,
+  steps        INTEGER NOT NULL,
+  backend      TEXT NOT NULL,
+  world        INTEGER NOT NULL
+);
+
+-- The outcome of one config in one run.
+CREATE TABLE IF NOT EXISTS results (
+  id             INTEGER PRIMARY KEY,
+  run_id         INTEGER NOT NULL REFERENCES runs(id),
+  config_id      INTEGER NOT NULL REFERENCES configs(id),
+  status         TEXT NOT NULL CHECK (status IN ('ok', 'mismatch', 'failed', 'skipped')),
+  reason         TEXT,                    -- why skipped / failed / mismatched
+  step_time_s    REAL,                    -- median of the timed steps after warm-up
+  tokens_per_s   REAL,
+  tflops         REAL,                    -- achieved model TFLOP/s (all ranks)
+  mfu            REAL,                    -- fraction of peak_tflops
+  peak_tflops    REAL,                    -- the peak used for MFU (given or detected)
+  peak_mem_bytes INTEGER,                 -- max over ranks of the host peak
+  max_abs_err    REAL,                    -- vs the unsharded reference
+  max_rel_err    REAL,
+  tolerance      REAL,
+  created        TEXT NOT NULL,
+  UNIQUE (run_id, config_id)
+);
+
+-- Communication per (result, op, mesh dim, phase), summed over steps and ranks' ledgers.
+CREATE TABLE IF NOT EXISTS comm (
+  id            INTEGER PRIMARY KEY,
+  result_id     INTEGER NOT NULL REFERENCES results(id) ON DELETE CASCADE,
+  op            TEXT NOT NULL,            -- all_reduce | all_gather | reduce_scatter | all_to_all | ...
+  mesh_dim      TEXT NOT NULL,            -- group name: tp | dp_replicate | ...
+  phase         TEXT NOT NULL,            -- forward | backward | optimizer
+  calls         INTEGER NOT NULL,         -- per step, per rank (rank 0)
+  payload_bytes INTEGER NOT NULL,         -- per step, rank 0
+  wire_bytes    REAL NOT NULL,            -- per step, rank 0, ring model
+  seconds       REAL NOT NULL
+);
+
+-- Analytic baselines for a config (shardbench baselines), next to the measurements.
+CREATE TABLE IF NOT EXISTS baselines (
+  id         INTEGER PRIMARY KEY,
+  config_id  INTEGER REFERENCES configs(id),
+  framework  TEXT NOT NULL,               -- megatron-tp | megatron-tp-sp | zero1 | zero2 | zero3 | fsdp | hsdp | ddp | gpipe | 1f1b | interleaved | ring-cp
+  quantity   TEXT NOT NULL,               -- comm_bytes_per_step | memory_bytes_per_rank | bubble_fraction | ...
+  value      REAL NOT NULL,
+  unit       TEXT NOT NULL,
+  formula    TEXT NOT NULL                -- which formula of baselines.md
+);
+
+-- Published throughput numbers (results/published.csv), with their sources.
+CREATE TABLE IF NOT EXISTS published (
+  id        INTEGER PRIMARY KEY,
+  framework TEXT NOT NULL,
+  model     TEXT NOT NULL,
+  hardware  TEXT NOT NULL,
+  gpus      INTEGER NOT NULL,
+  metric    TEXT NOT NULL,                -- tokens_per_s_per_gpu | mfu | tflops_per_gpu
+  value     REAL NOT NULL,
+  source    TEXT NOT NULL
+);
+
+CREATE INDEX IF NOT EXISTS results_config ON results(config_id);
+CREATE INDEX IF NOT EXISTS comm_result ON comm(result_id);

@@ -1,0 +1,210 @@
+#!/bin/sh
+# verify/harness.sh: `shardbench sweep` and its results DB end to end (make check).
+#
+# 1. A clean tiny sweep (world 4, all shipped plans, the block workload,
+#    f32 and f64, batch 4, seq 8, 1 step) into a temporary DB, checked with the
+#    sqlite3 CLI: counts per status, exactly one result per config, reasons on
+#    skipped rows, positive step times on ok rows, tp comm rows for TP plans, no
+#    mismatch or failure, finished runs.
+# 2. The same sweep killed with SIGKILL once some rows exist (the DB is polled),
+#    then --resume'd: the final (config, status) set equals the clean sweep's,
+#    with no duplicate and no lost row.
+# 3. Two concurrent sweeps on one new DB (disjoint --plans): nothing lost.
+# 4. Bad flags: exit 2, one line on stderr, nothing on stdout.
+# 5. A file of random bytes and a DB of schema version 7 are refused (exit 2,
+#    one line) and left byte-identical (cmp).
+# Program: ${top_builddir:-.}/bench/shardbench; plans: ${srcdir:-.}/plans.
+# Skips (77) when the sqlite3 CLI is missing (scripts/install-deps installs it).
+
+SB="${top_builddir:-.}/bench/shardbench"
+PLANS="${srcdir:-.}/plans"
+if [ ! -x "$SB" ]; then
+  echo "harness.sh: $SB is not built" >&2
+  exit 99
+fi
+if ! command -v sqlite3 >/dev/null 2>&1; then
+  echo "harness.sh: the sqlite3 CLI is missing (scripts/install-deps); skipping"
+  exit 77
+fi
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/harness.XXXXXX") || exit 99
+bgpid=
+# shellcheck disable=SC2317 # called by the trap
+cleanup() {
+  [ -n "$bgpid" ] && kill -9 "$bgpid" 2>/dev/null
+  rm -rf "$tmp"
+}
+trap cleanup EXIT INT TERM
+fails=0
+checks=0
+
+fail() {
+  fails=$((fails + 1))
+  echo "FAIL: $*"
+}
+check() { # check NAME ACTUAL EXPECTED
+  checks=$((checks + 1))
+  if [ "$2" != "$3" ]; then fail "$1: got '$2', expected '$3'"; fi
+}
+q() { sqlite3 "$1" "$2"; }
+
+# The tiny sweep: 15 mesh shapes x 4 plans x 1 workload (block) x 2 dtypes = 120 configs,
+# 14 of which run (tp:4 and dp_replicate:2,tp:2 for the 3 TP plans, dp_replicate:4
+# for dp, per dtype); the model workload (6 layers) runs in the README sweep.
+TINY="--world 4 --plans-dir $PLANS --plans all --workloads block --dtypes f32,f64 --batch 4 --seq 8 --steps 1 --warmup 0"
+TOTAL=120
+RUNS=14
+
+# ---- 1. clean sweep -----------------------------------------------------------------
+A="$tmp/clean.db"
+t0=$(date +%s)
+# shellcheck disable=SC2086
+"$SB" sweep $TINY --db "$A" >"$tmp/a.out" 2>"$tmp/a.err"
+rc=$?
+echo "clean sweep: $(( $(date +%s) - t0 )) s: $(cat "$tmp/a.out")"
+check "clean sweep exit" "$rc" 0
+check "schema_version" "$(q "$A" 'SELECT group_concat(version) FROM schema_version')" 1
+check "configs" "$(q "$A" 'SELECT count(*) FROM configs')" $TOTAL
+check "results" "$(q "$A" 'SELECT count(*) FROM results')" $TOTAL
+check "one result per config" \
+  "$(q "$A" 'SELECT count(*) FROM (SELECT config_id FROM results GROUP BY config_id HAVING count(*) != 1)')" 0
+check "ok rows" "$(q "$A" "SELECT count(*) FROM results WHERE status = 'ok'")" $RUNS
+check "skipped rows" "$(q "$A" "SELECT count(*) FROM results WHERE status = 'skipped'")" $((TOTAL - RUNS))
+check "mismatch/failed rows" \
+  "$(q "$A" "SELECT count(*) FROM results WHERE status IN ('mismatch', 'failed')")" 0
+check "skipped rows have reasons" \
+  "$(q "$A" "SELECT count(*) FROM results WHERE status = 'skipped' AND (reason IS NULL OR reason = '')")" 0
+check "ok rows have step times, tolerances and memory" \
+  "$(q "$A" "SELECT count(*) FROM results WHERE status = 'ok' AND NOT (step_time_s > 0 AND tokens_per_s > 0 AND tflops > 0 AND mfu > 0 AND peak_mem_bytes > 0 AND max_rel_err <= tolerance)")" 0
+check "TP ok rows have tp comm rows" \
+  "$(q "$A" "SELECT count(*) FROM results r JOIN configs c ON c.id = r.config_id WHERE r.status = 'ok' AND c.tp > 1 AND NOT EXISTS (SELECT 1 FROM comm m WHERE m.result_id = r.id AND m.mesh_dim = 'tp' AND m.calls > 0 AND m.wire_bytes > 0)")" 0
+check "dp ok rows have dp_replicate all_reduce rows" \
+  "$(q "$A" "SELECT count(*) FROM results r JOIN configs c ON c.id = r.config_id WHERE r.status = 'ok' AND c.dp_replicate > 1 AND NOT EXISTS (SELECT 1 FROM comm m WHERE m.result_id = r.id AND m.mesh_dim = 'dp_replicate' AND m.op = 'all_reduce')")" 0
+check "run finished" "$(q "$A" 'SELECT count(*) FROM runs WHERE finished IS NOT NULL')" 1
+check "pp skipped with its reason" \
+  "$(q "$A" "SELECT count(*) FROM results r JOIN configs c ON c.id = r.config_id WHERE c.pp > 1 AND (r.status != 'skipped' OR r.reason NOT LIKE 'pp=%')")" 0
+q "$A" "SELECT c.key || ' ' || r.status FROM results r JOIN configs c ON c.id = r.config_id ORDER BY 1" >"$tmp/a.set"
+
+# ---- 2. SIGKILL mid-sweep, then --resume ----------------------------------------------
+B="$tmp/killed.db"
+# shellcheck disable=SC2086
+"$SB" sweep $TINY --db "$B" >/dev/null 2>"$tmp/b.err" &
+bgpid=$!
+# Kill once a run has finished (ok rows exist) but before the end; 0.1 s polls, 60 s cap.
+n=0
+i=0
+while [ $i -lt 600 ]; do
+  n=$(q "$B" "SELECT count(*) FROM results WHERE status = 'ok'" 2>/dev/null || echo 0)
+  [ "${n:-0}" -ge 3 ] && break
+  kill -0 $bgpid 2>/dev/null || break
+  sleep 0.1
+  i=$((i + 1))
+done
+kill -9 $bgpid 2>/dev/null
+killed=$?
+wait $bgpid 2>/dev/null
+bgpid=
+before=$(q "$B" 'SELECT count(*) FROM results')
+echo "killed sweep: kill -9 after $before result rows ($n ok); kill status $killed"
+checks=$((checks + 1))
+if [ "$killed" -ne 0 ] || [ "$before" -ge $TOTAL ]; then
+  fail "the sweep was not killed mid-run ($before rows)"
+fi
+check "killed run not finished" "$(q "$B" 'SELECT count(*) FROM runs WHERE finished IS NULL')" 1
+check "no half rows: every result has its config" \
+  "$(q "$B" 'SELECT count(*) FROM results WHERE config_id NOT IN (SELECT id FROM configs)')" 0
+# shellcheck disable=SC2086
+"$SB" sweep $TINY --db "$B" --resume >"$tmp/b.out" 2>"$tmp/b2.err"
+check "resumed sweep exit" "$?" 0
+echo "resumed: $(cat "$tmp/b.out")"
+check "resumed: results" "$(q "$B" 'SELECT count(*) FROM results')" $TOTAL
+check "resumed: one result per config" \
+  "$(q "$B" 'SELECT count(*) FROM (SELECT config_id FROM results GROUP BY config_id HAVING count(*) != 1)')" 0
+check "resumed: rows before the kill kept" \
+  "$(grep -c "already in the DB" "$tmp/b.out") $(sed -n 's/.* \([0-9]*\) already in the DB.*/\1/p' "$tmp/b.out")" "1 $before"
+q "$B" "SELECT c.key || ' ' || r.status FROM results r JOIN configs c ON c.id = r.config_id ORDER BY 1" >"$tmp/b.set"
+checks=$((checks + 1))
+cmp -s "$tmp/a.set" "$tmp/b.set" || { fail "killed + resumed (config, status) set differs from the clean sweep's"; diff "$tmp/a.set" "$tmp/b.set" | head -5; }
+
+# ---- 3. two concurrent sweeps on one DB ---------------------------------------------
+C="$tmp/concurrent.db"
+SMALL="--world 4 --plans-dir $PLANS --workloads block --dtypes f32,f64 --batch 4 --seq 8 --steps 1 --warmup 0"
+# shellcheck disable=SC2086
+"$SB" sweep $SMALL --plans torchtitan-tp-sp,tp-no-loss-parallel --db "$C" >/dev/null 2>"$tmp/c1.err" &
+p1=$!
+# shellcheck disable=SC2086
+"$SB" sweep $SMALL --plans dp,megatron-tp --db "$C" >/dev/null 2>"$tmp/c2.err"
+rc2=$?
+wait $p1
+rc1=$?
+check "concurrent sweeps exit" "$rc1 $rc2" "0 0"
+check "concurrent: results" "$(q "$C" 'SELECT count(*) FROM results')" $TOTAL
+check "concurrent: one result per config" \
+  "$(q "$C" 'SELECT count(*) FROM (SELECT config_id FROM results GROUP BY config_id HAVING count(*) != 1)')" 0
+check "concurrent: runs finished" "$(q "$C" 'SELECT count(*) FROM runs WHERE finished IS NOT NULL')" 2
+check "concurrent: one schema_version row" "$(q "$C" 'SELECT count(*) FROM schema_version')" 1
+q "$C" "SELECT c.key || ' ' || r.status FROM results r JOIN configs c ON c.id = r.config_id ORDER BY 1" >"$tmp/c.set"
+checks=$((checks + 1))
+cmp -s "$tmp/a.set" "$tmp/c.set" || fail "concurrent (config, status) set differs from the clean sweep's"
+
+# ---- 4. bad flags ---------------------------------------------------------------------
+bad() { # bad NAME ARGS...: exit 2, one line on stderr, nothing on stdout
+  name=$1
+  shift
+  "$SB" "$@" >"$tmp/o" 2>"$tmp/e"
+  rc=$?
+  checks=$((checks + 1))
+  if [ $rc -ne 2 ] || [ "$(wc -l <"$tmp/e")" -ne 1 ] || [ -s "$tmp/o" ]; then
+    fail "$name: exit $rc, $(wc -l <"$tmp/e") stderr lines, stdout $(wc -c <"$tmp/o") bytes"
+    cat "$tmp/e"
+  fi
+}
+bad "sweep unknown flag" sweep --bogus
+bad "sweep world 0" sweep --world 0 --db "$tmp/x.db"
+bad "sweep no world" sweep --db "$tmp/x.db"
+bad "sweep bad plan" sweep --world 2 --plans nosuch --plans-dir "$PLANS" --db "$tmp/x.db"
+bad "sweep bad dtype" sweep --world 2 --dtypes f16 --db "$tmp/x.db"
+bad "sweep bad workload" sweep --world 2 --workloads blocks --db "$tmp/x.db"
+bad "sweep bad backend" sweep --world 2 --backend carrier-pigeon --db "$tmp/x.db"
+bad "sweep missing value" sweep --world
+bad "run bad mesh" run --mesh tp:4,dp_replicate:2 --plans-dir "$PLANS"
+bad "run mesh and dims" run --mesh tp:2 --tp 2 --plans-dir "$PLANS"
+bad "run world mismatch" run --tp 4 --world 2 --plans-dir "$PLANS"
+bad "run bad steps" run --steps -1 --plans-dir "$PLANS"
+bad "run no plan file" run --plan nosuch --plans-dir "$PLANS"
+bad "run bad model" run --model 7B --plans-dir "$PLANS"
+bad "run json with value" run --json=1
+checks=$((checks + 1))
+[ -e "$tmp/x.db" ] && fail "a refused command created its DB"
+
+# ---- 5. refused DB files, left untouched --------------------------------------------
+refused() { # refused NAME FILE PATTERN
+  cp "$2" "$2.orig"
+  "$SB" sweep --world 2 --plans-dir "$PLANS" --plans dp --workloads block --db "$2" >"$tmp/o" 2>"$tmp/e"
+  rc=$?
+  checks=$((checks + 1))
+  if [ $rc -ne 2 ] || [ "$(wc -l <"$tmp/e")" -ne 1 ] || ! grep -q "$3" "$tmp/e"; then
+    fail "$1: exit $rc, stderr: $(cat "$tmp/e")"
+  fi
+  checks=$((checks + 1))
+  cmp -s "$2" "$2.orig" || fail "$1: the file was modified"
+  checks=$((checks + 1))
+  [ -e "$2-wal" ] && fail "$1: a WAL file was created"
+  "$SB" run --tp 2 --plans-dir "$PLANS" --workload block --batch 2 --seq 4 --steps 1 --db "$2" >/dev/null 2>"$tmp/e"
+  rc=$?
+  checks=$((checks + 1))
+  { [ $rc -eq 2 ] && cmp -s "$2" "$2.orig"; } || fail "$1 (run --db): exit $rc or the file was modified"
+}
+head -c 8192 /dev/urandom >"$tmp/random.db"
+refused "random bytes" "$tmp/random.db" "not a SQLite database"
+sqlite3 "$tmp/v7.db" "CREATE TABLE schema_version (version INTEGER NOT NULL); INSERT INTO schema_version VALUES (7);"
+refused "schema version 7" "$tmp/v7.db" "schema version 7, this shardbench writes 1"
+
+# ---- run --db appends to an existing DB ------------------------------------------------
+"$SB" run --tp 2 --world 2 --plans-dir "$PLANS" --workload block --batch 2 --seq 4 --steps 1 --warmup 0 --db "$A" >/dev/null 2>&1
+check "run --db exit" "$?" 0
+check "run --db appended a result" "$(q "$A" 'SELECT count(*) FROM results')" $((TOTAL + 1))
+
+echo "harness.sh: $checks checks, $fails failed"
+[ $fails -eq 0 ] || exit 1
+exit 0

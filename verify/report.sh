@@ -1,0 +1,232 @@
+#!/bin/sh
+# verify/report.sh: `shardbench report` on a small results DB built here by hand
+# with the sqlite3 CLI (not by the sweep): two runs, configs of every status, comm
+# rows per phase, baselines. Checks the .dat files and their row counts, the
+# charts (png and svg, when gnuplot is present), the index page, the run
+# selection, the no-gnuplot and empty-DB paths, and that a non-DB file, a DB of
+# another schema version and bad flags are refused with exit 2 and one line,
+# leaving the files unchanged. Skips (77) only without the sqlite3 CLI.
+set -u
+
+SB="${top_builddir:-.}/bench/shardbench"
+SCRIPTS="${srcdir:-.}/scripts"
+SCHEMA="${srcdir:-.}/results/schema.sql"
+
+command -v sqlite3 >/dev/null 2>&1 || { echo "SKIP: no sqlite3 CLI"; exit 77; }
+[ -x "$SB" ] || { echo "FAIL: no $SB"; exit 1; }
+
+T=$(mktemp -d "${TMPDIR:-/tmp}/sb-report.XXXXXX") || exit 1
+trap 'rm -rf "$T"' EXIT
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+pass() { echo "ok: $*"; }
+
+# Data rows of a .dat file (comment lines do not count).
+rows() { grep -vc '^#' "$1" 2>/dev/null || true; }
+
+# ---- the DB ----
+DB="$T/tmp.db"
+sqlite3 "$DB" <"$SCHEMA" || { echo "FAIL: schema"; exit 1; }
+sqlite3 "$DB" <<'SQL' || { echo "FAIL: populate"; exit 1; }
+INSERT INTO schema_version VALUES (1);
+INSERT INTO runs VALUES (1, '2026-01-01T00:00:00Z', '2026-01-01T00:10:00Z', 'old-host', '0.1.0',
+  'sqlite 3', 'shardbench sweep --world 4', 'threads', 4);
+INSERT INTO runs VALUES (2, '2026-01-02T00:00:00Z', '2026-01-02T00:10:00Z', 'testhost', '0.1.0',
+  'sqlite 3', 'shardbench sweep --world 8', 'threads', 8);
+-- configs: two plans x two meshes measured, one mismatch, one failed, two skipped
+INSERT INTO configs VALUES
+ (1, 'k1', 'block', 'debugmodel', 'megatron-tp',      1, 1, 1, 1, 8, 'f32', 8, 64, 3, 'threads', 8),
+ (2, 'k2', 'block', 'debugmodel', 'megatron-tp',      1, 2, 1, 1, 4, 'f32', 8, 64, 3, 'threads', 8),
+ (3, 'k3', 'block', 'debugmodel', 'torchtitan-tp-sp', 1, 1, 1, 1, 8, 'f32', 8, 64, 3, 'threads', 8),
+ (4, 'k4', 'block', 'debugmodel', 'torchtitan-tp-sp', 1, 2, 1, 1, 4, 'f32', 8, 64, 3, 'threads', 8),
+ (5, 'k5', 'block', 'debugmodel', 'dp',               1, 8, 1, 1, 1, 'f32', 8, 64, 3, 'threads', 8),
+ (6, 'k6', 'block', 'debugmodel', 'dp',               1, 1, 8, 1, 1, 'f32', 8, 64, 3, 'threads', 8),
+ (7, 'k7', 'block', 'debugmodel', 'tp-no-loss-parallel', 1, 1, 1, 2, 4, 'f32', 8, 64, 3, 'threads', 8),
+ (8, 'k8', 'block', 'debugmodel', 'megatron-tp',      2, 1, 1, 1, 4, 'f32', 8, 64, 3, 'threads', 8);
+-- run 1: one old result (must not appear in the latest run's report)
+INSERT INTO results (id, run_id, config_id, status, reason, step_time_s, tokens_per_s, tflops, mfu,
+  peak_tflops, peak_mem_bytes, max_abs_err, max_rel_err, tolerance, created) VALUES
+ (1, 1, 1, 'ok', NULL, 0.5, 1000, 0.1, 0.05, 2, 1000000, 1e-7, 1e-6, 1e-4, 'x');
+-- run 2
+INSERT INTO results (id, run_id, config_id, status, reason, step_time_s, tokens_per_s, tflops, mfu,
+  peak_tflops, peak_mem_bytes, max_abs_err, max_rel_err, tolerance, created) VALUES
+ (2, 2, 1, 'ok', NULL, 0.10, 5120, 0.50, 0.25, 2, 50000000, 1e-7, 2e-6, 1e-4, 'x'),
+ (3, 2, 2, 'ok', NULL, 0.12, 4266, 0.42, 0.21, 2, 70000000, 1e-7, 0, 1e-4, 'x'),
+ (4, 2, 3, 'ok', NULL, 0.09, 5688, 0.55, NULL, NULL, 40000000, 1e-7, 3e-6, 1e-4, 'x'),
+ (5, 2, 4, 'mismatch', 'max_rel_err 0.3 > tolerance 1e-4 on rank 5', 0.11, 4654, 0.46, 0.23, 2,
+    60000000, 0.2, 0.3, 1e-4, 'x'),
+ (6, 2, 5, 'failed', 'rank 3: out of memory in dt_alloc', NULL, NULL, NULL, NULL, NULL, NULL,
+    NULL, NULL, NULL, 'x'),
+ (7, 2, 6, 'skipped', 'plan dp needs dp_replicate, mesh has dp_shard <&> only', NULL, NULL, NULL,
+    NULL, NULL, NULL, NULL, NULL, NULL, 'x'),
+ (8, 2, 7, 'skipped', 'cp not supported by this plan', NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+    NULL, NULL, 'x');
+-- comm: per phase and op (result 4 has none: it is dropped from the comm chart)
+INSERT INTO comm (result_id, op, mesh_dim, phase, calls, payload_bytes, wire_bytes, seconds) VALUES
+ (2, 'all_reduce', 'tp', 'forward', 4, 65536, 114688, 0.001),
+ (2, 'all_reduce', 'tp', 'backward', 4, 65536, 114688, 0.001),
+ (3, 'all_reduce', 'tp', 'forward', 4, 65536, 98304, 0.001),
+ (3, 'all_reduce', 'tp', 'backward', 4, 65536, 98304, 0.001),
+ (3, 'all_reduce', 'dp_replicate', 'optimizer', 1, 400000, 400000, 0.002),
+ (5, 'all_gather', 'tp', 'forward', 4, 32768, 49152, 0.001),
+ (5, 'reduce_scatter', 'tp', 'forward', 4, 32768, 49152, 0.001),
+ (5, 'all_gather', 'tp', 'backward', 6, 32768, 73728, 0.001),
+ (5, 'reduce_scatter', 'tp', 'backward', 4, 32768, 49152, 0.001),
+ (5, 'all_reduce', 'dp_replicate', 'optimizer', 1, 400000, 400000, 0.002);
+INSERT INTO baselines (config_id, framework, quantity, value, unit, formula) VALUES
+ (1, 'megatron-tp', 'comm_bytes_per_step', 229376, 'bytes', '8bsh(t-1)/t'),
+ (2, 'megatron-tp', 'comm_bytes_per_step', 196608, 'bytes', '8bsh(t-1)/t'),
+ (2, 'ddp', 'comm_bytes_per_step', 400000, 'bytes', '2 Psi (d-1)/d'),
+ (4, 'megatron-tp-sp', 'comm_bytes_per_step', 196608, 'bytes', 'SP'),
+ (1, 'megatron-tp', 'memory_bytes_per_rank', 45000000, 'bytes', 'x'),
+ (6, 'zero3', 'comm_bytes_per_step', 1, 'bytes', 'not charted: config 6 was skipped');
+SQL
+
+OUT="$T/out"
+cp "$DB" "$T/db.before"
+"$SB" report --db "$DB" --out "$OUT" --scripts "$SCRIPTS" >"$T/stdout" 2>"$T/stderr"
+rc=$?
+if [ $rc -eq 0 ]; then pass "report exit 0"; else fail "report exit $rc: $(cat "$T/stderr")"; fi
+cmp -s "$DB" "$T/db.before" && pass "DB unchanged by report" || fail "report changed the DB"
+
+# .dat files and row counts (run 2 = latest: 4 measured results, one without comm)
+check_rows() { # file expected
+  n=$(rows "$OUT/data/$1")
+  if [ "$n" = "$2" ]; then pass "$1 has $2 rows"; else fail "$1 has $n rows, expected $2"; fi
+  head -n 1 "$OUT/data/$1" | grep -q '^# idx\|^# sid' || fail "$1: no column header"
+  sed -n 2p "$OUT/data/$1" | grep -q '^# query: SELECT' || fail "$1: no query line"
+}
+check_rows comm.dat 10           # 2 + 3 + 5 segments (results 2, 3, 5)
+check_rows comm_series.dat 7     # forward and backward: all_gather, all_reduce, reduce_scatter; optimizer: all_reduce
+check_rows comm_baselines.dat 4  # configs 1, 2 (x2), 4; config 6 skipped, not charted
+check_rows throughput.dat 4
+check_rows memory.dat 4
+check_rows memory_baselines.dat 1
+check_rows error.dat 4
+grep -q 'forward:all_reduce' "$OUT/data/comm_series.dat" || fail "series names"
+# series order: forward before backward before optimizer
+order=$(grep -v '^#' "$OUT/data/comm_series.dat" | awk '{print $2}' | cut -d: -f1 | uniq | tr '\n' ' ')
+[ "$order" = "forward backward optimizer " ] && pass "series in step order" || fail "series order '$order'"
+# the stack: top of the last segment of result 3 (config 2) = its total
+tot=$(awk '!/^#/ && $2 ~ /megatron-tp\/dpr2.tp4/ {t=$7} END {print t}' "$OUT/data/comm.dat")
+[ "$tot" = "596608" ] && pass "stack total" || fail "stack total '$tot', expected 596608"
+# throughput sorted by mesh (world, pp, dp_replicate, dp_shard, cp, tp): tp8 before dpr2.tp4
+first=$(awk '!/^#/ {print $3; exit}' "$OUT/data/throughput.dat")
+[ "$first" = "tp8" ] && pass "throughput sorted by mesh" || fail "throughput first mesh '$first'"
+grep -q 'NaN' "$OUT/data/throughput.dat" && pass "NULL mfu written as NaN" || fail "NULL mfu not NaN"
+
+# index
+IDX="$OUT/index.html"
+[ -s "$IDX" ] || fail "no index.html"
+for s in 'out of memory in dt_alloc' 'cp not supported by this plan' 'dp_shard &lt;&amp;&gt; only' \
+         'max_rel_err 0.3' 'run 2' 'testhost' "$DB"; do
+  grep -qF -- "$s" "$IDX" || fail "index lacks '$s'"
+done
+grep -q 'old-host' "$IDX" && fail "index shows run 1 for --run latest"
+pass "index lists the problems and the run"
+
+if command -v gnuplot >/dev/null 2>&1; then
+  for c in comm throughput memory error; do
+    for f in png svg; do
+      [ -s "$OUT/$c.$f" ] || fail "$c.$f missing or empty"
+    done
+    magic=$(od -An -tx1 -N8 "$OUT/$c.png" | tr -d ' \n')
+    [ "$magic" = "89504e470d0a1a0a" ] || fail "$c.png: not a PNG ($magic)"
+    grep -q '<svg' "$OUT/$c.svg" || fail "$c.svg: not an SVG"
+    grep -qF "src=\"$c.png\"" "$IDX" || fail "index lacks the img for $c"
+  done
+  pass "charts drawn (png + svg) and listed"
+  # the scripts run by hand, with the documented line, into another directory
+  mkdir "$T/byhand"
+  gnuplot -e "datadir='$OUT/data'; outdir='$T/byhand'" "$SCRIPTS/comm.gp" 2>"$T/gp.err" &&
+    [ -s "$T/byhand/comm.png" ] && pass "comm.gp runs by hand" || fail "by hand: $(cat "$T/gp.err")"
+  # --format svg only
+  "$SB" report --db "$DB" --out "$T/svgonly" --scripts "$SCRIPTS" --format svg >/dev/null 2>&1 &&
+    [ -s "$T/svgonly/error.svg" ] && [ ! -e "$T/svgonly/error.png" ] &&
+    grep -q 'src="error.svg"' "$T/svgonly/index.html" &&
+    pass "--format svg" || fail "--format svg"
+  # finding the scripts without --scripts: $SHARDBENCH_SCRIPTS, then the source tree
+  SBABS="$(cd "$(dirname "$SB")" && pwd)/$(basename "$SB")"
+  SCABS="$(cd "$SCRIPTS" && pwd)"
+  (cd "$T" && SHARDBENCH_SCRIPTS="$SCABS" "$SBABS" report --db tmp.db --out env >/dev/null 2>&1) &&
+    [ -s "$T/env/memory.png" ] && pass "scripts from SHARDBENCH_SCRIPTS" || fail "SHARDBENCH_SCRIPTS"
+  (cd "$T" && env -u SHARDBENCH_SCRIPTS "$SBABS" report --db tmp.db --out src >/dev/null 2>&1) &&
+    [ -s "$T/src/memory.png" ] && pass "scripts from the source tree" || fail "source-tree scripts"
+else
+  echo "note: no gnuplot; chart checks skipped"
+fi
+
+# --run all: newest result per config; --run 1: the old run only
+"$SB" report --db "$DB" --out "$T/all" --scripts "$SCRIPTS" --run all >/dev/null 2>&1 ||
+  fail "--run all exit"
+[ "$(rows "$T/all/data/error.dat")" = 4 ] && pass "--run all" || fail "--run all rows"
+"$SB" report --db "$DB" --out "$T/r1" --scripts "$SCRIPTS" --run 1 >/dev/null 2>&1 ||
+  fail "--run 1 exit"
+[ "$(rows "$T/r1/data/error.dat")" = 1 ] && grep -q old-host "$T/r1/index.html" &&
+  pass "--run 1" || fail "--run 1"
+
+# without gnuplot: the data and the index, one note line, exit 0
+GNUPLOT=/nonexistent/gnuplot "$SB" report --db "$DB" --out "$T/nogp" --scripts "$SCRIPTS" \
+  >/dev/null 2>"$T/nogp.err"
+rc=$?
+[ $rc -eq 0 ] && [ "$(wc -l <"$T/nogp.err")" -eq 1 ] && grep -q gnuplot "$T/nogp.err" &&
+  [ "$(rows "$T/nogp/data/comm.dat")" = 10 ] && [ -s "$T/nogp/index.html" ] &&
+  [ ! -e "$T/nogp/comm.png" ] && pass "no gnuplot: data + index, one note, exit 0" ||
+  fail "no gnuplot: rc $rc, stderr '$(cat "$T/nogp.err")'"
+
+# an empty DB (schema only): an index that says so, exit 0
+EMPTY="$T/empty.db"
+sqlite3 "$EMPTY" <"$SCHEMA" && sqlite3 "$EMPTY" 'INSERT INTO schema_version VALUES (1);'
+"$SB" report --db "$EMPTY" --out "$T/empty" --scripts "$SCRIPTS" >/dev/null 2>&1
+rc=$?
+[ $rc -eq 0 ] && grep -q 'holds no results' "$T/empty/index.html" &&
+  [ -e "$T/empty/data/comm.dat" ] && pass "empty DB: index says so, exit 0" ||
+  fail "empty DB: rc $rc"
+
+# refusals: exit 2, one line on stderr, the file untouched, no output written
+refuse() { # what file [more flags]
+  what=$1; f=$2; shift 2
+  cp "$f" "$T/before"
+  "$SB" report --db "$f" --out "$T/refused" "$@" >/dev/null 2>"$T/err"
+  rc=$?
+  n=$(wc -l <"$T/err")
+  if [ $rc -eq 2 ] && [ "$n" -eq 1 ] && cmp -s "$f" "$T/before" && [ ! -e "$T/refused" ]; then
+    pass "$what refused: $(cat "$T/err")"
+  else
+    fail "$what: rc $rc, $n lines: $(cat "$T/err")"
+  fi
+}
+printf 'this is not a database, just some text\n' >"$T/notadb.db"
+refuse "non-DB file" "$T/notadb.db"
+head -c 4096 /dev/zero | tr '\0' 'x' >"$T/junk.db"
+refuse "4 KiB of junk" "$T/junk.db"
+cp "$DB" "$T/v2.db" && sqlite3 "$T/v2.db" 'UPDATE schema_version SET version = 2;'
+refuse "schema version 2" "$T/v2.db"
+: >"$T/zero.db"
+refuse "empty file" "$T/zero.db"
+refuse "unknown run" "$DB" --run 99
+
+# bad flags: exit 2, one line
+badflag() {
+  "$SB" report "$@" >/dev/null 2>"$T/err"
+  rc=$?
+  n=$(wc -l <"$T/err")
+  [ $rc -eq 2 ] && [ "$n" -eq 1 ] && pass "refused: $*: $(cat "$T/err")" ||
+    fail "flags '$*': rc $rc, $n lines"
+}
+badflag --bogus
+badflag --db
+badflag --format gif --db "$DB" --out "$T/bad"
+badflag --format png,, --db "$DB" --out "$T/bad"
+badflag --run yesterday --db "$DB" --out "$T/bad"
+badflag --run 0 --db "$DB" --out "$T/bad"
+badflag --scripts "$T" --db "$DB" --out "$T/bad"
+badflag --db "$T/does-not-exist.db" --out "$T/bad"
+badflag --db "$DB" --out "$T/bad" extra
+[ -e "$T/does-not-exist.db" ] && fail "a missing --db was created"
+[ -e "$T/bad" ] && fail "a refused report wrote its --out"
+"$SB" report --help | grep -q 'usage: shardbench report' && pass "--help" || fail "--help"
+
+if [ $fails -ne 0 ]; then echo "$fails check(s) failed"; exit 1; fi
+echo "all report checks passed"
+exit 0
