@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "store.h"
+#include "baselines.h"
 
 static const char SB_SCHEMA_SQL[] =
 #include "bench/schema_sql.h"
@@ -292,6 +293,74 @@ static void bind_real(sqlite3_stmt *q, int i, double v) {
   else sqlite3_bind_double(q, i, v);
 }
 
+/* The analytic framework baselines measured next to a config's comm rows (the
+ * report draws them as crosses on the comm chart): Megatron TP (megatron-tp
+ * plan) or TP+SP (the torchtitan plans, with or without loss parallel) over the
+ * tp dim, and DDP's gradient all-reduce over dp_replicate. Replaces the
+ * config's earlier rows; 0 rows when nothing applies. */
+static int put_baselines(sb_store *st, const sb_config *c, int64_t config_id) {
+  dt_llama_config cfg;
+  if (dt_llama_config_get(NULL, c->model, &cfg) != DT_OK) return 0; /* custom: none */
+  if (!strcmp(c->workload, "block")) cfg.n_layers = 1;  /* the sweep's one-block model */
+  dt_dtype dt;
+  if (dt_dtype_parse(c->dtype, &dt) != DT_OK) return 0;
+  sb_baseline_in in = {.model = cfg, .pp = c->pp, .dp_replicate = c->dp_replicate,
+                       .dp_shard = c->dp_shard, .cp = c->cp, .tp = c->tp, .batch = c->batch,
+                       .seq = c->seq, .elem_bytes = (int)dt_dtype_size(dt), .microbatches = 1,
+                       .virtual_stages = 1};
+  sb_baseline_row rows[SB_BASELINE_MAX_ROWS + 1];
+  int n = 0;
+  if (c->tp > 1) {
+    bool megatron = strstr(c->plan, "megatron") != NULL;
+    bool lp = !strcmp(c->plan, "torchtitan-tp-sp");
+    sb_tp_terms t;
+    if (sb_baseline_tp_terms(&in, megatron ? SB_TP_MEGATRON : SB_TP_SP, lp, &t) == 0) {
+      sb_baseline_row *b = &rows[n++];
+      memset(b, 0, sizeof *b);
+      snprintf(b->framework, sizeof b->framework, "%s", megatron ? "megatron-tp" : "megatron-tp-sp");
+      snprintf(b->quantity, sizeof b->quantity, "comm_bytes_per_step");
+      b->value = t.total;
+      snprintf(b->unit, sizeof b->unit, "bytes");
+      snprintf(b->formula, sizeof b->formula, "baselines.md 1.%d, whole step (%s loss parallel)",
+               megatron ? 1 : 2, lp ? "with" : "without");
+    }
+  }
+  if (c->dp_replicate > 1) {
+    sb_baseline_row all[SB_BASELINE_MAX_ROWS];
+    int m = sb_baseline_compute(&in, all, SB_BASELINE_MAX_ROWS);
+    for (int i = 0; i < m; i++)
+      if (!strcmp(all[i].framework, "ddp") && !strcmp(all[i].quantity, "comm_bytes_per_step"))
+        rows[n++] = all[i];
+  }
+  sqlite3_stmt *q = NULL;
+  if (sqlite3_prepare_v2(st->db, "DELETE FROM baselines WHERE config_id = ?", -1, &q, NULL) != SQLITE_OK)
+    goto fail;
+  sqlite3_bind_int64(q, 1, config_id);
+  if (sqlite3_step(q) != SQLITE_DONE) goto fail;
+  sqlite3_finalize(q);
+  q = NULL;
+  if (sqlite3_prepare_v2(st->db,
+                         "INSERT INTO baselines(config_id, framework, quantity, value, unit, formula) "
+                         "VALUES (?, ?, ?, ?, ?, ?)", -1, &q, NULL) != SQLITE_OK)
+    goto fail;
+  for (int i = 0; i < n; i++) {
+    sqlite3_reset(q);
+    sqlite3_bind_int64(q, 1, config_id);
+    sqlite3_bind_text(q, 2, rows[i].framework, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(q, 3, rows[i].quantity, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_double(q, 4, rows[i].value);
+    sqlite3_bind_text(q, 5, rows[i].unit, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(q, 6, rows[i].formula, -1, SQLITE_TRANSIENT);
+    if (sqlite3_step(q) != SQLITE_DONE) goto fail;
+  }
+  sqlite3_finalize(q);
+  return 0;
+fail:
+  fprintf(stderr, "shardbench: DB '%s': baselines: %s\n", st->path, sqlite3_errmsg(st->db));
+  sqlite3_finalize(q);
+  return 1;
+}
+
 int sb_store_put(sb_store *st, const sb_config *c, const sb_result *r) {
   sqlite3_stmt *q = NULL;
   char now[32];
@@ -387,6 +456,7 @@ int sb_store_put(sb_store *st, const sb_config *c, const sb_result *r) {
     sqlite3_finalize(q);
     q = NULL;
   }
+  if (!strcmp(r->status, "ok") && put_baselines(st, c, config_id)) goto fail;
   SB_SQL(st, sqlite3_exec(st->db, "COMMIT", NULL, NULL, NULL), "COMMIT");
   return 0;
 fail:
