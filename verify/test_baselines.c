@@ -117,7 +117,7 @@ static dt_status run_rank(dt_ctx *ctx, void *arg) {
   char path[512];
   snprintf(path, sizeof path, "%s/plans/%s.plan", dir && dir[0] ? dir : ".", jb->plan);
   DT_CHECK_GOTO(dt_plan_load(ctx, path, p), s, done);
-  jb->loss_parallel = p->loss_parallel;
+  if (ctx->rank == 0) jb->loss_parallel = p->loss_parallel; /* shared: one writer */
   DT_CHECK_GOTO(dt_mesh_create(ctx, ctx->world, 1, shape, nm, &mesh), s, done);
   DT_CHECK_GOTO(dt_model_create(ctx, mesh, &cfg, DT_F64, SEED, &m), s, done);
   DT_CHECK_GOTO(dt_parallelize_module(ctx, m, 0, p->entries, p->n_entries), s, done);

@@ -25,7 +25,7 @@ static void track(size_t *cur, size_t *peak, size_t bytes, bool add) {
 
 /* Blocks below this go straight back to malloc, which recycles them well; the
  * cache is for the large ones that glibc maps and unmaps each time. */
-#define DT_CACHE_MIN ((size_t)256 << 10)
+#define DT_CACHE_MIN ((size_t)64 << 10)
 
 /* A cached block with room for `bytes` wasting at most half of it, or NULL. */
 static dt_alloc_hdr *cache_take(dt_ctx *ctx, size_t bytes) {
