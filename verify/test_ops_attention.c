@@ -36,6 +36,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "optest.h"
 #include "testutil.h"
 
 enum { MAXN = 1024 }; /* elements of the largest global tensor used here (b4 h8 s5 hd4 = 640) */
@@ -157,49 +158,16 @@ static const struct {
 
 /* ---- per-rank helpers ---------------------------------------------------------------- */
 
-typedef struct rk {
-  dt_ctx *ctx;
-  dt_mesh *mesh;
-  const char *mlabel;
-  int m;
-  int ms[DT_MAX_MESH_DIMS];
-  long cases;
-} rk;
+typedef ot_rank rk;
 
-static void shape_str(const garr *g, char *buf, size_t n) {
-  snprintf(buf, n, "[%lld,%lld,%lld,%lld]", (long long)g->sh[0], (long long)g->sh[1],
-           (long long)g->sh[2], (long long)g->sh[3]);
-}
+static void shape_str(const garr *g, char *buf, size_t n) { ot_shape_str(g->ndim, g->sh, buf, n); }
 
 static dt_status make(rk *R, const garr *g, const dt_placement *pl, dt_tensor *t) {
-  dt_array arr;
-  dt_status s = dt_array_wrap(R->ctx, DT_DEV_CPU, DT_F64, g->ndim, g->sh, (void *)g->v, &arr);
-  if (s != DT_OK) return s;
-  return dt_tensor_distribute(R->ctx, R->mesh, &arr, pl, t);
+  return ot_make(R, DT_F64, g->ndim, g->sh, g->v, pl, t);
 }
 
 static bool check_full(rk *R, const char *what, const dt_tensor *t, const garr *want, double tol) {
-  dt_array full;
-  dt_status s = dt_tensor_full(R->ctx, t, &full);
-  if (s != DT_OK) {
-    tu_fail(__FILE__, __LINE__, "%s, rank %d: dt_tensor_full -> %s: %s", what, R->ctx->rank,
-            dt_status_str(s), dt_last_error(R->ctx));
-    return false;
-  }
-  bool ok = full.ndim == want->ndim && full.dtype == DT_F64;
-  for (int d = 0; ok && d < want->ndim; d++) ok = full.shape[d] == want->sh[d];
-  if (!ok) tu_fail(__FILE__, __LINE__, "%s, rank %d: output shape or dtype differs", what, R->ctx->rank);
-  const double *v = full.data;
-  for (int64_t i = 0; ok && i < full.numel; i++) {
-    double e = fabs(v[i] - want->v[i]);
-    if (!(e <= tol * (1.0 + fabs(want->v[i])))) {
-      tu_fail(__FILE__, __LINE__, "%s, rank %d: element %lld is %.17g, expected %.17g (tol %g)", what,
-              R->ctx->rank, (long long)i, v[i], want->v[i], tol);
-      ok = false;
-    }
-  }
-  dt_array_free(R->ctx, &full);
-  return ok;
+  return ot_check_vals(R, what, t, want->ndim, want->sh, want->v, tol);
 }
 
 static void describe(rk *R, top op, const dt_op_attrs *a, const garr *in,
@@ -493,8 +461,17 @@ static double loss_ref(top op, const dt_op_attrs *a, const garr *in, const garr 
   return L;
 }
 
+typedef struct loss_arg {
+  top op;
+  const dt_op_attrs *a;
+  const garr *in, *G;
+} loss_arg;
+static double loss_cb(void *p) {
+  const loss_arg *L = p;
+  return loss_ref(L->op, L->a, L->in, L->G);
+}
+
 static void grad_case(rk *R, top op, const dt_op_attrs *a, garr *in, dt_placement pl[][DT_MAX_MESH_DIMS]) {
-  dt_ctx *ctx = R->ctx;
   int n = OPS[op].n_in;
   char what[320];
   describe(R, op, a, in, pl, what, sizeof what);
@@ -504,49 +481,10 @@ static void grad_case(rk *R, top op, const dt_op_attrs *a, garr *in, dt_placemen
     ref(op, a, in, &out);
     gfill(&G, out.sh[0], out.sh[1], out.sh[2], out.sh[3], 9);
   }
-  dt_tensor t[3], y, g, gin[3];
-  int made = 0;
-  bool have_y = false, have_g = false;
-  dt_status s = DT_OK;
-  for (int j = 0; j < n; j++) {
-    DT_CHECK_GOTO(make(R, &in[j], pl[j], &t[j]), s, fail);
-    made++;
-  }
-  const dt_tensor *ip[3] = {&t[0], &t[1], &t[2]};
-  dt_tensor *yp[1] = {&y};
-  DT_CHECK_GOTO(dt_op_call(ctx, OPS[op].op, a, ip, yp, NULL), s, fail);
-  have_y = true;
-  dt_placement gpl[DT_MAX_MESH_DIMS];
-  for (int i = 0; i < R->m; i++) gpl[i] = y.pl[i].kind == DT_PL_PARTIAL ? dt_replicate() : y.pl[i];
-  DT_CHECK_GOTO(make(R, &G, gpl, &g), s, fail);
-  have_g = true;
-  const dt_tensor *yo[1] = {&y}, *go[1] = {&g};
-  dt_tensor *gp[3] = {&gin[0], n > 1 ? &gin[1] : NULL, n > 2 ? &gin[2] : NULL};
-  DT_CHECK_GOTO(OPS[op].op->backward(ctx, a, ip, yo, go, gp), s, fail);
-  for (int j = 0; j < n; j++) {
-    garr want = in[j];
-    for (int64_t i = 0; i < numel(&in[j]); i++) {
-      double v = in[j].v[i];
-      in[j].v[i] = v + FD_H;
-      double lp = loss_ref(op, a, in, &G);
-      in[j].v[i] = v - FD_H;
-      double lm = loss_ref(op, a, in, &G);
-      in[j].v[i] = v;
-      want.v[i] = (lp - lm) / (2 * FD_H);
-    }
-    char w2[360];
-    snprintf(w2, sizeof w2, "%s: gradient of input %d", what, j);
-    check_full(R, w2, &gin[j], &want, FD_TOL);
-    dt_tensor_free(ctx, &gin[j]);
-  }
-  R->cases++;
-  goto done;
-fail:
-  tu_fail(__FILE__, __LINE__, "%s, rank %d: %s: %s", what, ctx->rank, dt_status_str(s), dt_last_error(ctx));
-done:
-  if (have_g) dt_tensor_free(ctx, &g);
-  if (have_y) dt_tensor_free(ctx, &y);
-  for (int j = 0; j < made; j++) dt_tensor_free(ctx, &t[j]);
+  ot_arr ia[3], ga = {G.ndim, G.sh, G.v};
+  for (int j = 0; j < n; j++) ia[j] = (ot_arr){in[j].ndim, in[j].sh, in[j].v};
+  loss_arg la = {op, a, in, &G};
+  ot_grad_check(R, what, OPS[op].op, a, n, ia, pl, &ga, loss_cb, &la, FD_H, FD_TOL);
 }
 
 static void grads(rk *R) {
@@ -666,20 +604,9 @@ typedef struct mesh_job {
 
 static dt_status body(dt_ctx *ctx, void *arg) {
   mesh_job *J = arg;
-  static const char *const NAMES[] = {"dp", "tp"};
-  const char *const *names = J->ndim == 1 ? &NAMES[1] : NAMES;
   rk R;
-  memset(&R, 0, sizeof R);
-  R.ctx = ctx;
-  R.mlabel = J->label;
-  R.m = J->ndim;
-  for (int i = 0; i < J->ndim; i++) R.ms[i] = J->shape[i];
-  dt_status s = dt_mesh_create(ctx, ctx->world, J->ndim, J->shape, names, &R.mesh);
-  if (s != DT_OK) {
-    tu_fail(__FILE__, __LINE__, "mesh %s, rank %d: dt_mesh_create -> %s: %s", J->label, ctx->rank,
-            dt_status_str(s), dt_last_error(ctx));
-    return s;
-  }
+  dt_status s = ot_rank_open(&R, ctx, J->label, J->ndim, J->shape);
+  if (s != DT_OK) return s;
   size_t mem0 = ctx->mem.host_cur;
   if (J->values) {
     sdpa_sweep(&R);
@@ -689,10 +616,7 @@ static dt_status body(dt_ctx *ctx, void *arg) {
     f32_checks(&R);
   }
   grads(&R);
-  /* every output, gradient and temporary of the ops was freed */
-  TU_CHECK(ctx->mem.host_cur == mem0, "mesh %s, rank %d: host memory %zu bytes at the end, %zu at the start",
-           J->label, ctx->rank, ctx->mem.host_cur, mem0);
-  dt_mesh_free(R.mesh);
+  ot_rank_close(&R, mem0); /* every output, gradient and temporary of the ops was freed */
   if (ctx->rank == 0) J->cases = R.cases;
   return DT_OK;
 }
@@ -713,17 +637,8 @@ int main(int argc, char **argv) {
   double t0 = dt_now();
   for (size_t i = 0; i < sizeof jobs / sizeof jobs[0]; i++) {
     mesh_job *J = &jobs[i];
-    dt_launch_opts lo = {.backend = o.backend, .timeout_s = 60};
-    lo.world = 1;
-    for (int d = 0; d < J->ndim; d++) lo.world *= J->shape[d];
-    dt_launch_report rep;
-    double t1 = dt_now();
-    dt_status s = dt_launch(&lo, body, J, &rep);
-    if (s != DT_OK)
-      tu_fail(__FILE__, __LINE__, "mesh %s: launch: rank %d: %s", J->label, rep.failed_rank,
-              rep.failed_msg);
-    dt_launch_report_free(&rep);
-    printf("mesh %-6s %6ld cases %.2f s\n", J->label, J->cases, dt_now() - t1);
+    double dt = ot_launch(o.backend, J->label, J->ndim, J->shape, body, J);
+    printf("mesh %-6s %6ld cases %.2f s\n", J->label, J->cases, dt);
   }
   printf("total %.2f s\n", dt_now() - t0);
   return tu_finish("test_ops_attention");

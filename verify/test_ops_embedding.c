@@ -35,6 +35,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "optest.h"
 #include "testutil.h"
 
 enum { MAXN = 256 }; /* elements of the largest global tensor used here */
@@ -111,25 +112,14 @@ static double ce_ref(const garr *x, const iarr *t) {
 
 /* ---- per-rank helpers -------------------------------------------------------------- */
 
-typedef struct rk {
-  dt_ctx *ctx;
-  dt_mesh *mesh;
-  const char *mlabel;
-  int m;
-  int ms[DT_MAX_MESH_DIMS];
-  long cases;
-} rk;
+typedef ot_rank rk;
 
 static dt_status make(rk *R, const garr *g, const dt_placement *pl, dt_tensor *t) {
-  dt_array arr;
-  DT_CHECK(dt_array_wrap(R->ctx, DT_DEV_CPU, DT_F64, g->ndim, g->sh, (void *)g->v, &arr));
-  return dt_tensor_distribute(R->ctx, R->mesh, &arr, pl, t);
+  return ot_make(R, DT_F64, g->ndim, g->sh, g->v, pl, t);
 }
 
 static dt_status make_i(rk *R, const iarr *g, const dt_placement *pl, dt_tensor *t) {
-  dt_array arr;
-  DT_CHECK(dt_array_wrap(R->ctx, DT_DEV_CPU, DT_I64, g->ndim, g->sh, (void *)g->v, &arr));
-  return dt_tensor_distribute(R->ctx, R->mesh, &arr, pl, t);
+  return ot_make(R, DT_I64, g->ndim, g->sh, g->v, pl, t);
 }
 
 static void desc(rk *R, char *buf, size_t n, const char *op, const dt_placement *p0,
@@ -143,27 +133,7 @@ static void desc(rk *R, char *buf, size_t n, const char *op, const dt_placement 
 /* dt_tensor_full(t) == want (ndim, shape, values within tol relative, floor 1) */
 static bool check_full(rk *R, const char *what, const dt_tensor *t, int ndim, const int64_t *sh,
                        const double *want, double tol) {
-  dt_array full;
-  dt_status s = dt_tensor_full(R->ctx, t, &full);
-  if (s != DT_OK) {
-    tu_fail(__FILE__, __LINE__, "%s, rank %d: dt_tensor_full -> %s: %s", what, R->ctx->rank,
-            dt_status_str(s), dt_last_error(R->ctx));
-    return false;
-  }
-  bool ok = full.ndim == ndim && full.dtype == DT_F64;
-  for (int d = 0; ok && d < ndim; d++) ok = full.shape[d] == sh[d];
-  if (!ok)
-    tu_fail(__FILE__, __LINE__, "%s, rank %d: output is %s with %d dims, expected f64 with %d",
-            what, R->ctx->rank, dt_dtype_name(full.dtype), full.ndim, ndim);
-  const double *v = full.data;
-  for (int64_t i = 0; ok && i < full.numel; i++)
-    if (!(fabs(v[i] - want[i]) <= tol * (1.0 + fabs(want[i])))) {
-      tu_fail(__FILE__, __LINE__, "%s, rank %d: element %lld is %.17g, expected %.17g (tol %g)",
-              what, R->ctx->rank, (long long)i, v[i], want[i], tol);
-      ok = false;
-    }
-  dt_array_free(R->ctx, &full);
-  return ok;
+  return ot_check_vals(R, what, t, ndim, sh, want, tol);
 }
 
 /* placement lists over the mesh from a per-mesh-dim set: returns the count */
@@ -530,6 +500,16 @@ static double emb_loss(const garr *w, const iarr *ids, const garr *G) {
   return L;
 }
 
+typedef struct emb_loss_arg {
+  const garr *w;
+  const iarr *ids;
+  const garr *G;
+} emb_loss_arg;
+static double emb_loss_cb(void *p) {
+  const emb_loss_arg *L = p;
+  return emb_loss(L->w, L->ids, L->G);
+}
+
 static void emb_grad(rk *R, garr *w, const iarr *ids, const dt_placement *pw, const dt_placement *pi) {
   dt_ctx *ctx = R->ctx;
   char what[200];
@@ -553,15 +533,8 @@ static void emb_grad(rk *R, garr *w, const iarr *ids, const dt_placement *pw, co
             dt_last_error(ctx));
   } else {
     garr want = *w;
-    for (int64_t i = 0; i < numel_sh(w->ndim, w->sh); i++) {
-      double v = w->v[i];
-      w->v[i] = v + FD_H;
-      double lp = emb_loss(w, ids, &G);
-      w->v[i] = v - FD_H;
-      double lm = emb_loss(w, ids, &G);
-      w->v[i] = v;
-      want.v[i] = (lp - lm) / (2 * FD_H);
-    }
+    emb_loss_arg la = {w, ids, &G};
+    ot_fd_grad(w->v, numel_sh(w->ndim, w->sh), FD_H, emb_loss_cb, &la, want.v);
     check_full(R, what, &gw, 2, w->sh, want.v, FD_TOL);
     dt_tensor_free(ctx, &gw);
   }
@@ -569,6 +542,16 @@ static void emb_grad(rk *R, garr *w, const iarr *ids, const dt_placement *pw, co
   dt_tensor_free(ctx, &ti);
   dt_tensor_free(ctx, &tw);
   dt_tensor_free(ctx, &out);
+}
+
+typedef struct ce_loss_arg {
+  const garr *x;
+  const iarr *t;
+  double gval;
+} ce_loss_arg;
+static double ce_loss_cb(void *p) {
+  const ce_loss_arg *L = p;
+  return L->gval * ce_ref(L->x, L->t);
 }
 
 /* loss = gval * CE(x, t); backward from a 0-d R gradient gval. Returns the
@@ -608,15 +591,8 @@ static size_t ce_grad(rk *R, garr *x, const iarr *t, const dt_placement *px, con
     comms = ctx->ledger.n - before;
     for (int i = 0; i < R->m; i++) gx_pl[i] = gx.pl[i];
     garr want = *x;
-    for (int64_t i = 0; i < numel_sh(x->ndim, x->sh); i++) {
-      double v = x->v[i];
-      x->v[i] = v + FD_H;
-      double lp = gval * ce_ref(x, t);
-      x->v[i] = v - FD_H;
-      double lm = gval * ce_ref(x, t);
-      x->v[i] = v;
-      want.v[i] = (lp - lm) / (2 * FD_H);
-    }
+    ce_loss_arg la = {x, t, gval};
+    ot_fd_grad(x->v, numel_sh(x->ndim, x->sh), FD_H, ce_loss_cb, &la, want.v);
     check_full(R, what, &gx, x->ndim, x->sh, want.v, FD_TOL);
     dt_tensor_free(ctx, &gx);
   }
@@ -670,20 +646,9 @@ typedef struct mesh_job {
 
 static dt_status body(dt_ctx *ctx, void *arg) {
   mesh_job *J = arg;
-  static const char *const NAMES[] = {"dp", "tp"};
-  const char *const *names = J->ndim == 1 ? &NAMES[1] : NAMES;
   rk R;
-  memset(&R, 0, sizeof R);
-  R.ctx = ctx;
-  R.mlabel = J->label;
-  R.m = J->ndim;
-  for (int i = 0; i < J->ndim; i++) R.ms[i] = J->shape[i];
-  dt_status s = dt_mesh_create(ctx, ctx->world, J->ndim, J->shape, names, &R.mesh);
-  if (s != DT_OK) {
-    tu_fail(__FILE__, __LINE__, "mesh %s, rank %d: dt_mesh_create -> %s: %s", J->label, ctx->rank,
-            dt_status_str(s), dt_last_error(ctx));
-    return s;
-  }
+  dt_status s = ot_rank_open(&R, ctx, J->label, J->ndim, J->shape);
+  if (s != DT_OK) return s;
   size_t mem0 = ctx->mem.host_cur;
   if (J->sweep) {
     emb_sweep(&R);
@@ -695,10 +660,7 @@ static dt_status body(dt_ctx *ctx, void *arg) {
   }
   if (J->oracles && J->ndim == 2) ce_oracles_2d(&R);
   if (J->grads) grads(&R);
-  TU_CHECK(ctx->mem.host_cur == mem0,
-           "mesh %s, rank %d: host memory %zu bytes at the end, %zu at the start", J->label,
-           ctx->rank, ctx->mem.host_cur, mem0);
-  dt_mesh_free(R.mesh);
+  ot_rank_close(&R, mem0); /* every output, gradient and temporary of the ops was freed */
   if (ctx->rank == 0) J->cases = R.cases;
   return DT_OK;
 }
@@ -719,17 +681,8 @@ int main(int argc, char **argv) {
   double t0 = dt_now();
   for (size_t i = 0; i < sizeof jobs / sizeof jobs[0]; i++) {
     mesh_job *J = &jobs[i];
-    dt_launch_opts lo = {.backend = o.backend, .timeout_s = 60};
-    lo.world = 1;
-    for (int d = 0; d < J->ndim; d++) lo.world *= J->shape[d];
-    dt_launch_report rep;
-    double t1 = dt_now();
-    dt_status s = dt_launch(&lo, body, J, &rep);
-    if (s != DT_OK)
-      tu_fail(__FILE__, __LINE__, "mesh %s: launch: rank %d: %s", J->label, rep.failed_rank,
-              rep.failed_msg);
-    dt_launch_report_free(&rep);
-    printf("mesh %-6s %6ld cases %.2f s\n", J->label, J->cases, dt_now() - t1);
+    double dt = ot_launch(o.backend, J->label, J->ndim, J->shape, body, J);
+    printf("mesh %-6s %6ld cases %.2f s\n", J->label, J->cases, dt);
   }
   printf("total %.2f s\n", dt_now() - t0);
   return tu_finish("test_ops_embedding");

@@ -34,6 +34,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "optest.h"
 #include "testutil.h"
 
 enum { MAXN = 256 }; /* elements of the largest global tensor of the sweeps */
@@ -147,28 +148,13 @@ static void ref(top op, const dt_op_attrs *a, const garr *in, garr *out) {
 
 /* ---- per-rank helpers ---------------------------------------------------------------- */
 
-typedef struct rk {
-  dt_ctx *ctx;
-  dt_mesh *mesh;
-  const char *mlabel;
-  int m;
-  int ms[DT_MAX_MESH_DIMS];
-  long cases;
-} rk;
+typedef ot_rank rk;
 
-static void shape_str(int ndim, const int64_t *sh, char *buf, size_t n) {
-  size_t k = (size_t)snprintf(buf, n, "[");
-  for (int d = 0; d < ndim && k < n; d++)
-    k += (size_t)snprintf(buf + k, n - k, "%s%lld", d ? "," : "", (long long)sh[d]);
-  if (k < n) snprintf(buf + k, n - k, "]");
-}
+static void shape_str(int ndim, const int64_t *sh, char *buf, size_t n) { ot_shape_str(ndim, sh, buf, n); }
 
 static dt_status make_raw(rk *R, int ndim, const int64_t *sh, double *v, const dt_placement *pl,
                           dt_tensor *t) {
-  dt_array arr;
-  dt_status s = dt_array_wrap(R->ctx, DT_DEV_CPU, DT_F64, ndim, sh, v, &arr);
-  if (s != DT_OK) return s;
-  return dt_tensor_distribute(R->ctx, R->mesh, &arr, pl, t);
+  return ot_make(R, DT_F64, ndim, sh, v, pl, t);
 }
 static dt_status make(rk *R, const garr *g, const dt_placement *pl, dt_tensor *t) {
   return make_raw(R, g->ndim, g->sh, (double *)g->v, pl, t);
@@ -177,32 +163,7 @@ static dt_status make(rk *R, const garr *g, const dt_placement *pl, dt_tensor *t
 /* dt_tensor_full(t) == want (n values, shape ndim/sh) within tol (relative, floor 1) */
 static bool check_vals(rk *R, const char *what, const dt_tensor *t, int ndim, const int64_t *sh,
                        const double *want, double tol) {
-  dt_array full;
-  dt_status s = dt_tensor_full(R->ctx, t, &full);
-  if (s != DT_OK) {
-    tu_fail(__FILE__, __LINE__, "%s, rank %d: dt_tensor_full -> %s: %s", what, R->ctx->rank,
-            dt_status_str(s), dt_last_error(R->ctx));
-    return false;
-  }
-  bool ok = full.ndim == ndim;
-  for (int d = 0; ok && d < ndim; d++) ok = full.shape[d] == sh[d];
-  if (!ok) {
-    char ws[64], gs[64];
-    shape_str(ndim, sh, ws, sizeof ws);
-    shape_str(full.ndim, full.shape, gs, sizeof gs);
-    tu_fail(__FILE__, __LINE__, "%s, rank %d: output shape %s, expected %s", what, R->ctx->rank, gs, ws);
-  }
-  const double *v = full.data;
-  for (int64_t i = 0; ok && i < full.numel; i++) {
-    double e = fabs(v[i] - want[i]);
-    if (!(e <= tol * (1.0 + fabs(want[i])))) {
-      tu_fail(__FILE__, __LINE__, "%s, rank %d: element %lld is %.17g, expected %.17g (tol %g)", what,
-              R->ctx->rank, (long long)i, v[i], want[i], tol);
-      ok = false;
-    }
-  }
-  dt_array_free(R->ctx, &full);
-  return ok;
+  return ot_check_vals(R, what, t, ndim, sh, want, tol);
 }
 static bool check_full(rk *R, const char *what, const dt_tensor *t, const garr *want, double tol) {
   return check_vals(R, what, t, want->ndim, want->sh, want->v, tol);
@@ -632,8 +593,17 @@ static double loss_ref(top op, const dt_op_attrs *a, const garr *in, const garr 
   return L;
 }
 
+typedef struct loss_arg {
+  top op;
+  const dt_op_attrs *a;
+  const garr *in, *G;
+} loss_arg;
+static double loss_cb(void *p) {
+  const loss_arg *L = p;
+  return loss_ref(L->op, L->a, L->in, L->G);
+}
+
 static void grad_case(rk *R, top op, const dt_op_attrs *a, garr *in, dt_placement pl[][DT_MAX_MESH_DIMS]) {
-  dt_ctx *ctx = R->ctx;
   int n = OPS[op].n_in;
   char what[256];
   snprintf(what, 16, "backward of ");
@@ -642,49 +612,10 @@ static void grad_case(rk *R, top op, const dt_op_attrs *a, garr *in, dt_placemen
   ref(op, a, in, &out);
   gfill(&G, out.ndim, out.sh, 9);
   for (int64_t i = 0; i < numel(&G); i++) G.v[i] += 0.1 * (double)(i % 3); /* break symmetry */
-  dt_tensor t[2], y, g, gin[2];
-  int made = 0;
-  bool have_y = false, have_g = false;
-  dt_status s = DT_OK;
-  for (int j = 0; j < n; j++) {
-    DT_CHECK_GOTO(make(R, &in[j], pl[j], &t[j]), s, fail);
-    made++;
-  }
-  const dt_tensor *ip[2] = {&t[0], &t[1]};
-  dt_tensor *yp[1] = {&y};
-  DT_CHECK_GOTO(dt_op_call(ctx, OPS[op].op, a, ip, yp, NULL), s, fail);
-  have_y = true;
-  dt_placement gpl[DT_MAX_MESH_DIMS];
-  for (int i = 0; i < R->m; i++) gpl[i] = y.pl[i].kind == DT_PL_PARTIAL ? dt_replicate() : y.pl[i];
-  DT_CHECK_GOTO(make(R, &G, gpl, &g), s, fail);
-  have_g = true;
-  const dt_tensor *yo[1] = {&y}, *go[1] = {&g};
-  dt_tensor *gp[2] = {&gin[0], n > 1 ? &gin[1] : NULL};
-  DT_CHECK_GOTO(OPS[op].op->backward(ctx, a, ip, yo, go, gp), s, fail);
-  for (int j = 0; j < n; j++) {
-    garr want = in[j];
-    for (int64_t i = 0; i < numel(&in[j]); i++) {
-      double v = in[j].v[i];
-      in[j].v[i] = v + FD_H;
-      double lp = loss_ref(op, a, in, &G);
-      in[j].v[i] = v - FD_H;
-      double lm = loss_ref(op, a, in, &G);
-      in[j].v[i] = v;
-      want.v[i] = (lp - lm) / (2 * FD_H);
-    }
-    char w2[300];
-    snprintf(w2, sizeof w2, "%s: gradient of input %d", what, j);
-    check_full(R, w2, &gin[j], &want, FD_TOL);
-    dt_tensor_free(ctx, &gin[j]);
-  }
-  R->cases++;
-  goto done;
-fail:
-  tu_fail(__FILE__, __LINE__, "%s, rank %d: %s: %s", what, ctx->rank, dt_status_str(s), dt_last_error(ctx));
-done:
-  if (have_g) dt_tensor_free(ctx, &g);
-  if (have_y) dt_tensor_free(ctx, &y);
-  for (int j = 0; j < made; j++) dt_tensor_free(ctx, &t[j]);
+  ot_arr ia[2], ga = {G.ndim, G.sh, G.v};
+  for (int j = 0; j < n; j++) ia[j] = (ot_arr){in[j].ndim, in[j].sh, in[j].v};
+  loss_arg la = {op, a, in, &G};
+  ot_grad_check(R, what, OPS[op].op, a, n, ia, pl, &ga, loss_cb, &la, FD_H, FD_TOL);
 }
 
 static void grads(rk *R) {
@@ -815,30 +746,16 @@ typedef struct mesh_job {
 
 static dt_status body(dt_ctx *ctx, void *arg) {
   mesh_job *J = arg;
-  static const char *const NAMES[] = {"dp", "tp"};
-  const char *const *names = J->ndim == 1 ? &NAMES[1] : NAMES;
   rk R;
-  memset(&R, 0, sizeof R);
-  R.ctx = ctx;
-  R.mlabel = J->label;
-  R.m = J->ndim;
-  for (int i = 0; i < J->ndim; i++) R.ms[i] = J->shape[i];
-  dt_status s = dt_mesh_create(ctx, ctx->world, J->ndim, J->shape, names, &R.mesh);
-  if (s != DT_OK) {
-    tu_fail(__FILE__, __LINE__, "mesh %s, rank %d: dt_mesh_create -> %s: %s", J->label, ctx->rank,
-            dt_status_str(s), dt_last_error(ctx));
-    return s;
-  }
+  dt_status s = ot_rank_open(&R, ctx, J->label, J->ndim, J->shape);
+  if (s != DT_OK) return s;
   size_t mem0 = ctx->mem.host_cur;
   if (J->do_sweep) sweep(&R);
   if (J->do_oracles && J->shape[0] == 2) oracles_2(&R);
   if (J->do_oracles && J->shape[0] == 4) oracles_4(&R);
   if (J->do_grads) grads(&R);
   if (J->do_sweep && J->ndim == 1) f32_checks(&R);
-  /* every output, gradient and temporary of the ops was freed */
-  TU_CHECK(ctx->mem.host_cur == mem0, "mesh %s, rank %d: host memory %zu bytes at the end, %zu at the start",
-           J->label, ctx->rank, ctx->mem.host_cur, mem0);
-  dt_mesh_free(R.mesh);
+  ot_rank_close(&R, mem0); /* every output, gradient and temporary of the ops was freed */
   if (ctx->rank == 0) J->cases = R.cases;
   return DT_OK;
 }
@@ -860,17 +777,8 @@ int main(int argc, char **argv) {
   double t0 = dt_now();
   for (size_t i = 0; i < sizeof jobs / sizeof jobs[0]; i++) {
     mesh_job *J = &jobs[i];
-    dt_launch_opts lo = {.backend = o.backend, .timeout_s = 60};
-    lo.world = 1;
-    for (int d = 0; d < J->ndim; d++) lo.world *= J->shape[d];
-    dt_launch_report rep;
-    double t1 = dt_now();
-    dt_status s = dt_launch(&lo, body, J, &rep);
-    if (s != DT_OK)
-      tu_fail(__FILE__, __LINE__, "mesh %s: launch: rank %d: %s", J->label, rep.failed_rank,
-              rep.failed_msg);
-    dt_launch_report_free(&rep);
-    printf("mesh %-6s %6ld cases %.2f s\n", J->label, J->cases, dt_now() - t1);
+    double dt = ot_launch(o.backend, J->label, J->ndim, J->shape, body, J);
+    printf("mesh %-6s %6ld cases %.2f s\n", J->label, J->cases, dt);
   }
   printf("total %.2f s\n", dt_now() - t0);
   return tu_finish("test_ops_view");
