@@ -85,6 +85,18 @@ void sb_shape_str(int ndim, const int64_t *shape, bool bare, char *buf, size_t n
 
 /* ---- subcommands ---- */
 
+/* Shared by the explain subcommands: ledger labels ("?" / "-" for none), a JSON
+ * number (null when not finite), a library message without its "rank R: " prefix. */
+const char *sb_op_name(int op);
+const char *sb_red_name(int reduce);
+void sb_json_num(double v);
+const char *sb_strip_rank(const char *msg);
+/* --mesh (required; `example` shows one), --world (must equal the mesh's product
+ * when given) and --names: fills the mesh fields, or prints the one-line error
+ * and returns SB_EXIT_USAGE; 0 on success. */
+int sb_parse_mesh_flags(const char *cmd, const char *mesh_s, const char *world_s,
+                        const char *names_s, const char *example, int *mesh_ndim, int *mesh_shape,
+                        int *world, char names[DT_MESH_MAX_DIMS][DT_MESH_NAME_LEN]);
 int sb_cmd_explain(int argc, char **argv);
 /* The harness (bench/run.c, sweep.c, report.c, baselines.c). */
 int sb_cmd_run(int argc, char **argv);

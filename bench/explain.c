@@ -374,22 +374,9 @@ static int parse_flags(int argc, char **argv, ex_opts *o) {
     return sb_usage_error(CMD, NULL, "unexpected argument '%s' (flags only; see `shardbench "
                           "help explain`)", argv[optind]);
   char err[SB_ERR_LEN];
-  if (!mesh_s) return sb_usage_error(CMD, "--mesh", "required, e.g. --mesh 2x2x2");
-  if (sb_parse_mesh(mesh_s, &o->mesh_ndim, o->mesh_shape, err, sizeof err) != DT_OK)
-    return sb_usage_error(CMD, "--mesh", "%s", err);
-  int prod = 1;
-  for (int i = 0; i < o->mesh_ndim; i++) prod *= o->mesh_shape[i];
-  o->world = prod;
-  if (world_s) {
-    long w;
-    if (sb_parse_long(world_s, 1, SB_MAX_WORLD, &w, err, sizeof err) != DT_OK)
-      return sb_usage_error(CMD, "--world", "%s", err);
-    if (w != prod)
-      return sb_usage_error(CMD, "--mesh", "%s has %d ranks but --world is %ld; the product "
-                            "of the mesh sizes must equal the world", mesh_s, prod, w);
-  }
-  if (sb_parse_names(names_s, o->mesh_ndim, o->names, err, sizeof err) != DT_OK)
-    return sb_usage_error(CMD, "--names", "%s", err);
+  int mrc = sb_parse_mesh_flags(CMD, mesh_s, world_s, names_s, "2x2x2", &o->mesh_ndim,
+                                o->mesh_shape, &o->world, o->names);
+  if (mrc) return mrc;
   if (!shape_s) return sb_usage_error(CMD, "--shape", "required, e.g. --shape 16,24");
   if (sb_parse_shape(shape_s, &o->ndim, o->gshape, err, sizeof err) != DT_OK)
     return sb_usage_error(CMD, "--shape", "%s", err);
@@ -432,11 +419,6 @@ typedef struct plan_view {
 
 /* Strips "rank R: " from a library message: the plan is made by the program,
  * not a rank. */
-static const char *strip_rank(const char *msg) {
-  int r, k = 0;
-  if (sscanf(msg, "rank %d: %n", &r, &k) >= 1 && k > 0) return msg + k;
-  return msg;
-}
 
 static int make_plan(const ex_opts *o, dt_planner planner, plan_view *v) {
   dt_layout lay;
@@ -453,7 +435,7 @@ static int make_plan(const ex_opts *o, dt_planner planner, plan_view *v) {
     char fs[PL_STR_LEN], ts[PL_STR_LEN];
     dt_placements_str(o->mesh_ndim, o->src, fs, sizeof fs);
     dt_placements_str(o->mesh_ndim, o->dst, ts, sizeof ts);
-    const char *m = strip_rank(dt_last_error(&pctx));
+    const char *m = sb_strip_rank(dt_last_error(&pctx));
     int rc = sb_usage_error(CMD, "--to", "cannot redistribute %s -> %s: %s", fs, ts,
                             m[0] ? m : dt_status_str(s));
     dt_ctx_release(&pctx);
@@ -626,12 +608,6 @@ static ledger_total *ledger_totals(const rank_out *ro, int world, size_t *n) {
   return t;
 }
 
-static const char *op_name(int op) {
-  return op >= 0 && op < DT_COLL_COUNT ? dt_coll_name((dt_coll)op) : "?";
-}
-static const char *red_name(int r) {
-  return r >= 0 && r < DT_RED_COUNT ? dt_reduce_name((dt_reduce_op)r) : "-";
-}
 
 /* ---- the owner map (text only) ---- */
 
@@ -764,10 +740,6 @@ static void json_shape(int n, const int64_t *v) {
   printf("]");
 }
 
-static void json_num(double v) {
-  if (isfinite(v)) printf("%.15g", v); /* 15: round numbers stay round */
-  else printf("null");
-}
 
 static void json_plan(const ex_opts *o, const plan_view *v) {
   printf("{\"planner\": ");
@@ -792,15 +764,15 @@ static void json_plan(const ex_opts *o, const plan_view *v) {
     if (dt_step_coll(st->kind, &c)) sb_json_str(stdout, dt_coll_name(c));
     else printf("null");
     printf(", \"local_bytes_before\": ");
-    json_num(v->local_bytes[i]);
+    sb_json_num(v->local_bytes[i]);
     printf(", \"cost_us\": ");
-    json_num(v->step_cost[i]);
+    sb_json_num(v->step_cost[i]);
     printf("}");
   }
   printf("], \"trace\": ");
   sb_json_str(stdout, v->trace);
   printf(", \"cost_us\": ");
-  json_num(v->plan.cost_us);
+  sb_json_num(v->plan.cost_us);
   printf("}");
 }
 
@@ -866,39 +838,39 @@ static void print_json(const report *rp) {
   for (size_t i = 0; i < rp->ro[0].nrows; i++) {
     const dt_ledger_row *row = &rp->ro[0].rows[i];
     printf("%s\n   {\"op\": ", i ? "," : "");
-    sb_json_str(stdout, op_name(row->op));
+    sb_json_str(stdout, sb_op_name(row->op));
     printf(", \"reduce\": ");
-    if (row->reduce >= 0) sb_json_str(stdout, red_name(row->reduce));
+    if (row->reduce >= 0) sb_json_str(stdout, sb_red_name(row->reduce));
     else printf("null");
     printf(", \"group\": ");
     sb_json_str(stdout, row->group);
     printf(", \"group_size\": %d, \"elems\": %" PRIu64 ", \"payload_bytes\": %" PRIu64
            ", \"wire_bytes\": ",
            row->group_size, row->elems, row->payload_bytes);
-    json_num(row->wire_bytes);
+    sb_json_num(row->wire_bytes);
     printf("}");
   }
   printf("],\n  \"ledger_totals\": [");
   for (size_t i = 0; i < rp->ntot; i++) {
     const ledger_total *t = &rp->tot[i];
     printf("%s\n   {\"op\": ", i ? "," : "");
-    sb_json_str(stdout, op_name(t->op));
+    sb_json_str(stdout, sb_op_name(t->op));
     printf(", \"reduce\": ");
-    if (t->reduce >= 0) sb_json_str(stdout, red_name(t->reduce));
+    if (t->reduce >= 0) sb_json_str(stdout, sb_red_name(t->reduce));
     else printf("null");
     printf(", \"group\": ");
     sb_json_str(stdout, t->group);
     printf(", \"group_size\": %d, \"calls\": %" PRIu64 ", \"payload_bytes\": %" PRIu64
            ", \"wire_bytes\": ",
            t->group_size, t->calls, t->payload);
-    json_num(t->wire);
+    sb_json_num(t->wire);
     printf("}");
   }
   printf("],\n  \"full_tensor\": {\"match\": %s, \"elements\": %" PRId64 ", \"exact\": %s",
          rp->full_bad_rank < 0 ? "true" : "false", rp->numel, rp->rtol > 0 ? "false" : "true");
   if (rp->rtol > 0) {
     printf(", \"rtol\": ");
-    json_num(rp->rtol);
+    sb_json_num(rp->rtol);
     printf(", \"why\": ");
     sb_json_str(stdout, rp->tol_why);
   }
@@ -908,9 +880,9 @@ static void print_json(const report *rp) {
     if (b->full_shape_bad) printf(", \"detail\": \"wrong shape or dtype\"");
     else {
       printf(", \"index\": %" PRId64 ", \"got\": ", b->full_bad);
-      json_num(b->full_got);
+      sb_json_num(b->full_got);
       printf(", \"expected\": ");
-      json_num(b->full_want);
+      sb_json_num(b->full_want);
     }
   }
   printf("},\n  \"local_shards\": {\"checked_ranks\": %d, \"match\": %s",
@@ -1016,8 +988,8 @@ static void print_text(const report *rp) {
            "payload B", "wire B");
     for (size_t i = 0; i < rp->ro[0].nrows; i++) {
       const dt_ledger_row *row = &rp->ro[0].rows[i];
-      printf("    %-15s %-6s %-12s %5d %12" PRIu64 " %14" PRIu64 " %14.0f\n", op_name(row->op),
-             red_name(row->reduce), row->group, row->group_size, row->elems, row->payload_bytes,
+      printf("    %-15s %-6s %-12s %5d %12" PRIu64 " %14" PRIu64 " %14.0f\n", sb_op_name(row->op),
+             sb_red_name(row->reduce), row->group, row->group_size, row->elems, row->payload_bytes,
              row->wire_bytes);
     }
   }
@@ -1028,8 +1000,8 @@ static void print_text(const report *rp) {
            "payload B", "wire B");
     for (size_t i = 0; i < rp->ntot; i++) {
       const ledger_total *t = &rp->tot[i];
-      printf("    %-15s %-6s %-12s %5d %7" PRIu64 " %14" PRIu64 " %14.0f\n", op_name(t->op),
-             red_name(t->reduce), t->group, t->group_size, t->calls, t->payload, t->wire);
+      printf("    %-15s %-6s %-12s %5d %7" PRIu64 " %14" PRIu64 " %14.0f\n", sb_op_name(t->op),
+             sb_red_name(t->reduce), t->group, t->group_size, t->calls, t->payload, t->wire);
     }
   }
   if (rp->geomrun_bad_rank >= 0)

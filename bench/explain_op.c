@@ -253,19 +253,8 @@ static void cand_str(const eo_opts *o, const dt_candidate *c, char *buf, size_t 
   }
 }
 
-static const char *op_name(int op) {
-  return op >= 0 && op < DT_COLL_COUNT ? dt_coll_name((dt_coll)op) : "?";
-}
-static const char *red_name(int r) {
-  return r >= 0 && r < DT_RED_COUNT ? dt_reduce_name((dt_reduce_op)r) : "-";
-}
 
 /* Strips "rank R: " from a library message: the plan is made by the program. */
-static const char *strip_rank(const char *msg) {
-  int r, k = 0;
-  if (sscanf(msg, "rank %d: %n", &r, &k) >= 1 && k > 0) return msg + k;
-  return msg;
-}
 
 static double elem_get(dt_dtype t, const void *p, int64_t i) {
   switch (t) {
@@ -540,22 +529,9 @@ static int parse_flags(int argc, char **argv, eo_opts *o) {
     return sb_usage_error(CMD, NULL, "unexpected argument '%s' (flags only; see `shardbench "
                           "help explain`)", argv[optind]);
   char err[SB_ERR_LEN];
-  if (!mesh_s) return sb_usage_error(CMD, "--mesh", "required, e.g. --mesh 4");
-  if (sb_parse_mesh(mesh_s, &o->mesh_ndim, o->mesh_shape, err, sizeof err) != DT_OK)
-    return sb_usage_error(CMD, "--mesh", "%s", err);
-  int prod = 1;
-  for (int i = 0; i < o->mesh_ndim; i++) prod *= o->mesh_shape[i];
-  o->world = prod;
-  if (world_s) {
-    long w;
-    if (sb_parse_long(world_s, 1, SB_MAX_WORLD, &w, err, sizeof err) != DT_OK)
-      return sb_usage_error(CMD, "--world", "%s", err);
-    if (w != prod)
-      return sb_usage_error(CMD, "--mesh", "%s has %d ranks but --world is %ld; the product "
-                            "of the mesh sizes must equal the world", mesh_s, prod, w);
-  }
-  if (sb_parse_names(names_s, o->mesh_ndim, o->names, err, sizeof err) != DT_OK)
-    return sb_usage_error(CMD, "--names", "%s", err);
+  int mrc = sb_parse_mesh_flags(CMD, mesh_s, world_s, names_s, "4", &o->mesh_ndim,
+                                o->mesh_shape, &o->world, o->names);
+  if (mrc) return mrc;
   if (!op_s || !op_s[0]) return sb_usage_error(CMD, "--op", "empty op name");
   o->op = dt_op_find(op_s);
   if (!o->op) return unknown_op(op_s);
@@ -651,7 +627,7 @@ static int make_decision(const eo_opts *o, report *rp) {
   dt_status s = dt_op_plan(&pctx, o->op, &o->attrs, o->mesh_shape, in, rp->out, &rp->chosen,
                            &rp->rep);
   if (s != DT_OK) {
-    const char *m = strip_rank(dt_last_error(&pctx));
+    const char *m = sb_strip_rank(dt_last_error(&pctx));
     int rc = sb_usage_error(CMD, "--op", "%s refuses these inputs: %s", o->op->name,
                             m[0] ? m : dt_status_str(s));
     dt_ctx_release(&pctx);
@@ -678,7 +654,7 @@ static dt_status plan_one(const eo_opts *o, int j, const dt_placement *dst, dt_p
   dt_ctx_init(&pctx, 0, 1);
   dt_status s = dt_redistribute_plan(&pctx, &lay, o->in[j].pl, dst, planner, p);
   if (s != DT_OK) {
-    snprintf(err, errn, "%s", strip_rank(dt_last_error(&pctx)));
+    snprintf(err, errn, "%s", sb_strip_rank(dt_last_error(&pctx)));
     dt_ctx_release(&pctx);
     return s;
   }
@@ -990,8 +966,8 @@ static void print_rows(const dt_ledger_row *rows, size_t n) {
          "payload B", "wire B");
   for (size_t i = 0; i < n; i++) {
     const dt_ledger_row *row = &rows[i];
-    printf("    %-15s %-6s %-12s %5d %12" PRIu64 " %14" PRIu64 " %14.0f\n", op_name(row->op),
-           red_name(row->reduce), row->group, row->group_size, row->elems, row->payload_bytes,
+    printf("    %-15s %-6s %-12s %5d %12" PRIu64 " %14" PRIu64 " %14.0f\n", sb_op_name(row->op),
+           sb_red_name(row->reduce), row->group, row->group_size, row->elems, row->payload_bytes,
            row->wire_bytes);
   }
 }
@@ -1003,8 +979,8 @@ static void print_totals(const ledger_total *t, size_t n, int world) {
   printf("    %-15s %-6s %-12s %5s %7s %14s %14s\n", "op", "reduce", "group", "size", "calls",
          "payload B", "wire B");
   for (size_t i = 0; i < n; i++)
-    printf("    %-15s %-6s %-12s %5d %7" PRIu64 " %14" PRIu64 " %14.0f\n", op_name(t[i].op),
-           red_name(t[i].reduce), t[i].group, t[i].group_size, t[i].calls, t[i].payload,
+    printf("    %-15s %-6s %-12s %5d %7" PRIu64 " %14" PRIu64 " %14.0f\n", sb_op_name(t[i].op),
+           sb_red_name(t[i].reduce), t[i].group, t[i].group_size, t[i].calls, t[i].payload,
            t[i].wire);
 }
 
@@ -1160,10 +1136,6 @@ static void print_text(const report *rp) {
 
 /* ---- JSON report ---- */
 
-static void json_num(double v) {
-  if (isfinite(v)) printf("%.15g", v); /* 15: round numbers stay round */
-  else printf("null");
-}
 
 static void json_shape(int n, const int64_t *v) {
   printf("[");
@@ -1187,16 +1159,16 @@ static void json_rows(const dt_ledger_row *rows, size_t n) {
   for (size_t i = 0; i < n; i++) {
     const dt_ledger_row *row = &rows[i];
     printf("%s\n    {\"op\": ", i ? "," : "");
-    sb_json_str(stdout, op_name(row->op));
+    sb_json_str(stdout, sb_op_name(row->op));
     printf(", \"reduce\": ");
-    if (row->reduce >= 0) sb_json_str(stdout, red_name(row->reduce));
+    if (row->reduce >= 0) sb_json_str(stdout, sb_red_name(row->reduce));
     else printf("null");
     printf(", \"group\": ");
     sb_json_str(stdout, row->group);
     printf(", \"group_size\": %d, \"elems\": %" PRIu64 ", \"payload_bytes\": %" PRIu64
            ", \"wire_bytes\": ",
            row->group_size, row->elems, row->payload_bytes);
-    json_num(row->wire_bytes);
+    sb_json_num(row->wire_bytes);
     printf("}");
   }
   printf("]");
@@ -1206,16 +1178,16 @@ static void json_totals(const ledger_total *t, size_t n) {
   printf("[");
   for (size_t i = 0; i < n; i++) {
     printf("%s\n    {\"op\": ", i ? "," : "");
-    sb_json_str(stdout, op_name(t[i].op));
+    sb_json_str(stdout, sb_op_name(t[i].op));
     printf(", \"reduce\": ");
-    if (t[i].reduce >= 0) sb_json_str(stdout, red_name(t[i].reduce));
+    if (t[i].reduce >= 0) sb_json_str(stdout, sb_red_name(t[i].reduce));
     else printf("null");
     printf(", \"group\": ");
     sb_json_str(stdout, t[i].group);
     printf(", \"group_size\": %d, \"calls\": %" PRIu64 ", \"payload_bytes\": %" PRIu64
            ", \"wire_bytes\": ",
            t[i].group_size, t[i].calls, t[i].payload);
-    json_num(t[i].wire);
+    sb_json_num(t[i].wire);
     printf("}");
   }
   printf("]");
@@ -1233,11 +1205,11 @@ static void json_check(const report *rp, const tcheck *c0, const tcheck *ref, in
   sb_json_str(stdout, dt_dtype_name(c0->dtype));
   printf(", \"elements\": %" PRId64 ", \"match\": %s, \"rtol\": ", ref->numel,
          bad_rank < 0 ? "true" : "false");
-  json_num(rtol);
+  sb_json_num(rtol);
   printf(", \"scale\": ");
-  json_num(ref->maxabs);
+  sb_json_num(ref->maxabs);
   printf(", \"max_error\": ");
-  json_num(c0->max_err);
+  sb_json_num(c0->max_err);
   printf(", \"why\": ");
   sb_json_str(stdout, rtol > 0 ? rp->tol_why : "ids compare exactly");
   if (bad_rank >= 0) {
@@ -1245,9 +1217,9 @@ static void json_check(const report *rp, const tcheck *c0, const tcheck *ref, in
     if (bad->shape_bad) printf(", \"detail\": \"shape or dtype differs from the reference\"");
     else {
       printf(", \"index\": %" PRId64 ", \"got\": ", bad->bad);
-      json_num(bad->got);
+      sb_json_num(bad->got);
       printf(", \"expected\": ");
-      json_num(bad->want);
+      sb_json_num(bad->want);
     }
   }
   printf("}");
@@ -1272,7 +1244,7 @@ static void print_json(const report *rp) {
   printf(", \"eq\": ");
   sb_json_str(stdout, a->eq);
   printf(", \"scalar\": ");
-  json_num(a->scalar);
+  sb_json_num(a->scalar);
   printf(", \"i0\": %d, \"i1\": %d},\n \"dtype\": ", a->i0, a->i1);
   sb_json_str(stdout, dt_dtype_name(o->dtype));
   printf(", \"seed\": %" PRIu64 ",\n \"inputs\": [", o->seed);
@@ -1312,7 +1284,7 @@ static void print_json(const report *rp) {
       json_pl(o->mesh_ndim, rep->cand[c].out[j]);
     }
     printf("], \"cost_us\": ");
-    json_num(rep->cand[c].cost_us);
+    sb_json_num(rep->cand[c].cost_us);
     printf(", \"chosen\": %s}", c == rep->chosen ? "true" : "false");
   }
   printf("]},\n \"redistributions\": [");
@@ -1354,20 +1326,20 @@ static void print_json(const report *rp) {
       if (dt_step_coll(st->kind, &c)) sb_json_str(stdout, dt_coll_name(c));
       else printf("null");
       printf(", \"local_bytes_before\": ");
-      json_num(v->local_bytes[i]);
+      sb_json_num(v->local_bytes[i]);
       printf(", \"cost_us\": ");
-      json_num(v->step_cost[i]);
+      sb_json_num(v->step_cost[i]);
       printf("}");
     }
     printf("], \"trace\": ");
     sb_json_str(stdout, v->trace);
     printf(", \"cost_us\": ");
-    json_num(v->plan.cost_us);
+    sb_json_num(v->plan.cost_us);
     if (v->greedy_trace) {
       printf(", \"greedy_trace\": ");
       sb_json_str(stdout, v->greedy_trace);
       printf(", \"greedy_cost_us\": ");
-      json_num(v->greedy.cost_us);
+      sb_json_num(v->greedy.cost_us);
     }
     printf("}");
   }

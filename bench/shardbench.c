@@ -17,6 +17,7 @@
 #include <getopt.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -398,4 +399,48 @@ void sb_shape_str(int ndim, const int64_t *shape, bool bare, char *buf, size_t n
     k += (size_t)w;
   }
   if (!bare && k < n) snprintf(buf + k, n - k, "]");
+}
+
+/* ---- shared by the explain subcommands ---- */
+
+const char *sb_op_name(int op) {
+  return op >= 0 && op < DT_COLL_COUNT ? dt_coll_name((dt_coll)op) : "?";
+}
+
+const char *sb_red_name(int r) {
+  return r >= 0 && r < DT_RED_COUNT ? dt_reduce_name((dt_reduce_op)r) : "-";
+}
+
+void sb_json_num(double v) {
+  if (isfinite(v)) printf("%.15g", v); /* 15: round numbers stay round */
+  else printf("null");
+}
+
+const char *sb_strip_rank(const char *msg) {
+  int r, k = 0;
+  if (sscanf(msg, "rank %d: %n", &r, &k) >= 1 && k > 0) return msg + k;
+  return msg;
+}
+
+int sb_parse_mesh_flags(const char *cmd, const char *mesh_s, const char *world_s,
+                        const char *names_s, const char *example, int *mesh_ndim, int *mesh_shape,
+                        int *world, char names[DT_MESH_MAX_DIMS][DT_MESH_NAME_LEN]) {
+  char err[SB_ERR_LEN];
+  if (!mesh_s) return sb_usage_error(cmd, "--mesh", "required, e.g. --mesh %s", example);
+  if (sb_parse_mesh(mesh_s, mesh_ndim, mesh_shape, err, sizeof err) != DT_OK)
+    return sb_usage_error(cmd, "--mesh", "%s", err);
+  int prod = 1;
+  for (int i = 0; i < *mesh_ndim; i++) prod *= mesh_shape[i];
+  *world = prod;
+  if (world_s) {
+    long w;
+    if (sb_parse_long(world_s, 1, SB_MAX_WORLD, &w, err, sizeof err) != DT_OK)
+      return sb_usage_error(cmd, "--world", "%s", err);
+    if (w != prod)
+      return sb_usage_error(cmd, "--mesh", "%s has %d ranks but --world is %ld; the product "
+                            "of the mesh sizes must equal the world", mesh_s, prod, w);
+  }
+  if (sb_parse_names(names_s, *mesh_ndim, names, err, sizeof err) != DT_OK)
+    return sb_usage_error(cmd, "--names", "%s", err);
+  return 0;
 }
