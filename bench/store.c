@@ -179,8 +179,18 @@ int sb_store_open(sb_store *st, const char *path) {
     return 1;
   }
   sqlite3_busy_timeout(st->db, SB_BUSY_TIMEOUT_MS);
-  SB_SQL(st, sqlite3_exec(st->db, "PRAGMA journal_mode = WAL", NULL, NULL, NULL),
-         "PRAGMA journal_mode");
+  /* Switching a new file to WAL takes an exclusive lock, and SQLite answers BUSY
+   * at once (no busy handler: it could deadlock) while another process is
+   * creating or switching the same file: retry for the busy timeout. */
+  {
+    int rc = SQLITE_BUSY;
+    for (int waited = 0; waited <= SB_BUSY_TIMEOUT_MS; waited += 10) {
+      rc = sqlite3_exec(st->db, "PRAGMA journal_mode = WAL", NULL, NULL, NULL);
+      if (rc != SQLITE_BUSY && rc != SQLITE_LOCKED) break;
+      sqlite3_sleep(10);
+    }
+    SB_SQL(st, rc, "PRAGMA journal_mode");
+  }
   SB_SQL(st, sqlite3_exec(st->db, "PRAGMA foreign_keys = ON", NULL, NULL, NULL),
          "PRAGMA foreign_keys");
   /* Create and version in one write transaction, so two processes creating the

@@ -140,6 +140,31 @@ static void test_cache(void) {
   for (int i = 0; i < 20; i++) dt_host_free(&ctx, big[i]);
   TU_CHECK(ctx.mem.host_cached <= ctx.mem_cache.limit && ctx.mem_cache.n <= DT_MEM_CACHE_SLOTS,
            "cache bounded: %zu cached", ctx.mem.host_cached);
+  /* and the newest survive: the 8 most recently freed fit (8 x 32 MiB = the limit) */
+  for (int i = 0; i < 20; i++) big[i] = dt_host_alloc(&ctx, (size_t)32 << 20);
+  for (int i = 0; i < 20; i++) dt_host_free(&ctx, big[i]);
+  for (int i = 0; i < 20; i++) {
+    bool kept = false;
+    for (int j = 0; j < ctx.mem_cache.n; j++)
+      kept |= (char *)ctx.mem_cache.blk[j] + 64 == (char *)big[i];
+    bool want = i >= 20 - (int)(ctx.mem_cache.limit / ((size_t)32 << 20));
+    TU_CHECK(kept == want, "block %d freed %s: kept %d", i, want ? "late" : "early", kept);
+  }
+  dt_host_cache_release(&ctx);
+  /* a step's worth of blocks: 200 frees are all kept, and each request gets the
+   * smallest block that fits (sizes 64 KiB + i 4 KiB, freed in a scrambled order) */
+  enum { NB = 200 };
+  void *blk[NB];
+  for (int i = 0; i < NB; i++) blk[i] = dt_host_alloc(&ctx, ((size_t)64 << 10) + (size_t)i * 4096);
+  for (int i = 0; i < NB; i++) dt_host_free(&ctx, blk[(i * 37) % NB]); /* 37 is prime to 200 */
+  TU_CHECK(ctx.mem_cache.n == NB, "all %d kept: %d", NB, ctx.mem_cache.n);
+  for (int i = 1; i < ctx.mem_cache.n; i++)
+    TU_CHECK(ctx.mem_cache.cap[i - 1] <= ctx.mem_cache.cap[i], "slots sorted at %d", i);
+  for (int i = NB - 1; i >= 0; i -= 7) {
+    void *p = dt_host_alloc(&ctx, ((size_t)64 << 10) + (size_t)i * 4096 - 100);
+    TU_CHECK(p == blk[i], "request %d gets its own size back (best fit)", i);
+    dt_host_free(&ctx, p);
+  }
   dt_ctx_release(&ctx);
   TU_CHECK(ctx.mem.host_cached == 0, "ctx release empties the cache");
 }

@@ -27,6 +27,9 @@
  *      differences of the reference (loss = sum(out * G)), sharded (1-D mesh
  *      of 4, 2x2) and unsharded (mesh of 1);
  *  (f) no host memory is left allocated.
+ * (a), (b) and part of (e) run again in layout 1 (attrs.i0: q, k, v, out as
+ * [b, s, h, hd], heads sharded as S(2)), against the layout-0 reference on
+ * the transposed tensors; a bad layout is refused.
  * What it is not: f32 accuracy, the cost model (test_plan), MPI.
  */
 #include "config.h"
@@ -141,10 +144,33 @@ static void ref_rope(const dt_op_attrs *a, const garr *x, garr *out) {
         }
 }
 
+/* y = x with dims 1 and 2 swapped: [b, h, s, hd] <-> [b, s, h, hd] */
+static void swap12(const garr *x, garr *y) {
+  memset(y, 0, sizeof *y);
+  y->ndim = 4;
+  y->sh[0] = x->sh[0];
+  y->sh[1] = x->sh[2];
+  y->sh[2] = x->sh[1];
+  y->sh[3] = x->sh[3];
+  for (int64_t i = 0; i < x->sh[0]; i++)
+    for (int64_t j = 0; j < x->sh[1]; j++)
+      for (int64_t k = 0; k < x->sh[2]; k++)
+        for (int64_t d = 0; d < x->sh[3]; d++)
+          y->v[((i * y->sh[1] + k) * y->sh[2] + j) * y->sh[3] + d] =
+              x->v[((i * x->sh[1] + j) * x->sh[2] + k) * x->sh[3] + d];
+}
+
 typedef enum top { T_SDPA, T_ROPE } top;
 
+/* sdpa's layout 1 ([b, s, h, hd], attrs.i0) is checked through the layout-0
+ * reference on the transposed tensors */
 static void ref(top op, const dt_op_attrs *a, const garr *in, garr *out) {
-  if (op == T_SDPA)
+  if (op == T_SDPA && a->i0 == 1) {
+    garr t[3], o;
+    for (int j = 0; j < 3; j++) swap12(&in[j], &t[j]);
+    ref_sdpa(t, &o);
+    swap12(&o, out);
+  } else if (op == T_SDPA)
     ref_sdpa(in, out);
   else
     ref_rope(a, &in[0], out);
@@ -180,6 +206,7 @@ static void describe(rk *R, top op, const dt_op_attrs *a, const garr *in,
     k += (size_t)snprintf(what + k, wn - k, "%s %s(%s)", j ? "," : "", ss, ps);
   }
   if (op == T_ROPE && k < wn) snprintf(what + k, wn - k, " theta %g scaling %d", a->scalar, a->i0);
+  if (op == T_SDPA && k < wn) snprintf(what + k, wn - k, " layout %s", a->i0 ? "bshd" : "bhsd");
 }
 
 typedef struct call_res {
@@ -231,13 +258,22 @@ done:
 typedef struct sdpa_cfg { int64_t b, h, kvh; } sdpa_cfg;
 static const int64_t SQ = 5, HD = 4; /* sequence and head dim of every sdpa case */
 
-static void sdpa_inputs(const sdpa_cfg *c, garr *in) {
+/* q, k, v in layout 0 ([b, h, s, hd]) or 1 ([b, s, h, hd]) */
+static void sdpa_inputs_l(const sdpa_cfg *c, garr *in, int layout) {
   gfill(&in[0], c->b, c->h, SQ, HD, 1);
   gfill(&in[1], c->b, c->kvh, SQ, HD, 2);
   gfill(&in[2], c->b, c->kvh, SQ, HD, 3);
+  for (int j = 0; j < 3 && layout == 1; j++) {
+    garr t = in[j];
+    swap12(&t, &in[j]);
+  }
 }
+static void sdpa_inputs(const sdpa_cfg *c, garr *in) { sdpa_inputs_l(c, in, 0); }
 
-static void sdpa_sweep(rk *R) {
+/* Every placement combination of (q, k, v) from {R, S(0), S(heads), P(sum)};
+ * layout 1 puts the heads in dim 2 (its sequence dim 1 stays unsharded). */
+static void sdpa_sweep(rk *R, int layout) {
+  const dt_placement SH = dt_shard(layout ? 2 : 1);
   static const sdpa_cfg CFG[] = {{2, 8, 4}, {2, 8, 2}, {2, 8, 8}, {2, 6, 3}, {2, 6, 2}};
   dt_placement one[8][DT_MAX_MESH_DIMS];
   memset(one, 0, sizeof one);
@@ -245,7 +281,7 @@ static void sdpa_sweep(rk *R) {
   if (R->m == 1) {
     one[0][0] = dt_replicate();
     one[1][0] = dt_shard(0);
-    one[2][0] = dt_shard(1);
+    one[2][0] = SH;
     one[3][0] = dt_partial(DT_RED_SUM);
     n1 = 4;
   } else {
@@ -253,16 +289,17 @@ static void sdpa_sweep(rk *R) {
     for (int c = 0; c < 6; c++)
       for (int i = 0; i < 2; i++) {
         int k = P2[c][i];
-        one[c][i] = k == 0 ? dt_replicate() : k == 1 ? dt_shard(0) : k == 2 ? dt_shard(1) : dt_partial(DT_RED_SUM);
+        one[c][i] = k == 0 ? dt_replicate() : k == 1 ? dt_shard(0) : k == 2 ? SH : dt_partial(DT_RED_SUM);
       }
     n1 = 6;
   }
   dt_op_attrs a;
   memset(&a, 0, sizeof a);
+  a.i0 = layout;
   call_res res;
   for (size_t c = 0; c < sizeof CFG / sizeof CFG[0]; c++) {
     garr in[3];
-    sdpa_inputs(&CFG[c], in);
+    sdpa_inputs_l(&CFG[c], in, layout);
     for (int x = 0; x < n1; x++)
       for (int y = 0; y < n1; y++)
         for (int z = 0; z < n1; z++) {
@@ -294,10 +331,14 @@ static void expect(rk *R, const char *name, const call_res *res, bool zero_comms
     }
 }
 
+/* p0, p1 in layout 0's terms; layout 1 moves S(1) (heads) to S(2). */
 static void sdpa_oracle(rk *R, const char *name, sdpa_cfg c, dt_placement p0, dt_placement p1,
-                        bool zero_comms, bool check_pl) {
+                        bool zero_comms, bool check_pl, int layout) {
   garr in[3];
-  sdpa_inputs(&c, in);
+  sdpa_inputs_l(&c, in, layout);
+  const int hdim = layout ? 2 : 1;
+  if (p0.kind == DT_PL_SHARD && p0.dim == 1) p0.dim = hdim;
+  if (p1.kind == DT_PL_SHARD && p1.dim == 1) p1.dim = hdim;
   dt_placement pl[3][DT_MAX_MESH_DIMS];
   memset(pl, 0, sizeof pl);
   for (int j = 0; j < 3; j++) {
@@ -306,36 +347,37 @@ static void sdpa_oracle(rk *R, const char *name, sdpa_cfg c, dt_placement p0, dt
   }
   dt_op_attrs a;
   memset(&a, 0, sizeof a);
+  a.i0 = layout;
   call_res res;
   run_case(R, T_SDPA, &a, in, pl, &res);
   expect(R, name, &res, zero_comms, check_pl ? pl[0] : NULL);
   /* whatever was chosen, its head shards divide both head counts */
   int64_t N = 1;
   for (int i = 0; i < R->m; i++)
-    if (res.out_pl[i].kind == DT_PL_SHARD && res.out_pl[i].dim == 1) N *= R->ms[i];
+    if (res.out_pl[i].kind == DT_PL_SHARD && res.out_pl[i].dim == hdim) N *= R->ms[i];
   TU_CHECK(c.h % N == 0 && c.kvh % N == 0, "oracle %s, rank %d: output split %lld heads over %lld shards",
            name, R->ctx->rank, (long long)c.kvh, (long long)N);
 }
 
-static void sdpa_oracles(rk *R) {
+static void sdpa_oracles(rk *R, int layout) {
   const dt_placement Rp = dt_replicate(), S0 = dt_shard(0), S1 = dt_shard(1);
   if (R->m == 1) {
-    sdpa_oracle(R, "heads S(1), h8 kvh4", (sdpa_cfg){2, 8, 4}, S1, Rp, true, true);
-    sdpa_oracle(R, "heads S(1), h8 kvh8", (sdpa_cfg){2, 8, 8}, S1, Rp, true, true);
-    sdpa_oracle(R, "batch S(0), b4", (sdpa_cfg){4, 8, 4}, S0, Rp, true, true);
+    sdpa_oracle(R, "heads S(1), h8 kvh4", (sdpa_cfg){2, 8, 4}, S1, Rp, true, true, layout);
+    sdpa_oracle(R, "heads S(1), h8 kvh8", (sdpa_cfg){2, 8, 8}, S1, Rp, true, true, layout);
+    sdpa_oracle(R, "batch S(0), b4", (sdpa_cfg){4, 8, 4}, S0, Rp, true, true, layout);
     /* b 5 on 4 ranks: chunks 2,2,1,0, the last rank's shard is empty */
-    sdpa_oracle(R, "batch S(0), b5 (uneven, one empty shard)", (sdpa_cfg){5, 8, 4}, S0, Rp, true, true);
-    sdpa_oracle(R, "all R", (sdpa_cfg){2, 8, 4}, Rp, Rp, true, true);
+    sdpa_oracle(R, "batch S(0), b5 (uneven, one empty shard)", (sdpa_cfg){5, 8, 4}, S0, Rp, true, true, layout);
+    sdpa_oracle(R, "all R", (sdpa_cfg){2, 8, 4}, Rp, Rp, true, true, layout);
     /* kvh 2 on 4 ranks: not head-shardable, the inputs must move */
-    sdpa_oracle(R, "heads S(1), h8 kvh2 (fallback)", (sdpa_cfg){2, 8, 2}, S1, Rp, false, false);
-    sdpa_oracle(R, "heads S(1), h6 kvh3 (fallback)", (sdpa_cfg){2, 6, 3}, S1, Rp, false, false);
-    sdpa_oracle(R, "heads S(1), h6 kvh2 (fallback)", (sdpa_cfg){2, 6, 2}, S1, Rp, false, false);
+    sdpa_oracle(R, "heads S(1), h8 kvh2 (fallback)", (sdpa_cfg){2, 8, 2}, S1, Rp, false, false, layout);
+    sdpa_oracle(R, "heads S(1), h6 kvh3 (fallback)", (sdpa_cfg){2, 6, 3}, S1, Rp, false, false, layout);
+    sdpa_oracle(R, "heads S(1), h6 kvh2 (fallback)", (sdpa_cfg){2, 6, 2}, S1, Rp, false, false, layout);
   } else {
-    sdpa_oracle(R, "(S(0),S(1)), h8 kvh4", (sdpa_cfg){2, 8, 4}, S0, S1, true, true);
-    sdpa_oracle(R, "(S(1),S(1)), h8 kvh4", (sdpa_cfg){2, 8, 4}, S1, S1, true, true);
-    sdpa_oracle(R, "(S(1),S(0)), h6 kvh2", (sdpa_cfg){2, 6, 2}, S1, S0, true, true);
-    sdpa_oracle(R, "(S(1),S(1)), h8 kvh2 (fallback)", (sdpa_cfg){2, 8, 2}, S1, S1, false, false);
-    sdpa_oracle(R, "(S(1),S(1)), h6 kvh3 (fallback)", (sdpa_cfg){2, 6, 3}, S1, S1, false, false);
+    sdpa_oracle(R, "(S(0),S(1)), h8 kvh4", (sdpa_cfg){2, 8, 4}, S0, S1, true, true, layout);
+    sdpa_oracle(R, "(S(1),S(1)), h8 kvh4", (sdpa_cfg){2, 8, 4}, S1, S1, true, true, layout);
+    sdpa_oracle(R, "(S(1),S(0)), h6 kvh2", (sdpa_cfg){2, 6, 2}, S1, S0, true, true, layout);
+    sdpa_oracle(R, "(S(1),S(1)), h8 kvh2 (fallback)", (sdpa_cfg){2, 8, 2}, S1, S1, false, false, layout);
+    sdpa_oracle(R, "(S(1),S(1)), h6 kvh3 (fallback)", (sdpa_cfg){2, 6, 3}, S1, S1, false, false, layout);
   }
 }
 
@@ -512,6 +554,24 @@ static void grads(rk *R) {
       for (int i = 0; i < R->m; i++) pl[j][i] = K[SC[c].p[j][i]];
     grad_case(R, T_SDPA, &a, in, pl);
   }
+  /* layout 1 ([b, s, h, hd]): heads (S(2)), batch x heads, P(sum) mixed */
+  static const struct { sdpa_cfg c; int p[3][2]; } SL[] = {
+      {{2, 8, 4}, {{2, 2}, {2, 2}, {2, 2}}},
+      {{4, 8, 2}, {{1, 2}, {1, 2}, {1, 2}}},
+      {{2, 8, 4}, {{2, 3}, {0, 1}, {3, 0}}},
+  };
+  const dt_placement KL[4] = {Rp, S0, dt_shard(2), P};
+  a.i0 = 1;
+  for (int c = 0; c < (R->ms[0] == 1 ? 1 : 3); c++) {
+    garr in[3];
+    sdpa_inputs_l(&SL[c].c, in, 1);
+    dt_placement pl[3][DT_MAX_MESH_DIMS];
+    memset(pl, 0, sizeof pl);
+    for (int j = 0; j < 3; j++)
+      for (int i = 0; i < R->m; i++) pl[j][i] = KL[SL[c].p[j][i]];
+    grad_case(R, T_SDPA, &a, in, pl);
+  }
+  a.i0 = 0;
   /* rope */
   garr x[1];
   gfill(&x[0], 2, 7, 3, 8, 5);
@@ -588,8 +648,41 @@ static void f32_checks(rk *R) {
   sdpa_inputs(&(sdpa_cfg){2, 8, 4}, in);
   memset(&a, 0, sizeof a);
   f32_case(R, T_SDPA, &a, in, pl);
+  sdpa_inputs_l(&(sdpa_cfg){2, 8, 4}, in, 1);
+  for (int j = 0; j < 3; j++) pl[j][0] = dt_shard(2);
+  a.i0 = 1;
+  f32_case(R, T_SDPA, &a, in, pl);
+  a.i0 = 0;
+  for (int j = 0; j < 3; j++) pl[j][0] = dt_shard(1);
   gfill(&in[0], 2, 7, 3, 8, 4);
   f32_case(R, T_ROPE, rope_attrs(2, &a), in, pl);
+}
+
+/* A layout other than 0 or 1 is refused with a message naming it. */
+static void bad_layout(rk *R) {
+  garr in[3];
+  sdpa_inputs(&(sdpa_cfg){2, 8, 4}, in);
+  dt_placement pl[DT_MAX_MESH_DIMS];
+  memset(pl, 0, sizeof pl);
+  for (int i = 0; i < R->m; i++) pl[i] = dt_replicate();
+  dt_tensor t[3], out;
+  for (int j = 0; j < 3; j++)
+    if (make(R, &in[j], pl, &t[j]) != DT_OK) {
+      tu_fail(__FILE__, __LINE__, "rank %d: distribute for the bad-layout case", R->ctx->rank);
+      for (int k = 0; k < j; k++) dt_tensor_free(R->ctx, &t[k]);
+      return;
+    }
+  dt_op_attrs a;
+  memset(&a, 0, sizeof a);
+  a.i0 = 2;
+  const dt_tensor *ip[3] = {&t[0], &t[1], &t[2]};
+  dt_tensor *op_[1] = {&out};
+  dt_status s = dt_op_call(R->ctx, &dt_op_sdpa, &a, ip, op_, NULL);
+  TU_CHECK(s == DT_ERR_INVALID && strstr(dt_last_error(R->ctx), "layout"),
+           "rank %d: sdpa layout 2 -> %s (%s), expected an invalid-layout error", R->ctx->rank,
+           dt_status_str(s), dt_last_error(R->ctx));
+  if (s == DT_OK) dt_tensor_free(R->ctx, &out);
+  for (int j = 0; j < 3; j++) dt_tensor_free(R->ctx, &t[j]);
 }
 
 /* ---- jobs ------------------------------------------------------------------------------- */
@@ -609,11 +702,14 @@ static dt_status body(dt_ctx *ctx, void *arg) {
   if (s != DT_OK) return s;
   size_t mem0 = ctx->mem.host_cur;
   if (J->values) {
-    sdpa_sweep(&R);
-    sdpa_oracles(&R);
+    for (int layout = 0; layout < 2; layout++) {
+      sdpa_sweep(&R, layout);
+      sdpa_oracles(&R, layout);
+    }
     rope_sweep(&R);
     rope_scaling(&R);
     f32_checks(&R);
+    bad_layout(&R);
   }
   grads(&R);
   ot_rank_close(&R, mem0); /* every output, gradient and temporary of the ops was freed */

@@ -27,39 +27,56 @@ static void track(size_t *cur, size_t *peak, size_t bytes, bool add) {
  * cache is for the large ones that glibc maps and unmaps each time. */
 #define DT_CACHE_MIN ((size_t)64 << 10)
 
-/* A cached block with room for `bytes` wasting at most half of it, or NULL. */
+static void cache_remove(dt_mem_cache *c, int i) {
+  int tail = c->n - i - 1;
+  memmove(&c->blk[i], &c->blk[i + 1], (size_t)tail * sizeof c->blk[0]);
+  memmove(&c->cap[i], &c->cap[i + 1], (size_t)tail * sizeof c->cap[0]);
+  memmove(&c->stamp[i], &c->stamp[i + 1], (size_t)tail * sizeof c->stamp[0]);
+  c->n--;
+}
+
+/* First slot whose cap is >= bytes (n when none). */
+static int cache_lower_bound(const dt_mem_cache *c, size_t bytes) {
+  int lo = 0, hi = c->n;
+  while (lo < hi) {
+    int mid = lo + (hi - lo) / 2;
+    if (c->cap[mid] < bytes) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+/* The smallest cached block with room for `bytes` wasting at most half of it, or NULL. */
 static dt_alloc_hdr *cache_take(dt_ctx *ctx, size_t bytes) {
   dt_mem_cache *c = &ctx->mem_cache;
-  int best = -1;
-  for (int i = 0; i < c->n; i++)
-    if (c->cap[i] >= bytes && c->cap[i] / 2 <= bytes && (best < 0 || c->cap[i] < c->cap[best]))
-      best = i;
-  if (best < 0) return NULL;
-  dt_alloc_hdr *h = c->blk[best];
-  ctx->mem.host_cached -= c->cap[best];
-  for (int i = best; i + 1 < c->n; i++) {
-    c->blk[i] = c->blk[i + 1];
-    c->cap[i] = c->cap[i + 1];
-  }
-  c->n--;
+  int i = cache_lower_bound(c, bytes);
+  if (i == c->n || c->cap[i] / 2 > bytes) return NULL;
+  dt_alloc_hdr *h = c->blk[i];
+  ctx->mem.host_cached -= c->cap[i];
+  cache_remove(c, i);
   return h;
 }
 
-/* Keeps a freed block for reuse; false when it does not fit the cache. */
+/* Keeps a freed block for reuse, evicting the oldest ones while the slots or
+ * the byte limit are full; false when it does not fit the cache at all. */
 static bool cache_put(dt_ctx *ctx, dt_alloc_hdr *h) {
   dt_mem_cache *c = &ctx->mem_cache;
   if (h->cap < DT_CACHE_MIN || h->cap > c->limit) return false;
   while (c->n > 0 && (c->n == DT_MEM_CACHE_SLOTS || ctx->mem.host_cached + h->cap > c->limit)) {
-    free(c->blk[0]); /* the oldest goes */
-    ctx->mem.host_cached -= c->cap[0];
-    for (int i = 0; i + 1 < c->n; i++) {
-      c->blk[i] = c->blk[i + 1];
-      c->cap[i] = c->cap[i + 1];
-    }
-    c->n--;
+    int old = 0;
+    for (int i = 1; i < c->n; i++)
+      if (c->stamp[i] < c->stamp[old]) old = i;
+    free(c->blk[old]);
+    ctx->mem.host_cached -= c->cap[old];
+    cache_remove(c, old);
   }
-  c->blk[c->n] = h;
-  c->cap[c->n] = h->cap;
+  int i = cache_lower_bound(c, h->cap), tail = c->n - i;
+  memmove(&c->blk[i + 1], &c->blk[i], (size_t)tail * sizeof c->blk[0]);
+  memmove(&c->cap[i + 1], &c->cap[i], (size_t)tail * sizeof c->cap[0]);
+  memmove(&c->stamp[i + 1], &c->stamp[i], (size_t)tail * sizeof c->stamp[0]);
+  c->blk[i] = h;
+  c->cap[i] = h->cap;
+  c->stamp[i] = ++c->tick;
   c->n++;
   ctx->mem.host_cached += h->cap;
   return true;

@@ -419,13 +419,6 @@ static dt_op_attrs shape_attrs(int n, const int64_t *shape) {
   return a;
 }
 
-static dt_op_attrs transpose_attrs(int d0, int d1) {
-  dt_op_attrs a = DT_OP_ATTRS_INIT;
-  a.i0 = d0;
-  a.i1 = d1;
-  return a;
-}
-
 /* Attention (1.2) on x [b, s, dim] (after attention_norm) -> [b, s, dim]. mods: the
  * attention module, then wq, wk, wv, wo. */
 static dt_status attention(dt_ctx *ctx, dt_model *m, dt_module *mods, dt_var *x, dt_var **y) {
@@ -450,13 +443,12 @@ static dt_status attention(dt_ctx *ctx, dt_model *m, dt_module *mods, dt_var *x,
   ra.i0 = m->cfg.rope_scaling ? 1 : 0;
   DT_CHECK(op1(m, &dt_op_rope, &ra, q, &q));
   DT_CHECK(op1(m, &dt_op_rope, &ra, k, &k));
-  dt_op_attrs ta = transpose_attrs(1, 2);
-  DT_CHECK(op1(m, &dt_op_transpose, &ta, q, &q));
-  DT_CHECK(op1(m, &dt_op_transpose, &ta, k, &k));
-  DT_CHECK(op1(m, &dt_op_transpose, &ta, v, &v));
+  /* TorchTitan transposes to [b, h, s, hd] for SDPA and back; sdpa's [b, s, h, hd]
+   * layout (attrs.i0 = 1) computes the same without the four copies each way */
+  dt_op_attrs sa = DT_OP_ATTRS_INIT;
+  sa.i0 = 1;
   dt_var *sin[3] = {q, k, v}, *o;
-  DT_CHECK(dt_ad_op(m->step_tape, &dt_op_sdpa, NULL, sin, &o));
-  DT_CHECK(op1(m, &dt_op_transpose, &ta, o, &o));
+  DT_CHECK(dt_ad_op(m->step_tape, &dt_op_sdpa, &sa, sin, &o));
   const int64_t oshape[3] = {b, s, -1};
   dt_op_attrs rsa = shape_attrs(3, oshape);
   DT_CHECK(op1(m, &dt_op_reshape, &rsa, o, &o));

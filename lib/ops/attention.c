@@ -23,6 +23,9 @@
  * sdpa: q [b, h, s, hd], k and v [b, kvh, s, hd] (h % kvh == 0; query head i
  *   uses kv head i / (h / kvh), TorchTitan's repeat_kv), causal (query i sees
  *   keys j <= i; the sequence dim is never sharded here), scale 1/sqrt(hd).
+ *   attrs.i0 = 1 takes q, k, v and gives the output as [b, s, h, hd] instead
+ *   (flash-attn's layout, the one the projections produce): the model then
+ *   needs no transposes around attention, and the heads dim below is 2, not 1.
  *   Strategy: per mesh dim the three options of PyTorch's flash / efficient
  *   strategies: all R, head sharding S(1) on q, k, v and the output, batch
  *   sharding S(0) on all; expanded over the mesh, then a candidate is dropped
@@ -31,13 +34,15 @@
  *   exactly those that use the local kv heads [k kvh/N, (k+1) kvh/N). Partial
  *   inputs are never kept: the cost model picks R or a Shard target for them
  *   (all-reduce or reduce-scatter). The all-R candidate always survives.
- *   Kernel per (batch, head): scores in double, max-subtracted softmax.
- *   Backward: two private ops on (q, k, v, dout) with the same strategy,
- *   sdpa_bwd_q -> dq and sdpa_bwd_kv -> (dk, dv) (DT_OP_MAX_OUT is 2), each
- *   recomputing P: dV = P^T dO, dP = dO V^T, dS = P (dP - rowsum(dP P)),
- *   dQ = dS K scale, dK = dS^T Q scale, dK and dV summed over a group's heads.
+ *   Kernel per (batch, head): GEMMs on the strided head in place (no copies
+ *   in either layout), max-subtracted softmax with its sum in double.
+ *   Backward: one private op on (q, k, v, dout) with the same strategy,
+ *   sdpa_bwd -> (dq, dk, dv), recomputing P once per head (as flash attention
+ *   does; nothing S x S is kept from the forward): dV = P^T dO, dP = dO V^T,
+ *   dS = P (dP - rowsum(dP P)), dQ = dS K scale, dK = dS^T Q scale, dK and dV
+ *   summed over a group's heads.
  *
- * Kernels: f32 and f64 host arrays, accumulated in double.
+ * Kernels: f32 and f64 host arrays.
  * What it is not: context parallel (sequence-sharded) attention, dropout,
  * non-causal masks, rotate-half rope, fused or blocked kernels.
  */
@@ -48,6 +53,7 @@
 
 #include "device/device.h"
 #include "ops/ops.h"
+#include "ops/vmath.h"
 
 /* ---- shared helpers ---------------------------------------------------------------- */
 
@@ -179,30 +185,48 @@ static dt_status rope_backward(dt_ctx *ctx, const dt_op_attrs *a, const dt_tenso
 
 /* ---- sdpa ------------------------------------------------------------------------- */
 
-/* Checks q [b,h,s,hd], k, v [b,kvh,s,hd] (and, with dout, dout like q). */
-static dt_status sdpa_check(dt_ctx *ctx, const char *name, const dt_spec *in, int n) {
+/* attrs.i0 of sdpa: the layout of q, k, v and the output. */
+enum { SDPA_BHSD = 0, SDPA_BSHD = 1 };
+
+static dt_status sdpa_layout(dt_ctx *ctx, const char *name, const dt_op_attrs *a, int *hdim, int *sdim) {
+  int l = a ? a->i0 : SDPA_BHSD;
+  if (l != SDPA_BHSD && l != SDPA_BSHD)
+    return dt_error(ctx, DT_ERR_INVALID, name, "layout (i0) %d: 0 is [b, h, s, hd], 1 is [b, s, h, hd]", l);
+  *hdim = l == SDPA_BSHD ? 2 : 1;
+  *sdim = l == SDPA_BSHD ? 1 : 2;
+  return DT_OK;
+}
+
+/* Checks q, k, v (and, with dout, dout like q): 4-d, one float dtype, k like v,
+ * q like k but in heads, q heads a multiple of kv heads. */
+static dt_status sdpa_check(dt_ctx *ctx, const char *name, const dt_op_attrs *a, const dt_spec *in,
+                            int n) {
   static const char *const NM[4] = {"q", "k", "v", "dout"};
+  int hd_ = 1, sd_ = 2;
+  DT_CHECK(sdpa_layout(ctx, name, a, &hd_, &sd_));
+  const char *lay = hd_ == 1 ? "[b, heads, s, hd]" : "[b, s, heads, hd]";
   for (int j = 0; j < n; j++) {
     DT_CHECK(check_float(ctx, name, j, in[j].dtype));
     if (in[j].dtype != in[0].dtype)
       return dt_error(ctx, DT_ERR_INVALID, name, "q and %s differ in dtype", NM[j]);
     if (in[j].ndim != 4)
-      return dt_error(ctx, DT_ERR_INVALID, name, "%s must be 4-d [b, heads, s, hd]; it has %d dims",
-                      NM[j], in[j].ndim);
+      return dt_error(ctx, DT_ERR_INVALID, name, "%s must be 4-d %s; it has %d dims", NM[j], lay,
+                      in[j].ndim);
   }
   const int64_t *q = in[0].gshape, *k = in[1].gshape, *v = in[2].gshape;
   for (int d = 0; d < 4; d++)
     if (k[d] != v[d])
       return dt_error(ctx, DT_ERR_INVALID, name, "k and v differ in dim %d (%lld, %lld)", d,
                       (long long)k[d], (long long)v[d]);
-  if (q[0] != k[0] || q[2] != k[2] || q[3] != k[3])
-    return dt_error(ctx, DT_ERR_INVALID, name,
-                    "q [%lld,%lld,%lld,%lld] and k [%lld,%lld,%lld,%lld] differ in batch, seq or head dim",
-                    (long long)q[0], (long long)q[1], (long long)q[2], (long long)q[3],
-                    (long long)k[0], (long long)k[1], (long long)k[2], (long long)k[3]);
-  if (k[1] <= 0 || q[1] % k[1])
+  for (int d = 0; d < 4; d++)
+    if (d != hd_ && q[d] != k[d])
+      return dt_error(ctx, DT_ERR_INVALID, name,
+                      "q [%lld,%lld,%lld,%lld] and k [%lld,%lld,%lld,%lld] differ in batch, seq or head dim",
+                      (long long)q[0], (long long)q[1], (long long)q[2], (long long)q[3],
+                      (long long)k[0], (long long)k[1], (long long)k[2], (long long)k[3]);
+  if (k[hd_] <= 0 || q[hd_] % k[hd_])
     return dt_error(ctx, DT_ERR_INVALID, name, "q heads %lld are not a multiple of kv heads %lld",
-                    (long long)q[1], (long long)k[1]);
+                    (long long)q[hd_], (long long)k[hd_]);
   if (n == 4)
     for (int d = 0; d < 4; d++)
       if (in[3].gshape[d] != q[d])
@@ -211,37 +235,31 @@ static dt_status sdpa_check(dt_ctx *ctx, const char *name, const dt_spec *in, in
 }
 
 static dt_status sdpa_infer(dt_ctx *ctx, const dt_op_attrs *a, const dt_spec *in, dt_spec *out) {
-  (void)a;
-  DT_CHECK(sdpa_check(ctx, "sdpa", in, 3));
+  DT_CHECK(sdpa_check(ctx, "sdpa", a, in, 3));
   out[0] = in[0];
   return DT_OK;
 }
 
-/* sdpa_bwd_q: dq like q.  sdpa_bwd_kv: dk, dv like k. */
-static dt_status bwd_q_infer(dt_ctx *ctx, const dt_op_attrs *a, const dt_spec *in, dt_spec *out) {
-  (void)a;
-  DT_CHECK(sdpa_check(ctx, "sdpa_bwd_q", in, 4));
+/* sdpa_bwd: dq like q; dk, dv like k. */
+static dt_status bwd_infer(dt_ctx *ctx, const dt_op_attrs *a, const dt_spec *in, dt_spec *out) {
+  DT_CHECK(sdpa_check(ctx, "sdpa_bwd", a, in, 4));
   out[0] = in[0];
-  return DT_OK;
-}
-static dt_status bwd_kv_infer(dt_ctx *ctx, const dt_op_attrs *a, const dt_spec *in, dt_spec *out) {
-  (void)a;
-  DT_CHECK(sdpa_check(ctx, "sdpa_bwd_kv", in, 4));
-  out[0] = in[1];
-  out[1] = in[2];
+  out[1] = in[1];
+  out[2] = in[2];
   return DT_OK;
 }
 
 /* Whole-mesh candidates shared by sdpa and its backward ops: per mesh dim
  * {all R, all S(1), all S(0)} expanded, minus head shardings that split h or
  * kvh unevenly. Every input and output takes the same placement. */
-static dt_status sdpa_cands(dt_ctx *ctx, const char *name, const dt_spec *in, int n_in, int n_out,
-                            dt_candidate *cand, int *n, int max) {
-  int m = in[0].mesh_ndim;
+static dt_status sdpa_cands(dt_ctx *ctx, const char *name, const dt_op_attrs *a, const dt_spec *in,
+                            int n_in, int n_out, dt_candidate *cand, int *n, int max) {
+  int m = in[0].mesh_ndim, hdim = 1, sdim = 2;
+  DT_CHECK(sdpa_layout(ctx, name, a, &hdim, &sdim));
   dt_dim_option opts[DT_MAX_MESH_DIMS][3];
   const dt_dim_option *optp[DT_MAX_MESH_DIMS];
   int nopt[DT_MAX_MESH_DIMS];
-  const dt_placement P3[3] = {dt_replicate(), dt_shard(1), dt_shard(0)};
+  const dt_placement P3[3] = {dt_replicate(), dt_shard(hdim), dt_shard(0)};
   for (int i = 0; i < m; i++) {
     memset(opts[i], 0, sizeof opts[i]);
     for (int o = 0; o < 3; o++) {
@@ -253,12 +271,12 @@ static dt_status sdpa_cands(dt_ctx *ctx, const char *name, const dt_spec *in, in
   }
   if (dt_op_expand(m, n_in, n_out, optp, nopt, cand, n, max) != DT_OK)
     return dt_error(ctx, DT_ERR_UNSUPPORTED, name, "more than %d candidates", max);
-  int64_t h = in[0].gshape[1], kvh = in[1].gshape[1];
+  int64_t h = in[0].gshape[hdim], kvh = in[1].gshape[hdim];
   int kept = 0;
   for (int c = 0; c < *n; c++) {
     int64_t N = 1;
     for (int i = 0; i < m; i++) {
-      if (cand[c].in[0][i].kind != DT_PL_SHARD || cand[c].in[0][i].dim != 1) continue;
+      if (cand[c].in[0][i].kind != DT_PL_SHARD || cand[c].in[0][i].dim != hdim) continue;
       if (in[0].mesh_shape[i] <= 0)
         return dt_error(ctx, DT_ERR_INTERNAL, name, "mesh sizes missing from the spec");
       N *= in[0].mesh_shape[i];
@@ -272,45 +290,54 @@ static dt_status sdpa_cands(dt_ctx *ctx, const char *name, const dt_spec *in, in
 
 static dt_status sdpa_candidates(dt_ctx *ctx, const dt_op_attrs *a, const dt_spec *in,
                                  const dt_spec *out, dt_candidate *cand, int *n, int max) {
-  (void)a;
   (void)out;
-  return sdpa_cands(ctx, "sdpa", in, 3, 1, cand, n, max);
+  return sdpa_cands(ctx, "sdpa", a, in, 3, 1, cand, n, max);
 }
-static dt_status bwd_q_candidates(dt_ctx *ctx, const dt_op_attrs *a, const dt_spec *in,
-                                  const dt_spec *out, dt_candidate *cand, int *n, int max) {
-  (void)a;
+static dt_status bwd_candidates(dt_ctx *ctx, const dt_op_attrs *a, const dt_spec *in,
+                                const dt_spec *out, dt_candidate *cand, int *n, int max) {
   (void)out;
-  return sdpa_cands(ctx, "sdpa_bwd_q", in, 4, 1, cand, n, max);
-}
-static dt_status bwd_kv_candidates(dt_ctx *ctx, const dt_op_attrs *a, const dt_spec *in,
-                                   const dt_spec *out, dt_candidate *cand, int *n, int max) {
-  (void)a;
-  (void)out;
-  return sdpa_cands(ctx, "sdpa_bwd_kv", in, 4, 2, cand, n, max);
+  return sdpa_cands(ctx, "sdpa_bwd", a, in, 4, 3, cand, n, max);
 }
 
-/* Local geometry of one call. */
+/* Local geometry of one call: sizes, and where head (b, h) of q (of k) starts
+ * (qb b + qh h elements) with rows qld apart (kb, kh, kld for k). */
 typedef struct sdpa_geo {
   int64_t B, H, KVH, S, HD, group;
+  int64_t qb, qh, qld, kb, kh, kld;
   double scale;
 } sdpa_geo;
 
-static dt_status sdpa_geo_get(dt_ctx *ctx, const char *name, const dt_tensor *const *in, sdpa_geo *g) {
+static dt_status sdpa_geo_get(dt_ctx *ctx, const char *name, const dt_op_attrs *a,
+                              const dt_tensor *const *in, sdpa_geo *g) {
+  int hdim = 1, sdim = 2;
+  DT_CHECK(sdpa_layout(ctx, name, a, &hdim, &sdim));
   const dt_array *q = &in[0]->local, *k = &in[1]->local, *v = &in[2]->local;
   g->B = q->shape[0];
-  g->H = q->shape[1];
-  g->S = q->shape[2];
+  g->H = q->shape[hdim];
+  g->S = q->shape[sdim];
   g->HD = q->shape[3];
-  g->KVH = k->shape[1];
-  if (k->shape[0] != g->B || v->shape[0] != g->B || v->shape[1] != g->KVH || k->shape[2] != g->S ||
-      v->shape[2] != g->S || k->shape[3] != g->HD || v->shape[3] != g->HD || g->S != in[0]->gshape[2])
+  g->KVH = k->shape[hdim];
+  if (k->shape[0] != g->B || v->shape[0] != g->B || v->shape[hdim] != g->KVH ||
+      k->shape[sdim] != g->S || v->shape[sdim] != g->S || k->shape[3] != g->HD ||
+      v->shape[3] != g->HD || g->S != in[0]->gshape[sdim])
     return dt_error(ctx, DT_ERR_INTERNAL, name, "local shapes of q, k, v do not match");
   /* an empty batch shard has no heads to pair; otherwise the groups must agree */
-  if (g->B > 0 && (g->KVH <= 0 || g->H % g->KVH || g->H / g->KVH != in[0]->gshape[1] / in[1]->gshape[1]))
+  if (g->B > 0 && (g->KVH <= 0 || g->H % g->KVH ||
+                   g->H / g->KVH != in[0]->gshape[hdim] / in[1]->gshape[hdim]))
     return dt_error(ctx, DT_ERR_INTERNAL, name, "local heads %lld / kv heads %lld break the grouping",
                     (long long)g->H, (long long)g->KVH);
   g->group = g->KVH > 0 ? g->H / g->KVH : 1;
   g->scale = 1.0 / sqrt((double)in[0]->gshape[3]);
+  g->qb = g->H * g->S * g->HD;
+  g->kb = g->KVH * g->S * g->HD;
+  if (hdim == 1) { /* [b, h, s, hd]: a head is a contiguous S x HD block */
+    g->qh = g->kh = g->S * g->HD;
+    g->qld = g->kld = g->HD;
+  } else { /* [b, s, h, hd]: a head's rows are one token's heads apart */
+    g->qh = g->kh = g->HD;
+    g->qld = g->H * g->HD;
+    g->kld = g->KVH * g->HD;
+  }
   return DT_OK;
 }
 
@@ -329,38 +356,54 @@ static dt_status gemm(dt_ctx *ctx, dt_dtype t, bool ta, bool tb, int64_t m, int6
   return dt_device_gemm(ctx->device, &d);
 }
 
-/* Row-wise causal softmax of the S x S scores in place (zero above the diagonal);
- * the sum is accumulated in double. EXP and MAX are the dtype's own (expf for
- * f32: within 1 ulp, and half the cost of exp in double on the hot path). */
-#define SOFTMAX_ROWS(T, EXP, MAX)                                                \
-  static void softmax_rows_##T(T *P, int64_t S) {                                \
-    for (int64_t i = 0; i < S; i++) {                                            \
-      T *row = P + i * S;                                                        \
-      T mx = row[0];                                                             \
-      for (int64_t j = 1; j <= i; j++) mx = MAX(mx, row[j]);                     \
-      double z = 0;                                                              \
-      for (int64_t j = 0; j <= i; j++) {                                         \
-        row[j] = EXP(row[j] - mx);                                               \
-        z += (double)row[j];                                                     \
-      }                                                                          \
-      T inv = (T)(1.0 / z);                                                      \
-      for (int64_t j = 0; j <= i; j++) row[j] *= inv;                            \
-      for (int64_t j = i + 1; j < S; j++) row[j] = 0;                            \
-    }                                                                            \
-  }                                                                              \
-  /* dS = P (dP - rowsum(dP P)), in place over dP */                             \
-  static void dsoft_rows_##T(const T *P, T *dP, int64_t S) {                     \
-    for (int64_t i = 0; i < S; i++) {                                            \
-      double rs = 0;                                                             \
-      for (int64_t j = 0; j <= i; j++) rs += (double)dP[i * S + j] * (double)P[i * S + j]; \
-      T r = (T)rs;                                                               \
-      for (int64_t j = 0; j <= i; j++) dP[i * S + j] = P[i * S + j] * (dP[i * S + j] - r); \
-      for (int64_t j = i + 1; j < S; j++) dP[i * S + j] = 0;                     \
-    }                                                                            \
+/* Row-wise causal softmax of the S x S scores in place (zero above the
+ * diagonal), the sum accumulated in double; dsoft: dS = P (dP - rowsum(dP P))
+ * in place over dP. f64 in plain loops with exp; f32 on the vector primitives
+ * of vmath.h (its exp within 2 ulps, 3x expf: these rows are most of the
+ * attention time outside the GEMMs). */
+static void softmax_rows_double(double *P, int64_t S) {
+  for (int64_t i = 0; i < S; i++) {
+    double *row = P + i * S, mx = row[0], z = 0;
+    for (int64_t j = 1; j <= i; j++) mx = row[j] > mx ? row[j] : mx;
+    for (int64_t j = 0; j <= i; j++) {
+      row[j] = exp(row[j] - mx);
+      z += row[j];
+    }
+    double inv = 1.0 / z;
+    for (int64_t j = 0; j <= i; j++) row[j] *= inv;
+    for (int64_t j = i + 1; j < S; j++) row[j] = 0;
   }
-#define DT_MAXT(a, b) ((b) > (a) ? (b) : (a)) /* inlined; fmaxf is a call here */
-SOFTMAX_ROWS(float, expf, DT_MAXT)
-SOFTMAX_ROWS(double, exp, DT_MAXT)
+}
+
+static void dsoft_rows_double(const double *P, double *dP, int64_t S) {
+  for (int64_t i = 0; i < S; i++) {
+    double rs = 0;
+    for (int64_t j = 0; j <= i; j++) rs += dP[i * S + j] * P[i * S + j];
+    for (int64_t j = 0; j <= i; j++) dP[i * S + j] = P[i * S + j] * (dP[i * S + j] - rs);
+    for (int64_t j = i + 1; j < S; j++) dP[i * S + j] = 0;
+  }
+}
+
+static void softmax_rows_float(float *P, int64_t S) {
+  for (int64_t i = 0; i < S; i++) {
+    float *row = P + i * S;
+    float mx = dt_max_f32(row, i + 1);
+    dt_vexp_f32(row, row, mx, i + 1);
+    dt_scale_f32(row, (float)(1.0 / dt_sum_f32(row, i + 1)), i + 1);
+    memset(row + i + 1, 0, (size_t)(S - i - 1) * sizeof *row);
+  }
+}
+
+static void dsoft_rows_float(const float *P, float *dP, int64_t S) {
+  for (int64_t i = 0; i < S; i++) {
+    const float *p = P + i * S;
+    float *d = dP + i * S, r = (float)dt_dot_f32(d, p, i + 1);
+    int64_t j = 0;
+    for (; j + 4 <= i + 1; j += 4) dt_v4_store(d + j, dt_v4_load(p + j) * (dt_v4_load(d + j) - r));
+    for (; j <= i; j++) d[j] = p[j] * (d[j] - r);
+    memset(d + i + 1, 0, (size_t)(S - i - 1) * sizeof *d);
+  }
+}
 
 static void softmax_rows(dt_dtype t, void *P, int64_t S) {
   if (t == DT_F32) softmax_rows_float(P, S);
@@ -372,23 +415,18 @@ static void dsoft_rows(dt_dtype t, const void *P, void *dP, int64_t S) {
   else dsoft_rows_double(P, dP, S);
 }
 
-/* P = softmax(Q_h K_kh^T * scale) for (b, h); es: element bytes. */
-static dt_status sdpa_probs(dt_ctx *ctx, dt_dtype t, const dt_array *q, const dt_array *k,
-                            const sdpa_geo *g, int64_t b, int64_t h, void *P) {
-  size_t es = dt_dtype_size(t);
-  int64_t kh = h / g->group;
-  const char *Q = (const char *)q->data + (size_t)((b * g->H + h) * g->S * g->HD) * es;
-  const char *K = (const char *)k->data + (size_t)((b * g->KVH + kh) * g->S * g->HD) * es;
-  DT_CHECK(gemm(ctx, t, false, true, g->S, g->S, g->HD, g->scale, Q, g->HD, K, g->HD, 0.0, P, g->S));
+/* P = softmax(Q_h K_kh^T * scale) for (b, h). */
+static dt_status sdpa_probs(dt_ctx *ctx, dt_dtype t, const char *Q, const char *K, const sdpa_geo *g,
+                            void *P) {
+  DT_CHECK(gemm(ctx, t, false, true, g->S, g->S, g->HD, g->scale, Q, g->qld, K, g->kld, 0.0, P, g->S));
   softmax_rows(t, P, g->S);
   return DT_OK;
 }
 
 static dt_status sdpa_kernel(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor *const *in,
                              dt_tensor *const *out) {
-  (void)a;
   sdpa_geo g;
-  DT_CHECK(sdpa_geo_get(ctx, "sdpa", in, &g));
+  DT_CHECK(sdpa_geo_get(ctx, "sdpa", a, in, &g));
   const dt_array *q = &in[0]->local, *k = &in[1]->local, *v = &in[2]->local;
   dt_array *o = &out[0]->local;
   if (g.B * g.H * g.S == 0) return DT_OK;
@@ -399,29 +437,31 @@ static dt_status sdpa_kernel(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor 
   dt_status s = DT_OK;
   for (int64_t b = 0; b < g.B && s == DT_OK; b++)
     for (int64_t h = 0; h < g.H && s == DT_OK; h++) {
-      s = sdpa_probs(ctx, t, q, k, &g, b, h, P);
-      const char *V = (const char *)v->data + (size_t)((b * g.KVH + h / g.group) * g.S * g.HD) * es;
-      char *O = (char *)o->data + (size_t)((b * g.H + h) * g.S * g.HD) * es;
-      if (s == DT_OK) s = gemm(ctx, t, false, false, g.S, g.HD, g.S, 1.0, P, g.S, V, g.HD, 0.0, O, g.HD);
+      size_t qo = (size_t)(b * g.qb + h * g.qh) * es, ko = (size_t)(b * g.kb + h / g.group * g.kh) * es;
+      s = sdpa_probs(ctx, t, (const char *)q->data + qo, (const char *)k->data + ko, &g, P);
+      const char *V = (const char *)v->data + ko;
+      char *O = (char *)o->data + qo;
+      if (s == DT_OK) s = gemm(ctx, t, false, false, g.S, g.HD, g.S, 1.0, P, g.S, V, g.kld, 0.0, O, g.qld);
     }
   dt_host_free(ctx, P);
   return s;
 }
 
-/* The backward kernel: dq (want_q) or dk, dv, from q, k, v, dout. */
-static dt_status sdpa_bwd_run(dt_ctx *ctx, const char *name, const dt_tensor *const *in,
-                              dt_tensor *const *out, bool want_q) {
+/* The backward kernel: dq, dk, dv from q, k, v, dout. Per kv head, the heads of
+ * its group in turn: P and dS once each, then dQ, and dK, dV accumulated. */
+static dt_status bwd_kernel(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor *const *in,
+                            dt_tensor *const *out) {
+  static const char name[] = "sdpa_bwd";
   sdpa_geo g;
-  DT_CHECK(sdpa_geo_get(ctx, name, in, &g));
+  DT_CHECK(sdpa_geo_get(ctx, name, a, in, &g));
   const dt_array *q = &in[0]->local, *k = &in[1]->local, *v = &in[2]->local, *dO = &in[3]->local;
   if (dO->numel != q->numel) return dt_error(ctx, DT_ERR_INTERNAL, name, "dout shape differs from q");
-  dt_array *dq = want_q ? &out[0]->local : NULL, *dk = want_q ? NULL : &out[0]->local,
-           *dv = want_q ? NULL : &out[1]->local;
-  if (!want_q) { /* accumulated over each group's query heads */
+  dt_array *dq = &out[0]->local, *dk = &out[1]->local, *dv = &out[2]->local;
+  if (g.B * g.H * g.S == 0) {
     if (dk->numel) memset(dk->data, 0, dt_array_bytes(dk));
     if (dv->numel) memset(dv->data, 0, dt_array_bytes(dv));
+    return DT_OK;
   }
-  if (g.B * g.H * g.S == 0) return DT_OK;
   dt_dtype t = q->dtype;
   size_t es = dt_dtype_size(t), ss = (size_t)(g.S * g.S);
   char *P = dt_host_alloc(ctx, 2 * ss * es);
@@ -430,45 +470,27 @@ static dt_status sdpa_bwd_run(dt_ctx *ctx, const char *name, const dt_tensor *co
   dt_status s = DT_OK;
   for (int64_t b = 0; b < g.B && s == DT_OK; b++)
     for (int64_t h = 0; h < g.H && s == DT_OK; h++) {
-      size_t qo = (size_t)((b * g.H + h) * g.S * g.HD) * es;
-      size_t ko = (size_t)((b * g.KVH + h / g.group) * g.S * g.HD) * es;
+      size_t qo = (size_t)(b * g.qb + h * g.qh) * es, ko = (size_t)(b * g.kb + h / g.group * g.kh) * es;
       const char *Q = (const char *)q->data + qo, *DO = (const char *)dO->data + qo;
       const char *K = (const char *)k->data + ko, *V = (const char *)v->data + ko;
-      s = sdpa_probs(ctx, t, q, k, &g, b, h, P);
+      char *DQ = (char *)dq->data + qo, *DK = (char *)dk->data + ko, *DV = (char *)dv->data + ko;
+      double beta = h % g.group ? 1.0 : 0.0; /* the group's first head writes dK, dV */
+      s = sdpa_probs(ctx, t, Q, K, &g, P);
       /* dP = dO V^T, then dS in place */
-      if (s == DT_OK) s = gemm(ctx, t, false, true, g.S, g.S, g.HD, 1.0, DO, g.HD, V, g.HD, 0.0, dS, g.S);
+      if (s == DT_OK) s = gemm(ctx, t, false, true, g.S, g.S, g.HD, 1.0, DO, g.qld, V, g.kld, 0.0, dS, g.S);
       if (s != DT_OK) break;
       dsoft_rows(t, P, dS, g.S);
-      if (want_q) {
-        char *DQ = (char *)dq->data + qo;
-        s = gemm(ctx, t, false, false, g.S, g.HD, g.S, g.scale, dS, g.S, K, g.HD, 0.0, DQ, g.HD);
-      } else {
-        char *DK = (char *)dk->data + ko, *DV = (char *)dv->data + ko;
-        s = gemm(ctx, t, true, false, g.S, g.HD, g.S, g.scale, dS, g.S, Q, g.HD, 1.0, DK, g.HD);
-        if (s == DT_OK) s = gemm(ctx, t, true, false, g.S, g.HD, g.S, 1.0, P, g.S, DO, g.HD, 1.0, DV, g.HD);
-      }
+      s = gemm(ctx, t, false, false, g.S, g.HD, g.S, g.scale, dS, g.S, K, g.kld, 0.0, DQ, g.qld);
+      if (s == DT_OK)
+        s = gemm(ctx, t, true, false, g.S, g.HD, g.S, g.scale, dS, g.S, Q, g.qld, beta, DK, g.kld);
+      if (s == DT_OK) s = gemm(ctx, t, true, false, g.S, g.HD, g.S, 1.0, P, g.S, DO, g.qld, beta, DV, g.kld);
     }
   dt_host_free(ctx, P);
   return s;
 }
 
-static dt_status bwd_q_kernel(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor *const *in,
-                              dt_tensor *const *out) {
-  (void)a;
-  return sdpa_bwd_run(ctx, "sdpa_bwd_q", in, out, true);
-}
-static dt_status bwd_kv_kernel(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor *const *in,
-                               dt_tensor *const *out) {
-  (void)a;
-  return sdpa_bwd_run(ctx, "sdpa_bwd_kv", in, out, false);
-}
-
-static const dt_op op_sdpa_bwd_q = {.name = "sdpa_bwd_q", .n_in = 4, .n_out = 1,
-                                    .infer = bwd_q_infer, .candidates = bwd_q_candidates,
-                                    .kernel = bwd_q_kernel};
-static const dt_op op_sdpa_bwd_kv = {.name = "sdpa_bwd_kv", .n_in = 4, .n_out = 2,
-                                     .infer = bwd_kv_infer, .candidates = bwd_kv_candidates,
-                                     .kernel = bwd_kv_kernel};
+static const dt_op op_sdpa_bwd = {.name = "sdpa_bwd", .n_in = 4, .n_out = 3, .infer = bwd_infer,
+                                  .candidates = bwd_candidates, .kernel = bwd_kernel};
 
 static dt_status sdpa_backward(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor *const *in,
                                const dt_tensor *const *out, const dt_tensor *const *gout,
@@ -481,22 +503,14 @@ static dt_status sdpa_backward(dt_ctx *ctx, const dt_op_attrs *a, const dt_tenso
     return s;
   }
   const dt_tensor *bi[4] = {in[0], in[1], in[2], gout[0]};
-  if (gin[0]) {
-    dt_tensor *o[1] = {gin[0]};
-    DT_CHECK(dt_op_call(ctx, &op_sdpa_bwd_q, a, bi, o, NULL));
+  dt_tensor g3[3];
+  dt_tensor *o[3] = {&g3[0], &g3[1], &g3[2]};
+  DT_CHECK(dt_op_call(ctx, &op_sdpa_bwd, a, bi, o, NULL));
+  for (int j = 0; j < 3; j++) {
+    if (gin[j]) *gin[j] = g3[j];
+    else dt_tensor_free(ctx, &g3[j]);
   }
-  if (gin[1] || gin[2]) {
-    dt_tensor dk, dv;
-    dt_tensor *o[2] = {&dk, &dv};
-    s = dt_op_call(ctx, &op_sdpa_bwd_kv, a, bi, o, NULL);
-    if (s != DT_OK) {
-      if (gin[0]) dt_tensor_free(ctx, gin[0]);
-      return s;
-    }
-    if (gin[1]) *gin[1] = dk; else dt_tensor_free(ctx, &dk);
-    if (gin[2]) *gin[2] = dv; else dt_tensor_free(ctx, &dv);
-  }
-  return DT_OK;
+  return s;
 }
 
 /* ---- the ops ------------------------------------------------------------------------ */

@@ -40,7 +40,7 @@ double dt_spec_bytes(const dt_spec *s);
 
 enum {
   DT_OP_MAX_IN = 4,
-  DT_OP_MAX_OUT = 2,
+  DT_OP_MAX_OUT = 3, /* sdpa's backward: dq, dk, dv */
   DT_OP_MAX_OPTIONS = 32,      /* per mesh dim */
   DT_OP_MAX_CANDIDATES = 4096  /* whole mesh, after expansion */
 };

@@ -1,6 +1,7 @@
 /* lib/ops/pointwise.c: element-wise DTensor ops (dtensor-semantics.md 3.4):
  * add, sub, mul (tensor-tensor, numpy broadcasting), scale (x * scalar), silu,
- * swiglu (silu(a) * b), and a private silu_grad used by their backward.
+ * swiglu (silu(a) * b), a private silu_grad used by silu's backward and a
+ * private swiglu_bwd (a, b, g) -> (da, db) that is swiglu's, fused.
  *
  * Strategy: one whole-mesh candidate, as PyTorch's pointwise strategy. It
  * follows the tensor input with the most shards (num_shards: product of the
@@ -16,7 +17,8 @@
  * candidate is added so that dispatch always finds one.
  *
  * Kernels: f32 and f64 host arrays (bf16 is refused by infer), computed in
- * double. Backward is written with dt_op_call of these ops and dt_op_sum (for
+ * double, except f32 silu / swiglu / their gradients: float on vmath.h's
+ * vector exp. Backward is written with dt_op_call of these ops and dt_op_sum (for
  * broadcast operands), so backward communication is propagated like forward.
  *
  * What it is not: in-place ops, scalar-tensor add (P + 1 is class -1 in
@@ -28,6 +30,7 @@
 #include <string.h>
 
 #include "ops/ops.h"
+#include "ops/vmath.h"
 
 typedef enum pw_kind { PW_ADD, PW_SUB, PW_MUL, PW_SCALE, PW_SILU, PW_SWIGLU, PW_SILU_GRAD } pw_kind;
 
@@ -273,12 +276,18 @@ static dt_status pw_run(dt_ctx *ctx, pw_kind k, double sc, const dt_tensor *cons
     for (int D = 0; same && D < nd; D++) same = x->shape[D] == ys[D];
   }
   if (same && out->local.dtype == DT_F32 && (k == PW_SILU || k == PW_SWIGLU || k == PW_SILU_GRAD)) {
-    /* f32 transcendental kinds in float with expf (within a few ulps of the
-     * double path; the f32 checks allow 1e-5 relative) */
+    /* f32 transcendental kinds in float on vmath.h's exp (within a few ulps
+     * of the double path; the f32 checks allow 1e-5 relative) */
     const float *x0 = in[0]->local.data;
     const float *x1 = n > 1 ? (const float *)in[1]->local.data : x0;
     float *y = out->local.data;
-    for (int64_t e = 0; e < numel; e++) {
+    int64_t e = 0;
+    for (; e + 4 <= numel; e += 4) {
+      dt_v4f a = dt_v4_load(x0 + e), b = dt_v4_load(x1 + e);
+      dt_v4f g = 1.0f / (1.0f + dt_v4_exp(-a));
+      dt_v4_store(y + e, k == PW_SILU ? a * g : k == PW_SWIGLU ? a * g * b : b * g * (1.0f + a * (1.0f - g)));
+    }
+    for (; e < numel; e++) {
       float a = x0[e], g = 1.0f / (1.0f + expf(-a));
       y[e] = k == PW_SILU ? a * g : k == PW_SWIGLU ? a * g * x1[e] : x1[e] * g * (1.0f + a * (1.0f - g));
     }
@@ -445,36 +454,89 @@ static dt_status b_silu(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor *cons
   return call2(ctx, &op_silu_grad, in[0], gout[0], gin[0]);
 }
 
+/* swiglu_bwd(a, b, g) -> (da, db) = (g b silu'(a), g silu(a)) in one pass: the
+ * sigmoid once per element, no temporaries (the unfused form is mul,
+ * silu_grad, silu, mul: four passes and two temporaries). a, b, g one shape. */
+static dt_status sgb_infer(dt_ctx *ctx, const dt_op_attrs *a, const dt_spec *in, dt_spec *out) {
+  (void)a;
+  for (int j = 1; j < 3; j++) {
+    bool same = in[j].ndim == in[0].ndim;
+    for (int d = 0; same && d < in[0].ndim; d++) same = in[j].gshape[d] == in[0].gshape[d];
+    if (!same) return dt_error(ctx, DT_ERR_INVALID, "swiglu_bwd", "input %d differs in shape from a", j);
+  }
+  DT_CHECK(bcast_shape(ctx, "swiglu_bwd", in, 3, &out[0]));
+  out[1] = out[0];
+  return DT_OK;
+}
+
+static dt_status sgb_candidates(dt_ctx *ctx, const dt_op_attrs *a, const dt_spec *in,
+                                const dt_spec *out, dt_candidate *cand, int *nc, int max) {
+  (void)a;
+  dt_status s = pw_candidates(in, 3, out, LIN_NONE, cand, nc, max);
+  if (s != DT_OK) return dt_error(ctx, s, "swiglu_bwd", "no room for candidates");
+  for (int c = 0; c < *nc; c++) memcpy(cand[c].out[1], cand[c].out[0], sizeof cand[c].out[0]);
+  return DT_OK;
+}
+
+static dt_status sgb_kernel(dt_ctx *ctx, const dt_op_attrs *at, const dt_tensor *const *in,
+                            dt_tensor *const *out) {
+  (void)at;
+  const int64_t n = out[0]->local.numel;
+  for (int j = 0; j < 3; j++)
+    if (in[j]->local.numel != n || out[j < 2 ? j : 1]->local.numel != n)
+      return dt_error(ctx, DT_ERR_INTERNAL, "swiglu_bwd", "local sizes differ");
+  if (out[0]->local.dtype == DT_F32) {
+    const float *A = in[0]->local.data, *B = in[1]->local.data, *G = in[2]->local.data;
+    float *DA = out[0]->local.data, *DB = out[1]->local.data;
+    int64_t e = 0;
+    for (; e + 4 <= n; e += 4) {
+      dt_v4f a = dt_v4_load(A + e), b = dt_v4_load(B + e), g = dt_v4_load(G + e);
+      dt_v4f sg = 1.0f / (1.0f + dt_v4_exp(-a));
+      dt_v4_store(DB + e, g * a * sg);
+      dt_v4_store(DA + e, g * b * sg * (1.0f + a * (1.0f - sg)));
+    }
+    for (; e < n; e++) {
+      float a = A[e], sg = 1.0f / (1.0f + expf(-a));
+      DB[e] = G[e] * a * sg;
+      DA[e] = G[e] * B[e] * sg * (1.0f + a * (1.0f - sg));
+    }
+  } else if (out[0]->local.dtype == DT_F64) {
+    const double *A = in[0]->local.data, *B = in[1]->local.data, *G = in[2]->local.data;
+    double *DA = out[0]->local.data, *DB = out[1]->local.data;
+    for (int64_t e = 0; e < n; e++) {
+      double a = A[e], sg = sigmoid(a);
+      DB[e] = G[e] * a * sg;
+      DA[e] = G[e] * B[e] * sg * (1.0 + a * (1.0 - sg));
+    }
+  } else {
+    return dt_error(ctx, DT_ERR_UNSUPPORTED, "swiglu_bwd", "dtype %s",
+                    dt_dtype_name(out[0]->local.dtype));
+  }
+  return DT_OK;
+}
+
+static const dt_op op_swiglu_bwd = {.name = "swiglu_bwd", .n_in = 3, .n_out = 2, .infer = sgb_infer,
+                                    .candidates = sgb_candidates, .kernel = sgb_kernel};
+
 /* swiglu(a, b) = silu(a) * b: da = silu'(a) * (g * b), db = g * silu(a). */
 static dt_status b_swiglu(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor *const *in,
                           const dt_tensor *const *out, const dt_tensor *const *gout,
                           dt_tensor *const *gin) {
-  (void)a;
   (void)out;
   const dt_tensor *g = gout[0];
-  dt_tensor t;
-  dt_status s;
-  if (gin[0]) {
-    if (!g) {
-      DT_CHECK(scale_by(ctx, in[0], 0.0, gin[0]));
-    } else {
-      DT_CHECK(call2(ctx, &dt_op_mul, g, in[1], &t));
-      s = call2(ctx, &op_silu_grad, in[0], &t, gin[0]);
-      dt_tensor_free(ctx, &t);
-      DT_CHECK(s);
-    }
+  if (!g) {
+    for (int j = 0; j < 2; j++)
+      if (gin[j]) DT_CHECK(scale_by(ctx, in[j], 0.0, gin[j]));
+    return DT_OK;
   }
-  if (gin[1]) {
-    if (!g) {
-      DT_CHECK(scale_by(ctx, in[1], 0.0, gin[1]));
-    } else {
-      dt_op_attrs z;
-      memset(&z, 0, sizeof z);
-      DT_CHECK(call1(ctx, &dt_op_silu, &z, in[0], &t));
-      s = call2(ctx, &dt_op_mul, g, &t, gin[1]);
-      dt_tensor_free(ctx, &t);
-      DT_CHECK(s);
-    }
+  if (!gin[0] && !gin[1]) return DT_OK;
+  const dt_tensor *bi[3] = {in[0], in[1], g};
+  dt_tensor d[2];
+  dt_tensor *bo[2] = {&d[0], &d[1]};
+  DT_CHECK(dt_op_call(ctx, &op_swiglu_bwd, a, bi, bo, NULL));
+  for (int j = 0; j < 2; j++) {
+    if (gin[j]) *gin[j] = d[j];
+    else dt_tensor_free(ctx, &d[j]);
   }
   return DT_OK;
 }
