@@ -242,7 +242,7 @@ ok sdpa-backward -n 4 \
      --input '[1,2,6,8] S(1)' --backward
 ok embedding-rowwise-backward -n 2 -e 'grad input 1: none (ids)' \
   -- explain --mesh 2 --op embedding --input '[16,4] S(0)' --input '[2,5] R i64' --backward
-ok cross-entropy-backward -n 2 \
+ok cross-entropy-backward -n 3 -e 'output 1: [R] [2, 5] f64' \
   -- explain --mesh 2 --op cross_entropy --input '[2,5,10] S(2)' --input '[2,5] S(0) i64' \
      --backward
 

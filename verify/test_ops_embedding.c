@@ -16,7 +16,9 @@
  *  (c) cross-entropy values for logits {R, S(0), S(last)} x targets {R, S(0)}
  *      per mesh dim (uneven positions 7 and vocab 10 on 4 ranks), equal to the
  *      naive reference; the loss-parallel oracle (4.2): logits S(-1), targets R
- *      -> 3 all_reduces of `positions` elements and no all_gather; gathered (R)
+ *      -> 3 all_reduces of `positions` elements and no all_gather; the second
+ *      output (each position's log-sum-exp) against the reference and placed
+ *      as the targets; gathered (R)
  *      and unsharded (mesh of 1) give the same value; uneven positions S(0)
  *      give the exact global mean (P(sum) of local sums / N) where PyTorch's
  *      P(avg) of local means would not; an out-of-range target is
@@ -26,7 +28,9 @@
  *      (loss = g * CE), sharded and on a mesh of 1;
  *  (e) every rank frees all it allocated (host_cur at the end == at the start).
  * Values are small multiples of 1/4 ((7 i + 5 seed) mod 13 - 6) / 4.
- * What it is not: a test of the cost model or of f32 accuracy.
+ *  (f) f32 cross-entropy (loss and dlogits) on wide logits against the closed
+ *      forms in double, loss parallel, batch-sharded and replicated.
+ * What it is not: a test of the cost model.
  */
 #include "config.h"
 
@@ -108,6 +112,17 @@ static double ce_ref(const garr *x, const iarr *t) {
     L += log(z) + mx - x->v[p * V + t->v[p]];
   }
   return L / (double)N;
+}
+
+/* each position's log-sum-exp (cross_entropy's second output) */
+static void lse_ref(const garr *x, const iarr *t, double *out) {
+  int64_t V = x->sh[x->ndim - 1], N = numel_sh(t->ndim, t->sh);
+  for (int64_t p = 0; p < N; p++) {
+    double mx = -INFINITY, z = 0;
+    for (int64_t v = 0; v < V; v++) mx = fmax(mx, x->v[p * V + v]);
+    for (int64_t v = 0; v < V; v++) z += exp(x->v[p * V + v] - mx);
+    out[p] = log(z) + mx;
+  }
 }
 
 /* ---- per-rank helpers -------------------------------------------------------------- */
@@ -338,21 +353,33 @@ static bool ce_case(rk *R, const garr *x, const iarr *t, const dt_placement *px,
   char what[200];
   desc(R, what, sizeof what, "cross_entropy", px, pt);
   memset(r, 0, sizeof *r);
-  dt_tensor tx, tt, out;
+  dt_tensor tx, tt, out, lse;
   bool ok = false;
   dt_status s;
   if ((s = make(R, x, px, &tx)) != DT_OK) goto fail0;
   if ((s = make_i(R, t, pt, &tt)) != DT_OK) goto fail1;
   const dt_tensor *in[2] = {&tx, &tt};
-  dt_tensor *op[1] = {&out};
+  dt_tensor *op[2] = {&out, &lse};
   size_t before = ctx->ledger.n;
   s = dt_op_call(ctx, &dt_op_cross_entropy, NULL, in, op, NULL);
   ledger_since(R, before, r);
   if (s != DT_OK) goto fail2;
   for (int i = 0; i < R->m; i++) r->out_pl[i] = out.pl[i];
-  double want = ce_ref(x, t);
+  double want = ce_ref(x, t), wl[MAXN];
   ok = check_full(R, what, &out, 0, NULL, &want, CE_TOL);
+  /* the saved log-sum-exp, placed as the targets (the backward's input) */
+  lse_ref(x, t, wl);
+  char lw[240];
+  snprintf(lw, sizeof lw, "%s: lse", what);
+  ok = check_full(R, lw, &lse, t->ndim, t->sh, wl, CE_TOL) && ok;
+  for (int i = 0; i < R->m; i++)
+    if (lse.pl[i].kind == DT_PL_PARTIAL || (lse.pl[i].kind == DT_PL_SHARD && lse.pl[i].dim >= t->ndim)) {
+      tu_fail(__FILE__, __LINE__, "%s, rank %d: lse placement on mesh dim %d is not one of the targets'",
+              what, ctx->rank, i);
+      ok = false;
+    }
   dt_tensor_free(ctx, &out);
+  dt_tensor_free(ctx, &lse);
   R->cases++;
 fail2:
   dt_tensor_free(ctx, &tt);
@@ -424,16 +451,19 @@ static void ce_oracles(rk *R) {
   {
     iarr b = t;
     b.v[5] = sh[1];
-    dt_tensor tx, tt, o;
+    dt_tensor tx, tt, o, ol;
     TU_OK(ctx, make(R, &x, &S1, &tx));
     TU_OK(ctx, make_i(R, &b, &Rp, &tt));
     const dt_tensor *in[2] = {&tx, &tt};
-    dt_tensor *op[1] = {&o};
+    dt_tensor *op[2] = {&o, &ol};
     dt_status s = dt_op_call(ctx, &dt_op_cross_entropy, NULL, in, op, NULL);
     TU_CHECK(s == DT_ERR_INVALID && strstr(dt_last_error(ctx), "out of range"),
              "rank %d: cross_entropy with target %lld -> %s (%s), expected invalid argument",
              ctx->rank, (long long)b.v[5], dt_status_str(s), dt_last_error(ctx));
-    if (s == DT_OK) dt_tensor_free(ctx, &o);
+    if (s == DT_OK) {
+      dt_tensor_free(ctx, &o);
+      dt_tensor_free(ctx, &ol);
+    }
     dt_tensor_free(ctx, &tt);
     dt_tensor_free(ctx, &tx);
   }
@@ -562,12 +592,12 @@ static size_t ce_grad(rk *R, garr *x, const iarr *t, const dt_placement *px, con
   char what[200];
   desc(R, what, sizeof what, "cross_entropy backward", px, pt);
   const double gval = 1.25; /* not 1: the gradient must scale with it */
-  dt_tensor tx, tt, out, g, gx;
+  dt_tensor tx, tt, out, lse, g, gx;
   size_t comms = (size_t)-1;
   TU_OK(ctx, make(R, x, px, &tx));
   TU_OK(ctx, make_i(R, t, pt, &tt));
   const dt_tensor *in[2] = {&tx, &tt};
-  dt_tensor *op[1] = {&out};
+  dt_tensor *op[2] = {&out, &lse};
   dt_status s = dt_op_call(ctx, &dt_op_cross_entropy, NULL, in, op, NULL);
   if (s != DT_OK) {
     tu_fail(__FILE__, __LINE__, "%s, rank %d: forward: %s: %s", what, ctx->rank, dt_status_str(s),
@@ -580,7 +610,7 @@ static size_t ce_grad(rk *R, garr *x, const iarr *t, const dt_placement *px, con
   dt_placement gpl[DT_MAX_MESH_DIMS];
   for (int i = 0; i < R->m; i++) gpl[i] = dt_replicate();
   TU_OK(ctx, make(R, &G, gpl, &g));
-  const dt_tensor *ov[1] = {&out}, *go[1] = {&g};
+  const dt_tensor *ov[2] = {&out, &lse}, *go[1] = {&g};
   dt_tensor *gin[2] = {&gx, NULL};
   size_t before = ctx->ledger.n;
   s = dt_op_cross_entropy.backward(ctx, NULL, in, ov, go, gin);
@@ -598,11 +628,83 @@ static size_t ce_grad(rk *R, garr *x, const iarr *t, const dt_placement *px, con
   }
   dt_tensor_free(ctx, &g);
   dt_tensor_free(ctx, &out);
+  dt_tensor_free(ctx, &lse);
   R->cases++;
 done0:
   dt_tensor_free(ctx, &tt);
   dt_tensor_free(ctx, &tx);
   return comms;
+}
+
+/* f32 cross-entropy, forward and backward, on logits spread over [-40, 40]
+ * (exp(x - lse) spans f32's whole range) at placements px / pt, against the
+ * closed forms in double: loss = mean(lse - x_t), dlogits = (softmax - onehot)
+ * g / N. Tolerance 1e-5 (relative, floor 1): the f32 kernels round each value
+ * a handful of times (eps 6e-8) and use vmath.h's exp (2 ulps); an indexing,
+ * shift or scaling error is O(0.01) or more. */
+static void ce_f32(rk *R, const dt_placement *px, const dt_placement *pt) {
+  dt_ctx *ctx = R->ctx;
+  enum { P = 6, V = 12 };
+  const int64_t xs[2] = {P, V}, ts[1] = {P};
+  float xf[P * V];
+  int64_t tv[P];
+  double lse[P], want_loss = 0, want_g[P * V];
+  const double gval = 0.75;
+  for (int p = 0; p < P; p++) {
+    double mx = -INFINITY, z = 0;
+    for (int v = 0; v < V; v++) {
+      xf[p * V + v] = (float)(40.0 * sin(1.3 * (p * V + v) + 0.4));
+      mx = fmax(mx, xf[p * V + v]);
+    }
+    tv[p] = (p * 5 + 3) % V;
+    for (int v = 0; v < V; v++) z += exp(xf[p * V + v] - mx);
+    lse[p] = log(z) + mx;
+    want_loss += (lse[p] - xf[p * V + tv[p]]) / P;
+    for (int v = 0; v < V; v++)
+      want_g[p * V + v] = (exp(xf[p * V + v] - lse[p]) - (v == tv[p])) * gval / P;
+  }
+  char what[200];
+  desc(R, what, sizeof what, "f32 cross_entropy", px, pt);
+  dt_tensor tx, tt, out, ls, g, gx;
+  TU_OK(ctx, ot_make(R, DT_F32, 2, xs, xf, px, &tx));
+  TU_OK(ctx, ot_make(R, DT_I64, 1, ts, tv, pt, &tt));
+  float gv = (float)gval;
+  dt_placement rp[DT_MAX_MESH_DIMS];
+  for (int i = 0; i < R->m; i++) rp[i] = dt_replicate();
+  TU_OK(ctx, ot_make(R, DT_F32, 0, NULL, &gv, rp, &g));
+  const dt_tensor *in[2] = {&tx, &tt}, *go[1] = {&g};
+  dt_tensor *op[2] = {&out, &ls}, *gin[2] = {&gx, NULL};
+  dt_status s = dt_op_call(ctx, &dt_op_cross_entropy, NULL, in, op, NULL);
+  if (s == DT_OK) {
+    const dt_tensor *ov[2] = {&out, &ls};
+    s = dt_op_cross_entropy.backward(ctx, NULL, in, ov, go, gin);
+    dt_array fl, fg;
+    if (s == DT_OK && dt_tensor_full(ctx, &out, &fl) == DT_OK) {
+      double got = ((const float *)fl.data)[0];
+      TU_CHECK(fabs(got - want_loss) <= 1e-5 * (1 + fabs(want_loss)), "%s, rank %d: loss %.9g, expected %.9g",
+               what, ctx->rank, got, want_loss);
+      dt_array_free(ctx, &fl);
+    }
+    if (s == DT_OK && dt_tensor_full(ctx, &gx, &fg) == DT_OK) {
+      const float *v = fg.data;
+      for (int e = 0; e < P * V; e++)
+        if (!(fabs(v[e] - want_g[e]) <= 1e-5 * (1 + fabs(want_g[e])))) {
+          tu_fail(__FILE__, __LINE__, "%s, rank %d: dlogits[%d] %.9g, expected %.9g", what, ctx->rank, e,
+                  (double)v[e], want_g[e]);
+          break;
+        }
+      dt_array_free(ctx, &fg);
+    }
+    if (s == DT_OK) dt_tensor_free(ctx, &gx);
+    dt_tensor_free(ctx, &out);
+    dt_tensor_free(ctx, &ls);
+  }
+  if (s != DT_OK)
+    tu_fail(__FILE__, __LINE__, "%s, rank %d: %s: %s", what, ctx->rank, dt_status_str(s), dt_last_error(ctx));
+  dt_tensor_free(ctx, &g);
+  dt_tensor_free(ctx, &tt);
+  dt_tensor_free(ctx, &tx);
+  R->cases++;
 }
 
 static void grads(rk *R) {
@@ -623,12 +725,22 @@ static void grads(rk *R) {
   dt_placement gx_pl[DT_MAX_MESH_DIMS];
   for (int a = 0; a < nx; a++)
     for (int b = 0; b < ni; b++) ce_grad(R, &x, &t, lx[a], li[b], gx_pl);
+  {
+    /* f32: loss parallel (logits S(1), targets R), batch (S(0), S(0)) and R */
+    dt_placement px[3][DT_MAX_MESH_DIMS], pt[3][DT_MAX_MESH_DIMS];
+    for (int i = 0; i < R->m; i++) {
+      px[0][i] = dt_shard(1), pt[0][i] = dt_replicate();
+      px[1][i] = i == 0 ? dt_shard(0) : dt_replicate(), pt[1][i] = px[1][i];
+      px[2][i] = dt_replicate(), pt[2][i] = dt_replicate();
+    }
+    for (int c = 0; c < 3; c++) ce_f32(R, px[c], pt[c]);
+  }
   if (R->m == 1 && R->ms[0] == 4) {
-    /* loss parallel backward: dlogits stays S(1); it recomputes max and sumexp
-     * (2 all_reduces; PyTorch saves them and needs none) */
+    /* loss parallel backward: dlogits stays S(1), and the forward's saved
+     * log-sum-exp (R, as the targets) makes it communication-free, as PyTorch's */
     const dt_placement S1 = dt_shard(1), Rp = dt_replicate();
     size_t c = ce_grad(R, &x, &t, &S1, &Rp, gx_pl);
-    TU_CHECK(c == 2, "loss-parallel backward, rank %d: %zu collectives, expected 2", R->ctx->rank, c);
+    TU_CHECK(c == 0, "loss-parallel backward, rank %d: %zu collectives, expected 0", R->ctx->rank, c);
     TU_CHECK(dt_placement_eq(gx_pl[0], S1), "loss-parallel backward, rank %d: dlogits not S(1)",
              R->ctx->rank);
   }

@@ -293,9 +293,9 @@ static void count_ledger(const dt_ctx *ctx, counts *c) {
  *             (all_gather: embedding, wo, w2), S(1) -> R mirrors to a gradient
  *             that is Partial (the sum of wq/wk/wv's, w1/w3's, output's input
  *             gradients, kept Partial by the tape) -> S(1): reduce_scatter.
- *             Loss-parallel CE backward: PyTorch saves the max and sum-exp and
- *             makes 0 comms; our cross_entropy_bwd recomputes them (lib/ops/
- *             embedding.c): 2 all_reduces.  => AG 2L+1, RS 2L+1, AR 2.
+ *             Loss-parallel CE backward: the forward saved each position's
+ *             log-sum-exp (cross_entropy's second output, R on tp), so, as in
+ *             PyTorch, 0 comms.  => AG 2L+1, RS 2L+1, AR 0.
  *             The layers give Megatron-SP's 2 AG + 2 RS per layer each way
  *             (baselines 1.2).
  *   optimizer: the SP norm weights' gradients are Partial on tp (sum over the
@@ -323,14 +323,14 @@ static void count_ledger(const dt_ctx *ctx, counts *c) {
  *   optimizer: every gradient already has its weight's placements: 0.
  * megatron-lp (megatron with Megatron's vocab-parallel loss: output logits stay
  *   S(-1); no PrepareModuleInputs): forward AR 2L+1+3 (CE), no AG; backward
- *   AR 2L+1 + 2 (CE backward, as above).
+ *   AR 2L+1 (the CE backward makes none, as above).
  * noprep (torchtitan without the two PrepareModuleInputs: a plan whose
  *   Colwise input_layouts (default Replicate) are wrong, the activation being
  *   S(1)): PyTorch would not redistribute and compute garbage; our hooks move the
  *   ACTUAL placement, so each of wq, wk, wv, w1, w3 all-gathers its own input
  *   (5 AG per layer instead of 2) and each such redistribute's backward
  *   reduce-scatters its own Partial gradient (5 RS per layer instead of 2).
- *   => fwd AG 5L+1, RS 2L+1, AR 3; bwd AG 2L+1, RS 5L+1, AR 2; opt AR 2L+1.
+ *   => fwd AG 5L+1, RS 2L+1, AR 3; bwd AG 2L+1, RS 5L+1, AR 0; opt AR 2L+1.
  * dp (and the dp dim of 2 x 2): the forward and backward make no dp comm
  *   (tokens S(0); the loss is Partial(sum) on dp; weight gradients come out
  *   Partial on dp). dt_data_parallel_reduce_grads all-reduces each of the 9L+3
@@ -343,8 +343,8 @@ static void expected(plan_kind k, int L, int dp, int tp, counts *e) {
   const int AR = DT_COLL_ALL_REDUCE, AG = DT_COLL_ALL_GATHER, RS = DT_COLL_REDUCE_SCATTER;
   /* per layer: 2 norms, wq wk wv wo, w1 w2 w3; plus embedding, final norm, output */
   int norms = 2 * L + 1, params = 9 * L + 3;
-  /* loss-parallel cross_entropy_bwd recomputes max and sum-exp (PyTorch: 0) */
-  enum { CE_BWD_AR = 2 };
+  /* loss-parallel cross_entropy_bwd reads the saved log-sum-exp (PyTorch: 0 too) */
+  enum { CE_BWD_AR = 0 };
   if (tp > 1) {
     switch (k) {
     case P_TORCHTITAN:

@@ -534,7 +534,12 @@ dt_status dt_model_loss(dt_ctx *ctx, dt_model *m, dt_var *logits, const dt_tenso
     return dt_error(ctx, DT_ERR_INVALID, "dt_model_loss", "no step: call dt_model_forward first");
   dt_var *t;
   DT_CHECK(const_leaf(ctx, m, targets, &t));
-  return op2(m, &dt_op_cross_entropy, NULL, logits, t, loss);
+  /* cross_entropy's second output (each position's log-sum-exp) stays on the
+   * tape for its backward */
+  dt_var *in[2] = {logits, t}, *out[2];
+  DT_CHECK(dt_ad_op(m->step_tape, &dt_op_cross_entropy, NULL, in, out));
+  *loss = out[0];
+  return DT_OK;
 }
 
 dt_status dt_model_backward(dt_ctx *ctx, dt_model *m, dt_var *loss) {

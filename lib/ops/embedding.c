@@ -18,8 +18,12 @@
  * grad_w matches the weight's placement is generated first, so it wins ties).
  * No gradient for ids.
  *
- * cross_entropy(logits [..., V], targets i64 [...]) -> mean loss over every
- * position (0-d). Options per mesh dim, [out, logits, targets]:
+ * cross_entropy(logits [..., V], targets i64 [...]) -> (mean loss over every
+ * position (0-d), lse f64 [...]: each position's log-sum-exp of its logits,
+ * placed as the targets; what the backward needs, as PyTorch's log_softmax
+ * saves it; a saved statistic, not differentiated: a gradient given for it is
+ * ignored, as for the logsumexp output of PyTorch's flash attention). Options
+ * per mesh dim, [out, logits, targets] (lse as targets):
  *   [R, R, R] (3.11: the vocab dim gathered);
  *   batch [P(sum), S(d), S(d)] for each position dim d: the kernel writes the
  *     LOCAL SUM of losses divided by the GLOBAL number of positions N, so the
@@ -32,12 +36,12 @@
  *     all_reduces of `positions` f64 elements; loss = log(sumexp) + max - x_t.
  * The dispatcher prices only input redistribution, so loss parallel is chosen
  * when the logits are already S(last). Backward: a private op
- * cross_entropy_bwd(grad 0-d, logits, targets) -> dlogits =
- * (softmax - onehot) * grad / N with the logits' option (R, batch or loss
- * parallel); loss parallel recomputes the global max and sumexp (2 all_reduces
- * of positions; PyTorch saves them and does none).
+ * cross_entropy_bwd(grad 0-d, logits, targets, lse) -> dlogits =
+ * (exp(logits - lse) - onehot) * grad / N with the logits' option (R, batch or
+ * loss parallel): no collective in any of them (as PyTorch's loss parallel).
  *
- * Kernels: f32 and f64 values (computed in double), i64 ids/targets; host only.
+ * Kernels: f32 and f64 values (computed in double; f32 exp on vmath.h's vector
+ * exp), i64 ids/targets; host only.
  * What it is not: padding_idx, max_norm, class weights, ignore_index, label
  * smoothing, reductions other than mean.
  */
@@ -264,8 +268,11 @@ static dt_status ce_shapes(dt_ctx *ctx, const char *name, const dt_spec *x, cons
 static dt_status ce_infer(dt_ctx *ctx, const dt_op_attrs *a, const dt_spec *in, dt_spec *out) {
   (void)a;
   DT_CHECK(ce_shapes(ctx, "cross_entropy", &in[0], &in[1]));
-  out->dtype = in[0].dtype;
-  out->ndim = 0;
+  out[0].dtype = in[0].dtype;
+  out[0].ndim = 0;
+  out[1].dtype = DT_F64; /* lse, shaped as the targets */
+  out[1].ndim = in[1].ndim;
+  for (int d = 0; d < in[1].ndim; d++) out[1].gshape[d] = in[1].gshape[d];
   return DT_OK;
 }
 
@@ -281,6 +288,7 @@ static dt_status ce_options(dt_ctx *ctx, const dt_op_attrs *a, const dt_spec *in
   opt3(&opt[k++], R, R, R);
   for (int d = 0; d < last; d++) opt3(&opt[k++], dt_partial(DT_RED_SUM), dt_shard(d), dt_shard(d));
   opt3(&opt[k++], R, dt_shard(last), R); /* loss parallel */
+  for (int i = 0; i < k; i++) opt[i].out[1] = opt[i].in[1]; /* lse is placed as the targets */
   *n = k;
   return DT_OK;
 }
@@ -356,10 +364,18 @@ static dt_status ce_kernel(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor *c
   DT_CHECK(check_ids(ctx, "cross_entropy", T, x->gshape[last]));
   double *buf = dt_host_alloc(ctx, (size_t)(3 * npos + 1) * sizeof(double));
   if (!buf) return dt_error(ctx, DT_ERR_NOMEM, "cross_entropy", "statistics");
+  dt_array *lse = &out[1]->local;
+  if (lse->numel != npos || lse->dtype != DT_F64) {
+    dt_host_free(ctx, buf);
+    return dt_error(ctx, DT_ERR_INTERNAL, "cross_entropy", "local lse and targets disagree");
+  }
   dt_status s = ce_stats(ctx, "cross_entropy", x, T->data, npos, buf, buf + npos, buf + 2 * npos);
   if (s == DT_OK) {
-    double sum = 0;
-    for (int64_t p = 0; p < npos; p++) sum += log(buf[npos + p]) + buf[p] - buf[2 * npos + p];
+    double sum = 0, *L = lse->data;
+    for (int64_t p = 0; p < npos; p++) {
+      L[p] = log(buf[npos + p]) + buf[p];
+      sum += L[p] - buf[2 * npos + p];
+    }
     st(&out[0]->local, 0, sum / ce_N(x)); /* local sum / global N: an exact P(sum) */
   }
   dt_host_free(ctx, buf);
@@ -372,6 +388,10 @@ static dt_status ceb_infer(dt_ctx *ctx, const dt_op_attrs *a, const dt_spec *in,
   DT_CHECK(ce_shapes(ctx, "cross_entropy_bwd", &in[1], &in[2]));
   if (in[0].ndim != 0)
     return dt_error(ctx, DT_ERR_INVALID, "cross_entropy_bwd", "grad must be 0-d");
+  bool lse_ok = in[3].dtype == DT_F64 && in[3].ndim == in[2].ndim;
+  for (int d = 0; lse_ok && d < in[2].ndim; d++) lse_ok = in[3].gshape[d] == in[2].gshape[d];
+  if (!lse_ok)
+    return dt_error(ctx, DT_ERR_INVALID, "cross_entropy_bwd", "lse must be f64 shaped as the targets");
   out->dtype = in[1].dtype;
   out->ndim = in[1].ndim;
   for (int d = 0; d < in[1].ndim; d++) out->gshape[d] = in[1].gshape[d];
@@ -394,6 +414,7 @@ static dt_status ceb_options(dt_ctx *ctx, const dt_op_attrs *a, const dt_spec *i
     opt[k].in[0] = R;                  \
     opt[k].in[1] = (x);                \
     opt[k].in[2] = (t);                \
+    opt[k].in[3] = (t);                \
     k++;                               \
   } while (0)
   CB(R, R, R);
@@ -415,32 +436,33 @@ static dt_status ceb_kernel(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor *
   if (X->numel != npos * Vl || Y->numel != X->numel)
     return dt_error(ctx, DT_ERR_INTERNAL, "cross_entropy_bwd", "local logits and targets disagree");
   DT_CHECK(check_ids(ctx, "cross_entropy_bwd", T, x->gshape[last]));
-  double g = ld(&in[0]->local, 0) / ce_N(x);
-  double *buf = dt_host_alloc(ctx, (size_t)(2 * npos + 1) * sizeof(double));
-  if (!buf) return dt_error(ctx, DT_ERR_NOMEM, "cross_entropy_bwd", "statistics");
-  dt_status s = ce_stats(ctx, "cross_entropy_bwd", x, NULL, npos, buf, buf + npos, NULL);
+  const dt_array *LSE = &in[3]->local;
+  if (LSE->numel != npos)
+    return dt_error(ctx, DT_ERR_INTERNAL, "cross_entropy_bwd", "local lse and targets disagree");
+  const double g = ld(&in[0]->local, 0) / ce_N(x), *lse = LSE->data;
   const int64_t *tg = T->data;
-  for (int64_t p = 0; s == DT_OK && p < npos; p++) {
-    if (X->dtype == DT_F32) { /* f32: vmath.h's exp, the one-hot term applied after */
+  for (int64_t p = 0; p < npos; p++) {
+    int64_t t = tg[p] - voff;
+    if (X->dtype == DT_F32) {
+      /* exp(x - lse) as exp(x - lse32) exp(lse32 - lse): the f32 shift keeps the
+       * vector exp's argument exact to rounding of x - lse32, the correction
+       * (|lse32 - lse| <= 1 f32 ulp of lse) is taken in double */
       const float *xf = (const float *)X->data + p * Vl;
-      float *yf = (float *)Y->data + p * Vl;
-      float m = (float)buf[p], sc = (float)(g / buf[npos + p]);
-      dt_vexp_f32(yf, xf, m, Vl);
-      dt_scale_f32(yf, sc, Vl);
-      int64_t t = tg[p] - voff;
+      float *yf = (float *)Y->data + p * Vl, l32 = (float)lse[p];
+      dt_vexp_f32(yf, xf, l32, Vl);
+      dt_scale_f32(yf, (float)(g * exp((double)l32 - lse[p])), Vl);
       if (t >= 0 && t < Vl) yf[t] = (float)((double)yf[t] - g);
       continue;
     }
     for (int64_t v = 0; v < Vl; v++) {
-      double sm = exp(ld(X, p * Vl + v) - buf[p]) / buf[npos + p];
-      st(Y, p * Vl + v, (sm - (voff + v == tg[p] ? 1.0 : 0.0)) * g);
+      double sm = exp(ld(X, p * Vl + v) - lse[p]);
+      st(Y, p * Vl + v, (sm - (v == t ? 1.0 : 0.0)) * g);
     }
   }
-  dt_host_free(ctx, buf);
-  return s;
+  return DT_OK;
 }
 
-static const dt_op op_cross_entropy_bwd = {.name = "cross_entropy_bwd", .n_in = 3, .n_out = 1,
+static const dt_op op_cross_entropy_bwd = {.name = "cross_entropy_bwd", .n_in = 4, .n_out = 1,
                                            .infer = ceb_infer, .options = ceb_options,
                                            .kernel = ceb_kernel};
 
@@ -448,15 +470,14 @@ static dt_status ce_backward(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor 
                              const dt_tensor *const *out, const dt_tensor *const *gout,
                              dt_tensor *const *gin) {
   (void)a;
-  (void)out;
-  if (!gin[0] || !gout[0]) return DT_OK; /* gin[1] (targets): no gradient */
+  if (!gin[0] || !gout[0]) return DT_OK; /* gin[1] (targets): no gradient; lse: none */
   dt_op_attrs z;
   memset(&z, 0, sizeof z);
-  const dt_tensor *bi[3] = {gout[0], in[0], in[1]};
+  const dt_tensor *bi[4] = {gout[0], in[0], in[1], out[1]};
   dt_tensor *bo[1] = {gin[0]};
   return dt_op_call(ctx, &op_cross_entropy_bwd, &z, bi, bo, NULL);
 }
 
-const dt_op dt_op_cross_entropy = {.name = "cross_entropy", .n_in = 2, .n_out = 1,
+const dt_op dt_op_cross_entropy = {.name = "cross_entropy", .n_in = 2, .n_out = 2,
                                    .infer = ce_infer, .options = ce_options, .kernel = ce_kernel,
                                    .backward = ce_backward};
