@@ -724,6 +724,7 @@ static dt_status run_units(dt_ctx *ctx, void *arg) {
   DT_CHECK(dt_mesh_create(ctx, ctx->world, 1, shape, nm, &mesh));
   dt_llama_config cfg = tiny_config();
   dt_model *m = NULL;
+  const size_t mem_before_models = ctx->mem.host_cur;
   dt_status s = dt_model_create(ctx, mesh, &cfg, DT_F64, SEED, &m);
   TU_OK(ctx, s);
   if (s == DT_OK) {
@@ -780,10 +781,19 @@ static dt_status run_units(dt_ctx *ctx, void *arg) {
       TU_CHECK(dt_parallelize_module(ctx, m, 0, e3, n3) == DT_ERR_UNSUPPORTED,
                "Colwise on a norm must be refused");
       TU_CHECK(dt_parallelize_module(ctx, m, 3, e3, 0) == DT_ERR_INVALID, "bad mesh dim");
-      dt_parallelize_release(ctx, m);
+      /* no release: dt_model_free frees the hook states itself (the live bytes
+       * return to what they were before the model was created) */
     }
   }
+  size_t live = ctx->mem.host_cur;
+  size_t states = 0;
+  for (int i = 0; m && i < m->n_mods; i++) states += m->mods[i].hook_state ? 1 : 0;
+  TU_CHECK(states == 3, "3 modules (w1, w3, tok_embeddings) keep hook states before the free, not %zu",
+           states);
   dt_model_free(ctx, m);
+  TU_CHECK(ctx->mem.host_cur < live && ctx->mem.host_cur == mem_before_models,
+           "dt_model_free leaves %zu live bytes (%zu before the models)", ctx->mem.host_cur,
+           mem_before_models);
   dt_mesh_free(mesh);
   return DT_OK;
 }

@@ -235,6 +235,8 @@ void dt_model_free(dt_ctx *ctx, dt_model *m) {
   dt_tape_free(m->step_tape);
   dt_tape_free(m->tape);
   for (int i = 0; i < m->n_mods; i++) {
+    dt_module *md = &m->mods[i];
+    if (md->hook_state && md->hook_free) md->hook_free(ctx, md->hook_state);
     if (m->adam_m && m->adam_m[i].mesh) dt_tensor_free(ctx, &m->adam_m[i]);
     if (m->adam_v && m->adam_v[i].mesh) dt_tensor_free(ctx, &m->adam_v[i]);
   }

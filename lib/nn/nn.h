@@ -67,6 +67,7 @@ struct dt_module {
   dt_var *weight;                  /* on the model's tape; NULL before materialize */
   dt_module_hook pre, post;        /* installed by lib/parallel; NULL: none */
   void *hook_state;                /* owned by whoever installed the hooks */
+  void (*hook_free)(dt_ctx *ctx, void *hook_state); /* dt_model_free calls it; NULL: none */
 };
 
 typedef struct dt_model {

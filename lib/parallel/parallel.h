@@ -88,8 +88,9 @@ dt_status dt_parallelize_module(dt_ctx *ctx, dt_model *m, int mesh_dim, const dt
 bool dt_fqn_match(const char *pattern, const char *fqn);
 
 /* Frees the hook states dt_parallelize_module allocated in m's modules and
- * removes its hooks (call before dt_model_free; nn.h has no destructor for
- * hook_state). Modules whose hooks someone else installed are left alone. */
+ * removes its hooks, leaving the model unparallelized (dt_model_free frees
+ * them too, through each module's hook_free). Modules whose hooks someone
+ * else installed are left alone. */
 void dt_parallelize_release(dt_ctx *ctx, dt_model *m);
 
 /* Data parallel (replicate): every weight gradient that is Partial on mesh dim

@@ -36,8 +36,8 @@
  * Only mesh dim `mesh_dim` of an activation's placements is changed.
  *
  * Hook states (the style and the mesh dim) are allocated per module with the
- * rank's counted allocator and freed by dt_parallelize_release (nn.h has no
- * destructor for hook_state). A module matched by several entries keeps the
+ * rank's counted allocator and freed by dt_parallelize_release or, through
+ * the module's hook_free, by dt_model_free. A module matched by several entries keeps the
  * last one (its earlier state is freed). Patterns that match nothing are
  * skipped, as PyTorch does (it warns; the library never prints: plan files are
  * checked by dt_plan_resolve).
@@ -191,10 +191,13 @@ static dt_status weight_placement(dt_ctx *ctx, const dt_module *md, const dt_sty
                   (int)s->kind);
 }
 
+static void free_state(dt_ctx *ctx, void *st) { dt_host_free(ctx, st); }
+
 static void release_module(dt_ctx *ctx, dt_module *md) {
   if (!ours(md)) return;
   dt_host_free(ctx, md->hook_state);
   md->hook_state = NULL;
+  md->hook_free = NULL;
   md->pre = NULL;
   md->post = NULL;
 }
@@ -236,6 +239,7 @@ dt_status dt_parallelize_module(dt_ctx *ctx, dt_model *m, int mesh_dim,
       release_module(ctx, md);
       if (has) md->wpl[mesh_dim] = pl;
       md->hook_state = st;
+      md->hook_free = free_state;
       md->pre = style_pre;
       md->post = style_post;
     }
