@@ -47,6 +47,7 @@ static inline dt_v4f dt_v4_exp(dt_v4f x) {
   dt_v4f c = dt_v4_select(under, lo, dt_v4_select(over, hi, x));
   const float magic = 12582912.0f; /* 1.5 * 2^23: adding it rounds to an integer */
   dt_v4f n = (c * 1.44269504088896341f + magic) - magic;
+  n = dt_v4_select(n == n, n, dt_v4_splat(0.0f)); /* NaN: no float -> int conversion of it */
   dt_v4f r = c - n * 0.693145751953125f; /* ln2's high part: 16 bits, n * it is exact */
   r = r - n * 1.42860682030941723212e-6f; /* ln2's low part */
   dt_v4f p = dt_v4_splat(1.0f / 720.0f);
