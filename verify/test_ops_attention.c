@@ -27,6 +27,9 @@
  *      differences of the reference (loss = sum(out * G)), sharded (1-D mesh
  *      of 4, 2x2) and unsharded (mesh of 1);
  *  (f) no host memory is left allocated.
+ *  (g) long sequences (s = 150: three blocks of query rows in the kernels),
+ *      f64 and f32, both layouts, forward and backward against a naive
+ *      unblocked attention and its gradients in double.
  * (a), (b) and part of (e) run again in layout 1 (attrs.i0: q, k, v, out as
  * [b, s, h, hd], heads sharded as S(2)), against the layout-0 reference on
  * the transposed tensors; a bad layout is refused.
@@ -658,6 +661,193 @@ static void f32_checks(rk *R) {
   f32_case(R, T_ROPE, rope_attrs(2, &a), in, pl);
 }
 
+/* ---- (g) long sequences: the blocked kernels --------------------------------------------- */
+
+/* Naive causal attention and its gradients in double on [b, h, s, hd] arrays
+ * (repeat_kv heads): out, and dq, dk, dv for loss = sum(out * dO), straight
+ * from the formulas (dV = P^T dO, dP = dO V^T, dS = P (dP - rowsum(dP P)),
+ * dQ = dS K / sqrt(hd), dK = dS^T Q / sqrt(hd)), no blocking. */
+typedef struct lsz { int64_t B, H, KVH, S, HD; } lsz;
+
+static void naive_attn(const lsz *z, const double *q, const double *k, const double *v,
+                       const double *dO, double *out, double *dq, double *dk, double *dv) {
+  const int64_t S = z->S, D = z->HD, grp = z->H / z->KVH;
+  const double sc = 1.0 / sqrt((double)D);
+  double *P = malloc(sizeof *P * (size_t)(S * S)), *dP = malloc(sizeof *dP * (size_t)(S * S));
+  if (!P || !dP) {
+    tu_fail(__FILE__, __LINE__, "naive_attn: out of memory");
+    free(P);
+    free(dP);
+    return;
+  }
+  memset(dk, 0, sizeof *dk * (size_t)(z->B * z->KVH * S * D));
+  memset(dv, 0, sizeof *dv * (size_t)(z->B * z->KVH * S * D));
+  for (int64_t b = 0; b < z->B; b++)
+    for (int64_t h = 0; h < z->H; h++) {
+      const int64_t qo = (b * z->H + h) * S * D, ko = (b * z->KVH + h / grp) * S * D;
+      for (int64_t i = 0; i < S; i++) {
+        double mx = -INFINITY, zs = 0;
+        for (int64_t j = 0; j <= i; j++) {
+          double d = 0;
+          for (int64_t e = 0; e < D; e++) d += q[qo + i * D + e] * k[ko + j * D + e];
+          P[i * S + j] = d * sc;
+          mx = fmax(mx, P[i * S + j]);
+        }
+        for (int64_t j = 0; j <= i; j++) zs += exp(P[i * S + j] - mx);
+        for (int64_t j = 0; j <= i; j++) P[i * S + j] = exp(P[i * S + j] - mx) / zs;
+        for (int64_t e = 0; e < D; e++) {
+          double acc = 0;
+          for (int64_t j = 0; j <= i; j++) acc += P[i * S + j] * v[ko + j * D + e];
+          out[qo + i * D + e] = acc;
+        }
+        double rs = 0;
+        for (int64_t j = 0; j <= i; j++) {
+          double d = 0;
+          for (int64_t e = 0; e < D; e++) d += dO[qo + i * D + e] * v[ko + j * D + e];
+          dP[i * S + j] = d;
+          rs += d * P[i * S + j];
+        }
+        for (int64_t j = 0; j <= i; j++) dP[i * S + j] = P[i * S + j] * (dP[i * S + j] - rs);
+      }
+      for (int64_t i = 0; i < S; i++)
+        for (int64_t e = 0; e < D; e++) {
+          double aq = 0, ak = 0, av = 0;
+          for (int64_t j = 0; j <= i; j++) aq += dP[i * S + j] * k[ko + j * D + e];
+          for (int64_t r = i; r < S; r++) { /* key i is seen by queries r >= i */
+            ak += dP[r * S + i] * q[qo + r * D + e];
+            av += P[r * S + i] * dO[qo + r * D + e];
+          }
+          dq[qo + i * D + e] = aq * sc;
+          dk[ko + i * D + e] += ak * sc;
+          dv[ko + i * D + e] += av;
+        }
+    }
+  free(P);
+  free(dP);
+}
+
+/* y = x with dims 1 and 2 swapped, sizes a x b x c x d -> a x c x b x d */
+static void swap12_n(const double *x, double *y, int64_t A, int64_t Bn, int64_t C, int64_t D) {
+  for (int64_t i = 0; i < A; i++)
+    for (int64_t j = 0; j < Bn; j++)
+      for (int64_t k = 0; k < C; k++)
+        memcpy(y + ((i * C + k) * Bn + j) * D, x + ((i * Bn + j) * C + k) * D, sizeof *y * (size_t)D);
+}
+
+/* sdpa and its backward at S = 150 (blocks of 64, 64, 22 query rows), h 4,
+ * kvh 2, hd 8, in dtype dt and layout 0 or 1, heads sharded on mesh dim 0
+ * when they divide (else the dispatcher moves them), against naive_attn on
+ * the same (dtype-rounded) inputs. Tolerances: f64 1e-12 (sums of <= 150
+ * terms of O(1) in another order: ~1e-14); f32 2e-5 relative, floor 1
+ * (products of 150-term f32 GEMMs, exp within 2 ulps: a few 1e-6 at most; a
+ * block boundary or row offset error is O(0.1)). */
+static void long_case(rk *R, dt_dtype dt, int layout) {
+  dt_ctx *ctx = R->ctx;
+  const lsz z = {1, 4, 2, 150, 8};
+  const int64_t nq = z.B * z.H * z.S * z.HD, nk = z.B * z.KVH * z.S * z.HD;
+  double *buf = calloc((size_t)(4 * nq + 2 * nk) * 3, sizeof *buf);
+  float *fb = calloc((size_t)(2 * nq + 2 * nk), sizeof *fb);
+  if (!buf || !fb) {
+    tu_fail(__FILE__, __LINE__, "long_case: out of memory");
+    free(buf);
+    free(fb);
+    return;
+  }
+  /* bhsd inputs q, k, v, dO; their layout-l copies; the expected out, dq, dk, dv */
+  double *q = buf, *k = q + nq, *v = k + nk, *dO = v + nk;
+  double *lq = dO + nq, *lk = lq + nq, *lv = lk + nk, *ldo = lv + nk;
+  double *out = ldo + nq, *dq = out + nq, *dk = dq + nq, *dv = dk + nk;
+  double *lout = dv + nk, *ldq = lout + nq, *ldk = ldq + nq, *ldv = ldk + nk;
+  double *src[4] = {q, k, v, dO};
+  const int64_t cnt[4] = {nq, nk, nk, nq};
+  for (int j = 0; j < 4; j++)
+    for (int64_t i = 0; i < cnt[j]; i++) {
+      double x = sin(0.37 * (double)i + 1.3 * (j + 1)) * cos(0.011 * (double)i * (j + 2));
+      src[j][i] = dt == DT_F32 ? (double)(float)x : x;
+    }
+  naive_attn(&z, q, k, v, dO, out, dq, dk, dv);
+  double *dst[8] = {lq, lk, lv, ldo, lout, ldq, ldk, ldv};
+  const double *from[8] = {q, k, v, dO, out, dq, dk, dv};
+  const int64_t heads[8] = {z.H, z.KVH, z.KVH, z.H, z.H, z.H, z.KVH, z.KVH};
+  for (int j = 0; j < 8; j++) {
+    if (layout) swap12_n(from[j], dst[j], z.B, heads[j], z.S, z.HD);
+    else memcpy(dst[j], from[j], sizeof *dst[j] * (size_t)(heads[j] * z.B * z.S * z.HD));
+  }
+  int64_t shq[4] = {z.B, layout ? z.S : z.H, layout ? z.H : z.S, z.HD};
+  int64_t shk[4] = {z.B, layout ? z.S : z.KVH, layout ? z.KVH : z.S, z.HD};
+  const int hdim = layout ? 2 : 1;
+  dt_placement pl[DT_MAX_MESH_DIMS];
+  memset(pl, 0, sizeof pl);
+  for (int i = 0; i < R->m; i++) pl[i] = i == 0 ? dt_shard(hdim) : dt_replicate();
+  char what[96];
+  snprintf(what, sizeof what, "sdpa s=150 %s layout %s on mesh %s", dt_dtype_name(dt),
+           layout ? "bshd" : "bhsd", R->mlabel);
+  dt_tensor t[4], o, g[3];
+  int made = 0;
+  dt_status s = DT_OK;
+  const double *vals[4] = {lq, lk, lv, ldo};
+  for (int j = 0; j < 4 && s == DT_OK; j++) {
+    const void *data = vals[j];
+    if (dt == DT_F32) {
+      float *f = fb + (j == 0 ? 0 : j == 1 ? nq : j == 2 ? nq + nk : nq + 2 * nk);
+      for (int64_t i = 0; i < cnt[j]; i++) f[i] = (float)vals[j][i];
+      data = f;
+    }
+    s = ot_make(R, dt, 4, j == 1 || j == 2 ? shk : shq, data, pl, &t[j]);
+    if (s == DT_OK) made++;
+  }
+  dt_op_attrs a;
+  memset(&a, 0, sizeof a);
+  a.i0 = layout;
+  const dt_tensor *in[3] = {&t[0], &t[1], &t[2]}, *go[1] = {&t[3]};
+  dt_tensor *op_[1] = {&o}, *gi[3] = {&g[0], &g[1], &g[2]};
+  if (s == DT_OK) s = dt_op_call(ctx, &dt_op_sdpa, &a, in, op_, NULL);
+  if (s == DT_OK) {
+    const dt_tensor *ov[1] = {&o};
+    s = dt_op_sdpa.backward(ctx, &a, in, ov, go, gi);
+    if (s == DT_OK) {
+      const dt_tensor *got[4] = {&o, &g[0], &g[1], &g[2]};
+      const double *want[4] = {lout, ldq, ldk, ldv};
+      static const char *const NM[4] = {"out", "dq", "dk", "dv"};
+      const double tol = dt == DT_F32 ? 2e-5 : 1e-12;
+      for (int j = 0; j < 4; j++) {
+        dt_array f;
+        if (dt_tensor_full(ctx, got[j], &f) != DT_OK) {
+          tu_fail(__FILE__, __LINE__, "%s: %s full_tensor: %s", what, NM[j], dt_last_error(ctx));
+          continue;
+        }
+        int64_t n = j == 0 || j == 1 ? nq : nk;
+        TU_CHECK(f.numel == n, "%s: %s has %lld elements, expected %lld", what, NM[j], (long long)f.numel,
+                 (long long)n);
+        for (int64_t i = 0; i < n && i < f.numel; i++) {
+          double gv = dt == DT_F32 ? (double)((const float *)f.data)[i] : ((const double *)f.data)[i];
+          if (!(fabs(gv - want[j][i]) <= tol * (1 + fabs(want[j][i])))) {
+            tu_fail(__FILE__, __LINE__, "%s, rank %d: %s[%lld] is %.12g, expected %.12g", what, ctx->rank,
+                    NM[j], (long long)i, gv, want[j][i]);
+            break;
+          }
+        }
+        dt_array_free(ctx, &f);
+      }
+      for (int j = 0; j < 3; j++) dt_tensor_free(ctx, &g[j]);
+    }
+    dt_tensor_free(ctx, &o);
+  }
+    if (s != DT_OK)
+    tu_fail(__FILE__, __LINE__, "%s, rank %d: %s: %s", what, ctx->rank, dt_status_str(s), dt_last_error(ctx));
+  for (int j = 0; j < made; j++) dt_tensor_free(ctx, &t[j]);
+  free(buf);
+  free(fb);
+  R->cases++;
+}
+
+static void long_checks(rk *R) {
+  for (int layout = 0; layout < 2; layout++) {
+    long_case(R, DT_F64, layout);
+    long_case(R, DT_F32, layout);
+  }
+}
+
 /* A layout other than 0 or 1 is refused with a message naming it. */
 static void bad_layout(rk *R) {
   garr in[3];
@@ -711,6 +901,7 @@ static dt_status body(dt_ctx *ctx, void *arg) {
     f32_checks(&R);
     bad_layout(&R);
   }
+  long_checks(&R);
   grads(&R);
   ot_rank_close(&R, mem0); /* every output, gradient and temporary of the ops was freed */
   if (ctx->rank == 0) J->cases = R.cases;

@@ -356,14 +356,21 @@ static dt_status gemm(dt_ctx *ctx, dt_dtype t, bool ta, bool tb, int64_t m, int6
   return dt_device_gemm(ctx->device, &d);
 }
 
-/* Row-wise causal softmax of the S x S scores in place (zero above the
- * diagonal), the sum accumulated in double; dsoft: dS = P (dP - rowsum(dP P))
- * in place over dP. f64 in plain loops with exp; f32 on the vector primitives
- * of vmath.h (its exp within 2 ulps, 3x expf: these rows are most of the
- * attention time outside the GEMMs). */
-static void softmax_rows_double(double *P, int64_t S) {
-  for (int64_t i = 0; i < S; i++) {
-    double *row = P + i * S, mx = row[0], z = 0;
+/* Causal attention is computed in blocks of SDPA_BQ query rows: block
+ * [r0, r1) only sees keys [0, r1), so its scores are a (r1 - r0) x r1 GEMM
+ * and the blocks together do (S^2 + S BQ) / 2 of the S^2 score, P V and
+ * backward products (0.75 of them at S = 128, 0.53 at S = 1024), with a
+ * BQ x S scratch instead of S x S (256 MiB of f32 at S = 8192). */
+enum { SDPA_BQ = 64 };
+
+/* Causal softmax of the score rows i in [r0, r1) in place (row i at
+ * P + (i - r0) ld sees keys j <= i; j in (i, r1) set to 0), the sum in double;
+ * dsoft: dS = P (dP - rowsum(dP P)) over dP, same rows. f64 in plain loops
+ * with exp; f32 on the vector primitives of vmath.h (its exp within 2 ulps,
+ * 3x expf: these rows are most of the attention time outside the GEMMs). */
+static void softmax_block_double(double *P, int64_t ld, int64_t r0, int64_t r1) {
+  for (int64_t i = r0; i < r1; i++) {
+    double *row = P + (i - r0) * ld, mx = row[0], z = 0;
     for (int64_t j = 1; j <= i; j++) mx = row[j] > mx ? row[j] : mx;
     for (int64_t j = 0; j <= i; j++) {
       row[j] = exp(row[j] - mx);
@@ -371,55 +378,50 @@ static void softmax_rows_double(double *P, int64_t S) {
     }
     double inv = 1.0 / z;
     for (int64_t j = 0; j <= i; j++) row[j] *= inv;
-    for (int64_t j = i + 1; j < S; j++) row[j] = 0;
+    for (int64_t j = i + 1; j < r1; j++) row[j] = 0;
   }
 }
 
-static void dsoft_rows_double(const double *P, double *dP, int64_t S) {
-  for (int64_t i = 0; i < S; i++) {
-    double rs = 0;
-    for (int64_t j = 0; j <= i; j++) rs += dP[i * S + j] * P[i * S + j];
-    for (int64_t j = 0; j <= i; j++) dP[i * S + j] = P[i * S + j] * (dP[i * S + j] - rs);
-    for (int64_t j = i + 1; j < S; j++) dP[i * S + j] = 0;
+static void dsoft_block_double(const double *P, double *dP, int64_t ld, int64_t r0, int64_t r1) {
+  for (int64_t i = r0; i < r1; i++) {
+    const double *p = P + (i - r0) * ld;
+    double *d = dP + (i - r0) * ld, rs = 0;
+    for (int64_t j = 0; j <= i; j++) rs += d[j] * p[j];
+    for (int64_t j = 0; j <= i; j++) d[j] = p[j] * (d[j] - rs);
+    for (int64_t j = i + 1; j < r1; j++) d[j] = 0;
   }
 }
 
-static void softmax_rows_float(float *P, int64_t S) {
-  for (int64_t i = 0; i < S; i++) {
-    float *row = P + i * S;
+static void softmax_block_float(float *P, int64_t ld, int64_t r0, int64_t r1) {
+  for (int64_t i = r0; i < r1; i++) {
+    float *row = P + (i - r0) * ld;
     float mx = dt_max_f32(row, i + 1);
     dt_vexp_f32(row, row, mx, i + 1);
     dt_scale_f32(row, (float)(1.0 / dt_sum_f32(row, i + 1)), i + 1);
-    memset(row + i + 1, 0, (size_t)(S - i - 1) * sizeof *row);
+    memset(row + i + 1, 0, (size_t)(r1 - i - 1) * sizeof *row);
   }
 }
 
-static void dsoft_rows_float(const float *P, float *dP, int64_t S) {
-  for (int64_t i = 0; i < S; i++) {
-    const float *p = P + i * S;
-    float *d = dP + i * S, r = (float)dt_dot_f32(d, p, i + 1);
+static void dsoft_block_float(const float *P, float *dP, int64_t ld, int64_t r0, int64_t r1) {
+  for (int64_t i = r0; i < r1; i++) {
+    const float *p = P + (i - r0) * ld;
+    float *d = dP + (i - r0) * ld, r = (float)dt_dot_f32(d, p, i + 1);
     int64_t j = 0;
     for (; j + 4 <= i + 1; j += 4) dt_v4_store(d + j, dt_v4_load(p + j) * (dt_v4_load(d + j) - r));
     for (; j <= i; j++) d[j] = p[j] * (d[j] - r);
-    memset(d + i + 1, 0, (size_t)(S - i - 1) * sizeof *d);
+    memset(d + i + 1, 0, (size_t)(r1 - i - 1) * sizeof *d);
   }
 }
 
-static void softmax_rows(dt_dtype t, void *P, int64_t S) {
-  if (t == DT_F32) softmax_rows_float(P, S);
-  else softmax_rows_double(P, S);
-}
-
-static void dsoft_rows(dt_dtype t, const void *P, void *dP, int64_t S) {
-  if (t == DT_F32) dsoft_rows_float(P, dP, S);
-  else dsoft_rows_double(P, dP, S);
-}
-
-/* P = softmax(Q_h K_kh^T * scale) for (b, h). */
+/* P[0 .. r1-r0) x [0, r1) = softmax(Q rows [r0, r1) K rows [0, r1)^T * scale),
+ * rows g->S apart. Q, K: the head's first row. */
 static dt_status sdpa_probs(dt_ctx *ctx, dt_dtype t, const char *Q, const char *K, const sdpa_geo *g,
-                            void *P) {
-  DT_CHECK(gemm(ctx, t, false, true, g->S, g->S, g->HD, g->scale, Q, g->qld, K, g->kld, 0.0, P, g->S));
-  softmax_rows(t, P, g->S);
+                            int64_t r0, int64_t r1, void *P) {
+  size_t es = dt_dtype_size(t);
+  DT_CHECK(gemm(ctx, t, false, true, r1 - r0, r1, g->HD, g->scale, Q + (size_t)(r0 * g->qld) * es,
+                g->qld, K, g->kld, 0.0, P, g->S));
+  if (t == DT_F32) softmax_block_float(P, g->S, r0, r1);
+  else softmax_block_double(P, g->S, r0, r1);
   return DT_OK;
 }
 
@@ -432,23 +434,29 @@ static dt_status sdpa_kernel(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor 
   if (g.B * g.H * g.S == 0) return DT_OK;
   dt_dtype t = q->dtype;
   size_t es = dt_dtype_size(t);
-  void *P = dt_host_alloc(ctx, (size_t)(g.S * g.S) * es);
+  int64_t bq = g.S < SDPA_BQ ? g.S : SDPA_BQ;
+  void *P = dt_host_alloc(ctx, (size_t)(bq * g.S) * es);
   if (!P) return dt_error(ctx, DT_ERR_NOMEM, "sdpa", "scores");
   dt_status s = DT_OK;
   for (int64_t b = 0; b < g.B && s == DT_OK; b++)
     for (int64_t h = 0; h < g.H && s == DT_OK; h++) {
       size_t qo = (size_t)(b * g.qb + h * g.qh) * es, ko = (size_t)(b * g.kb + h / g.group * g.kh) * es;
-      s = sdpa_probs(ctx, t, (const char *)q->data + qo, (const char *)k->data + ko, &g, P);
+      const char *Q = (const char *)q->data + qo, *K = (const char *)k->data + ko;
       const char *V = (const char *)v->data + ko;
-      char *O = (char *)o->data + qo;
-      if (s == DT_OK) s = gemm(ctx, t, false, false, g.S, g.HD, g.S, 1.0, P, g.S, V, g.kld, 0.0, O, g.qld);
+      for (int64_t r0 = 0; r0 < g.S && s == DT_OK; r0 += bq) {
+        int64_t r1 = r0 + bq < g.S ? r0 + bq : g.S;
+        s = sdpa_probs(ctx, t, Q, K, &g, r0, r1, P);
+        char *O = (char *)o->data + qo + (size_t)(r0 * g.qld) * es;
+        if (s == DT_OK) s = gemm(ctx, t, false, false, r1 - r0, g.HD, r1, 1.0, P, g.S, V, g.kld, 0.0, O, g.qld);
+      }
     }
   dt_host_free(ctx, P);
   return s;
 }
 
-/* The backward kernel: dq, dk, dv from q, k, v, dout. Per kv head, the heads of
- * its group in turn: P and dS once each, then dQ, and dK, dV accumulated. */
+/* The backward kernel: dq, dk, dv from q, k, v, dout. Per head and block of
+ * query rows [r0, r1): P and dS once each (keys [0, r1)), dQ of those rows,
+ * dK and dV of keys [0, r1) accumulated (over the blocks and a group's heads). */
 static dt_status bwd_kernel(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor *const *in,
                             dt_tensor *const *out) {
   static const char name[] = "sdpa_bwd";
@@ -457,33 +465,39 @@ static dt_status bwd_kernel(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor *
   const dt_array *q = &in[0]->local, *k = &in[1]->local, *v = &in[2]->local, *dO = &in[3]->local;
   if (dO->numel != q->numel) return dt_error(ctx, DT_ERR_INTERNAL, name, "dout shape differs from q");
   dt_array *dq = &out[0]->local, *dk = &out[1]->local, *dv = &out[2]->local;
-  if (g.B * g.H * g.S == 0) {
-    if (dk->numel) memset(dk->data, 0, dt_array_bytes(dk));
-    if (dv->numel) memset(dv->data, 0, dt_array_bytes(dv));
-    return DT_OK;
-  }
+  if (dk->numel) memset(dk->data, 0, dt_array_bytes(dk));
+  if (dv->numel) memset(dv->data, 0, dt_array_bytes(dv));
+  if (g.B * g.H * g.S == 0) return DT_OK;
   dt_dtype t = q->dtype;
-  size_t es = dt_dtype_size(t), ss = (size_t)(g.S * g.S);
-  char *P = dt_host_alloc(ctx, 2 * ss * es);
+  int64_t bq = g.S < SDPA_BQ ? g.S : SDPA_BQ;
+  size_t es = dt_dtype_size(t), blk = (size_t)(bq * g.S);
+  char *P = dt_host_alloc(ctx, 2 * blk * es);
   if (!P) return dt_error(ctx, DT_ERR_NOMEM, name, "scratch");
-  char *dS = P + ss * es;
+  char *dS = P + blk * es;
   dt_status s = DT_OK;
   for (int64_t b = 0; b < g.B && s == DT_OK; b++)
     for (int64_t h = 0; h < g.H && s == DT_OK; h++) {
       size_t qo = (size_t)(b * g.qb + h * g.qh) * es, ko = (size_t)(b * g.kb + h / g.group * g.kh) * es;
       const char *Q = (const char *)q->data + qo, *DO = (const char *)dO->data + qo;
       const char *K = (const char *)k->data + ko, *V = (const char *)v->data + ko;
-      char *DQ = (char *)dq->data + qo, *DK = (char *)dk->data + ko, *DV = (char *)dv->data + ko;
-      double beta = h % g.group ? 1.0 : 0.0; /* the group's first head writes dK, dV */
-      s = sdpa_probs(ctx, t, Q, K, &g, P);
-      /* dP = dO V^T, then dS in place */
-      if (s == DT_OK) s = gemm(ctx, t, false, true, g.S, g.S, g.HD, 1.0, DO, g.qld, V, g.kld, 0.0, dS, g.S);
-      if (s != DT_OK) break;
-      dsoft_rows(t, P, dS, g.S);
-      s = gemm(ctx, t, false, false, g.S, g.HD, g.S, g.scale, dS, g.S, K, g.kld, 0.0, DQ, g.qld);
-      if (s == DT_OK)
-        s = gemm(ctx, t, true, false, g.S, g.HD, g.S, g.scale, dS, g.S, Q, g.qld, beta, DK, g.kld);
-      if (s == DT_OK) s = gemm(ctx, t, true, false, g.S, g.HD, g.S, 1.0, P, g.S, DO, g.qld, beta, DV, g.kld);
+      char *DK = (char *)dk->data + ko, *DV = (char *)dv->data + ko;
+      for (int64_t r0 = 0; r0 < g.S && s == DT_OK; r0 += bq) {
+        int64_t r1 = r0 + bq < g.S ? r0 + bq : g.S, rb = r1 - r0;
+        size_t ro = (size_t)(r0 * g.qld) * es; /* rows r0.. of q, dout, dq */
+        s = sdpa_probs(ctx, t, Q, K, &g, r0, r1, P);
+        /* dP = dO V^T, then dS in place */
+        if (s == DT_OK)
+          s = gemm(ctx, t, false, true, rb, r1, g.HD, 1.0, DO + ro, g.qld, V, g.kld, 0.0, dS, g.S);
+        if (s != DT_OK) break;
+        if (t == DT_F32) dsoft_block_float((const float *)P, (float *)dS, g.S, r0, r1);
+        else dsoft_block_double((const double *)P, (double *)dS, g.S, r0, r1);
+        char *DQ = (char *)dq->data + qo + ro;
+        s = gemm(ctx, t, false, false, rb, g.HD, r1, g.scale, dS, g.S, K, g.kld, 0.0, DQ, g.qld);
+        if (s == DT_OK)
+          s = gemm(ctx, t, true, false, r1, g.HD, rb, g.scale, dS, g.S, Q + ro, g.qld, 1.0, DK, g.kld);
+        if (s == DT_OK)
+          s = gemm(ctx, t, true, false, r1, g.HD, rb, 1.0, P, g.S, DO + ro, g.qld, 1.0, DV, g.kld);
+      }
     }
   dt_host_free(ctx, P);
   return s;
