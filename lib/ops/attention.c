@@ -34,8 +34,10 @@
  *   exactly those that use the local kv heads [k kvh/N, (k+1) kvh/N). Partial
  *   inputs are never kept: the cost model picks R or a Shard target for them
  *   (all-reduce or reduce-scatter). The all-R candidate always survives.
- *   Kernel per (batch, head): GEMMs on the strided head in place (no copies
- *   in either layout), max-subtracted softmax with its sum in double.
+ *   Kernel per (batch, head) and block of 64 query rows (keys up to the
+ *   block's last row only: causal blocks skip what they cannot see): GEMMs on
+ *   the strided head in place (no copies in either layout), max-subtracted
+ *   softmax with its sum in double.
  *   Backward: one private op on (q, k, v, dout) with the same strategy,
  *   sdpa_bwd -> (dq, dk, dv), recomputing P once per head (as flash attention
  *   does; nothing S x S is kept from the forward): dV = P^T dO, dP = dO V^T,
@@ -44,7 +46,8 @@
  *
  * Kernels: f32 and f64 host arrays.
  * What it is not: context parallel (sequence-sharded) attention, dropout,
- * non-causal masks, rotate-half rope, fused or blocked kernels.
+ * non-causal masks, rotate-half rope, a flash (online-softmax) kernel: a
+ * block's scores over all its keys are materialised (64 x S).
  */
 #include "config.h"
 
