@@ -23,8 +23,8 @@ dt_status ot_make(ot_rank *R, dt_dtype dtype, int ndim, const int64_t *sh, const
   return dt_tensor_distribute(R->ctx, R->mesh, &arr, pl, t);
 }
 
-bool ot_check_vals(ot_rank *R, const char *what, const dt_tensor *t, int ndim, const int64_t *sh,
-                   const double *want, double tol) {
+bool ot_check_vals_dt(ot_rank *R, const char *what, const dt_tensor *t, dt_dtype dtype, int ndim,
+                      const int64_t *sh, const double *want, double tol) {
   dt_array full;
   dt_status s = dt_tensor_full(R->ctx, t, &full);
   if (s != DT_OK) {
@@ -32,26 +32,30 @@ bool ot_check_vals(ot_rank *R, const char *what, const dt_tensor *t, int ndim, c
             dt_status_str(s), dt_last_error(R->ctx));
     return false;
   }
-  bool ok = full.ndim == ndim && full.dtype == DT_F64;
+  bool ok = full.ndim == ndim && full.dtype == dtype && (dtype == DT_F64 || dtype == DT_F32);
   for (int d = 0; ok && d < ndim; d++) ok = full.shape[d] == sh[d];
   if (!ok) {
     char ws[64], gs[64];
     ot_shape_str(ndim, sh, ws, sizeof ws);
     ot_shape_str(full.ndim, full.shape, gs, sizeof gs);
-    tu_fail(__FILE__, __LINE__, "%s, rank %d: output is %s %s, expected f64 %s", what, R->ctx->rank,
-            dt_dtype_name(full.dtype), gs, ws);
+    tu_fail(__FILE__, __LINE__, "%s, rank %d: output is %s %s, expected %s %s", what, R->ctx->rank,
+            dt_dtype_name(full.dtype), gs, dt_dtype_name(dtype), ws);
   }
-  const double *v = full.data;
   for (int64_t i = 0; ok && i < full.numel; i++) {
-    double e = fabs(v[i] - want[i]);
-    if (!(e <= tol * (1.0 + fabs(want[i])))) {
+    double v = dtype == DT_F64 ? ((const double *)full.data)[i] : (double)((const float *)full.data)[i];
+    if (!(fabs(v - want[i]) <= tol * (1.0 + fabs(want[i])))) {
       tu_fail(__FILE__, __LINE__, "%s, rank %d: element %lld is %.17g, expected %.17g (tol %g)", what,
-              R->ctx->rank, (long long)i, v[i], want[i], tol);
+              R->ctx->rank, (long long)i, v, want[i], tol);
       ok = false;
     }
   }
   dt_array_free(R->ctx, &full);
   return ok;
+}
+
+bool ot_check_vals(ot_rank *R, const char *what, const dt_tensor *t, int ndim, const int64_t *sh,
+                   const double *want, double tol) {
+  return ot_check_vals_dt(R, what, t, DT_F64, ndim, sh, want, tol);
 }
 
 void ot_fd_grad(double *x, int64_t n, double h, ot_loss_fn loss, void *arg, double *grad) {

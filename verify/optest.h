@@ -32,6 +32,9 @@ dt_status ot_make(ot_rank *R, dt_dtype dtype, int ndim, const int64_t *sh, const
  * (relative, floor 1). Reports the first mismatch; returns false on one. */
 bool ot_check_vals(ot_rank *R, const char *what, const dt_tensor *t, int ndim, const int64_t *sh,
                    const double *want, double tol);
+/* The same for an output of dtype (f64 or f32, read as double). */
+bool ot_check_vals_dt(ot_rank *R, const char *what, const dt_tensor *t, dt_dtype dtype, int ndim,
+                      const int64_t *sh, const double *want, double tol);
 
 /* Reference loss evaluated on the current values of the inputs. */
 typedef double (*ot_loss_fn)(void *arg);

@@ -146,7 +146,7 @@ static void test_cache(void) {
   for (int i = 0; i < 20; i++) {
     bool kept = false;
     for (int j = 0; j < ctx.mem_cache.n; j++)
-      kept |= (char *)ctx.mem_cache.blk[j] + 64 == (char *)big[i];
+      kept |= (char *)ctx.mem_cache.slot[j].blk + 64 == (char *)big[i];
     bool want = i >= 20 - (int)(ctx.mem_cache.limit / ((size_t)32 << 20));
     TU_CHECK(kept == want, "block %d freed %s: kept %d", i, want ? "late" : "early", kept);
   }
@@ -159,7 +159,7 @@ static void test_cache(void) {
   for (int i = 0; i < NB; i++) dt_host_free(&ctx, blk[(i * 37) % NB]); /* 37 is prime to 200 */
   TU_CHECK(ctx.mem_cache.n == NB, "all %d kept: %d", NB, ctx.mem_cache.n);
   for (int i = 1; i < ctx.mem_cache.n; i++)
-    TU_CHECK(ctx.mem_cache.cap[i - 1] <= ctx.mem_cache.cap[i], "slots sorted at %d", i);
+    TU_CHECK(ctx.mem_cache.slot[i - 1].cap <= ctx.mem_cache.slot[i].cap, "slots sorted at %d", i);
   for (int i = NB - 1; i >= 0; i -= 7) {
     void *p = dt_host_alloc(&ctx, ((size_t)64 << 10) + (size_t)i * 4096 - 100);
     TU_CHECK(p == blk[i], "request %d gets its own size back (best fit)", i);

@@ -147,7 +147,15 @@ static void ref_rope(const dt_op_attrs *a, const garr *x, garr *out) {
         }
 }
 
-/* y = x with dims 1 and 2 swapped: [b, h, s, hd] <-> [b, s, h, hd] */
+/* y = x with dims 1 and 2 swapped, sizes a x b x c x d -> a x c x b x d */
+static void swap12_n(const double *x, double *y, int64_t A, int64_t Bn, int64_t C, int64_t D) {
+  for (int64_t i = 0; i < A; i++)
+    for (int64_t j = 0; j < Bn; j++)
+      for (int64_t k = 0; k < C; k++)
+        memcpy(y + ((i * C + k) * Bn + j) * D, x + ((i * Bn + j) * C + k) * D, sizeof *y * (size_t)D);
+}
+
+/* the same on a garr: [b, h, s, hd] <-> [b, s, h, hd] */
 static void swap12(const garr *x, garr *y) {
   memset(y, 0, sizeof *y);
   y->ndim = 4;
@@ -155,12 +163,7 @@ static void swap12(const garr *x, garr *y) {
   y->sh[1] = x->sh[2];
   y->sh[2] = x->sh[1];
   y->sh[3] = x->sh[3];
-  for (int64_t i = 0; i < x->sh[0]; i++)
-    for (int64_t j = 0; j < x->sh[1]; j++)
-      for (int64_t k = 0; k < x->sh[2]; k++)
-        for (int64_t d = 0; d < x->sh[3]; d++)
-          y->v[((i * y->sh[1] + k) * y->sh[2] + j) * y->sh[3] + d] =
-              x->v[((i * x->sh[1] + j) * x->sh[2] + k) * x->sh[3] + d];
+  swap12_n(x->v, y->v, x->sh[0], x->sh[1], x->sh[2], x->sh[3]);
 }
 
 typedef enum top { T_SDPA, T_ROPE } top;
@@ -610,9 +613,7 @@ static void f32_case(rk *R, top op, const dt_op_attrs *a, garr *in, dt_placement
       fb[j][i] = (float)in[j].v[i];
       in[j].v[i] = (double)fb[j][i];
     }
-    dt_array arr;
-    DT_CHECK_GOTO(dt_array_wrap(ctx, DT_DEV_CPU, DT_F32, 4, in[j].sh, fb[j], &arr), s, fail);
-    DT_CHECK_GOTO(dt_tensor_distribute(ctx, R->mesh, &arr, pl[j], &t[j]), s, fail);
+    DT_CHECK_GOTO(ot_make(R, DT_F32, 4, in[j].sh, fb[j], pl[j], &t[j]), s, fail);
     made++;
   }
   const dt_tensor *ip[3] = {&t[0], &t[1], &t[2]};
@@ -620,20 +621,10 @@ static void f32_case(rk *R, top op, const dt_op_attrs *a, garr *in, dt_placement
   DT_CHECK_GOTO(dt_op_call(ctx, OPS[op].op, a, ip, o, NULL), s, fail);
   garr want;
   ref(op, a, in, &want);
-  dt_array full;
-  s = dt_tensor_full(ctx, &out, &full);
+  char what[96];
+  snprintf(what, sizeof what, "f32 %s on mesh %s", OPS[op].name, R->mlabel);
+  ot_check_vals_dt(R, what, &out, DT_F32, want.ndim, want.sh, want.v, F32_TOL);
   dt_tensor_free(ctx, &out);
-  if (s != DT_OK) goto fail;
-  const float *v = full.data;
-  bool ok = full.dtype == DT_F32 && full.numel == numel(&want);
-  TU_CHECK(ok, "f32 %s on mesh %s, rank %d: output dtype or size differs", OPS[op].name, R->mlabel, ctx->rank);
-  for (int64_t i = 0; ok && i < full.numel; i++)
-    if (!(fabs((double)v[i] - want.v[i]) <= F32_TOL * (1 + fabs(want.v[i])))) {
-      tu_fail(__FILE__, __LINE__, "f32 %s on mesh %s, rank %d: element %lld is %.9g, expected %.9g",
-              OPS[op].name, R->mlabel, ctx->rank, (long long)i, (double)v[i], want.v[i]);
-      ok = false;
-    }
-  dt_array_free(ctx, &full);
   R->cases++;
 fail:
   if (s != DT_OK)
@@ -726,14 +717,6 @@ static void naive_attn(const lsz *z, const double *q, const double *k, const dou
   free(dP);
 }
 
-/* y = x with dims 1 and 2 swapped, sizes a x b x c x d -> a x c x b x d */
-static void swap12_n(const double *x, double *y, int64_t A, int64_t Bn, int64_t C, int64_t D) {
-  for (int64_t i = 0; i < A; i++)
-    for (int64_t j = 0; j < Bn; j++)
-      for (int64_t k = 0; k < C; k++)
-        memcpy(y + ((i * C + k) * Bn + j) * D, x + ((i * Bn + j) * C + k) * D, sizeof *y * (size_t)D);
-}
-
 /* sdpa and its backward at S = 150 (blocks of 64, 64, 22 query rows), h 4,
  * kvh 2, hd 8, in dtype dt and layout 0 or 1, heads sharded on mesh dim 0
  * when they divide (else the dispatcher moves them), against naive_attn on
@@ -745,8 +728,9 @@ static void long_case(rk *R, dt_dtype dt, int layout) {
   dt_ctx *ctx = R->ctx;
   const lsz z = {1, 4, 2, 150, 8};
   const int64_t nq = z.B * z.H * z.S * z.HD, nk = z.B * z.KVH * z.S * z.HD;
-  double *buf = calloc((size_t)(4 * nq + 2 * nk) * 3, sizeof *buf);
-  float *fb = calloc((size_t)(2 * nq + 2 * nk), sizeof *fb);
+  /* 16 arrays below: 8 of q's size and 8 of k's */
+  double *buf = calloc((size_t)(8 * nq + 8 * nk), sizeof *buf);
+  float *fb = calloc((size_t)(2 * nq + 2 * nk), sizeof *fb); /* q, k, v, dO in f32 */
   if (!buf || !fb) {
     tu_fail(__FILE__, __LINE__, "long_case: out of memory");
     free(buf);
@@ -786,12 +770,13 @@ static void long_case(rk *R, dt_dtype dt, int layout) {
   int made = 0;
   dt_status s = DT_OK;
   const double *vals[4] = {lq, lk, lv, ldo};
+  float *f = fb;
   for (int j = 0; j < 4 && s == DT_OK; j++) {
     const void *data = vals[j];
     if (dt == DT_F32) {
-      float *f = fb + (j == 0 ? 0 : j == 1 ? nq : j == 2 ? nq + nk : nq + 2 * nk);
       for (int64_t i = 0; i < cnt[j]; i++) f[i] = (float)vals[j][i];
       data = f;
+      f += cnt[j];
     }
     s = ot_make(R, dt, 4, j == 1 || j == 2 ? shk : shq, data, pl, &t[j]);
     if (s == DT_OK) made++;
@@ -811,23 +796,9 @@ static void long_case(rk *R, dt_dtype dt, int layout) {
       static const char *const NM[4] = {"out", "dq", "dk", "dv"};
       const double tol = dt == DT_F32 ? 2e-5 : 1e-12;
       for (int j = 0; j < 4; j++) {
-        dt_array f;
-        if (dt_tensor_full(ctx, got[j], &f) != DT_OK) {
-          tu_fail(__FILE__, __LINE__, "%s: %s full_tensor: %s", what, NM[j], dt_last_error(ctx));
-          continue;
-        }
-        int64_t n = j == 0 || j == 1 ? nq : nk;
-        TU_CHECK(f.numel == n, "%s: %s has %lld elements, expected %lld", what, NM[j], (long long)f.numel,
-                 (long long)n);
-        for (int64_t i = 0; i < n && i < f.numel; i++) {
-          double gv = dt == DT_F32 ? (double)((const float *)f.data)[i] : ((const double *)f.data)[i];
-          if (!(fabs(gv - want[j][i]) <= tol * (1 + fabs(want[j][i])))) {
-            tu_fail(__FILE__, __LINE__, "%s, rank %d: %s[%lld] is %.12g, expected %.12g", what, ctx->rank,
-                    NM[j], (long long)i, gv, want[j][i]);
-            break;
-          }
-        }
-        dt_array_free(ctx, &f);
+        char wj[128];
+        snprintf(wj, sizeof wj, "%s: %s", what, NM[j]);
+        ot_check_vals_dt(R, wj, got[j], dt, 4, j == 0 || j == 1 ? shq : shk, want[j], tol);
       }
       for (int j = 0; j < 3; j++) dt_tensor_free(ctx, &g[j]);
     }

@@ -28,10 +28,7 @@ static void track(size_t *cur, size_t *peak, size_t bytes, bool add) {
 #define DT_CACHE_MIN ((size_t)64 << 10)
 
 static void cache_remove(dt_mem_cache *c, int i) {
-  int tail = c->n - i - 1;
-  memmove(&c->blk[i], &c->blk[i + 1], (size_t)tail * sizeof c->blk[0]);
-  memmove(&c->cap[i], &c->cap[i + 1], (size_t)tail * sizeof c->cap[0]);
-  memmove(&c->stamp[i], &c->stamp[i + 1], (size_t)tail * sizeof c->stamp[0]);
+  memmove(&c->slot[i], &c->slot[i + 1], (size_t)(c->n - i - 1) * sizeof c->slot[0]);
   c->n--;
 }
 
@@ -40,7 +37,7 @@ static int cache_lower_bound(const dt_mem_cache *c, size_t bytes) {
   int lo = 0, hi = c->n;
   while (lo < hi) {
     int mid = lo + (hi - lo) / 2;
-    if (c->cap[mid] < bytes) lo = mid + 1;
+    if (c->slot[mid].cap < bytes) lo = mid + 1;
     else hi = mid;
   }
   return lo;
@@ -50,9 +47,9 @@ static int cache_lower_bound(const dt_mem_cache *c, size_t bytes) {
 static dt_alloc_hdr *cache_take(dt_ctx *ctx, size_t bytes) {
   dt_mem_cache *c = &ctx->mem_cache;
   int i = cache_lower_bound(c, bytes);
-  if (i == c->n || c->cap[i] / 2 > bytes) return NULL;
-  dt_alloc_hdr *h = c->blk[i];
-  ctx->mem.host_cached -= c->cap[i];
+  if (i == c->n || c->slot[i].cap / 2 > bytes) return NULL;
+  dt_alloc_hdr *h = c->slot[i].blk;
+  ctx->mem.host_cached -= c->slot[i].cap;
   cache_remove(c, i);
   return h;
 }
@@ -65,18 +62,14 @@ static bool cache_put(dt_ctx *ctx, dt_alloc_hdr *h) {
   while (c->n > 0 && (c->n == DT_MEM_CACHE_SLOTS || ctx->mem.host_cached + h->cap > c->limit)) {
     int old = 0;
     for (int i = 1; i < c->n; i++)
-      if (c->stamp[i] < c->stamp[old]) old = i;
-    free(c->blk[old]);
-    ctx->mem.host_cached -= c->cap[old];
+      if (c->slot[i].stamp < c->slot[old].stamp) old = i;
+    free(c->slot[old].blk);
+    ctx->mem.host_cached -= c->slot[old].cap;
     cache_remove(c, old);
   }
-  int i = cache_lower_bound(c, h->cap), tail = c->n - i;
-  memmove(&c->blk[i + 1], &c->blk[i], (size_t)tail * sizeof c->blk[0]);
-  memmove(&c->cap[i + 1], &c->cap[i], (size_t)tail * sizeof c->cap[0]);
-  memmove(&c->stamp[i + 1], &c->stamp[i], (size_t)tail * sizeof c->stamp[0]);
-  c->blk[i] = h;
-  c->cap[i] = h->cap;
-  c->stamp[i] = ++c->tick;
+  int i = cache_lower_bound(c, h->cap);
+  memmove(&c->slot[i + 1], &c->slot[i], (size_t)(c->n - i) * sizeof c->slot[0]);
+  c->slot[i] = (dt_mem_slot){h, h->cap, ++c->tick};
   c->n++;
   ctx->mem.host_cached += h->cap;
   return true;
@@ -84,7 +77,7 @@ static bool cache_put(dt_ctx *ctx, dt_alloc_hdr *h) {
 
 void dt_host_cache_release(dt_ctx *ctx) {
   if (!ctx) return;
-  for (int i = 0; i < ctx->mem_cache.n; i++) free(ctx->mem_cache.blk[i]);
+  for (int i = 0; i < ctx->mem_cache.n; i++) free(ctx->mem_cache.slot[i].blk);
   ctx->mem_cache.n = 0;
   ctx->mem.host_cached = 0;
 }

@@ -86,13 +86,16 @@ typedef struct dt_mem_stats {
  * worth of blocks (a debugmodel step at batch 4 x seq 128 frees ~150 of them):
  * with 16 slots, half the step's outputs were faulted in fresh each time. */
 enum { DT_MEM_CACHE_SLOTS = 256 };
+typedef struct dt_mem_slot {
+  void *blk;      /* the raw block */
+  size_t cap;     /* its usable bytes */
+  uint64_t stamp; /* when it was put (the oldest is evicted) */
+} dt_mem_slot;
 typedef struct dt_mem_cache {
-  void *blk[DT_MEM_CACHE_SLOTS];     /* raw blocks, ascending by cap */
-  size_t cap[DT_MEM_CACHE_SLOTS];    /* usable bytes of each */
-  uint64_t stamp[DT_MEM_CACHE_SLOTS]; /* when each was put (the oldest is evicted) */
+  dt_mem_slot slot[DT_MEM_CACHE_SLOTS]; /* ascending by cap */
   uint64_t tick;
   int n;
-  size_t limit;                      /* most bytes kept; 0 disables the cache */
+  size_t limit;                         /* most bytes kept; 0 disables the cache */
 } dt_mem_cache;
 
 /* One collective call as the comm front saw it (see lib/comm/comm.h). */

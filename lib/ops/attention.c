@@ -60,16 +60,6 @@
 
 /* ---- shared helpers ---------------------------------------------------------------- */
 
-static double load(const dt_array *x, int64_t i) {
-  return x->dtype == DT_F64 ? ((const double *)x->data)[i] : (double)((const float *)x->data)[i];
-}
-static void store(dt_array *y, int64_t i, double v) {
-  if (y->dtype == DT_F64)
-    ((double *)y->data)[i] = v;
-  else
-    ((float *)y->data)[i] = (float)v;
-}
-
 static dt_status check_float(dt_ctx *ctx, const char *name, int j, dt_dtype t) {
   if (t != DT_F32 && t != DT_F64)
     return dt_error(ctx, DT_ERR_UNSUPPORTED, name, "input %d is %s; only f32 and f64 are supported",
@@ -154,9 +144,9 @@ static dt_status rope_run(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor *co
       for (int64_t bb = 0; bb < B; bb++)
         for (int64_t h = 0; h < H; h++) {
           int64_t e = ((bb * S + t) * H + h) * HD + 2 * i;
-          double x0 = load(x, e), x1 = load(x, e + 1);
-          store(y, e, x0 * c - x1 * sn);
-          store(y, e + 1, x0 * sn + x1 * c);
+          double x0 = dt_elem_ld(x, e), x1 = dt_elem_ld(x, e + 1);
+          dt_elem_st(y, e, x0 * c - x1 * sn);
+          dt_elem_st(y, e + 1, x0 * sn + x1 * c);
         }
     }
   }

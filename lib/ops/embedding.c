@@ -55,16 +55,6 @@
 
 /* ---- helpers ----------------------------------------------------------------- */
 
-static double ld(const dt_array *x, int64_t i) {
-  return x->dtype == DT_F64 ? ((const double *)x->data)[i] : (double)((const float *)x->data)[i];
-}
-static void st(dt_array *y, int64_t i, double v) {
-  if (y->dtype == DT_F64)
-    ((double *)y->data)[i] = v;
-  else
-    ((float *)y->data)[i] = (float)v;
-}
-
 static dt_status check_float(dt_ctx *ctx, const char *name, const char *what, dt_dtype t) {
   if (t != DT_F32 && t != DT_F64)
     return dt_error(ctx, DT_ERR_UNSUPPORTED, name, "%s is %s; only f32 and f64 are supported", what,
@@ -153,7 +143,7 @@ static dt_status emb_kernel(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor *
   for (int64_t i = 0; i < I->numel; i++) {
     int64_t row = ids[i] - off;
     bool mine = row >= 0 && row < rows;
-    for (int64_t c = 0; c < cols; c++) st(Y, i * cols + c, mine ? ld(W, row * cols + c) : 0.0);
+    for (int64_t c = 0; c < cols; c++) dt_elem_st(Y, i * cols + c, mine ? dt_elem_ld(W, row * cols + c) : 0.0);
   }
   return DT_OK;
 }
@@ -219,13 +209,13 @@ static dt_status embb_kernel(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor 
   if (G->numel != I->numel * cols)
     return dt_error(ctx, DT_ERR_INTERNAL, "embedding_bwd", "local grad has %lld elements, expected %lld",
                     (long long)G->numel, (long long)(I->numel * cols));
-  for (int64_t i = 0; i < Y->numel; i++) st(Y, i, 0.0);
+  for (int64_t i = 0; i < Y->numel; i++) dt_elem_st(Y, i, 0.0);
   const int64_t *ids = I->data;
   for (int64_t i = 0; i < I->numel; i++) {
     int64_t row = ids[i] - off;
     if (row < 0 || row >= rows) continue;
     for (int64_t c = 0; c < cols; c++)
-      st(Y, row * cols + c, ld(Y, row * cols + c) + ld(G, i * cols + c));
+      dt_elem_st(Y, row * cols + c, dt_elem_ld(Y, row * cols + c) + dt_elem_ld(G, i * cols + c));
   }
   return DT_OK;
 }
@@ -294,10 +284,10 @@ static dt_status ce_options(dt_ctx *ctx, const dt_op_attrs *a, const dt_spec *in
 }
 
 /* Per-position reductions over the vocab shards of x (local [npos, Vl] at vocab
- * offset voff): mx = global max, se = global sum of exp(x - mx); with tl
- * non-NULL also the target logit. Collectives: one all_reduce per quantity per
- * mesh dim that shards the vocab (S(last)). buf: 3 * npos doubles. */
-static dt_status ce_stats(dt_ctx *ctx, const char *name, const dt_tensor *x, const int64_t *tg,
+ * offset voff): mx = global max, se = global sum of exp(x - mx), tl = the
+ * target logit. Collectives: one all_reduce per quantity per mesh dim that
+ * shards the vocab (S(last)). */
+static dt_status ce_stats(dt_ctx *ctx, const dt_tensor *x, const int64_t *tg,
                           int64_t npos, double *mx, double *se, double *tl) {
   const dt_array *X = &x->local;
   int last = x->ndim - 1;
@@ -307,7 +297,7 @@ static dt_status ce_stats(dt_ctx *ctx, const char *name, const dt_tensor *x, con
     if (X->dtype == DT_F32 && Vl > 0)
       m = dt_max_f32((const float *)X->data + p * Vl, Vl);
     else
-      for (int64_t v = 0; v < Vl; v++) m = fmax(m, ld(X, p * Vl + v));
+      for (int64_t v = 0; v < Vl; v++) m = fmax(m, dt_elem_ld(X, p * Vl + v));
     mx[p] = m;
   }
   for (int i = 0; i < x->mesh_ndim; i++)
@@ -324,22 +314,20 @@ static dt_status ce_stats(dt_ctx *ctx, const char *name, const dt_tensor *x, con
         s += dt_sum_f32(e, c);
       }
     } else {
-      for (int64_t v = 0; v < Vl; v++) s += exp(ld(X, p * Vl + v) - mx[p]);
+      for (int64_t v = 0; v < Vl; v++) s += exp(dt_elem_ld(X, p * Vl + v) - mx[p]);
     }
     se[p] = s;
   }
   for (int i = 0; i < x->mesh_ndim; i++)
     if (x->pl[i].kind == DT_PL_SHARD && x->pl[i].dim == last)
       DT_CHECK(dt_comm_all_reduce(dt_mesh_comm(x->mesh, i), se, se, (size_t)npos, DT_F64, DT_RED_SUM));
-  if (!tl) return DT_OK;
   for (int64_t p = 0; p < npos; p++) {
     int64_t v = tg[p] - voff;
-    tl[p] = v >= 0 && v < Vl ? ld(X, p * Vl + v) : 0.0; /* masked: only the owner contributes */
+    tl[p] = v >= 0 && v < Vl ? dt_elem_ld(X, p * Vl + v) : 0.0; /* masked: only the owner contributes */
   }
   for (int i = 0; i < x->mesh_ndim; i++)
     if (x->pl[i].kind == DT_PL_SHARD && x->pl[i].dim == last)
       DT_CHECK(dt_comm_all_reduce(dt_mesh_comm(x->mesh, i), tl, tl, (size_t)npos, DT_F64, DT_RED_SUM));
-  (void)name;
   return DT_OK;
 }
 
@@ -369,14 +357,14 @@ static dt_status ce_kernel(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor *c
     dt_host_free(ctx, buf);
     return dt_error(ctx, DT_ERR_INTERNAL, "cross_entropy", "local lse and targets disagree");
   }
-  dt_status s = ce_stats(ctx, "cross_entropy", x, T->data, npos, buf, buf + npos, buf + 2 * npos);
+  dt_status s = ce_stats(ctx, x, T->data, npos, buf, buf + npos, buf + 2 * npos);
   if (s == DT_OK) {
     double sum = 0, *L = lse->data;
     for (int64_t p = 0; p < npos; p++) {
       L[p] = log(buf[npos + p]) + buf[p];
       sum += L[p] - buf[2 * npos + p];
     }
-    st(&out[0]->local, 0, sum / ce_N(x)); /* local sum / global N: an exact P(sum) */
+    dt_elem_st(&out[0]->local, 0, sum / ce_N(x)); /* local sum / global N: an exact P(sum) */
   }
   dt_host_free(ctx, buf);
   return s;
@@ -439,7 +427,7 @@ static dt_status ceb_kernel(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor *
   const dt_array *LSE = &in[3]->local;
   if (LSE->numel != npos)
     return dt_error(ctx, DT_ERR_INTERNAL, "cross_entropy_bwd", "local lse and targets disagree");
-  const double g = ld(&in[0]->local, 0) / ce_N(x), *lse = LSE->data;
+  const double g = dt_elem_ld(&in[0]->local, 0) / ce_N(x), *lse = LSE->data;
   const int64_t *tg = T->data;
   for (int64_t p = 0; p < npos; p++) {
     int64_t t = tg[p] - voff;
@@ -455,8 +443,8 @@ static dt_status ceb_kernel(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor *
       continue;
     }
     for (int64_t v = 0; v < Vl; v++) {
-      double sm = exp(ld(X, p * Vl + v) - lse[p]);
-      st(Y, p * Vl + v, (sm - (v == t ? 1.0 : 0.0)) * g);
+      double sm = exp(dt_elem_ld(X, p * Vl + v) - lse[p]);
+      dt_elem_st(Y, p * Vl + v, (sm - (v == t ? 1.0 : 0.0)) * g);
     }
   }
   return DT_OK;

@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "ops/ops.h"
+#include "ops/vmath.h"
 
 /* torch.nn.RMSNorm uses finfo(dtype).eps when eps is None; TorchTitan passes
  * 1e-5 explicitly, which is what attrs.scalar == 0 stands for here. */
@@ -81,16 +82,6 @@ static dt_status rms_options(dt_ctx *ctx, const dt_op_attrs *a, const dt_spec *i
   return DT_OK;
 }
 
-static double load(const dt_array *x, int64_t i) {
-  return x->dtype == DT_F64 ? ((const double *)x->data)[i] : (double)((const float *)x->data)[i];
-}
-static void store(dt_array *y, int64_t i, double v) {
-  if (y->dtype == DT_F64)
-    ((double *)y->data)[i] = v;
-  else
-    ((float *)y->data)[i] = (float)v;
-}
-
 static dt_status rows(dt_ctx *ctx, const char *name, const dt_array *x, const dt_array *w,
                       int64_t *nrows, int64_t *d) {
   if (x->ndim < 1 || w->ndim != 1 || x->shape[x->ndim - 1] != w->shape[0])
@@ -112,11 +103,11 @@ static dt_status rms_kernel(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor *
   for (int64_t r = 0; r < nr; r++) {
     double ss = 0;
     for (int64_t k = 0; k < d; k++) {
-      double v = load(x, r * d + k);
+      double v = dt_elem_ld(x, r * d + k);
       ss += v * v;
     }
     double inv = 1.0 / sqrt(ss / (double)d + eps);
-    for (int64_t k = 0; k < d; k++) store(y, r * d + k, load(x, r * d + k) * inv * load(w, k));
+    for (int64_t k = 0; k < d; k++) dt_elem_st(y, r * d + k, dt_elem_ld(x, r * d + k) * inv * dt_elem_ld(w, k));
   }
   return DT_OK;
 }
@@ -164,19 +155,19 @@ static dt_status bwd_kernel(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor *
     const int64_t b = r * d;
     double ss = 0;
     for (int64_t k = 0; k < d; k++) {
-      double v = load(x, b + k);
+      double v = dt_elem_ld(x, b + k);
       ss += v * v;
     }
     double inv = 1.0 / sqrt(ss / (double)d + eps), dot = 0;
     for (int64_t k = 0; k < d; k++) {
-      double xh = load(x, b + k) * inv, g = load(dy, b + k);
-      dot += load(w, k) * g * xh;
-      store(gw, b + k, g * xh);
+      double xh = dt_elem_ld(x, b + k) * inv, g = dt_elem_ld(dy, b + k);
+      dot += dt_elem_ld(w, k) * g * xh;
+      dt_elem_st(gw, b + k, g * xh);
     }
     dot /= (double)d;
     for (int64_t k = 0; k < d; k++) {
-      double xh = load(x, b + k) * inv;
-      store(dx, b + k, (load(w, k) * load(dy, b + k) - xh * dot) * inv);
+      double xh = dt_elem_ld(x, b + k) * inv;
+      dt_elem_st(dx, b + k, (dt_elem_ld(w, k) * dt_elem_ld(dy, b + k) - xh * dot) * inv);
     }
   }
   return DT_OK;

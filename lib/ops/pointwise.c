@@ -242,6 +242,12 @@ static double pw_apply(pw_kind k, double s, double a, double b) {
     }                                                                               \
   } while (0)
 
+/* f32 silu / swiglu / silu_grad of 4 lanes (a, b), on vmath.h's sigmoid */
+static inline dt_v4f silu_v4(pw_kind k, dt_v4f a, dt_v4f b) {
+  dt_v4f g = dt_v4_sigmoid(a);
+  return k == PW_SILU ? a * g : k == PW_SWIGLU ? a * g * b : b * g * (1.0f + a * (1.0f - g));
+}
+
 /* y = k(x0, x1) on the local arrays; an operand's size-1 dim (or a dim it
  * lacks) is read at index 0 (broadcast: such a dim is R, so its local is 1). */
 static dt_status pw_run(dt_ctx *ctx, pw_kind k, double sc, const dt_tensor *const *in, int n,
@@ -282,15 +288,10 @@ static dt_status pw_run(dt_ctx *ctx, pw_kind k, double sc, const dt_tensor *cons
     const float *x1 = n > 1 ? (const float *)in[1]->local.data : x0;
     float *y = out->local.data;
     int64_t e = 0;
-    for (; e + 4 <= numel; e += 4) {
-      dt_v4f a = dt_v4_load(x0 + e), b = dt_v4_load(x1 + e);
-      dt_v4f g = 1.0f / (1.0f + dt_v4_exp(-a));
-      dt_v4_store(y + e, k == PW_SILU ? a * g : k == PW_SWIGLU ? a * g * b : b * g * (1.0f + a * (1.0f - g)));
-    }
-    for (; e < numel; e++) {
-      float a = x0[e], g = 1.0f / (1.0f + expf(-a));
-      y[e] = k == PW_SILU ? a * g : k == PW_SWIGLU ? a * g * x1[e] : x1[e] * g * (1.0f + a * (1.0f - g));
-    }
+    for (; e + 4 <= numel; e += 4) dt_v4_store(y + e, silu_v4(k, dt_v4_load(x0 + e), dt_v4_load(x1 + e)));
+    if (e < numel)
+      dt_v4_store_n(y + e, silu_v4(k, dt_v4_load_n(x0 + e, numel - e), dt_v4_load_n(x1 + e, numel - e)),
+                    numel - e);
   } else if (same && out->local.dtype == DT_F64)
     PW_FAST(double);
   else if (same && out->local.dtype == DT_F32)
@@ -478,27 +479,35 @@ static dt_status sgb_candidates(dt_ctx *ctx, const dt_op_attrs *a, const dt_spec
   return DT_OK;
 }
 
+/* (da, db) = (g b silu'(a), g silu(a)) of 4 lanes */
+static inline void swiglu_grads_v4(dt_v4f a, dt_v4f b, dt_v4f g, dt_v4f *da, dt_v4f *db) {
+  dt_v4f sg = dt_v4_sigmoid(a);
+  *db = g * a * sg;
+  *da = g * b * sg * (1.0f + a * (1.0f - sg));
+}
+
 static dt_status sgb_kernel(dt_ctx *ctx, const dt_op_attrs *at, const dt_tensor *const *in,
                             dt_tensor *const *out) {
   (void)at;
   const int64_t n = out[0]->local.numel;
-  for (int j = 0; j < 3; j++)
-    if (in[j]->local.numel != n || out[j < 2 ? j : 1]->local.numel != n)
-      return dt_error(ctx, DT_ERR_INTERNAL, "swiglu_bwd", "local sizes differ");
+  if (out[1]->local.numel != n || in[0]->local.numel != n || in[1]->local.numel != n ||
+      in[2]->local.numel != n)
+    return dt_error(ctx, DT_ERR_INTERNAL, "swiglu_bwd", "local sizes differ");
   if (out[0]->local.dtype == DT_F32) {
     const float *A = in[0]->local.data, *B = in[1]->local.data, *G = in[2]->local.data;
     float *DA = out[0]->local.data, *DB = out[1]->local.data;
     int64_t e = 0;
+    dt_v4f da, db;
     for (; e + 4 <= n; e += 4) {
-      dt_v4f a = dt_v4_load(A + e), b = dt_v4_load(B + e), g = dt_v4_load(G + e);
-      dt_v4f sg = 1.0f / (1.0f + dt_v4_exp(-a));
-      dt_v4_store(DB + e, g * a * sg);
-      dt_v4_store(DA + e, g * b * sg * (1.0f + a * (1.0f - sg)));
+      swiglu_grads_v4(dt_v4_load(A + e), dt_v4_load(B + e), dt_v4_load(G + e), &da, &db);
+      dt_v4_store(DA + e, da);
+      dt_v4_store(DB + e, db);
     }
-    for (; e < n; e++) {
-      float a = A[e], sg = 1.0f / (1.0f + expf(-a));
-      DB[e] = G[e] * a * sg;
-      DA[e] = G[e] * B[e] * sg * (1.0f + a * (1.0f - sg));
+    if (e < n) {
+      int64_t w = n - e;
+      swiglu_grads_v4(dt_v4_load_n(A + e, w), dt_v4_load_n(B + e, w), dt_v4_load_n(G + e, w), &da, &db);
+      dt_v4_store_n(DA + e, da, w);
+      dt_v4_store_n(DB + e, db, w);
     }
   } else if (out[0]->local.dtype == DT_F64) {
     const double *A = in[0]->local.data, *B = in[1]->local.data, *G = in[2]->local.data;

@@ -28,6 +28,7 @@
 #include <string.h>
 
 #include "ops/ops.h"
+#include "ops/vmath.h"
 
 /* ---- dims --------------------------------------------------------------------- */
 
@@ -132,16 +133,6 @@ static dt_status opt_mean(dt_ctx *ctx, const dt_op_attrs *a, const dt_spec *in, 
 
 /* ---- kernels -------------------------------------------------------------------- */
 
-static double load(const dt_array *x, int64_t i) {
-  return x->dtype == DT_F64 ? ((const double *)x->data)[i] : (double)((const float *)x->data)[i];
-}
-static void store(dt_array *y, int64_t i, double v) {
-  if (y->dtype == DT_F64)
-    ((double *)y->data)[i] = v;
-  else
-    ((float *)y->data)[i] = (float)v;
-}
-
 /* y = sum (mean: / local count) of the local x over the masked dims. */
 static dt_status red_run(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor *const *in,
                          dt_tensor *const *out, bool mean) {
@@ -166,7 +157,7 @@ static dt_status red_run(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor *con
   if (!acc) return dt_error(ctx, DT_ERR_NOMEM, "sum/mean", "accumulator");
   int64_t p = 0;
   for (int64_t e = 0; e < x->numel; e++) {
-    acc[p] += load(x, e);
+    acc[p] += dt_elem_ld(x, e);
     for (int d = x->ndim - 1; d >= 0; d--) {
       idx[d]++;
       p += ost[d];
@@ -176,7 +167,7 @@ static dt_status red_run(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor *con
     }
   }
   /* mean of an empty local: 0/0 = NaN, as torch.mean of an empty tensor */
-  for (int64_t i = 0; i < y->numel; i++) store(y, i, mean ? acc[i] / (double)count : acc[i]);
+  for (int64_t i = 0; i < y->numel; i++) dt_elem_st(y, i, mean ? acc[i] / (double)count : acc[i]);
   dt_host_free(ctx, acc);
   return DT_OK;
 }
@@ -242,7 +233,7 @@ static dt_status bwd_kernel(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor *
   int64_t p = 0;
   for (int d = 0; d < yt->ndim; d++) p += yt->goffset[d] * gst[d];
   for (int64_t e = 0; e < y->numel; e++) {
-    store(y, e, load(g, p) * a->scalar);
+    dt_elem_st(y, e, dt_elem_ld(g, p) * a->scalar);
     for (int d = yt->ndim - 1; d >= 0; d--) {
       idx[d]++;
       p += gst[d];
@@ -351,9 +342,9 @@ static dt_status sm_kernel(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor *c
     for (int64_t i = 0; i < inner; i++) {
       int64_t base = o * L * inner + i;
       double mx = -INFINITY, z = 0;
-      for (int64_t k = 0; k < L; k++) mx = fmax(mx, load(x, base + k * inner));
-      for (int64_t k = 0; k < L; k++) z += exp(load(x, base + k * inner) - mx);
-      for (int64_t k = 0; k < L; k++) store(y, base + k * inner, exp(load(x, base + k * inner) - mx) / z);
+      for (int64_t k = 0; k < L; k++) mx = fmax(mx, dt_elem_ld(x, base + k * inner));
+      for (int64_t k = 0; k < L; k++) z += exp(dt_elem_ld(x, base + k * inner) - mx);
+      for (int64_t k = 0; k < L; k++) dt_elem_st(y, base + k * inner, exp(dt_elem_ld(x, base + k * inner) - mx) / z);
     }
   return DT_OK;
 }

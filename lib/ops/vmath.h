@@ -1,4 +1,5 @@
-/* lib/ops/vmath.h: f32 row primitives for the CPU kernels' hot loops (softmax,
+/* lib/ops/vmath.h: element access for the plain kernels (dt_elem_ld/st), and
+ * f32 row primitives for the CPU kernels' hot loops (softmax,
  * SiLU / SwiGLU, cross-entropy), written on GCC / Clang 4-wide vector
  * extensions so they vectorise at -O2 on any x86-64 (SSE2) or AArch64 (NEON)
  * without -ffast-math or per-file flags. Internal to lib/ops.
@@ -14,6 +15,7 @@
  * dt_sum_f32: the sum of n floats in double, in four independent chains (a
  *   single chain waits on each add's latency).
  * dt_max_f32: the largest of n >= 1 floats (NaN-free input).
+ * dt_v4_sigmoid: 1 / (1 + e^-a) on dt_v4_exp.
  * dt_dot_f32: sum of a[i] b[i] in double, four chains.
  * dt_scale_f32: x[i] *= s.
  */
@@ -23,6 +25,20 @@
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
+
+#include "core/core.h"
+
+/* Element i of an f32 or f64 host array, as double; and its store, rounded
+ * once to the array's dtype (the plain kernels' loads and stores). */
+static inline double dt_elem_ld(const dt_array *x, int64_t i) {
+  return x->dtype == DT_F64 ? ((const double *)x->data)[i] : (double)((const float *)x->data)[i];
+}
+static inline void dt_elem_st(dt_array *y, int64_t i, double v) {
+  if (y->dtype == DT_F64)
+    ((double *)y->data)[i] = v;
+  else
+    ((float *)y->data)[i] = (float)v;
+}
 
 typedef float dt_v4f __attribute__((vector_size(16)));
 typedef int32_t dt_v4i __attribute__((vector_size(16)));
@@ -35,6 +51,16 @@ static inline dt_v4f dt_v4_load(const float *p) {
   return v;
 }
 static inline void dt_v4_store(float *p, dt_v4f v) { memcpy(p, &v, sizeof v); }
+
+/* The first n < 4 lanes from / to memory (the rest read as 0): a row's tail
+ * goes through the same vector arithmetic as its body, so an element's value
+ * does not depend on where a shard boundary puts it. */
+static inline dt_v4f dt_v4_load_n(const float *p, int64_t n) {
+  dt_v4f v = {0, 0, 0, 0};
+  memcpy(&v, p, (size_t)n * sizeof *p);
+  return v;
+}
+static inline void dt_v4_store_n(float *p, dt_v4f v, int64_t n) { memcpy(p, &v, (size_t)n * sizeof *p); }
 
 /* m ? a : b, lane-wise (m: all-ones or zero lanes from a comparison) */
 static inline dt_v4f dt_v4_select(dt_v4i m, dt_v4f a, dt_v4f b) {
@@ -65,16 +91,14 @@ static inline dt_v4f dt_v4_exp(dt_v4f x) {
   return dt_v4_select(over, dt_v4_splat(INFINITY), y);
 }
 
+/* 1 / (1 + e^-a), lane-wise (0 and 1 at the ends: e^-a overflows to inf, underflows to 0) */
+static inline dt_v4f dt_v4_sigmoid(dt_v4f a) { return 1.0f / (1.0f + dt_v4_exp(-a)); }
+
 /* y[i] = exp(x[i] - shift) for n elements; y may be x. */
 static inline void dt_vexp_f32(float *y, const float *x, float shift, int64_t n) {
   int64_t i = 0;
   for (; i + 4 <= n; i += 4) dt_v4_store(y + i, dt_v4_exp(dt_v4_load(x + i) - shift));
-  if (i < n) {
-    float t[4] = {0, 0, 0, 0};
-    memcpy(t, x + i, (size_t)(n - i) * sizeof *t);
-    dt_v4_store(t, dt_v4_exp(dt_v4_load(t) - shift));
-    memcpy(y + i, t, (size_t)(n - i) * sizeof *t);
-  }
+  if (i < n) dt_v4_store_n(y + i, dt_v4_exp(dt_v4_load_n(x + i, n - i) - shift), n - i);
 }
 
 static inline double dt_sum_f32(const float *x, int64_t n) {
