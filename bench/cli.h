@@ -97,6 +97,46 @@ const char *sb_strip_rank(const char *msg);
 int sb_parse_mesh_flags(const char *cmd, const char *mesh_s, const char *world_s,
                         const char *names_s, const char *example, int *mesh_ndim, int *mesh_shape,
                         int *world, char names[DT_MESH_MAX_DIMS][DT_MESH_NAME_LEN]);
+/* Mesh dim names as the explain options keep them. */
+typedef const char (*sb_mesh_names)[DT_MESH_NAME_LEN];
+/* A planned redistribute (bench/explain_common.c) with the cost model's
+ * per-step estimates: the bytes a rank holds before each step and its cost. */
+typedef struct sb_plan_view {
+  dt_redist_plan plan;
+  double step_cost[DT_MAX_STEPS], local_bytes[DT_MAX_STEPS];
+  char *trace; /* malloc'd; sb_plan_view_free */
+} sb_plan_view;
+enum { SB_PLAN_OK = 0, SB_PLAN_REFUSED = 1 /* the planner said no */, SB_PLAN_BROKEN = 2 };
+/* Plans src -> dst of a [gshape] dtype tensor on the mesh; on failure err holds
+ * the reason (the planner's message without "rank R: "). */
+int sb_plan_view_make(int mesh_ndim, const int *mesh_shape, int ndim, const int64_t *gshape,
+                      dt_dtype dtype, const dt_placement *src, const dt_placement *dst,
+                      dt_planner planner, sb_plan_view *v, char *err, size_t errn);
+void sb_plan_view_free(sb_plan_view *v);
+/* The steps' table (header and a row per step, each line prefixed by indent;
+ * costs with prec decimals); nothing for an empty plan. */
+void sb_print_plan_steps(const sb_plan_view *v, const sb_mesh_names names, int mesh_ndim,
+                         const char *indent, int prec);
+/* "planner": .., "steps": [..], "trace": .., "cost_us": .. (no braces). */
+void sb_json_plan_fields(const sb_plan_view *v, const sb_mesh_names names, int mesh_ndim);
+/* Ledger rows summed over ranks per (op, reduce, group, group size), in
+ * first-seen order: add each rank's rows into t (room for all of them). */
+typedef struct sb_ledger_total {
+  int op, reduce;
+  char group[DT_LABEL_LEN];
+  int group_size;
+  uint64_t calls, payload;
+  double wire;
+} sb_ledger_total;
+void sb_ledger_total_add(sb_ledger_total *t, size_t *n, const dt_ledger_row *rows, size_t nrows);
+/* Text tables (indented 4) of a rank's rows and of the totals over world ranks. */
+void sb_print_ledger_rows(const dt_ledger_row *rows, size_t n);
+void sb_print_ledger_totals(const sb_ledger_total *t, size_t n, int world);
+/* JSON arrays of them, each element on its own line after indent. */
+void sb_json_ledger_rows(const dt_ledger_row *rows, size_t n, const char *indent);
+void sb_json_ledger_totals(const sb_ledger_total *t, size_t n, const char *indent);
+/* [a, b, c] */
+void sb_json_shape(int n, const int64_t *v);
 int sb_cmd_explain(int argc, char **argv);
 /* The harness (bench/run.c, sweep.c, report.c, baselines.c). */
 int sb_cmd_run(int argc, char **argv);

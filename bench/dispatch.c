@@ -22,6 +22,7 @@
 #include <time.h>
 
 #include "dtensor.h"
+#include "stats.h"
 
 static const char PROG[] = "dispatch";
 
@@ -57,16 +58,6 @@ typedef struct job {
 
 static const dt_op *const OPS[NOPS] = {&dt_op_add, &dt_op_scale, &dt_op_matmul};
 
-static int cmp_d(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-  qsort(v, (size_t)n, sizeof *v, cmp_d);
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 static dt_status bench_op(dt_ctx *ctx, const bopts *o, const dt_op *op, const dt_tensor *const *in,
                           double *total_us, double *kernel_us, double *total_cpu,
                           double *kernel_cpu) {
@@ -100,10 +91,10 @@ static dt_status bench_op(dt_ctx *ctx, const bopts *o, const dt_op *op, const dt
     tk[r] = (t2 - t1) / o->iters * 1e6;
   }
   if (s == DT_OK) {
-    *total_us = median(tt, o->reps);
-    *kernel_us = median(tk, o->reps);
-    *total_cpu = median(ct, o->reps);
-    *kernel_cpu = median(ck, o->reps);
+    *total_us = sb_median(tt, o->reps);
+    *kernel_us = sb_median(tk, o->reps);
+    *total_cpu = sb_median(ct, o->reps);
+    *kernel_cpu = sb_median(ck, o->reps);
   }
   free(tt);
   free(tk);

@@ -410,60 +410,17 @@ static int parse_flags(int argc, char **argv, ex_opts *o) {
 
 /* ---- the plan ---- */
 
-typedef struct plan_view {
-  dt_redist_plan plan;
-  double step_cost[DT_MAX_STEPS];
-  double local_bytes[DT_MAX_STEPS];
-  char *trace; /* malloc'd */
-} plan_view;
-
-/* Strips "rank R: " from a library message: the plan is made by the program,
- * not a rank. */
-
-static int make_plan(const ex_opts *o, dt_planner planner, plan_view *v) {
-  dt_layout lay;
-  memset(&lay, 0, sizeof lay);
-  lay.mesh_ndim = o->mesh_ndim;
-  memcpy(lay.mesh_shape, o->mesh_shape, sizeof lay.mesh_shape);
-  lay.ndim = o->ndim;
-  memcpy(lay.gshape, o->gshape, sizeof lay.gshape);
-  lay.dtype = o->dtype;
-  dt_ctx pctx;
-  dt_ctx_init(&pctx, 0, 1);
-  dt_status s = dt_redistribute_plan(&pctx, &lay, o->src, o->dst, planner, &v->plan);
-  if (s != DT_OK) {
+static int make_plan(const ex_opts *o, dt_planner planner, sb_plan_view *v) {
+  char err[DT_ERRMSG_LEN];
+  int r = sb_plan_view_make(o->mesh_ndim, o->mesh_shape, o->ndim, o->gshape, o->dtype, o->src, o->dst,
+                            planner, v, err, sizeof err);
+  if (r == SB_PLAN_REFUSED) {
     char fs[PL_STR_LEN], ts[PL_STR_LEN];
     dt_placements_str(o->mesh_ndim, o->src, fs, sizeof fs);
     dt_placements_str(o->mesh_ndim, o->dst, ts, sizeof ts);
-    const char *m = sb_strip_rank(dt_last_error(&pctx));
-    int rc = sb_usage_error(CMD, "--to", "cannot redistribute %s -> %s: %s", fs, ts,
-                            m[0] ? m : dt_status_str(s));
-    dt_ctx_release(&pctx);
-    return rc;
+    return sb_usage_error(CMD, "--to", "cannot redistribute %s -> %s: %s", fs, ts, err);
   }
-  dt_ctx_release(&pctx);
-  if (v->plan.n < 0 || v->plan.n > DT_MAX_STEPS)
-    return fprintf(stderr, "shardbench explain: the planner returned %d steps\n", v->plan.n),
-           SB_EXIT_FAIL;
-  /* Per step estimate: the cost model's bytes before a step are the global
-   * bytes over the number of shards of the state before it (3.2). */
-  dt_topo topo;
-  dt_topo_build(o->mesh_ndim, o->mesh_shape, 1, &topo); /* CPU mesh: 1 device per host (3.2) */
-  dt_placement cur[DT_MAX_MESH_DIMS];
-  memcpy(cur, o->src, sizeof cur);
-  double gbytes = (double)dt_shape_numel(o->ndim, o->gshape) * (double)dt_dtype_size(o->dtype);
-  for (int i = 0; i < v->plan.n; i++) {
-    const dt_redist_step *st = &v->plan.steps[i];
-    v->local_bytes[i] = gbytes / (double)dt_num_shards(o->mesh_ndim, o->mesh_shape, cur);
-    v->step_cost[i] = dt_step_cost(&topo, st, v->local_bytes[i]);
-    if (st->mesh_dim >= 0 && st->mesh_dim < o->mesh_ndim) cur[st->mesh_dim] = st->dst;
-  }
-  int len = dt_redist_plan_trace(&v->plan, NULL, 0);
-  if (len < 0) len = 0;
-  v->trace = malloc((size_t)len + 1);
-  if (!v->trace) return fprintf(stderr, "shardbench explain: out of memory\n"), SB_EXIT_FAIL;
-  v->trace[0] = '\0';
-  dt_redist_plan_trace(&v->plan, v->trace, (size_t)len + 1);
+  if (r != SB_PLAN_OK) return fprintf(stderr, "shardbench explain: %s\n", err), SB_EXIT_FAIL;
   return 0;
 }
 
@@ -572,42 +529,15 @@ done:
 
 /* ---- ledger summaries ---- */
 
-typedef struct ledger_total {
-  int op, reduce;
-  char group[DT_LABEL_LEN];
-  int group_size;
-  uint64_t calls, payload;
-  double wire;
-} ledger_total;
-
-/* Totals over all ranks per (op, reduce, group, group size), in first-seen order. */
-static ledger_total *ledger_totals(const rank_out *ro, int world, size_t *n) {
+/* Totals over all ranks (see sb_ledger_total_add). */
+static sb_ledger_total *sb_ledger_totals(const rank_out *ro, int world, size_t *n) {
   size_t cap = 0;
   for (int r = 0; r < world; r++) cap += ro[r].nrows;
-  ledger_total *t = calloc(cap ? cap : 1, sizeof *t);
+  sb_ledger_total *t = calloc(cap ? cap : 1, sizeof *t);
   *n = 0;
-  if (!t) return NULL;
-  for (int r = 0; r < world; r++)
-    for (size_t i = 0; i < ro[r].nrows; i++) {
-      const dt_ledger_row *row = &ro[r].rows[i];
-      size_t k = 0;
-      while (k < *n && !(t[k].op == row->op && t[k].reduce == row->reduce &&
-                         t[k].group_size == row->group_size && !strcmp(t[k].group, row->group)))
-        k++;
-      if (k == *n) {
-        t[k].op = row->op;
-        t[k].reduce = row->reduce;
-        t[k].group_size = row->group_size;
-        snprintf(t[k].group, sizeof t[k].group, "%s", row->group);
-        (*n)++;
-      }
-      t[k].calls++;
-      t[k].payload += row->payload_bytes;
-      t[k].wire += row->wire_bytes;
-    }
+  for (int r = 0; t && r < world; r++) sb_ledger_total_add(t, n, ro[r].rows, ro[r].nrows);
   return t;
 }
-
 
 /* ---- the owner map (text only) ---- */
 
@@ -718,12 +648,12 @@ typedef struct report {
   const ex_geom *src_g, *dst_g;
   int geom_bad_rank;             /* -1: the library's geometry matches the reference */
   char geom_msg[4 * SHAPE_STR_LEN + PL_STR_LEN + 128];
-  const plan_view *pv;
-  const plan_view *greedy;       /* NULL unless --planner min-cost */
+  const sb_plan_view *pv;
+  const sb_plan_view *greedy;       /* NULL unless --planner min-cost */
   bool ran;
   char run_err[DT_ERRMSG_LEN + 64];
   const rank_out *ro;
-  const ledger_total *tot;
+  const sb_ledger_total *tot;
   size_t ntot;
   int64_t numel;
   /* verdicts */
@@ -734,45 +664,9 @@ typedef struct report {
   char tol_why[256];
 } report;
 
-static void json_shape(int n, const int64_t *v) {
-  printf("[");
-  for (int i = 0; i < n; i++) printf("%s%" PRId64, i ? ", " : "", v[i]);
-  printf("]");
-}
-
-
-static void json_plan(const ex_opts *o, const plan_view *v) {
-  printf("{\"planner\": ");
-  sb_json_str(stdout, dt_planner_name(v->plan.planner));
-  printf(", \"steps\": [");
-  for (int i = 0; i < v->plan.n; i++) {
-    const dt_redist_step *st = &v->plan.steps[i];
-    char a[32], b[32];
-    dt_placement_str(st->src, a, sizeof a);
-    dt_placement_str(st->dst, b, sizeof b);
-    dt_coll c;
-    printf("%s{\"mesh_dim\": %d, \"name\": ", i ? ", " : "", st->mesh_dim);
-    sb_json_str(stdout, st->mesh_dim >= 0 && st->mesh_dim < o->mesh_ndim ? o->names[st->mesh_dim]
-                                                                         : "?");
-    printf(", \"src\": ");
-    sb_json_str(stdout, a);
-    printf(", \"dst\": ");
-    sb_json_str(stdout, b);
-    printf(", \"kind\": ");
-    sb_json_str(stdout, dt_step_kind_name(st->kind));
-    printf(", \"collective\": ");
-    if (dt_step_coll(st->kind, &c)) sb_json_str(stdout, dt_coll_name(c));
-    else printf("null");
-    printf(", \"local_bytes_before\": ");
-    sb_json_num(v->local_bytes[i]);
-    printf(", \"cost_us\": ");
-    sb_json_num(v->step_cost[i]);
-    printf("}");
-  }
-  printf("], \"trace\": ");
-  sb_json_str(stdout, v->trace);
-  printf(", \"cost_us\": ");
-  sb_json_num(v->plan.cost_us);
+static void json_plan(const ex_opts *o, const sb_plan_view *v) {
+  printf("{");
+  sb_json_plan_fields(v, o->names, o->mesh_ndim);
   printf("}");
 }
 
@@ -789,7 +683,7 @@ static void print_json(const report *rp) {
     sb_json_str(stdout, o->names[i]);
   }
   printf("], \"ranks\": %d},\n \"tensor\": {\"shape\": ", o->world);
-  json_shape(o->ndim, o->gshape);
+  sb_json_shape(o->ndim, o->gshape);
   printf(", \"dtype\": ");
   sb_json_str(stdout, dt_dtype_name(o->dtype));
   printf(", \"elements\": %" PRId64 ", \"bytes\": %" PRId64 ", \"seed\": %" PRIu64 "},\n",
@@ -806,13 +700,13 @@ static void print_json(const report *rp) {
     printf("%s\n  {\"rank\": %d, \"coord\": [", r ? "," : "", r);
     for (int i = 0; i < o->mesh_ndim; i++) printf("%s%d", i ? ", " : "", c[i]);
     printf("], \"from\": {\"local_shape\": ");
-    json_shape(o->ndim, rp->src_g->lshape + k);
+    sb_json_shape(o->ndim, rp->src_g->lshape + k);
     printf(", \"offset\": ");
-    json_shape(o->ndim, rp->src_g->goff + k);
+    sb_json_shape(o->ndim, rp->src_g->goff + k);
     printf("}, \"to\": {\"local_shape\": ");
-    json_shape(o->ndim, rp->dst_g->lshape + k);
+    sb_json_shape(o->ndim, rp->dst_g->lshape + k);
     printf(", \"offset\": ");
-    json_shape(o->ndim, rp->dst_g->goff + k);
+    sb_json_shape(o->ndim, rp->dst_g->goff + k);
     printf("}}");
   }
   printf("],\n \"geometry_check\": {\"match\": %s", rp->geom_bad_rank < 0 ? "true" : "false");
@@ -834,39 +728,11 @@ static void print_json(const report *rp) {
     printf("},\n \"match\": false}\n");
     return;
   }
-  printf(",\n  \"ledger_rank0\": [");
-  for (size_t i = 0; i < rp->ro[0].nrows; i++) {
-    const dt_ledger_row *row = &rp->ro[0].rows[i];
-    printf("%s\n   {\"op\": ", i ? "," : "");
-    sb_json_str(stdout, sb_op_name(row->op));
-    printf(", \"reduce\": ");
-    if (row->reduce >= 0) sb_json_str(stdout, sb_red_name(row->reduce));
-    else printf("null");
-    printf(", \"group\": ");
-    sb_json_str(stdout, row->group);
-    printf(", \"group_size\": %d, \"elems\": %" PRIu64 ", \"payload_bytes\": %" PRIu64
-           ", \"wire_bytes\": ",
-           row->group_size, row->elems, row->payload_bytes);
-    sb_json_num(row->wire_bytes);
-    printf("}");
-  }
-  printf("],\n  \"ledger_totals\": [");
-  for (size_t i = 0; i < rp->ntot; i++) {
-    const ledger_total *t = &rp->tot[i];
-    printf("%s\n   {\"op\": ", i ? "," : "");
-    sb_json_str(stdout, sb_op_name(t->op));
-    printf(", \"reduce\": ");
-    if (t->reduce >= 0) sb_json_str(stdout, sb_red_name(t->reduce));
-    else printf("null");
-    printf(", \"group\": ");
-    sb_json_str(stdout, t->group);
-    printf(", \"group_size\": %d, \"calls\": %" PRIu64 ", \"payload_bytes\": %" PRIu64
-           ", \"wire_bytes\": ",
-           t->group_size, t->calls, t->payload);
-    sb_json_num(t->wire);
-    printf("}");
-  }
-  printf("],\n  \"full_tensor\": {\"match\": %s, \"elements\": %" PRId64 ", \"exact\": %s",
+  printf(",\n  \"ledger_rank0\": ");
+  sb_json_ledger_rows(rp->ro[0].rows, rp->ro[0].nrows, "   ");
+  printf(",\n  \"ledger_totals\": ");
+  sb_json_ledger_totals(rp->tot, rp->ntot, "   ");
+  printf(",\n  \"full_tensor\": {\"match\": %s, \"elements\": %" PRId64 ", \"exact\": %s",
          rp->full_bad_rank < 0 ? "true" : "false", rp->numel, rp->rtol > 0 ? "false" : "true");
   if (rp->rtol > 0) {
     printf(", \"rtol\": ");
@@ -894,24 +760,10 @@ static void print_json(const report *rp) {
   printf("}},\n \"match\": %s}\n", rp->match ? "true" : "false");
 }
 
-static void print_plan_text(const ex_opts *o, const plan_view *v) {
+static void print_plan_text(const ex_opts *o, const sb_plan_view *v) {
   printf("\nplan (%s): %d step%s, estimated %.2f us\n", dt_planner_name(v->plan.planner),
          v->plan.n, v->plan.n == 1 ? "" : "s", v->plan.cost_us);
-  if (v->plan.n) {
-    printf("  %4s  %-14s %-16s %-15s %12s %10s\n", "step", "mesh dim", "src -> dst", "kind",
-           "bytes before", "est. us");
-    for (int i = 0; i < v->plan.n; i++) {
-      const dt_redist_step *st = &v->plan.steps[i];
-      char a[32], b[32], md[48], sd[80];
-      dt_placement_str(st->src, a, sizeof a);
-      dt_placement_str(st->dst, b, sizeof b);
-      snprintf(md, sizeof md, "%d (%s)", st->mesh_dim,
-               st->mesh_dim >= 0 && st->mesh_dim < o->mesh_ndim ? o->names[st->mesh_dim] : "?");
-      snprintf(sd, sizeof sd, "%s -> %s", a, b);
-      printf("  %4d  %-14s %-16s %-15s %12.0f %10.2f\n", i + 1, md, sd,
-             dt_step_kind_name(st->kind), v->local_bytes[i], v->step_cost[i]);
-    }
-  }
+  sb_print_plan_steps(v, o->names, o->mesh_ndim, "  ", 2);
   printf("  trace: %s\n", v->trace);
 }
 
@@ -983,27 +835,8 @@ static void print_text(const report *rp) {
     return;
   }
   printf("  rank 0 ledger (%zu call%s):\n", rp->ro[0].nrows, rp->ro[0].nrows == 1 ? "" : "s");
-  if (rp->ro[0].nrows) {
-    printf("    %-15s %-6s %-12s %5s %12s %14s %14s\n", "op", "reduce", "group", "size", "elems",
-           "payload B", "wire B");
-    for (size_t i = 0; i < rp->ro[0].nrows; i++) {
-      const dt_ledger_row *row = &rp->ro[0].rows[i];
-      printf("    %-15s %-6s %-12s %5d %12" PRIu64 " %14" PRIu64 " %14.0f\n", sb_op_name(row->op),
-             sb_red_name(row->reduce), row->group, row->group_size, row->elems, row->payload_bytes,
-             row->wire_bytes);
-    }
-  }
-  printf("  totals over all %d ranks:\n", o->world);
-  if (!rp->ntot) printf("    (no collectives)\n");
-  else {
-    printf("    %-15s %-6s %-12s %5s %7s %14s %14s\n", "op", "reduce", "group", "size", "calls",
-           "payload B", "wire B");
-    for (size_t i = 0; i < rp->ntot; i++) {
-      const ledger_total *t = &rp->tot[i];
-      printf("    %-15s %-6s %-12s %5d %7" PRIu64 " %14" PRIu64 " %14.0f\n", sb_op_name(t->op),
-             sb_red_name(t->reduce), t->group, t->group_size, t->calls, t->payload, t->wire);
-    }
-  }
+  sb_print_ledger_rows(rp->ro[0].rows, rp->ro[0].nrows);
+  sb_print_ledger_totals(rp->tot, rp->ntot, o->world);
   if (rp->geomrun_bad_rank >= 0)
     printf("  target layout: MISMATCH: rank %d's result has another local shape or offset than "
            "the table\n", rp->geomrun_bad_rank);
@@ -1054,13 +887,13 @@ int sb_cmd_explain(int argc, char **argv) {
   rp.numel = dt_shape_numel(o.ndim, o.gshape);
   rp.full_bad_rank = rp.local_bad_rank = rp.geomrun_bad_rank = rp.geom_bad_rank = -1;
 
-  plan_view pv, gv;
+  sb_plan_view pv, gv;
   memset(&pv, 0, sizeof pv);
   memset(&gv, 0, sizeof gv);
   ex_geom sg = {0}, tg = {0};
   void *global = NULL;
   rank_out *ro = NULL;
-  ledger_total *tot = NULL;
+  sb_ledger_total *tot = NULL;
 
   /* The plan first: a rejected target is bad input (exit 2), found before any
    * output or work. */
@@ -1125,7 +958,7 @@ int sb_cmd_explain(int argc, char **argv) {
              lrep.failed_msg[0] ? lrep.failed_msg : "no message", dt_status_str(s));
   } else {
     rp.ran = true;
-    tot = ledger_totals(ro, o.world, &rp.ntot);
+    tot = sb_ledger_totals(ro, o.world, &rp.ntot);
     if (!tot) {
       dt_launch_report_free(&lrep);
       fprintf(stderr, "shardbench explain: out of memory\n");
@@ -1161,7 +994,7 @@ out:
   free(sg.goff);
   free(tg.lshape);
   free(tg.goff);
-  free(pv.trace);
-  free(gv.trace);
+  sb_plan_view_free(&pv);
+  sb_plan_view_free(&gv);
   return rc;
 }

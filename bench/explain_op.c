@@ -184,18 +184,8 @@ typedef struct redist_view {
   dt_placement dst[DT_MAX_MESH_DIMS];
   bool ok;
   char err[DT_ERRMSG_LEN];
-  dt_redist_plan plan, greedy;   /* plan: --planner; greedy: what dt_op_call runs */
-  double step_cost[DT_MAX_STEPS], local_bytes[DT_MAX_STEPS];
-  char *trace, *greedy_trace;    /* malloc'd */
+  sb_plan_view pv, gv; /* pv: --planner; gv: what dt_op_call runs (greedy), when they differ */
 } redist_view;
-
-typedef struct ledger_total {
-  int op, reduce;
-  char group[DT_LABEL_LEN];
-  int group_size;
-  uint64_t calls, payload;
-  double wire;
-} ledger_total;
 
 typedef struct report {
   const eo_opts *o;
@@ -206,7 +196,7 @@ typedef struct report {
   bool ran;
   char run_err[DT_ERRMSG_LEN + 96];
   const rank_res *res, *ref;
-  ledger_total *tfw, *tbw;
+  sb_ledger_total *tfw, *tbw;
   size_t ntfw, ntbw;
   double rtol;
   char tol_why[192];
@@ -641,68 +631,20 @@ static int make_decision(const eo_opts *o, report *rp) {
   return 0;
 }
 
-static dt_status plan_one(const eo_opts *o, int j, const dt_placement *dst, dt_planner planner,
-                          dt_redist_plan *p, char **trace, char *err, size_t errn) {
-  dt_layout lay;
-  memset(&lay, 0, sizeof lay);
-  lay.mesh_ndim = o->mesh_ndim;
-  memcpy(lay.mesh_shape, o->mesh_shape, sizeof lay.mesh_shape);
-  lay.ndim = o->in[j].ndim;
-  memcpy(lay.gshape, o->in[j].gshape, sizeof lay.gshape);
-  lay.dtype = o->in[j].dtype;
-  dt_ctx pctx;
-  dt_ctx_init(&pctx, 0, 1);
-  dt_status s = dt_redistribute_plan(&pctx, &lay, o->in[j].pl, dst, planner, p);
-  if (s != DT_OK) {
-    snprintf(err, errn, "%s", sb_strip_rank(dt_last_error(&pctx)));
-    dt_ctx_release(&pctx);
-    return s;
-  }
-  dt_ctx_release(&pctx);
-  if (p->n < 0 || p->n > DT_MAX_STEPS) {
-    snprintf(err, errn, "the planner returned %d steps", p->n);
-    return DT_ERR_INTERNAL;
-  }
-  int len = dt_redist_plan_trace(p, NULL, 0);
-  if (len < 0) len = 0;
-  *trace = malloc((size_t)len + 1);
-  if (!*trace) {
-    snprintf(err, errn, "out of memory");
-    return DT_ERR_NOMEM;
-  }
-  (*trace)[0] = '\0';
-  dt_redist_plan_trace(p, *trace, (size_t)len + 1);
-  return DT_OK;
-}
-
 /* The plans of the inputs the chosen candidate moves. A plan error is shown,
  * not fatal: the run then shows what dt_op_call does with it. */
 static void make_redists(const eo_opts *o, report *rp) {
   for (int j = 0; j < o->n_in; j++) {
     redist_view *v = &rp->rv[j];
+    const in_desc *d = &o->in[j];
     memcpy(v->dst, rp->chosen.in[j], sizeof v->dst);
-    v->moves = !same_pl(o->mesh_ndim, o->in[j].pl, v->dst);
+    v->moves = !same_pl(o->mesh_ndim, d->pl, v->dst);
     if (!v->moves) continue;
-    v->ok = plan_one(o, j, v->dst, o->planner, &v->plan, &v->trace, v->err, sizeof v->err) ==
-            DT_OK;
+    v->ok = sb_plan_view_make(o->mesh_ndim, o->mesh_shape, d->ndim, d->gshape, d->dtype, d->pl, v->dst,
+                              o->planner, &v->pv, v->err, sizeof v->err) == SB_PLAN_OK;
     if (v->ok && o->planner != DT_PLANNER_GREEDY)
-      v->ok = plan_one(o, j, v->dst, DT_PLANNER_GREEDY, &v->greedy, &v->greedy_trace, v->err,
-                       sizeof v->err) == DT_OK;
-    if (!v->ok) continue;
-    /* Per step estimate: the bytes before a step are the global bytes over the
-     * number of shards of the state before it (3.2). */
-    dt_topo topo;
-    dt_topo_build(o->mesh_ndim, o->mesh_shape, 1, &topo); /* CPU mesh: 1 device per host (3.2) */
-    dt_placement cur[DT_MAX_MESH_DIMS];
-    memcpy(cur, o->in[j].pl, sizeof cur);
-    double gbytes = (double)dt_shape_numel(o->in[j].ndim, o->in[j].gshape) *
-                    (double)dt_dtype_size(o->in[j].dtype);
-    for (int i = 0; i < v->plan.n; i++) {
-      const dt_redist_step *st = &v->plan.steps[i];
-      v->local_bytes[i] = gbytes / (double)dt_num_shards(o->mesh_ndim, o->mesh_shape, cur);
-      v->step_cost[i] = dt_step_cost(&topo, st, v->local_bytes[i]);
-      if (st->mesh_dim >= 0 && st->mesh_dim < o->mesh_ndim) cur[st->mesh_dim] = st->dst;
-    }
+      v->ok = sb_plan_view_make(o->mesh_ndim, o->mesh_shape, d->ndim, d->gshape, d->dtype, d->pl,
+                                v->dst, DT_PLANNER_GREEDY, &v->gv, v->err, sizeof v->err) == SB_PLAN_OK;
   }
 }
 
@@ -904,34 +846,14 @@ static void free_res(rank_res *r, int n) {
   free(r);
 }
 
-/* Totals over all ranks per (op, reduce, group, group size), in first-seen order. */
-static ledger_total *ledger_totals(const rank_res *rr, int world, bool bw, size_t *n) {
+/* Totals over all ranks (see sb_ledger_total_add) of the forward or backward rows. */
+static sb_ledger_total *ledger_totals(const rank_res *rr, int world, bool bw, size_t *n) {
   size_t cap = 0;
   for (int r = 0; r < world; r++) cap += bw ? rr[r].nbw : rr[r].nfw;
-  ledger_total *t = calloc(cap ? cap : 1, sizeof *t);
+  sb_ledger_total *t = calloc(cap ? cap : 1, sizeof *t);
   *n = 0;
-  if (!t) return NULL;
-  for (int r = 0; r < world; r++) {
-    const dt_ledger_row *rows = bw ? rr[r].bw : rr[r].fw;
-    size_t nr = bw ? rr[r].nbw : rr[r].nfw;
-    for (size_t i = 0; i < nr; i++) {
-      const dt_ledger_row *row = &rows[i];
-      size_t k = 0;
-      while (k < *n && !(t[k].op == row->op && t[k].reduce == row->reduce &&
-                         t[k].group_size == row->group_size && !strcmp(t[k].group, row->group)))
-        k++;
-      if (k == *n) {
-        t[k].op = row->op;
-        t[k].reduce = row->reduce;
-        t[k].group_size = row->group_size;
-        snprintf(t[k].group, sizeof t[k].group, "%s", row->group);
-        (*n)++;
-      }
-      t[k].calls++;
-      t[k].payload += row->payload_bytes;
-      t[k].wire += row->wire_bytes;
-    }
-  }
+  for (int r = 0; t && r < world; r++)
+    sb_ledger_total_add(t, n, bw ? rr[r].bw : rr[r].fw, bw ? rr[r].nbw : rr[r].nfw);
   return t;
 }
 
@@ -958,30 +880,6 @@ static void print_attrs_text(const eo_opts *o) {
   if ((o->given & (A_I0 | A_I1)) || (o->given & A_DIMS && !a->ndims))
     printf(" i0=%d i1=%d", a->i0, a->i1);
   printf("\n");
-}
-
-static void print_rows(const dt_ledger_row *rows, size_t n) {
-  if (!n) return;
-  printf("    %-15s %-6s %-12s %5s %12s %14s %14s\n", "op", "reduce", "group", "size", "elems",
-         "payload B", "wire B");
-  for (size_t i = 0; i < n; i++) {
-    const dt_ledger_row *row = &rows[i];
-    printf("    %-15s %-6s %-12s %5d %12" PRIu64 " %14" PRIu64 " %14.0f\n", sb_op_name(row->op),
-           sb_red_name(row->reduce), row->group, row->group_size, row->elems, row->payload_bytes,
-           row->wire_bytes);
-  }
-}
-
-static void print_totals(const ledger_total *t, size_t n, int world) {
-  printf("  totals over all %d rank%s:%s\n", world, world == 1 ? "" : "s",
-         n ? "" : " (no collectives)");
-  if (!n) return;
-  printf("    %-15s %-6s %-12s %5s %7s %14s %14s\n", "op", "reduce", "group", "size", "calls",
-         "payload B", "wire B");
-  for (size_t i = 0; i < n; i++)
-    printf("    %-15s %-6s %-12s %5d %7" PRIu64 " %14" PRIu64 " %14.0f\n", sb_op_name(t[i].op),
-           sb_red_name(t[i].reduce), t[i].group, t[i].group_size, t[i].calls, t[i].payload,
-           t[i].wire);
 }
 
 static void print_check(const report *rp, const char *what, const tcheck *c0, const tcheck *ref,
@@ -1071,26 +969,13 @@ static void print_text(const report *rp) {
       printf("    cannot plan: %s\n", v->err);
       continue;
     }
-    printf("    plan (%s): %d step%s, estimated %.4f us\n", dt_planner_name(v->plan.planner),
-           v->plan.n, v->plan.n == 1 ? "" : "s", v->plan.cost_us);
-    if (v->plan.n)
-      printf("      %4s  %-14s %-16s %-15s %12s %10s\n", "step", "mesh dim", "src -> dst", "kind",
-             "bytes before", "est. us");
-    for (int i = 0; i < v->plan.n; i++) {
-      const dt_redist_step *st = &v->plan.steps[i];
-      char x[32], y[32], md[48], sd[80];
-      dt_placement_str(st->src, x, sizeof x);
-      dt_placement_str(st->dst, y, sizeof y);
-      snprintf(md, sizeof md, "%d (%s)", st->mesh_dim,
-               st->mesh_dim >= 0 && st->mesh_dim < o->mesh_ndim ? o->names[st->mesh_dim] : "?");
-      snprintf(sd, sizeof sd, "%s -> %s", x, y);
-      printf("      %4d  %-14s %-16s %-15s %12.0f %10.4f\n", i + 1, md, sd,
-             dt_step_kind_name(st->kind), v->local_bytes[i], v->step_cost[i]);
-    }
-    printf("    trace: %s\n", v->trace);
-    if (v->greedy_trace)
+    printf("    plan (%s): %d step%s, estimated %.4f us\n", dt_planner_name(v->pv.plan.planner),
+           v->pv.plan.n, v->pv.plan.n == 1 ? "" : "s", v->pv.plan.cost_us);
+    sb_print_plan_steps(&v->pv, o->names, o->mesh_ndim, "      ", 4);
+    printf("    trace: %s\n", v->pv.trace);
+    if (v->gv.trace)
       printf("    greedy plan (what dt_op_call runs): %d step%s, estimated %.4f us, trace %s\n",
-             v->greedy.n, v->greedy.n == 1 ? "" : "s", v->greedy.cost_us, v->greedy_trace);
+             v->gv.plan.n, v->gv.plan.n == 1 ? "" : "s", v->gv.plan.cost_us, v->gv.trace);
   }
   if (!any) printf("  (none: every input is already where the chosen strategy wants it)\n");
 
@@ -1105,8 +990,8 @@ static void print_text(const report *rp) {
            rp->decision_bad_rank, rp->res[rp->decision_bad_rank].chosen, rep->chosen);
   printf("  forward: rank 0 ledger of dt_op_call (%zu call%s)%s\n", rp->res[0].nfw,
          rp->res[0].nfw == 1 ? "" : "s", rp->res[0].nfw ? ":" : "");
-  print_rows(rp->res[0].fw, rp->res[0].nfw);
-  print_totals(rp->tfw, rp->ntfw, o->world);
+  sb_print_ledger_rows(rp->res[0].fw, rp->res[0].nfw);
+  sb_print_ledger_totals(rp->tfw, rp->ntfw, o->world);
   for (int j = 0; j < o->op->n_out; j++) {
     char w[32];
     snprintf(w, sizeof w, "output %d", j);
@@ -1119,8 +1004,8 @@ static void print_text(const report *rp) {
          o->op->n_out == 1 ? "" : "s");
   printf("  backward: rank 0 ledger of %s's backward (%zu call%s)%s\n", o->op->name,
          rp->res[0].nbw, rp->res[0].nbw == 1 ? "" : "s", rp->res[0].nbw ? ":" : "");
-  print_rows(rp->res[0].bw, rp->res[0].nbw);
-  print_totals(rp->tbw, rp->ntbw, o->world);
+  sb_print_ledger_rows(rp->res[0].bw, rp->res[0].nbw);
+  sb_print_ledger_totals(rp->tbw, rp->ntbw, o->world);
   for (int j = 0; j < o->n_in; j++) {
     char w[32];
     snprintf(w, sizeof w, "grad input %d", j);
@@ -1137,12 +1022,6 @@ static void print_text(const report *rp) {
 /* ---- JSON report ---- */
 
 
-static void json_shape(int n, const int64_t *v) {
-  printf("[");
-  for (int i = 0; i < n; i++) printf("%s%" PRId64, i ? ", " : "", v[i]);
-  printf("]");
-}
-
 static void json_pl(int m, const dt_placement *pl) {
   printf("[");
   for (int i = 0; i < m; i++) {
@@ -1154,45 +1033,6 @@ static void json_pl(int m, const dt_placement *pl) {
   printf("]");
 }
 
-static void json_rows(const dt_ledger_row *rows, size_t n) {
-  printf("[");
-  for (size_t i = 0; i < n; i++) {
-    const dt_ledger_row *row = &rows[i];
-    printf("%s\n    {\"op\": ", i ? "," : "");
-    sb_json_str(stdout, sb_op_name(row->op));
-    printf(", \"reduce\": ");
-    if (row->reduce >= 0) sb_json_str(stdout, sb_red_name(row->reduce));
-    else printf("null");
-    printf(", \"group\": ");
-    sb_json_str(stdout, row->group);
-    printf(", \"group_size\": %d, \"elems\": %" PRIu64 ", \"payload_bytes\": %" PRIu64
-           ", \"wire_bytes\": ",
-           row->group_size, row->elems, row->payload_bytes);
-    sb_json_num(row->wire_bytes);
-    printf("}");
-  }
-  printf("]");
-}
-
-static void json_totals(const ledger_total *t, size_t n) {
-  printf("[");
-  for (size_t i = 0; i < n; i++) {
-    printf("%s\n    {\"op\": ", i ? "," : "");
-    sb_json_str(stdout, sb_op_name(t[i].op));
-    printf(", \"reduce\": ");
-    if (t[i].reduce >= 0) sb_json_str(stdout, sb_red_name(t[i].reduce));
-    else printf("null");
-    printf(", \"group\": ");
-    sb_json_str(stdout, t[i].group);
-    printf(", \"group_size\": %d, \"calls\": %" PRIu64 ", \"payload_bytes\": %" PRIu64
-           ", \"wire_bytes\": ",
-           t[i].group_size, t[i].calls, t[i].payload);
-    sb_json_num(t[i].wire);
-    printf("}");
-  }
-  printf("]");
-}
-
 static void json_check(const report *rp, const tcheck *c0, const tcheck *ref, int bad_rank,
                        const tcheck *bad) {
   const eo_opts *o = rp->o;
@@ -1200,7 +1040,7 @@ static void json_check(const report *rp, const tcheck *c0, const tcheck *ref, in
   printf("{\"placements\": ");
   json_pl(o->mesh_ndim, c0->pl);
   printf(", \"shape\": ");
-  json_shape(c0->ndim, c0->gshape);
+  sb_json_shape(c0->ndim, c0->gshape);
   printf(", \"dtype\": ");
   sb_json_str(stdout, dt_dtype_name(c0->dtype));
   printf(", \"elements\": %" PRId64 ", \"match\": %s, \"rtol\": ", ref->numel,
@@ -1240,7 +1080,7 @@ static void print_json(const report *rp) {
   printf(",\n \"attrs\": {\"dim\": %d, \"dims\": [", a->dim);
   for (int i = 0; i < a->ndims; i++) printf("%s%d", i ? ", " : "", a->dims[i]);
   printf("], \"keepdim\": %s, \"shape\": ", a->keepdim ? "true" : "false");
-  json_shape(a->shape_n, a->shape);
+  sb_json_shape(a->shape_n, a->shape);
   printf(", \"eq\": ");
   sb_json_str(stdout, a->eq);
   printf(", \"scalar\": ");
@@ -1250,7 +1090,7 @@ static void print_json(const report *rp) {
   printf(", \"seed\": %" PRIu64 ",\n \"inputs\": [", o->seed);
   for (int j = 0; j < o->n_in; j++) {
     printf("%s\n  {\"shape\": ", j ? "," : "");
-    json_shape(o->in[j].ndim, o->in[j].gshape);
+    sb_json_shape(o->in[j].ndim, o->in[j].gshape);
     printf(", \"placements\": ");
     json_pl(o->mesh_ndim, o->in[j].pl);
     printf(", \"dtype\": ");
@@ -1261,7 +1101,7 @@ static void print_json(const report *rp) {
   printf("],\n \"outputs\": [");
   for (int j = 0; j < o->op->n_out; j++) {
     printf("%s{\"shape\": ", j ? ", " : "");
-    json_shape(rp->out[j].ndim, rp->out[j].gshape);
+    sb_json_shape(rp->out[j].ndim, rp->out[j].gshape);
     printf(", \"placements\": ");
     json_pl(o->mesh_ndim, rp->out[j].pl);
     printf(", \"dtype\": ");
@@ -1304,42 +1144,13 @@ static void print_json(const report *rp) {
       printf("}");
       continue;
     }
-    printf(", \"planner\": ");
-    sb_json_str(stdout, dt_planner_name(v->plan.planner));
-    printf(", \"steps\": [");
-    for (int i = 0; i < v->plan.n; i++) {
-      const dt_redist_step *st = &v->plan.steps[i];
-      char x[32], y[32];
-      dt_placement_str(st->src, x, sizeof x);
-      dt_placement_str(st->dst, y, sizeof y);
-      dt_coll c;
-      printf("%s{\"mesh_dim\": %d, \"name\": ", i ? ", " : "", st->mesh_dim);
-      sb_json_str(stdout, st->mesh_dim >= 0 && st->mesh_dim < o->mesh_ndim
-                              ? o->names[st->mesh_dim] : "?");
-      printf(", \"src\": ");
-      sb_json_str(stdout, x);
-      printf(", \"dst\": ");
-      sb_json_str(stdout, y);
-      printf(", \"kind\": ");
-      sb_json_str(stdout, dt_step_kind_name(st->kind));
-      printf(", \"collective\": ");
-      if (dt_step_coll(st->kind, &c)) sb_json_str(stdout, dt_coll_name(c));
-      else printf("null");
-      printf(", \"local_bytes_before\": ");
-      sb_json_num(v->local_bytes[i]);
-      printf(", \"cost_us\": ");
-      sb_json_num(v->step_cost[i]);
-      printf("}");
-    }
-    printf("], \"trace\": ");
-    sb_json_str(stdout, v->trace);
-    printf(", \"cost_us\": ");
-    sb_json_num(v->plan.cost_us);
-    if (v->greedy_trace) {
+    printf(", ");
+    sb_json_plan_fields(&v->pv, o->names, o->mesh_ndim);
+    if (v->gv.trace) {
       printf(", \"greedy_trace\": ");
-      sb_json_str(stdout, v->greedy_trace);
+      sb_json_str(stdout, v->gv.trace);
       printf(", \"greedy_cost_us\": ");
-      sb_json_num(v->greedy.cost_us);
+      sb_json_num(v->gv.plan.cost_us);
     }
     printf("}");
   }
@@ -1353,9 +1164,9 @@ static void print_json(const report *rp) {
   }
   printf(", \"dispatch_agrees\": %s", rp->decision_bad_rank < 0 ? "true" : "false");
   printf(",\n  \"forward\": {\"ledger_rank0\": ");
-  json_rows(rp->res[0].fw, rp->res[0].nfw);
+  sb_json_ledger_rows(rp->res[0].fw, rp->res[0].nfw, "    ");
   printf(",\n   \"ledger_totals\": ");
-  json_totals(rp->tfw, rp->ntfw);
+  sb_json_ledger_totals(rp->tfw, rp->ntfw, "    ");
   printf(",\n   \"outputs\": [");
   for (int j = 0; j < o->op->n_out; j++) {
     if (j) printf(", ");
@@ -1366,9 +1177,9 @@ static void print_json(const report *rp) {
   printf("]}");
   if (o->backward) {
     printf(",\n  \"backward\": {\"ledger_rank0\": ");
-    json_rows(rp->res[0].bw, rp->res[0].nbw);
+    sb_json_ledger_rows(rp->res[0].bw, rp->res[0].nbw, "    ");
     printf(",\n   \"ledger_totals\": ");
-    json_totals(rp->tbw, rp->ntbw);
+    sb_json_ledger_totals(rp->tbw, rp->ntbw, "    ");
     printf(",\n   \"input_grads\": [");
     for (int j = 0; j < o->n_in; j++) {
       if (j) printf(", ");
@@ -1482,8 +1293,8 @@ out:
   free(rp.tbw);
   free(rp.rep.cand);
   for (int j = 0; j < DT_OP_MAX_IN; j++) {
-    free(rp.rv[j].trace);
-    free(rp.rv[j].greedy_trace);
+    sb_plan_view_free(&rp.rv[j].pv);
+    sb_plan_view_free(&rp.rv[j].gv);
     free(o.in[j].ids);
   }
   return rc;

@@ -29,6 +29,7 @@
 #include <string.h>
 
 #include "dtensor.h"
+#include "stats.h"
 
 static const char PROG[] = "model_flops";
 /* The target: model FLOP rate over plain sgemm's on the same shapes. */
@@ -53,16 +54,6 @@ typedef struct job {
   double flops_model, flops_gemm;     /* per step */
   double loss;
 } job;
-
-static int cmp_d(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-  qsort(v, (size_t)n, sizeof *v, cmp_d);
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 static void add_shape(gshape *s, int *ns, int m, int n, int k, bool ta, bool tb, long count) {
   for (int i = 0; i < *ns; i++)
@@ -192,8 +183,8 @@ static dt_status body(dt_ctx *ctx, void *arg) {
     }
   }
   if (s == DT_OK) {
-    J->t_model = median(tm, o->reps);
-    J->t_gemm = median(tg, o->reps);
+    J->t_model = sb_median(tm, o->reps);
+    J->t_gemm = sb_median(tg, o->reps);
     J->ok = 1;
   }
 done:

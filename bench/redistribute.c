@@ -35,6 +35,7 @@
 #include <string.h>
 
 #include "dtensor.h"
+#include "stats.h"
 
 static const char PROG[] = "redistribute";
 
@@ -280,11 +281,6 @@ done:
 
 /* ---- statistics and the table ---- */
 
-static int cmp_dbl(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
 typedef struct stat3 { double med, lo, hi; } stat3;
 
 static stat3 stats(const double *v, int n) {
@@ -292,8 +288,7 @@ static stat3 stats(const double *v, int n) {
   stat3 r = {0, 0, 0};
   if (!s) return r;
   memcpy(s, v, (size_t)n * sizeof *s);
-  qsort(s, (size_t)n, sizeof *s, cmp_dbl);
-  r.med = n % 2 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
+  r.med = sb_median(s, n);
   r.lo = s[0];
   r.hi = s[n - 1];
   free(s);

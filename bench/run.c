@@ -50,6 +50,7 @@
 
 #include "cli.h"
 #include "store.h"
+#include "stats.h"
 
 const char *const sb_dim_names[SB_NDIMS] = {"pp", "dp_replicate", "dp_shard", "cp", "tp"};
 
@@ -86,16 +87,6 @@ void sb_ref_free(sb_ref *r) {
   free(r->numel);
   free(r->loss);
   memset(r, 0, sizeof *r);
-}
-
-static int cmp_d(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-  qsort(v, (size_t)n, sizeof *v, cmp_d);
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 static bool dir_has_plans(const char *dir) {
@@ -392,7 +383,7 @@ static dt_status train(dt_ctx *ctx, dt_mesh *mesh, job *j) {
   double mem = (double)ctx->mem.host_peak;
   DT_CHECK_GOTO(dt_comm_all_reduce(ctx->world, &mem, &mem, 1, DT_F64, DT_RED_MAX), s, done);
   if (ctx->rank == 0) {
-    j->step_time_s = o->steps > 0 ? median(times + o->warmup, o->steps) : NAN;
+    j->step_time_s = o->steps > 0 ? sb_median(times + o->warmup, o->steps) : NAN;
     j->peak_mem = (int64_t)mem;
     for (size_t i = 0; i < ctx->ledger.n; i++) add_comm(j, &ctx->ledger.rows[i]);
     for (int i = 0; i < j->n_comm; i++) { /* per step */
