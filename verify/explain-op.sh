@@ -7,132 +7,13 @@
 # linear (output S(2), no comm), mean over an uneven shard, view / reshape,
 # einsum's strategy count (3.3 table), --backward, --json; each run must exit 0
 # and say "full_tensor: match" for every output (text) or "match": true (JSON).
-# Ops still placeholders in lib/ops (infer says "not written yet") have their
-# checks skipped, each named on stdout. Bad inputs: each class must exit 2 with
+# Bad inputs: each class must exit 2 with
 # exactly one line on stderr naming the flag, and nothing on stdout. Each
 # failure prints the command it ran and its output. It runs from the build
 # directory; the program is ${top_builddir:-.}/bench/shardbench.
 
-SB="${top_builddir:-.}/bench/shardbench"
-if [ ! -x "$SB" ]; then
-  echo "explain-op.sh: $SB is not built" >&2
-  exit 99 # Automake: a hard error, not a failure of the thing tested
-fi
-
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/explain-op.XXXXXX") || exit 99
-trap 'rm -rf "$tmp"' EXIT INT TERM
-OUT="$tmp/out"
-ERR="$tmp/err"
-fails=0
-checks=0
-skips=0
-
-# Quotes each argument for the failure report, so it can be pasted into a shell.
-show_cmd() {
-  printf '  ran:'
-  printf ' %s' "$SB"
-  for a in "$@"; do printf " '%s'" "$a"; done
-  printf '\n'
-}
-
-fail() {
-  name=$1
-  why=$2
-  shift 2
-  fails=$((fails + 1))
-  echo "FAIL: $name: $why"
-  show_cmd "$@"
-  echo "  --- stdout (first 80 lines) ---"
-  sed -n '1,80p' "$OUT"
-  echo "  --- stderr ---"
-  cat "$ERR"
-}
-
-# True (and counted, and named) when the op the command ran is a placeholder.
-placeholder() {
-  if grep -q 'not written yet' "$ERR"; then
-    skips=$((skips + 1))
-    echo "SKIP: $1: the op is not written yet"
-    return 0
-  fi
-  return 1
-}
-
-# ok NAME [-e PATTERN]... [-r REGEX]... [-n COUNT]... -- ARGS...: exit 0, no
-# "MISMATCH", at least one "full_tensor: match" (text) or "match": true
-# (--json), every fixed string (-e) / extended regular expression (-r) found
-# in stdout, and (-n) exactly COUNT "full_tensor: match" lines.
-ok() {
-  name=$1
-  shift
-  pats=$tmp/pats
-  : >"$pats"
-  while [ "$1" != "--" ]; do
-    printf '%s\t%s\n' "$1" "$2" >>"$pats"
-    shift 2
-  done
-  shift
-  checks=$((checks + 1))
-  "$SB" "$@" >"$OUT" 2>"$ERR"
-  rc=$?
-  if [ $rc -ne 0 ]; then
-    [ $rc -eq 2 ] && placeholder "$name" && return
-    fail "$name" "exit code $rc, expected 0" "$@"
-    return
-  fi
-  case " $* " in
-    *" --json "*) want='"match": true}' ;;
-    *) want='full_tensor: match' ;;
-  esac
-  if ! grep -F -q -- "$want" "$OUT"; then
-    fail "$name" "no '$want' in stdout" "$@"
-    return
-  fi
-  if grep -F -q MISMATCH "$OUT"; then
-    fail "$name" "MISMATCH in stdout" "$@"
-    return
-  fi
-  while IFS='	' read -r kind pat; do
-    case $kind in
-      -e) grep -F -q -- "$pat" "$OUT" || { fail "$name" "no '$pat' in stdout" "$@"; return; } ;;
-      -r) grep -E -q -- "$pat" "$OUT" ||
-            { fail "$name" "no line matching /$pat/ in stdout" "$@"; return; } ;;
-      -n) n=$(grep -c 'full_tensor: match' "$OUT")
-          [ "$n" -eq "$pat" ] ||
-            { fail "$name" "$n 'full_tensor: match' lines, expected $pat" "$@"; return; } ;;
-    esac
-  done <"$pats"
-}
-
-# bad NAME FLAG ARGS...: exit 2, nothing on stdout, exactly one line on stderr,
-# and that line starts with "shardbench" and names FLAG. A placeholder op's
-# refusal ("not written yet") skips it.
-bad() {
-  name=$1
-  flag=$2
-  shift 2
-  checks=$((checks + 1))
-  "$SB" "$@" >"$OUT" 2>"$ERR"
-  rc=$?
-  if [ $rc -ne 2 ]; then
-    fail "$name" "exit code $rc, expected 2" "$@"
-    return
-  fi
-  placeholder "$name" && return
-  if [ -s "$OUT" ]; then
-    fail "$name" "wrote to stdout on bad input" "$@"
-    return
-  fi
-  lines=$(wc -l <"$ERR")
-  if [ "$lines" -ne 1 ]; then
-    fail "$name" "$lines lines on stderr, expected 1" "$@"
-    return
-  fi
-  if ! grep -q '^shardbench' "$ERR" || ! grep -F -q -- "$flag" "$ERR"; then
-    fail "$name" "stderr does not start with 'shardbench' and name '$flag'" "$@"
-    return
-  fi
-}
+NAME=explain-op.sh
+. "$(dirname "$0")/explain-common.sh"
 
 # Rows of the ledger section that starts with the line matching $1 (up to the
 # next "totals") whose first word is $2.
@@ -233,7 +114,7 @@ ok softmax-backward -n 2 \
 ok swiglu-backward -n 3 \
   -- explain --mesh 2 --op swiglu --input '[4,6] S(1)' --input '[4,6] S(1)' --backward
 
-# ---- the ops that may still be placeholders -------------------------------------
+# ---- rms_norm, rope, sdpa, embedding, cross_entropy ------------------------------
 ok rms-norm-backward -n 3 \
   -- explain --mesh 2 --op rms_norm --input '[3,8] S(0)' --input '[8] R' --backward
 ok rope -n 1 -- explain --mesh 2 --op rope --input '[1,4,2,8] S(1)' --scalar 10000
@@ -319,5 +200,5 @@ bad unknown-flag --bogus explain --mesh 2 --op silu --input "$X" --bogus
 bad flag-no-value --backward explain --mesh 2 --op silu --input "$X" --backward=1
 bad stray-arg stray explain --mesh 2 --op silu --input "$X" stray
 
-echo "explain-op.sh: $checks checks, $fails failed, $skips skipped (placeholder ops)"
+echo "explain-op.sh: $checks checks, $fails failed"
 [ $fails -eq 0 ]
