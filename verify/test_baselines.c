@@ -1,5 +1,5 @@
 /* verify/test_baselines.c: the measured TP communication of the shipped plans
- * equals the analytic Megatron baselines (bench/baselines.h) byte for byte.
+ * equals the analytic Megatron baselines (bench/harness/baselines.h) byte for byte.
  *
  * Model: the tiny Llama of verify/test_parallel.c (dim 64, 8 heads, 4 kv heads,
  * vocab 128, ffn hidden 192, seq 8, batch 4, f64) with 1 and 2 layers. Plans:
@@ -27,7 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../bench/baselines.h"
+#include "../bench/harness/baselines.h"
 #include "testutil.h"
 
 enum { BATCH = 4, SEQ = 8, DIM = 64, VOCAB = 128 }; /* as verify/test_parallel.c */

@@ -1,4 +1,4 @@
-/* bench/sweep.c: `shardbench sweep`: every mesh shape x plan x workload x dtype
+/* bench/harness/sweep.c: `shardbench sweep`: every mesh shape x plan x workload x dtype
  * (x model) for one world size, into the results DB.
  *
  *   shardbench sweep --world 8 [--models debugmodel] [--plans all|a,b]
@@ -8,7 +8,7 @@
  *
  * Mesh shapes: every ordered factorisation of the world into TorchTitan's
  * (pp, dp_replicate, dp_shard, cp, tp) (all 5-tuples of divisors whose product is
- * the world: 35 for world 8). Each config goes through bench/run.c's runner
+ * the world: 35 for world 8). Each config goes through bench/harness/run.c's runner
  * (sb_execute): unsupported ones are recorded as skipped with the reason, at no
  * cost. Isolation (threads backend): each config that runs does so in a forked
  * child process that hands its result back through a pipe, so a crash (a signal,
@@ -17,7 +17,7 @@
  * orphan to write late. The unsharded reference is computed once per (model,
  * workload, dtype, batch, seq, steps) in the parent before forking, and
  * inherited. Only the parent writes the DB: one transaction per config
- * (bench/store.c), so a SIGKILL loses no finished row and leaves no half row;
+ * (bench/harness/store.c), so a SIGKILL loses no finished row and leaves no half row;
  * --resume skips configs that already have a result row (any status, any run)
  * by config key. Under --backend mpi every process walks the same list, rank 0
  * decides the resume skips (broadcast) and alone writes the DB; no fork.

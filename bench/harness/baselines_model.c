@@ -1,4 +1,4 @@
-/* bench/baselines_model.c: the analytic framework baselines (bench/baselines.h),
+/* bench/harness/baselines_model.c: the analytic framework baselines (bench/harness/baselines.h),
  * no I/O, so the tests link it alone. Every formula names its section of
  * /work/shared/reference/baselines.md ("bl" below); [runtime] marks terms derived
  * from what our runtime does for the shipped plans (verify/test_parallel.c,

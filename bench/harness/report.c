@@ -1,4 +1,4 @@
-/* bench/report.c: `shardbench report`, charts and an index page from a results DB.
+/* bench/harness/report.c: `shardbench report`, charts and an index page from a results DB.
  *
  *   shardbench report [--db results/shardbench.db] [--out report] [--scripts DIR]
  *                     [--format png,svg] [--run ID|latest|all]
@@ -55,7 +55,7 @@ extern char **environ;
 #define CMD "report"
 
 /* The schema this reader understands is the one the store writes: SB_SCHEMA_VERSION
- * (bench/store.h, results/schema.sql's schema_version row). */
+ * (bench/harness/store.h, results/schema.sql's schema_version row). */
 enum { RP_SCHEMA_VERSION = SB_SCHEMA_VERSION };
 
 /* Readers wait this long for a sweep holding the write lock (schema.sql's 30 s). */

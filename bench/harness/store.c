@@ -1,4 +1,4 @@
-/* bench/store.c: the results database (see bench/store.h and results/schema.sql).
+/* bench/harness/store.c: the results database (see bench/harness/store.h and results/schema.sql).
  *
  * Refusal before any write: the first 16 bytes of an existing non-empty file must
  * be SQLite's header "SQLite format 3\0" (a random file is refused without
@@ -8,7 +8,7 @@
  * read-write, switched to WAL and given the schema.
  *
  * The schema text is results/schema.sql itself: the Makefile turns it into the
- * C string literal of bench/schema_sql.h (one source of truth); every statement
+ * C string literal of bench/harness/schema_sql.h (one source of truth); every statement
  * in it is CREATE ... IF NOT EXISTS, so running it on an existing DB is a no-op.
  */
 #include "config.h"
@@ -25,7 +25,7 @@
 #include "baselines.h"
 
 static const char SB_SCHEMA_SQL[] =
-#include "bench/schema_sql.h"
+#include "bench/harness/schema_sql.h"
     ;
 
 /* SQLite waits this long for a lock held by another writer (a second sweep on

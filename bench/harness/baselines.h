@@ -1,4 +1,4 @@
-/* bench/baselines.h: the analytic framework baselines of
+/* bench/harness/baselines.h: the analytic framework baselines of
  * /work/shared/reference/baselines.md ("baselines.md" below) as a C API, so that
  * `shardbench baselines`, run/sweep and the tests compute the same numbers.
  *

@@ -1,4 +1,4 @@
-/* bench/run.c: `shardbench run`, and the config runner that `sweep` shares.
+/* bench/harness/run.c: `shardbench run`, and the config runner that `sweep` shares.
  *
  *   shardbench run --model debugmodel --workload model|block --plan NAME
  *                  --mesh dp_replicate:2,tp:4 | --tp 4 --dp-replicate 2 ...
@@ -50,7 +50,7 @@
 
 #include "cli.h"
 #include "store.h"
-#include "stats.h"
+#include "../stats.h"
 
 const char *const sb_dim_names[SB_NDIMS] = {"pp", "dp_replicate", "dp_shard", "cp", "tp"};
 

@@ -1,14 +1,14 @@
-/* bench/baselines.c: `shardbench baselines`: the analytic framework baselines
+/* bench/harness/baselines.c: `shardbench baselines`: the analytic framework baselines
  * (Megatron TP / TP+SP, ZeRO-1/2/3, DDP, FSDP, HSDP, GPipe / 1F1B / interleaved
  * PP, ring-attention CP, torchtitan FLOPs) of one config, each with the formula
  * of /work/shared/reference/baselines.md it comes from. The numbers are computed
- * by bench/baselines_model.c (bench/baselines.h); this file parses flags, prints
+ * by bench/harness/baselines_model.c (bench/harness/baselines.h); this file parses flags, prints
  * text or JSON, and with --db writes the baselines table (linked to a configs
  * row when --plan is given, else config_id NULL) and loads results/published.csv
  * into the published table, idempotently. Its SQLite code is its own (plain
- * sqlite3 calls against results/schema.sql), not bench/store.c's.
+ * sqlite3 calls against results/schema.sql), not bench/harness/store.c's.
  *
- * Exit codes (bench/cli.h): 0 ok, 1 a DB error, 2 bad flags (one line).
+ * Exit codes (bench/harness/cli.h): 0 ok, 1 a DB error, 2 bad flags (one line).
  */
 #include "config.h"
 

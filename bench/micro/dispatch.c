@@ -1,6 +1,6 @@
-/* bench/dispatch.c: what dt_op_call costs over the op's local kernel (the dispatch overhead).
+/* bench/micro/dispatch.c: what dt_op_call costs over the op's local kernel (the dispatch overhead).
  *
- *   bench/dispatch [--reps 21] [--iters 2000] [--worlds 1,8]
+ *   bench/shardbench-dispatch [--reps 21] [--iters 2000] [--worlds 1,8]
  *
  * Threads backend, a 1-D mesh of each world size, tiny f32 tensors ([4, 4], all
  * Replicate, so no input needs redistributing and the time is dispatch alone).
@@ -22,7 +22,7 @@
 #include <time.h>
 
 #include "dtensor.h"
-#include "stats.h"
+#include "../stats.h"
 
 static const char PROG[] = "dispatch";
 

@@ -1,10 +1,10 @@
-/* bench/store.h: the results database (results/schema.sql) for `shardbench run`
+/* bench/harness/store.h: the results database (results/schema.sql) for `shardbench run`
  * and `shardbench sweep`.
  *
  * One SQLite file holds many runs. sb_store_open refuses, before writing a
  * single byte, a file that is not a SQLite DB or whose schema_version is not
  * SB_SCHEMA_VERSION; otherwise it creates the schema (the text of
- * results/schema.sql, embedded at build time as bench/schema_sql.h) and inserts
+ * results/schema.sql, embedded at build time as bench/harness/schema_sql.h) and inserts
  * the version row. Every config's rows (configs, results, comm) are written in
  * one transaction, so a kill at any moment loses no committed row and leaves no
  * half one. WAL journal and a 30 s busy timeout let two sweeps share one file.
@@ -86,7 +86,7 @@ void sb_versions_str(char *buf, size_t n);
 void sb_utc_now(char *buf, size_t n);
 
 
-/* ---- the config runner (defined in bench/run.c, shared by run and sweep) ---- */
+/* ---- the config runner (defined in bench/harness/run.c, shared by run and sweep) ---- */
 
 /* TorchTitan's mesh dims in mesh order (torchtitan-llama.md 3.1). */
 enum { SB_NDIMS = 5 };

@@ -1,4 +1,4 @@
-/* bench/explain_op.c: `shardbench explain --op NAME`, the look at one op's
+/* bench/harness/explain_op.c: `shardbench explain --op NAME`, the look at one op's
  * sharding propagation (dtensor-semantics.md 3.1-3.3) before trusting it.
  *
  *   shardbench explain --mesh 4 --op matmul --input '[8,8] S(0)' \
@@ -6,7 +6,7 @@
  *       [--eq 'bmk,bkn->bmn'] [--scalar X] [--i0 N] [--i1 N] [--dtype f32|f64] \
  *       [--planner greedy|min-cost] [--seed N] [--world N] [--backward] [--json]
  *
- * bench/explain.c routes here when --op is given. Every flag is validated
+ * bench/harness/explain.c routes here when --op is given. Every flag is validated
  * before any work (one line on stderr naming the flag, exit 2); the op's own
  * shape inference runs then too, so an input the op refuses is bad input. It
  * prints:

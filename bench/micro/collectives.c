@@ -1,11 +1,11 @@
-/* bench/collectives.c: collective bandwidth in the spirit of nccl-tests.
+/* bench/micro/collectives.c: collective bandwidth in the spirit of nccl-tests.
  *
- *   bench/collectives --backend threads --world 8 --op all_reduce \
+ *   bench/shardbench-collectives --backend threads --world 8 --op all_reduce \
  *       --min-bytes 1M --max-bytes 64M --iters 20 [--csv]
- *   mpirun -np 4 bench/collectives --backend mpi ...       (libdtensor's MPI backend)
- *   mpirun -np 4 bench/collectives --backend mpi-raw ...   (plain MPI_Allreduce etc.,
+ *   mpirun -np 4 bench/shardbench-collectives --backend mpi ...       (libdtensor's MPI backend)
+ *   mpirun -np 4 bench/shardbench-collectives --backend mpi-raw ...   (plain MPI_Allreduce etc.,
  *                                                           the baseline)
- *   bench/collectives --memcpy                              (the machine's memcpy bound)
+ *   bench/shardbench-collectives --memcpy                              (the machine's memcpy bound)
  *
  * For each size S (bytes of the nccl-tests array: the all_reduce buffer, the
  * all_gather output, the reduce_scatter input) it prints the time per call (the

@@ -1,4 +1,4 @@
-/* bench/explain_common.c: what `explain` (a redistribute) and `explain --op`
+/* bench/harness/explain_common.c: what `explain` (a redistribute) and `explain --op`
  * (an op's input redistributions) show alike: a planned redistribute with its
  * per-step estimates, the table and JSON of its steps, the per-rank ledger and
  * its totals over ranks. Declared in cli.h. */

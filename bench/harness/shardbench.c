@@ -1,11 +1,11 @@
-/* bench/shardbench.c: the shardbench program: main, the subcommand table, help,
- * and the helpers every subcommand shares (declared in bench/cli.h).
+/* bench/harness/shardbench.c: the shardbench program: main, the subcommand table, help,
+ * and the helpers every subcommand shares (declared in bench/harness/cli.h).
  *
  *   shardbench help | --help | -h        the list of subcommands
  *   shardbench help CMD | CMD --help     one subcommand's usage
  *   shardbench CMD [flags]               run a subcommand
  *
- * Each subcommand lives in its own file (bench/explain.c, ...) and is one row
+ * Each subcommand lives in its own file (bench/harness/explain.c, ...) and is one row
  * of the table below; later ones (run, sweep, report, baselines) join the same
  * way. This file does no distributed work itself. Bad input gets one line on
  * stderr and exit code 2.

@@ -1,6 +1,6 @@
-/* bench/redistribute.c: what dt_redistribute costs over the raw collective it issues.
+/* bench/micro/redistribute.c: what dt_redistribute costs over the raw collective it issues.
  *
- *   bench/redistribute [--world 8] [--bytes 64M] [--iters 10] [--warmup 2] [--reps 5]
+ *   bench/shardbench-redistribute [--world 8] [--bytes 64M] [--iters 10] [--warmup 2] [--reps 5]
  *                      [--cols C [--dim 0|1]]
  *
  * On the threads backend, a 1-D mesh of --world ranks, an f32 tensor of --bytes
@@ -35,7 +35,7 @@
 #include <string.h>
 
 #include "dtensor.h"
-#include "stats.h"
+#include "../stats.h"
 
 static const char PROG[] = "redistribute";
 
@@ -322,7 +322,7 @@ static void print_ratio(const shared *sh, int vr, int vw, int reps) {
 
 static void usage(FILE *f) {
   fprintf(f,
-          "usage: bench/redistribute [--world N] [--bytes B] [--iters N] [--warmup N]\n"
+          "usage: bench/shardbench-redistribute [--world N] [--bytes B] [--iters N] [--warmup N]\n"
           "                          [--reps N] [--cols C [--dim 0|1]]\n"
           "  Times dt_redistribute S(d)->R and P(sum)->S(d) against the raw all_gather and\n"
           "  reduce_scatter of the same size on the threads backend (1-D mesh of N ranks).\n"

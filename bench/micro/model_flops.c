@@ -1,7 +1,7 @@
-/* bench/model_flops.c: how close one unsharded Llama training step of lib/nn comes
+/* bench/micro/model_flops.c: how close one unsharded Llama training step of lib/nn comes
  * to plain cblas_sgemm on the same matrix products.
  *
- *   bench/model_flops [--model debugmodel] [--batch 1] [--seq 128] [--reps 5]
+ *   bench/shardbench-model-flops [--model debugmodel] [--batch 1] [--seq 128] [--reps 5]
  *                     [--warmup 1] [--threads 1]
  *
  * One rank (threads backend, 1-rank mesh), f32, CPU. Per rep it times
@@ -29,7 +29,7 @@
 #include <string.h>
 
 #include "dtensor.h"
-#include "stats.h"
+#include "../stats.h"
 
 static const char PROG[] = "model_flops";
 /* The target: model FLOP rate over plain sgemm's on the same shapes. */

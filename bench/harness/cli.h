@@ -1,9 +1,9 @@
-/* bench/cli.h: what the shardbench subcommands share: exit codes, the one-line
+/* bench/harness/cli.h: what the shardbench subcommands share: exit codes, the one-line
  * usage error, parsers for the flags every subcommand speaks (mesh "2x2x2",
  * names "dp,cp,tp", shapes "16,24", placement lists, dtype, planner, counts),
  * a JSON string writer, and each subcommand's entry point.
  *
- * The helpers are defined in bench/shardbench.c, next to main and the
+ * The helpers are defined in bench/harness/shardbench.c, next to main and the
  * subcommand table. They are for the shardbench program only: they print and
  * return exit codes, which libdtensor never does. Parsers write a one-line
  * reason into err (no flag name: the caller knows which flag it parsed) and
@@ -99,7 +99,7 @@ int sb_parse_mesh_flags(const char *cmd, const char *mesh_s, const char *world_s
                         int *world, char names[DT_MESH_MAX_DIMS][DT_MESH_NAME_LEN]);
 /* Mesh dim names as the explain options keep them. */
 typedef const char (*sb_mesh_names)[DT_MESH_NAME_LEN];
-/* A planned redistribute (bench/explain_common.c) with the cost model's
+/* A planned redistribute (bench/harness/explain_common.c) with the cost model's
  * per-step estimates: the bytes a rank holds before each step and its cost. */
 typedef struct sb_plan_view {
   dt_redist_plan plan;
@@ -138,14 +138,14 @@ void sb_json_ledger_totals(const sb_ledger_total *t, size_t n, const char *inden
 /* [a, b, c] */
 void sb_json_shape(int n, const int64_t *v);
 int sb_cmd_explain(int argc, char **argv);
-/* The harness (bench/run.c, sweep.c, report.c, baselines.c). */
+/* The harness (bench/harness/run.c, sweep.c, report.c, baselines.c). */
 int sb_cmd_run(int argc, char **argv);
 int sb_cmd_sweep(int argc, char **argv);
 int sb_cmd_report(int argc, char **argv);
 int sb_cmd_baselines(int argc, char **argv);
 extern const char sb_run_usage[], sb_sweep_usage[], sb_report_usage[], sb_baselines_usage[];
 extern const char sb_explain_usage[];
-/* `explain --op NAME` (bench/explain_op.c): sb_cmd_explain routes here when
+/* `explain --op NAME` (bench/harness/explain_op.c): sb_cmd_explain routes here when
  * --op is among its flags. */
 int sb_cmd_explain_op(int argc, char **argv);
 

@@ -1,4 +1,4 @@
-/* bench/explain.c: `shardbench explain`, the look before trusting a layout.
+/* bench/harness/explain.c: `shardbench explain`, the look before trusting a layout.
  *
  *   shardbench explain --mesh 2x2x2 [--names dp,cp,tp] --shape 16,24 \
  *       --from 'S(0),S(1),P(sum)' --to 'R,S(0),S(0)' [--dtype f32] \
@@ -869,7 +869,7 @@ static void print_text(const report *rp) {
 /* ---- the subcommand ---- */
 
 int sb_cmd_explain(int argc, char **argv) {
-  /* --op NAME explains an op instead (bench/explain_op.c). */
+  /* --op NAME explains an op instead (bench/harness/explain_op.c). */
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--")) break;
     if (!strcmp(argv[i], "--op") || !strncmp(argv[i], "--op=", 5))
