@@ -2,10 +2,16 @@
 -- One file holds many runs; sweeps append and resume. Opened with
 --   PRAGMA journal_mode = WAL; PRAGMA foreign_keys = ON; busy timeout 30 s
 -- so that two sweeps can write one DB. A DB whose schema_version differs from
--- the program's, or a file that is not a SQLite DB, is refused untouched.
+-- the program's, or a file that is not a SQLite DB, is refused untouched; a
+-- version 1 DB is upgraded in place to version 2 (the ALTER TABLEs at the end of
+-- this comment, in one transaction) by the first run or sweep that writes it:
+--   ALTER TABLE runs ADD COLUMN peak_tflops REAL;
+--   ALTER TABLE runs ADD COLUMN peak_source TEXT;
+--   ALTER TABLE results ADD COLUMN worst TEXT;
+--   UPDATE schema_version SET version = 2;
 
 CREATE TABLE IF NOT EXISTS schema_version (
-  version INTEGER NOT NULL                -- 1
+  version INTEGER NOT NULL                -- 2
 );
 
 -- One invocation of shardbench (run or sweep).
@@ -18,7 +24,9 @@ CREATE TABLE IF NOT EXISTS runs (
   versions  TEXT NOT NULL,                -- "sqlite 3.40.1; openmpi 4.1.4; cuda 13.0; ..."
   argv      TEXT NOT NULL,
   backend   TEXT NOT NULL,                -- threads | mpi
-  world     INTEGER NOT NULL
+  world     INTEGER NOT NULL,
+  peak_tflops REAL,                       -- the MFU denominator of every result of this run
+  peak_source TEXT                        -- where it came from: "--peak-tflops" or the measurement
 );
 
 -- A configuration: what was run, independent of when. key is its canonical text.
@@ -58,6 +66,8 @@ CREATE TABLE IF NOT EXISTS results (
   max_rel_err    REAL,
   tolerance      REAL,
   created        TEXT NOT NULL,
+  worst          TEXT,                    -- the compared quantity with the largest relative error
+                                          -- ("layers.0.attention.wq.weight grad step 1"), any status
   UNIQUE (run_id, config_id)
 );
 

@@ -63,7 +63,7 @@ t0=$(date +%s)
 rc=$?
 echo "clean sweep: $(( $(date +%s) - t0 )) s: $(cat "$tmp/a.out")"
 check "clean sweep exit" "$rc" 0
-check "schema_version" "$(q "$A" 'SELECT group_concat(version) FROM schema_version')" 1
+check "schema_version" "$(q "$A" 'SELECT group_concat(version) FROM schema_version')" 2
 check "configs" "$(q "$A" 'SELECT count(*) FROM configs')" $TOTAL
 check "results" "$(q "$A" 'SELECT count(*) FROM results')" $TOTAL
 check "one result per config" \
@@ -207,7 +207,18 @@ refused() { # refused NAME FILE PATTERN
 head -c 8192 /dev/urandom >"$tmp/random.db"
 refused "random bytes" "$tmp/random.db" "not a SQLite database"
 sqlite3 "$tmp/v7.db" "CREATE TABLE schema_version (version INTEGER NOT NULL); INSERT INTO schema_version VALUES (7);"
-refused "schema version 7" "$tmp/v7.db" "schema version 7, this shardbench writes 1"
+refused "schema version 7" "$tmp/v7.db" "schema version 7, this shardbench reads 1 and 2"
+
+# ---- a version 1 DB (version 2 less its three added columns) is upgraded in place ------
+V1="$tmp/v1.db"
+cp "$A" "$V1"
+sqlite3 "$V1" "ALTER TABLE runs DROP COLUMN peak_tflops; ALTER TABLE runs DROP COLUMN peak_source;
+  ALTER TABLE results DROP COLUMN worst; UPDATE schema_version SET version = 1;"
+"$SB" run --tp 2 --world 2 --plans-dir "$PLANS" --workload block --batch 2 --seq 4 --steps 1 --warmup 0 --db "$V1" >/dev/null 2>&1
+check "v1 upgraded: run exit" "$?" 0
+check "v1 upgraded: version" "$(q "$V1" 'SELECT group_concat(version) FROM schema_version')" 2
+check "v1 upgraded: old rows kept, one added" "$(q "$V1" 'SELECT count(*) FROM results')" $((TOTAL + 1))
+check "v1 upgraded: new columns" "$(q "$V1" 'SELECT count(*) FROM pragma_table_info('"'results'"') WHERE name = '"'worst'"'')" 1
 
 # ---- run --db appends to an existing DB ------------------------------------------------
 "$SB" run --tp 2 --world 2 --plans-dir "$PLANS" --workload block --batch 2 --seq 4 --steps 1 --warmup 0 --db "$A" >/dev/null 2>&1

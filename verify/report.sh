@@ -28,11 +28,11 @@ rows() { grep -vc '^#' "$1" 2>/dev/null || true; }
 DB="$T/tmp.db"
 sqlite3 "$DB" <"$SCHEMA" || { echo "FAIL: schema"; exit 1; }
 sqlite3 "$DB" <<'SQL' || { echo "FAIL: populate"; exit 1; }
-INSERT INTO schema_version VALUES (1);
+INSERT INTO schema_version VALUES (2);
 INSERT INTO runs VALUES (1, '2026-01-01T00:00:00Z', '2026-01-01T00:10:00Z', 'old-host', '0.1.0',
-  'sqlite 3', 'shardbench sweep --world 4', 'threads', 4);
+  'sqlite 3', 'shardbench sweep --world 4', 'threads', 4, NULL, NULL);
 INSERT INTO runs VALUES (2, '2026-01-02T00:00:00Z', '2026-01-02T00:10:00Z', 'testhost', '0.1.0',
-  'sqlite 3', 'shardbench sweep --world 8', 'threads', 8);
+  'sqlite 3', 'shardbench sweep --world 8', 'threads', 8, NULL, NULL);
 -- configs: two plans x two meshes measured, one mismatch, one failed, two skipped
 INSERT INTO configs VALUES
  (1, 'k1', 'block', 'debugmodel', 'megatron-tp',      1, 1, 1, 1, 8, 'f32', 8, 64, 3, 'threads', 8),
@@ -176,7 +176,7 @@ rc=$?
 
 # an empty DB (schema only): an index that says so, exit 0
 EMPTY="$T/empty.db"
-sqlite3 "$EMPTY" <"$SCHEMA" && sqlite3 "$EMPTY" 'INSERT INTO schema_version VALUES (1);'
+sqlite3 "$EMPTY" <"$SCHEMA" && sqlite3 "$EMPTY" 'INSERT INTO schema_version VALUES (2);'
 "$SB" report --db "$EMPTY" --out "$T/empty" --scripts "$SCRIPTS" >/dev/null 2>&1
 rc=$?
 [ $rc -eq 0 ] && grep -q 'holds no results' "$T/empty/index.html" &&
@@ -200,8 +200,8 @@ printf 'this is not a database, just some text\n' >"$T/notadb.db"
 refuse "non-DB file" "$T/notadb.db"
 head -c 4096 /dev/zero | tr '\0' 'x' >"$T/junk.db"
 refuse "4 KiB of junk" "$T/junk.db"
-cp "$DB" "$T/v2.db" && sqlite3 "$T/v2.db" 'UPDATE schema_version SET version = 2;'
-refuse "schema version 2" "$T/v2.db"
+cp "$DB" "$T/v3.db" && sqlite3 "$T/v3.db" 'UPDATE schema_version SET version = 3;'
+refuse "schema version 3" "$T/v3.db"
 : >"$T/zero.db"
 refuse "empty file" "$T/zero.db"
 refuse "unknown run" "$DB" --run 99

@@ -20,6 +20,7 @@
 
 #include "baselines.h"
 #include "cli.h"
+#include "store.h"
 
 const char sb_baselines_usage[] =
     "usage: shardbench baselines --model debugmodel|8B|70B|405B [mesh] --batch B --seq S\n"
@@ -301,8 +302,8 @@ static int config_row(sqlite3 *db, const sb_baseline_in *in, const db_args *da, 
   return r == SQLITE_ROW ? SB_EXIT_OK : db_fail(db, "select configs");
 }
 
-/* The program's schema version (results/schema.sql: schema_version 1). */
-enum { SCHEMA_VERSION = 1 };
+/* The program's schema version (results/schema.sql: schema_version). */
+enum { SCHEMA_VERSION = SB_SCHEMA_VERSION };
 
 static int write_db(const sb_baseline_in *in, const db_args *da, const sb_baseline_row *rows,
                     int n) {

@@ -4,8 +4,9 @@
  * be SQLite's header "SQLite format 3\0" (a random file is refused without
  * SQLite ever opening it read-write); a DB is then opened read-only and must
  * either have no tables (a fresh file: the schema is created) or a
- * schema_version table holding SB_SCHEMA_VERSION. Only then is it reopened
- * read-write, switched to WAL and given the schema.
+ * schema_version table holding SB_SCHEMA_VERSION or 1. Only then is it reopened
+ * read-write, switched to WAL and given the schema; a version 1 DB is upgraded
+ * to 2 in the same transaction (results/schema.sql's header).
  *
  * The schema text is results/schema.sql itself: the Makefile turns it into the
  * C string literal of bench/harness/schema_sql.h (one source of truth); every statement
@@ -46,6 +47,12 @@ static const char SQLITE_MAGIC[16] = "SQLite format 3";
       goto fail;                                                                   \
     }                                                                              \
   } while (0)
+
+/* NaN (or a negative for the integer) binds NULL. */
+static void bind_real(sqlite3_stmt *q, int i, double v) {
+  if (isnan(v)) sqlite3_bind_null(q, i);
+  else sqlite3_bind_double(q, i, v);
+}
 
 void sb_result_init(sb_result *r) {
   memset(r, 0, sizeof *r);
@@ -139,13 +146,13 @@ static int check_version_ro(sb_store *st) {
   while (sqlite3_step(q) == SQLITE_ROW) {
     ver = sqlite3_column_int(q, 0);
     nrows++;
-    if (ver != SB_SCHEMA_VERSION) bad = 1;
+    if (ver != SB_SCHEMA_VERSION && ver != 1) bad = 1; /* 1: upgraded when opened to write */
   }
   if (nrows > 1 && !bad) {
     fprintf(stderr, "shardbench: DB '%s': schema_version has %d rows, expected 1\n", st->path,
             nrows);
   } else if (bad) {
-    fprintf(stderr, "shardbench: DB '%s': schema version %d, this shardbench writes %d\n",
+    fprintf(stderr, "shardbench: DB '%s': schema version %d, this shardbench reads 1 and %d\n",
             st->path, ver, SB_SCHEMA_VERSION);
   } else {
     rc = 0; /* nrows 0: another process is creating it right now; it inserts the row */
@@ -155,6 +162,23 @@ done:
   sqlite3_close(st->db);
   st->db = NULL;
   return rc;
+}
+
+/* Inside the open's write transaction: a version 1 DB gets version 2's columns
+ * (results/schema.sql's header lists them). Returns an SQLite code. */
+static int upgrade_v1(sb_store *st) {
+  sqlite3_stmt *q = NULL;
+  int rc = sqlite3_prepare_v2(st->db, "SELECT version FROM schema_version", -1, &q, NULL);
+  if (rc != SQLITE_OK) return rc;
+  int ver = sqlite3_step(q) == SQLITE_ROW ? sqlite3_column_int(q, 0) : SB_SCHEMA_VERSION;
+  sqlite3_finalize(q);
+  if (ver != 1) return SQLITE_OK;
+  return sqlite3_exec(st->db,
+                      "ALTER TABLE runs ADD COLUMN peak_tflops REAL;"
+                      "ALTER TABLE runs ADD COLUMN peak_source TEXT;"
+                      "ALTER TABLE results ADD COLUMN worst TEXT;"
+                      "UPDATE schema_version SET version = 2;",
+                      NULL, NULL, NULL);
 }
 
 int sb_store_open(sb_store *st, const char *path) {
@@ -205,6 +229,7 @@ int sb_store_open(sb_store *st, const char *path) {
              SB_SCHEMA_VERSION);
     SB_SQL(st, sqlite3_exec(st->db, sql, NULL, NULL, NULL), "schema_version");
   }
+  SB_SQL(st, upgrade_v1(st), "upgrading schema version 1 to 2");
   SB_SQL(st, sqlite3_exec(st->db, "COMMIT", NULL, NULL, NULL), "COMMIT");
   return 0;
 fail:
@@ -261,6 +286,23 @@ fail:
   return 1;
 }
 
+int sb_store_set_peak(sb_store *st, double peak_tflops, const char *source) {
+  sqlite3_stmt *q = NULL;
+  SB_SQL(st,
+         sqlite3_prepare_v2(st->db, "UPDATE runs SET peak_tflops = ?, peak_source = ? WHERE id = ?",
+                            -1, &q, NULL),
+         "prepare peak");
+  bind_real(q, 1, peak_tflops);
+  sqlite3_bind_text(q, 2, source, -1, SQLITE_TRANSIENT);
+  sqlite3_bind_int64(q, 3, st->run_id);
+  SB_SQL(st, sqlite3_step(q), "set peak");
+  sqlite3_finalize(q);
+  return 0;
+fail:
+  sqlite3_finalize(q);
+  return 1;
+}
+
 int sb_store_end_run(sb_store *st) {
   char now[32];
   sb_utc_now(now, sizeof now);
@@ -297,11 +339,6 @@ fail:
   return 1;
 }
 
-/* NaN (or a negative for the integer) binds NULL. */
-static void bind_real(sqlite3_stmt *q, int i, double v) {
-  if (isnan(v)) sqlite3_bind_null(q, i);
-  else sqlite3_bind_double(q, i, v);
-}
 
 /* The analytic framework baselines measured next to a config's comm rows (the
  * report draws them as crosses on the comm chart): Megatron TP (megatron-tp
@@ -419,8 +456,8 @@ int sb_store_put(sb_store *st, const sb_config *c, const sb_result *r) {
          sqlite3_prepare_v2(st->db,
                             "INSERT INTO results(run_id, config_id, status, reason, step_time_s, "
                             "tokens_per_s, tflops, mfu, peak_tflops, peak_mem_bytes, max_abs_err, "
-                            "max_rel_err, tolerance, created) "
-                            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                            "max_rel_err, tolerance, created, worst) "
+                            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                             -1, &q, NULL),
          "prepare results");
   sqlite3_bind_int64(q, 1, st->run_id);
@@ -439,6 +476,8 @@ int sb_store_put(sb_store *st, const sb_config *c, const sb_result *r) {
   bind_real(q, 12, r->max_rel_err);
   bind_real(q, 13, r->tolerance);
   sqlite3_bind_text(q, 14, now, -1, SQLITE_TRANSIENT);
+  if (r->worst[0]) sqlite3_bind_text(q, 15, r->worst, -1, SQLITE_TRANSIENT);
+  else sqlite3_bind_null(q, 15);
   SB_SQL(st, sqlite3_step(q), "insert results");
   int64_t result_id = sqlite3_last_insert_rowid(st->db);
   sqlite3_finalize(q);

@@ -22,7 +22,7 @@
 #include <sqlite3.h>
 
 /* The schema this program writes (results/schema.sql: schema_version). */
-enum { SB_SCHEMA_VERSION = 1 };
+enum { SB_SCHEMA_VERSION = 2 };
 
 typedef struct sb_store {
   sqlite3 *db;
@@ -53,6 +53,7 @@ typedef struct sb_config {
 typedef struct sb_result {
   char status[16];               /* ok | mismatch | failed | skipped */
   char reason[512];              /* "" = NULL */
+  char worst[160];               /* the compared quantity with the largest error; "" = NULL */
   double step_time_s, tokens_per_s, tflops, mfu, peak_tflops;
   int64_t peak_mem_bytes;        /* < 0: NULL */
   double max_abs_err, max_rel_err, tolerance;
@@ -71,6 +72,9 @@ void sb_store_close(sb_store *st);
 
 /* Inserts this invocation's runs row (finished NULL). argv joined by spaces. */
 int sb_store_begin_run(sb_store *st, int argc, char **argv, const char *backend, int world);
+/* Sets this run's MFU denominator (runs.peak_tflops, NaN = NULL) and where it
+ * came from (runs.peak_source). */
+int sb_store_set_peak(sb_store *st, double peak_tflops, const char *source);
 /* Sets runs.finished. */
 int sb_store_end_run(sb_store *st);
 
