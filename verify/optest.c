@@ -25,6 +25,7 @@ dt_status ot_make(ot_rank *R, dt_dtype dtype, int ndim, const int64_t *sh, const
 
 bool ot_check_vals_dt(ot_rank *R, const char *what, const dt_tensor *t, dt_dtype dtype, int ndim,
                       const int64_t *sh, const double *want, double tol) {
+  tu_count(); /* one check: the whole tensor */
   dt_array full;
   dt_status s = dt_tensor_full(R->ctx, t, &full);
   if (s != DT_OK) {
@@ -80,6 +81,7 @@ void ot_grad_check(ot_rank *R, const char *what, const dt_op *op, const dt_op_at
                    ot_arr *in, dt_placement pl[][DT_MAX_MESH_DIMS], const ot_arr *G, ot_loss_fn loss,
                    void *arg, double h, double tol) {
   dt_ctx *ctx = R->ctx;
+  tu_count(); /* one check: the op's backward (each input's gradient counts one more) */
   int n = n_in;
   dt_tensor t[3], y, g, gin[3];
   int made = 0;

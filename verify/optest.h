@@ -29,7 +29,8 @@ dt_status ot_make(ot_rank *R, dt_dtype dtype, int ndim, const int64_t *sh, const
                   const dt_placement *pl, dt_tensor *t);
 
 /* dt_tensor_full(t) is f64 with shape ndim/sh and values want within tol
- * (relative, floor 1). Reports the first mismatch; returns false on one. */
+ * (relative, floor 1). Reports the first mismatch; returns false on one.
+ * Counts one check (tu_count), like each helper here that compares. */
 bool ot_check_vals(ot_rank *R, const char *what, const dt_tensor *t, int ndim, const int64_t *sh,
                    const double *want, double tol);
 /* The same for an output of dtype (f64 or f32, read as double). */
@@ -53,7 +54,8 @@ typedef struct ot_arr {
 /* Backward of op (n_in <= 3 f64 inputs in[j] at placements pl[j], attrs a) against
  * central finite differences of loss (= sum(out * G) on the current in[] values):
  * the output gradient G is placed as the output with Partial made Replicate.
- * Each input gradient must match within tol; counts one case in R->cases. */
+ * Each input gradient must match within tol; counts one case in R->cases and
+ * one check, plus one per input gradient compared. */
 void ot_grad_check(ot_rank *R, const char *what, const dt_op *op, const dt_op_attrs *a, int n_in,
                    ot_arr *in, dt_placement pl[][DT_MAX_MESH_DIMS], const ot_arr *G, ot_loss_fn loss,
                    void *arg, double h, double tol);

@@ -1,4 +1,4 @@
-/* verify/testutil.c: failure counting and flag parsing for the test programs. */
+/* verify/testutil.c: failure and check counting and flag parsing for the test programs. */
 #include "config.h"
 
 #include <stdarg.h>
@@ -13,6 +13,10 @@
  * (it is not lib/). Atomic, because the ranks of a threads job are threads. */
 static atomic_long failures;
 static atomic_long printed;
+static atomic_long checks;
+
+void tu_count(void) { atomic_fetch_add(&checks, 1); }
+long tu_checks(void) { return atomic_load(&checks); }
 
 void tu_fail(const char *file, int line, const char *fmt, ...) {
   long n = atomic_fetch_add(&failures, 1);
@@ -53,11 +57,15 @@ void tu_parse(int argc, char **argv, tu_opts *o) {
 }
 
 int tu_finish(const char *name) {
-  long f = tu_failures();
+  long f = tu_failures(), n = tu_checks();
   if (f) {
     fprintf(stderr, "%s: %ld check(s) failed\n", name, f);
     return 1;
   }
-  printf("%s: all checks passed\n", name);
+  if (n == 0) {
+    fprintf(stderr, "%s: FAIL: ran no check\n", name);
+    return 1;
+  }
+  printf("%s: all %ld check(s) passed\n", name, n);
   return 0;
 }

@@ -8,18 +8,25 @@
 
 #define SB_SKIP 77
 
-/* Per-rank failure counting: thread-safe (atomic) across the ranks of one process. */
+/* Failure and check counting, per process: thread-safe (atomic) across the
+ * ranks of a threads job. Every check counts one whether it passes or not
+ * (TU_CHECK, TU_OK, and the optest helpers that compare values), so that
+ * tu_finish can tell a test that checked nothing from one that passed. */
 void tu_fail(const char *file, int line, const char *fmt, ...) DT_PRINTF(3, 4);
 long tu_failures(void);
+void tu_count(void);
+long tu_checks(void);
 
 #define TU_CHECK(cond, ...)                                           \
   do {                                                                \
+    tu_count();                                                       \
     if (!(cond)) tu_fail(__FILE__, __LINE__, __VA_ARGS__);            \
   } while (0)
 /* Check a dt_status is DT_OK; print the rank's last error otherwise. */
 #define TU_OK(ctx, expr)                                                         \
   do {                                                                           \
     dt_status tu_s_ = (expr);                                                    \
+    tu_count();                                                                  \
     if (tu_s_ != DT_OK)                                                          \
       tu_fail(__FILE__, __LINE__, "%s -> %s: %s", #expr, dt_status_str(tu_s_),  \
               dt_last_error(ctx));                                               \
@@ -32,8 +39,12 @@ typedef struct tu_opts {
 } tu_opts;
 void tu_parse(int argc, char **argv, tu_opts *o);
 
-/* Ends a test program: prints a summary line and returns the exit code
- * (0 pass, 1 fail). For MPI, the failure count is summed over ranks by the caller. */
+/* Ends a test program: prints a summary line and returns the exit code: 0 when
+ * at least one check ran and none failed; 1 on a failure, or when no check ran
+ * ("ran no check": a test that verified nothing must not pass). The counts are
+ * this process's: under MPI each process is one rank and finishes on its own
+ * counts (a caller that wants the job's totals sums them over the ranks, as
+ * test_mesh does for failures). */
 int tu_finish(const char *name);
 
 #endif
