@@ -302,9 +302,12 @@ static void cfail_at(int line, const rk *R, const char *cs, const char *fmt, ...
 #define cfail(R, cs, ...) cfail_at(__LINE__, R, cs, __VA_ARGS__)
 
 /* A status check; a non-OK status from a call that communicates makes the rank
- * stop (the launcher then aborts its peers instead of letting them hang). */
+ * stop (the launcher then aborts its peers instead of letting them hang). It
+ * counts one check (tu_count), as do check_slice, check_meta, check_plan and
+ * check_ledger: tu_finish fails a run in which none ran. */
 static bool ok_or_fail_at(int line, rk *R, const char *cs, const char *call, dt_status s,
                           bool comm) {
+  tu_count();
   if (s == DT_OK) return true;
   cfail_at(line, R, cs, "%s -> %s: %s", call, dt_status_str(s), dt_last_error(R->ctx));
   if (comm && R->fatal == DT_OK) R->fatal = s;
@@ -320,6 +323,7 @@ typedef double (*want_fn)(const void *arg, int64_t flat);
 static void check_slice(const rk *R, const char *cs, const char *what, const dt_array *a,
                         dt_dtype dt, int ndim, const int64_t *g, const int64_t *lshape,
                         const int64_t *off, want_fn want, const void *warg, int ulps) {
+  tu_count();
   bool shape_ok = a->ndim == ndim && a->dtype == dt;
   for (int d = 0; shape_ok && d < ndim; d++) shape_ok = a->shape[d] == lshape[d];
   if (!shape_ok) {
@@ -359,6 +363,7 @@ static double want_g(const void *arg, int64_t flat) { return gval(*(const int *)
 /* Checks the metadata of a DTensor against the reference geometry. */
 static void check_meta(const rk *R, const char *cs, const char *what, const dt_tensor *t,
                        const dt_placement *pl, int ndim, const int64_t *g, dt_dtype dt) {
+  tu_count();
   int64_t ls[DT_MAX_DIMS], off[DT_MAX_DIMS];
   ref_geom(ndim, g, R->m, R->ms, R->c, pl, ls, off);
   bool ok = t->mesh == R->mesh && t->mesh_ndim == R->m && t->ndim == ndim && t->dtype == dt;
@@ -423,6 +428,7 @@ static void fmt_plan(char *buf, size_t n, const dt_redist_plan *p) {
  * mesh dim, its kind matches (src, dst), and the steps end at dst. */
 static void check_plan(const rk *R, const char *cs, const dt_redist_plan *p, int ndim,
                        const dt_placement *src, const dt_placement *dst, dt_planner planner) {
+  tu_count();
   char ps[512];
   fmt_plan(ps, sizeof ps, p);
   if (p->n < 0 || p->n > DT_MAX_STEPS || p->mesh_ndim != R->m || p->ndim != ndim ||
@@ -497,6 +503,7 @@ static uint64_t ref_step_elems(const rk *R, int ndim, const int64_t *g, const dt
 /* The ledger rows [before, after) against the plan's communicating steps. */
 static void check_ledger(const rk *R, const char *cs, const dt_redist_plan *p, size_t before,
                          dt_dtype dt, int ndim, const int64_t *g) {
+  tu_count();
   const dt_ledger *l = &R->ctx->ledger;
   int exp_step[DT_MAX_STEPS], ne = 0;
   uint64_t exp_elems[DT_MAX_STEPS];
