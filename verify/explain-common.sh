@@ -11,7 +11,12 @@
 #     "shardbench" and naming FLAG;
 #   fail CASE WHY ARGS...: counts a failure and prints the command (pasteable)
 #     with its stdout (first 80 lines) and stderr.
-# $checks and $fails count; the caller prints them and exits.
+#   have TOOL CASE: true when TOOL runs here; otherwise records CASE as not
+#     run (the caller then skips that check and finish says so).
+#   finish: prints the counts and exits: 1 on a failure or when no check ran,
+#     77 (SKIP) when a check could not run for want of a tool, 0 only when
+#     every check ran and passed.
+# $checks and $fails count.
 
 SB="${top_builddir:-.}/bench/shardbench"
 if [ ! -x "$SB" ]; then
@@ -25,6 +30,9 @@ OUT="$tmp/out"
 ERR="$tmp/err"
 fails=0
 checks=0
+missing=""
+# The interpreter of the JSON checks; scripts/install-deps installs python3.
+PYTHON3=${PYTHON3:-python3}
 
 # Quotes each argument for the failure report, so it can be pasted into a shell.
 show_cmd() {
@@ -112,4 +120,24 @@ bad() {
     fail "$name" "stderr does not start with 'shardbench' and name '$flag'" "$@"
     return
   fi
+}
+
+have() {
+  if command -v "$1" >/dev/null 2>&1; then return 0; fi
+  missing="$missing $2 (needs $1)"
+  return 1
+}
+
+finish() {
+  echo "$NAME: $checks checks, $fails failed"
+  if [ "$fails" -ne 0 ]; then exit 1; fi
+  if [ "$checks" -eq 0 ]; then
+    echo "FAIL: $NAME: ran no check"
+    exit 1
+  fi
+  if [ -n "$missing" ]; then
+    echo "SKIP: $NAME: not run:$missing; scripts/install-deps installs the tools"
+    exit 77
+  fi
+  exit 0
 }

@@ -4,7 +4,9 @@
 # Good inputs: 1-D to 5-D meshes, even and uneven shapes, every placement kind,
 # both planners, text and --json; each run must exit 0 and say
 # "full_tensor: match", and a few cases must show the trace of the greedy plan
-# that dtensor-semantics.md 2.3 pins (PyTorch's test_redistribute.py counts).
+# of PyTorch's greedy planner (generate_greedy_transform_infos in
+# torch/distributed/tensor/_redistribute.py) as test/distributed/tensor/test_redistribute.py
+# pins it (paths and comm counts).
 # Bad inputs: each class must exit 2 with exactly one line on stderr naming the
 # flag, and nothing on stdout. Each failure prints the command it ran and its
 # output. It runs from the build directory; the program is
@@ -28,7 +30,7 @@ if ! "$SB" explain --help >"$OUT" 2>"$ERR" || ! grep -q -- '--planner' "$OUT"; t
   fail explain-help "shardbench explain --help shows no --planner" explain --help
 fi
 
-# ---- greedy traces pinned by dtensor-semantics.md 2.3 ---------------------------
+# ---- greedy traces pinned by PyTorch's test_redistribute.py ----------------------
 # 2x2 (S0,S1)->(S1,S0): 1: S1->R, 0: S0->S1, 1: R->S0 (2 comms).
 ok 2x2-swap \
   -e 'S(0)S(1)->S(0)R->S(1)R->S(1)S(0)' \
@@ -57,7 +59,7 @@ ok 2x2x2-perm \
 ok 2x2x2-mixed \
   -e 'S(1)RS(0)->S(1)RR->S(1)S(0)R->RS(0)R->RS(0)[0]S(0)[1]' \
   -- explain --mesh 2x2x2 --shape 8,8 --from 'S(1),R,S(0)' --to 'R,S(0),S(0)'
-# 2x2x2 (S0,S0,S0)->(S1,S1,S1): the greedy trace of DistributeWithDeviceOrderTest (2.4).
+# 2x2x2 (S0,S0,S0)->(S1,S1,S1): the greedy trace of DistributeWithDeviceOrderTest.
 ok 2x2x2-all \
   -e 'S(0)[0]S(0)[1]S(0)[2]->S(0)[0]S(0)[1]R->S(0)RR->S(1)RR->S(1)[0]S(1)[1]R->S(1)[0]S(1)[1]S(1)[2]' \
   -- explain --mesh 2x2x2 --shape 8,8 --from 'S(0),S(0),S(0)' --to 'S(1),S(1),S(1)'
@@ -66,13 +68,14 @@ ok 2x2x2-one \
   -e 'plan (greedy): 1 step,' -r '^ +1 +0 \(dp\) +S\(1\) -> R +all_gather' \
   -- explain --mesh 2x2x2 --names dp,cp,tp --shape 8,8 --from 'S(1),S(0),S(0)' --to 'R,S(0),S(0)'
 
-# ---- geometry: torch.chunk and nested sharding (1.1) ----------------------------
+# ---- geometry: torch.chunk and nested sharding (Shard in placement_types.py) -----
 # [10] on 4: 3,3,3,1; [3] on 4: 1,1,1,0 with the empty shard at the end.
 ok uneven-10 -r '^ +3 +\(3\) +\[1\] @ \[9\]' \
   -- explain --mesh 4 --shape 10 --from 'S(0)' --to R
 ok uneven-3 -r '^ +3 +\(3\) +\[0\] @ \[3\] ' \
   -- explain --mesh 4 --shape 3 --from 'S(0)' --to R
-# The docstring example: [2,5], (S1,S1) on 2x2: (2,2)@(0,0) (2,1)@(0,2) (2,1)@(0,3) (2,1)@(0,4).
+# The docstring example of compute_local_shape_and_global_offset (torch/distributed/tensor/_utils.py):
+# [2,5], (S1,S1) on 2x2: (2,2)@(0,0) (2,1)@(0,2) (2,1)@(0,3) (2,1)@(0,4).
 ok nested-2x5 \
   -r '^ +0 +\(0, 0\) +\[2, 2\] @ \[0, 0\]' -r '^ +1 +\(0, 1\) +\[2, 1\] @ \[0, 2\]' \
   -r '^ +2 +\(1, 0\) +\[2, 1\] @ \[0, 3\]' -r '^ +3 +\(1, 1\) +\[2, 1\] @ \[0, 4\]' \
@@ -134,16 +137,14 @@ cp "$OUT" "$tmp/a.json"
 ok json-mincost -e '"greedy_plan"' -- explain --mesh 2x2x2 --names 'dp,cp,tp' --shape 16,24 \
   --from 'S(0),S(1),P(sum)' --to 'R,S(0),S(0)' --planner min-cost --json
 cp "$OUT" "$tmp/b.json"
-if command -v python3 >/dev/null 2>&1; then
+if have "$PYTHON3" json-parse; then
   for j in a b; do
     checks=$((checks + 1))
-    if ! python3 -m json.tool "$tmp/$j.json" >/dev/null 2>"$ERR"; then
+    if ! "$PYTHON3" -m json.tool "$tmp/$j.json" >/dev/null 2>"$ERR"; then
       cp "$tmp/$j.json" "$OUT"
       fail "json-parse-$j" "python3 -m json.tool rejects the output" explain '(the json case above)'
     fi
   done
-else
-  echo "explain.sh: python3 not found: the JSON outputs are not parsed (only grepped)"
 fi
 
 # ---- bad input: exit 2, one line naming the flag ---------------------------------
@@ -187,5 +188,4 @@ bad unknown-top-flag --frob --frob
 bad help-unknown nope help nope
 bad no-command 'no command'
 
-echo "explain.sh: $checks checks, $fails failed"
-[ $fails -eq 0 ]
+finish

@@ -2,8 +2,9 @@
  *
  * What it checks: coordinates, per-dim groups and group ranks, communicator sizes,
  * members and wiring (a real all_gather on every dim communicator), slicing and
- * flattening with PyTorch's semantics (shared/reference/dtensor-semantics.md,
- * section 5) and its examples, and the errors. The reference never calls the
+ * flattening with PyTorch's semantics (torch/distributed/device_mesh.py:
+ * init_device_mesh's row-major layout, __getitem__ slicing in ascending dim
+ * order, _flatten) and its examples, and the errors. The reference never calls the
  * mesh: a rank's coordinates are c_i = (r / prod(shape[i+1:])) % shape[i], and the
  * submesh over a set S of dims is every rank that agrees with r outside S, in
  * increasing rank order (which is row-major over S).
@@ -14,7 +15,8 @@
  * without them; every ascending slice of each; flattening of every subset of two
  * or more dims of the 5-D meshes of 8, and TorchTitan's flattens (dp_shard_cp,
  * dp, dp_cp) with the slices that mix them with plain dims on every 5-D mesh.
- * Plus the worked examples of the reference (world 8), a mesh over a
+ * Plus PyTorch's worked examples (world 8: the (2,4) tp/dp groups, the
+ * ("dp","cp") slice and its flatten of a (2,2,2) mesh), a mesh over a
  * communicator that is not the world, and the errors. With --backend mpi (under
  * mpirun) the same at the job's world size, all factorizations up to 8 ranks and
  * a few beyond. What it is not: a benchmark.
@@ -368,7 +370,8 @@ typedef struct job {
   dt_backend backend;
 } job;
 
-/* Reference section 5, worked examples (world 8). */
+/* PyTorch's DeviceMesh examples (world 8), from the docstrings of
+ * torch/distributed/device_mesh.py (init_device_mesh, __getitem__, _flatten). */
 static void test_examples(dt_ctx *ctx) {
   dt_comm *w = ctx->world;
   int r = ctx->rank, got[8];

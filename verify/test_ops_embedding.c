@@ -1,6 +1,8 @@
 /* verify/test_ops_embedding.c: embedding and cross-entropy of lib/ops on real
  * ranks (threads backend) against naive references computed here on the
- * unsharded globals (dtensor-semantics.md 3.7, 3.11, 4.2).
+ * unsharded globals. The sharding rules are PyTorch's: embedding_strategy
+ * (torch/distributed/tensor/_ops/_embedding_ops.py), nll_loss_forward_strategy
+ * (_ops/_math_ops.py), and loss_parallel (torch/distributed/tensor/parallel/loss.py).
  *
  * What it checks:
  *  (a) embedding values: on a 1-D mesh of 4 and a 2x2 mesh, every combination
@@ -8,14 +10,16 @@
  *      {R, S(0), S(1)} per mesh dim, with an uneven vocab (V = 10 on 4 ranks)
  *      and uneven ids ([3,5]): dt_tensor_full of the output equals the lookup
  *      exactly;
- *  (b) the embedding oracles of 3.7 on the mesh of 4: row-wise, column-wise and
+ *  (b) the embedding oracles of test/distributed/tensor/test_embedding_ops.py on
+ *      the mesh of 4: row-wise, column-wise and
  *      batch forwards and the backward with replicated ids cost 0 collectives
  *      and give the expected placements; dt_tensor_full of the row-wise
  *      (P(sum)) output costs exactly 1 all_reduce; out-of-range ids
  *      (>= V and < 0) are DT_ERR_INVALID;
  *  (c) cross-entropy values for logits {R, S(0), S(last)} x targets {R, S(0)}
  *      per mesh dim (uneven positions 7 and vocab 10 on 4 ranks), equal to the
- *      naive reference; the loss-parallel oracle (4.2): logits S(-1), targets R
+ *      naive reference; the loss-parallel oracle (test_loss_parallel in
+ *      test/distributed/tensor/parallel/test_tp_examples.py): logits S(-1), targets R
  *      -> 3 all_reduces of `positions` elements and no all_gather; the second
  *      output (each position's log-sum-exp) against the reference and placed
  *      as the targets; gathered (R)
@@ -435,8 +439,8 @@ static void ce_oracles(rk *R) {
              "oracle loss parallel, rank %d: collective %zu is %s of %llu elements, expected "
              "all_reduce of %lld", ctx->rank, k, dt_coll_name((dt_coll)r.coll[k]),
              (unsigned long long)r.elems[k], (long long)sh[0]);
-  /* the three reductions of 4.2, in order: MAX of the local max, SUM of the
-   * local sum-exp, SUM of the masked target logit */
+  /* loss_parallel's three reductions, in order: MAX of the local max, SUM of
+   * the local sum-exp, SUM of the masked target logit (_MaskPartial) */
   static const int WANT_RED[3] = {DT_RED_MAX, DT_RED_SUM, DT_RED_SUM};
   for (size_t k = 0; k < r.comms && k < 3; k++)
     TU_CHECK(r.reduce[k] == WANT_RED[k], "oracle loss parallel, rank %d: all_reduce %zu reduces "
@@ -785,6 +789,8 @@ int main(int argc, char **argv) {
     mesh_job *J = &jobs[i];
     double dt = ot_launch(o.backend, J->label, J->ndim, J->shape, body, J);
     printf("mesh %-6s %6ld cases %.2f s\n", J->label, J->cases, dt);
+    /* a sweep that enumerates nothing must not pass on the other meshes' checks */
+    TU_CHECK(J->cases > 0, "mesh %s ran no case", J->label);
   }
   printf("total %.2f s\n", dt_now() - t0);
   return tu_finish("test_ops_embedding");

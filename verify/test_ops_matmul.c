@@ -2,9 +2,13 @@
  * linear) through the dispatcher, on real ranks (threads backend).
  *
  * What it checks:
- *   (1) strategy counts of dtensor-semantics.md 3.3 (dt_op_plan's n_generated,
+ *   (1) strategy counts of gen_einsum_strategies (torch/distributed/tensor/_ops/
+ *       _einsum_strategy.py) as TestEinsumStrategies asserts them
+ *       (test/distributed/tensor/test_op_strategy.py) (dt_op_plan's n_generated,
  *       before the shardability filter) on 1-D and 2-D meshes;
- *   (2) the comm-mode oracle of 3.3: world 2, x [8,8] S(0), y [8,32] S(0), mm:
+ *   (2) the comm-mode oracle of test_comm_mode_with_dtensor
+ *       (test/distributed/tensor/debug/test_comm_mode.py): world 2, x [8,8] S(0),
+ *       y [8,32] S(0), mm:
  *       exactly one all_gather in the ledger during dt_op_call (the lhs-free
  *       option [S(0), S(0), R]), and what the dispatcher chose;
  *   (3) lowering oracles: linear colwise (x R, W S(0)) gives S(2) with no comm,
@@ -839,6 +843,9 @@ int main(int argc, char **argv) {
            jobs[i].label);
     printf("mesh %-6s %ld placement combinations checked, %ld gradient elements\n", jobs[i].label,
            jobs[i].combos, jobs[i].grads);
+    /* a sweep that enumerates nothing must not pass on the other meshes' checks */
+    TU_CHECK(jobs[i].combos > 0 && jobs[i].grads > 0, "mesh %s: %ld combinations, %ld gradient "
+             "elements checked", jobs[i].label, jobs[i].combos, jobs[i].grads);
   }
   printf("total %.2f s\n", dt_now() - t0);
   return tu_finish("test_ops_matmul");

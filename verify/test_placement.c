@@ -11,11 +11,14 @@
  *   after a long run of spaces), empty entries, too many list entries,
  *   out-of-range normalisation all return DT_ERR_INVALID with a non-empty one-line
  *   reason.
- * - dt_chunk: the table of dtensor-semantics.md 1.1 exactly, and every L in 0..40
- *   over n in 1..9 against a naive torch.chunk (c = ceil(L/n); size
- *   max(0, min(L,(k+1)c) - kc); offset min(kc, L)); dt_chunk_pad = c - size.
- * - dt_local_shape_offset: the nested [2,5] (S(1),S(1)) on (2,2) table of 1.1
- *   exactly, and exhaustively for every mesh of 1..3 dims with sizes 1..4, tensors
+ * - dt_chunk: torch.chunk's sizes for L in {12, 13, 10, 9, 5, 3, 1} over 4
+ *   ranks exactly (PyTorch's Shard uses torch.chunk, empty shards last:
+ *   Shard.local_shard_size_and_offset in torch/distributed/tensor/placement_types.py),
+ *   and every L in 0..40 over n in 1..9 against a naive torch.chunk (c = ceil(L/n);
+ *   size max(0, min(L,(k+1)c) - kc); offset min(kc, L)); dt_chunk_pad = c - size.
+ * - dt_local_shape_offset: the nested [2,5] (S(1),S(1)) on (2,2) example of the
+ *   docstring of compute_local_shape_and_global_offset
+ *   (torch/distributed/tensor/_utils.py) exactly, and exhaustively for every mesh of 1..3 dims with sizes 1..4, tensors
  *   of rank 1..3 (even, uneven, empty and smaller-than-mesh dims), every placement
  *   list over {R, P(sum), S(0..ndim-1)} and every coordinate, against a naive
  *   left-to-right re-chunking; the shards of all coordinates cover every global
@@ -368,7 +371,7 @@ static void ref_chunk(int64_t L, int n, int k, int64_t *size, int64_t *off) {
 }
 
 static void test_chunk(void) {
-  /* dtensor-semantics.md 1.1, n = 4 */
+  /* torch.chunk(L, 4) sizes: c = ceil(L/4) per rank, the remainder last, then empty */
   static const int64_t Ls[7] = {12, 13, 10, 9, 5, 3, 1};
   static const int64_t sizes[7][4] = {{3, 3, 3, 3}, {4, 4, 4, 1}, {3, 3, 3, 1}, {3, 3, 3, 0},
                                       {2, 2, 1, 0}, {1, 1, 1, 0}, {1, 0, 0, 0}};
@@ -440,7 +443,7 @@ static void test_nested_example(void) {
     int64_t l[2] = {-1, -1}, o[2] = {-1, -1};
     dt_local_shape_offset(2, g, 2, ms, c, pl, l, o);
     TU_CHECK(l[0] == ls[r][0] && l[1] == ls[r][1] && o[0] == of[r][0] && o[1] == of[r][1],
-             "table 1.1 nested [2,5] (S(1),S(1)) on (2,2), rank %d (%d,%d): local (%lld,%lld) "
+             "nested [2,5] (S(1),S(1)) on (2,2) (_utils.py docstring), rank %d (%d,%d): local (%lld,%lld) "
              "offset (%lld,%lld), expected (%lld,%lld) at (%lld,%lld)",
              r, c[0], c[1], (long long)l[0], (long long)l[1], (long long)o[0], (long long)o[1],
              (long long)ls[r][0], (long long)ls[r][1], (long long)of[r][0], (long long)of[r][1]);

@@ -2,12 +2,19 @@
  * of the cost model (lib/dtensor/cost.c).
  *
  * What it checks, against references written here and not taken from the library:
- *   - greedy reproduces every row of dtensor-semantics.md 2.3 (path and comm count),
- *     the Partial cases below it and the greedy trace of 2.4;
- *   - the cost model's worked example and assertions of 3.2, and the topology rule;
+ *   - greedy reproduces PyTorch's greedy planner (generate_greedy_transform_infos
+ *     in torch/distributed/tensor/_redistribute.py) on the paths and comm counts
+ *     that test/distributed/tensor/test_redistribute.py asserts, the Partial-only
+ *     sources (one step per mesh dim, outer first), and the greedy trace of
+ *     DistributeWithDeviceOrderTest in the same file;
+ *   - the cost model (torch/distributed/tensor/_collective_utils.py:
+ *     MeshTopoInfo.build_from_mesh, allgather_cost, allreduce_cost,
+ *     redistribute_cost) on a worked example computed by hand from those
+ *     formulas, the comparisons of TestCostModel
+ *     (test/distributed/tensor/test_op_strategy.py), and the topology rule;
  *   - exhaustive sweeps on small meshes: every greedy and min-cost plan is accepted,
  *     reaches dst step by step, only takes steps the executor can run (the nesting
- *     rule, re-implemented below), prices its steps by the rule of 3.2 (own
+ *     rule, re-implemented below), prices its steps by the rule above (own
  *     formula), and min-cost equals min(greedy, the optimum found by an
  *     independent Bellman-Ford over the same state space);
  *   - rejections (S -> P, P(x) -> P(y), out-of-range dims, 6 mesh dims, ...).
@@ -39,7 +46,10 @@ static bool pl_list_eq(int m, const dt_placement *a, const dt_placement *b) {
   return true;
 }
 
-/* The step kind the semantics table (2.1) gives for src -> dst; -1 for none. */
+/* The step kind for src -> dst on one mesh dim, as PyTorch's
+ * redistribute_local_tensor does it (S->R all_gather, S->S all_to_all, P->R
+ * all_reduce, P->S reduce_scatter, R->S local chunk, R->P local partition);
+ * -1 for none. */
 static int ref_kind(dt_placement s, dt_placement d) {
   if (peq(s, d)) return -1;
   if (s.kind == DT_PL_SHARD && d.kind == DT_PL_REPLICATE) return DT_STEP_ALL_GATHER;
@@ -51,7 +61,8 @@ static int ref_kind(dt_placement s, dt_placement d) {
   return -1;
 }
 
-/* The executor's nesting rule (the brief): on mesh dim i of size > 1, undoing
+/* The executor's nesting rule (lib/dtensor/plan.c runs only "valid" steps;
+ * shards of one tensor dim nest left to right): on mesh dim i of size > 1, undoing
  * S(d) (to R or to S(b)) needs no later size>1 mesh dim sharding d; a new S(b)
  * needs no later size>1 mesh dim sharding b. Size-1 dims: always valid. */
 static bool ref_valid(int m, const int *ms, const dt_placement *cur, int i, dt_placement to) {
@@ -202,7 +213,7 @@ static double check_plan(const dt_layout *l, const dt_placement *src, const dt_p
   return cost;
 }
 
-/* ---- 1. greedy: the table of 2.3 -------------------------------------------------- */
+/* ---- 1. greedy: the paths of PyTorch's test_redistribute.py -------------------------- */
 
 typedef struct greedy_row {
   int m, ms[3], ndim;
@@ -224,7 +235,7 @@ static const greedy_row kGreedyRows[] = {
     {3, {2, 2, 2}, 3, "S(1),S(0),S(0)", "R,S(0),S(0)", "0:S(1)->R", 1},
     {3, {2, 2, 2}, 3, "S(1),R,S(0)", "R,S(0),S(0)", "2:S(0)->R,1:R->S(0),0:S(1)->R,2:R->S(0)", 2},
     {3, {2, 2, 2}, 3, "S(0),S(0),S(1)", "S(0),S(1),S(2)", "2:S(1)->S(2),1:S(0)->S(1)", 2},
-    /* The Partial cases stated below the table. */
+    /* Partial-only sources skip the greedy planner's first (inner to outer) pass. */
     {2, {2, 2}, 2, "P(sum),P(sum)", "R,R", "0:P(sum)->R,1:P(sum)->R", 2},
     {2, {2, 2}, 2, "P(sum),P(sum)", "S(0),S(0)", "0:P(sum)->S(0),1:P(sum)->S(0)", 2},
 };
@@ -265,7 +276,7 @@ static void test_greedy_table(void) {
     TU_CHECK(p.n == 2 && dt_step_coll(p.steps[1].kind, &c) && c == DT_COLL_REDUCE_SCATTER,
              "(P,P)->(S0,S0): reduce_scatter");
   }
-  /* The traces: 2.4 (greedy) and the brief's S(0)^3 -> R^3. */
+  /* The traces: DistributeWithDeviceOrderTest's greedy one, and S(0)^3 -> R^3. */
   {
     const int ms[3] = {2, 2, 2};
     dt_layout l = mk_layout(3, ms, 3, gs);
@@ -278,7 +289,7 @@ static void test_greedy_table(void) {
     int len = dt_redist_plan_trace(&p, tr, sizeof tr);
     const char *want = "S(0)[0]S(0)[1]S(0)[2]->S(0)[0]S(0)[1]R->S(0)RR->S(1)RR->"
                        "S(1)[0]S(1)[1]R->S(1)[0]S(1)[1]S(1)[2]";
-    TU_CHECK(!strcmp(tr, want), "2.4 greedy trace: %s", tr);
+    TU_CHECK(!strcmp(tr, want), "greedy trace (DistributeWithDeviceOrderTest): %s", tr);
     TU_CHECK(len == (int)strlen(want), "trace length %d", len);
     /* snprintf rules: truncated output, full length returned, NULL/0 allowed. */
     char small[10];
@@ -337,12 +348,17 @@ static void test_greedy_table(void) {
 /* ---- 2. the cost model ------------------------------------------------------------- */
 
 static void test_cost(void) {
-  /* Worked example of 3.2: 1-D mesh of 4 (CPU), 10x10 f32 = 400 B. */
+  /* Worked example: 1-D mesh of 4 (CPU), 10x10 f32 = 400 B. On a CPU mesh
+   * device_count() is 1, so every mesh dim is "inter-host": bw 87.7 * 0.22
+   * GB/s, latency 2.7 us (MeshTopoInfo.build_from_mesh). By hand:
+   * S0->R = all_gather of the 400 B = 6.6 + 3 * 2.7 + 1e6 * (400 / 2^30) * 3/4 / 19.294
+   * = 14.7145, and the P->R all_reduce of 400 B
+   * = 6.6 + 6 * 2.7 + 1e6 * (400 / 2^30) * 2 * 3/4 / 19.294 = 22.829. */
   const int m4[1] = {4};
   dt_topo t;
   dt_topo_build(1, m4, 1, &t);
   TU_CHECK(t.mesh_ndim == 1 && t.size[0] == 4, "topo size");
-  /* 87.7 * 0.22 = 19.294 exactly as the semantics file prints; 1e-12 is rounding. */
+  /* 87.7 * 0.22 = 19.294; 1e-12 is the rounding of that product. */
   TU_CHECK(fabs(t.bw_gbps[0] - 19.294) < 1e-12 && t.lat_us[0] == 2.7, "CPU topo bw %g lat %g",
            t.bw_gbps[0], t.lat_us[0]);
   dt_placement S0 = dt_shard(0), S1 = dt_shard(1), R = dt_replicate(), P = dt_partial(DT_RED_SUM);
@@ -350,7 +366,7 @@ static void test_cost(void) {
   double p2s = dt_redistribute_cost(&t, 400, &P, &S0);
   double p2r = dt_redistribute_cost(&t, 400, &P, &R);
   double s2p = dt_redistribute_cost(&t, 400, &S0, &P);
-  /* The file gives 4 decimals (14.7145, 22.829): compare to 1e-3. */
+  /* The hand values above are rounded to 4 decimals: compare to 1e-3. */
   TU_CHECK(fabs(s2r - 14.7145) < 1e-3, "S0->R = %.6f, expected 14.7145", s2r);
   TU_CHECK(fabs(p2s - s2r) < 1e-12, "P->S0 = %.6f equals S0->R", p2s);
   TU_CHECK(fabs(p2r - 22.829) < 1e-3, "P->R = %.6f, expected 22.829", p2r);
@@ -400,7 +416,8 @@ static void test_cost(void) {
     st.kind = DT_STEP_PARTITION;
     TU_CHECK(dt_step_cost(&t, &st, 400) == 0.0, "step partition 0");
   }
-  /* 2x2 assertions of 3.2. */
+  /* TestCostModel's 2x2 assertions: (P,P)->(R,R) costs more than (S0,S0)->(R,R)
+   * and more than (P,P)->(S0,S0). */
   {
     const int m22[2] = {2, 2};
     dt_topo t2;
@@ -616,7 +633,7 @@ typedef struct sweep_stats {
 } sweep_stats;
 
 static long g_examples_printed;
-/* Example traces printed per sweep group, and in all (the lead's notes want a few). */
+/* Example traces printed per sweep group, and in all (a few, for the reader of the log). */
 enum { EXAMPLES_PER_GROUP = 1, EXAMPLES_TOTAL = 10 };
 
 static void print_example(const dt_layout *l, const dt_redist_plan *g, const dt_redist_plan *mc) {
@@ -788,7 +805,8 @@ static void test_sweeps(void) {
   for (int mi = 0; mi < 5; mi++) sweep_partial_targets(meshes[mi].m, meshes[mi].ms, 2, g2, &np);
   TU_CHECK(np > 0, "partial-target plans checked");
 
-  /* The 2.4 example under min-cost (printed for the notes; greedy asserted above). */
+  /* DistributeWithDeviceOrderTest's example under min-cost (printed; greedy is
+   * asserted above). */
   {
     const int m222[3] = {2, 2, 2};
     const int64_t g3[3] = {6, 4, 8};

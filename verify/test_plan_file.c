@@ -2,9 +2,12 @@
  *
  * Parses every shipped plan (from $srcdir/plans: Automake's harness runs tests from
  * the build dir and sets srcdir) and checks its entries, styles and PyTorch defaults
- * against TorchTitan's plan text (torchtitan-llama.md 2.1); dt_style_str round
- * trips; dt_fqn_match on parallelize_module's test keys (dtensor-semantics.md
- * 4.1); dt_plan_resolve on debugmodel for several worlds and tp sizes; and every
+ * against TorchTitan's plan text (apply_tp in
+ * torchtitan/models/llama3/infra/parallelize.py, TorchTitan v0.2.0);
+ * dt_style_str round trips; dt_fqn_match on parallelize_module's test keys
+ * ("net*", "net?", "net[1-2]", "layers.*.net[1]": torch/distributed/tensor/parallel/api.py
+ * matches each token with fnmatch; test/distributed/tensor/parallel/test_parallelize_api.py);
+ * dt_plan_resolve on debugmodel for several worlds and tp sizes; and every
  * error class, each with DT_ERR_INVALID and a message naming where and what.
  */
 #include "config.h"
@@ -15,7 +18,8 @@
 #include "parallel/parallel.h"
 #include "testutil.h"
 
-/* debugmodel (torchtitan-llama.md 1.5), filled here so the test does not need lib/nn. */
+/* debugmodel (llama3_args["debugmodel"] in torchtitan/models/llama3/__init__.py,
+ * TorchTitan v0.2.0), filled here so the test does not need lib/nn. */
 static dt_llama_config debugmodel(void) {
   dt_llama_config c;
   memset(&c, 0, sizeof c);
@@ -76,7 +80,8 @@ static bool style_eq(const dt_style *a, const dt_style *b) {
 static dt_style_layout L(dt_placement p) { return (dt_style_layout){.none = false, .pl = p}; }
 static dt_style_layout NONE(void) { return (dt_style_layout){.none = true, .pl = {0}}; }
 
-/* TorchTitan's plan (torchtitan-llama.md 2.1), in the shipped file's order. */
+/* TorchTitan's plan (apply_tp in torchtitan/models/llama3/infra/parallelize.py,
+ * v0.2.0), in the shipped file's order. */
 typedef struct want {
   const char *pattern;
   const char *str; /* dt_style_str */

@@ -5,7 +5,8 @@
  * the flat row-major index i: small integers, exact in f32, f64 and bf16, so sums,
  * max and min are exact whatever the reduction order. Shard geometry is this
  * file's own naive torch.chunk, mesh dims applied left to right (ref_geom); mesh
- * coordinates are row-major over the rank (dtensor-semantics.md 5). Partial
+ * coordinates are row-major over the rank (init_device_mesh lays the ranks out
+ * as torch.arange(world).view(shape), torch/distributed/device_mesh.py). Partial
  * sources are built per rank so that the reduction over every Partial mesh dim
  * gives G exactly (make_local): sum: v - (n-1) w on one "holder" coordinate and w
  * elsewhere; max/min: v on the holder, smaller/larger elsewhere; avg: v everywhere.
@@ -27,7 +28,7 @@
  *       the communicating steps of dt_redistribute_plan(same inputs), in order
  *       (steps on size-1 mesh dims and chunk/partition steps issue none), with the
  *       mesh dim's name as group, its size, the dtype, the Partial's reduce op and
- *       the padded element count of dtensor-semantics.md 7 (ref_step_elems); the
+ *       the padded element count (ref_step_elems); the
  *       plan is also checked structurally (each step starts where the last left
  *       its mesh dim, its kind matches (src, dst), the steps end at dst);
  *   (d) the source is unchanged and host memory returns to its start.
@@ -473,8 +474,11 @@ static void check_plan(const rk *R, const char *cs, const dt_redist_plan *p, int
     }
 }
 
-/* Elements the ledger row of a communicating step records (the nccl-tests size S,
- * dtensor-semantics.md 7), with the padding the collectives really move: L is the
+/* Elements the ledger row of a communicating step records: the total array size
+ * S of nccl-tests (doc/PERFORMANCE.md of NVIDIA/nccl-tests; for AG and RS,
+ * count per rank x n), with the padding PyTorch's Shard collectives really move
+ * (each shard padded to c: Shard._to_replicate_tensor, _reduce_shard_tensor,
+ * _to_new_shard_dim in torch/distributed/tensor/placement_types.py): L is the
  * logical size of the tensor dim as mesh dim i sees it (after the shardings of the
  * mesh dims before i, in the current state), c = ceil(L/n), rest the product of
  * the local tensor's other dims. AG: n*c*rest; RS: n*c*rest; AR: the local numel;
@@ -1043,9 +1047,10 @@ static int member_rank(const rk *R, int q) {
   return R->base->world_ranks[idx];
 }
 
-/* The worked examples of dtensor-semantics.md 2.3 (PyTorch's test_redistribute.py
- * comm counts), end to end: the collectives the greedy redistribute records, by
- * op and mesh dim, in order; plus the greedy trace of 2.4. Values are checked as
+/* The comm counts and paths of PyTorch's greedy planner asserted in
+ * test/distributed/tensor/test_redistribute.py, end to end: the collectives the
+ * greedy redistribute records, by op and mesh dim, in order; plus the greedy
+ * trace of DistributeWithDeviceOrderTest (same file). Values are checked as
  * in run_pair. Runs on the (2,2) and (2,2,2) meshes. */
 typedef struct oracle {
   int m;
@@ -1132,7 +1137,7 @@ static void run_oracles(rk *R) {
             o->colls);
     }
   }
-  /* 2.4: the greedy trace of S(0) on [0,1,2] -> S(1) on [0,1,2] */
+  /* DistributeWithDeviceOrderTest: the greedy trace of S(0) on [0,1,2] -> S(1) on [0,1,2] */
   if (R->m == 3) {
     dt_layout lay;
     memset(&lay, 0, sizeof lay);
@@ -1150,7 +1155,7 @@ static void run_oracles(rk *R) {
     const char *want = "S(0)[0]S(0)[1]S(0)[2]->S(0)[0]S(0)[1]R->S(0)RR->S(1)RR->"
                        "S(1)[0]S(1)[1]R->S(1)[0]S(1)[1]S(1)[2]";
     if (strcmp(tr, want) != 0)
-      cfail(R, "greedy trace (2.4)", "'%s', expected '%s'", tr, want);
+      cfail(R, "greedy trace (DistributeWithDeviceOrderTest)", "'%s', expected '%s'", tr, want);
     dt_error_clear(ctx);
   }
 }
