@@ -382,7 +382,7 @@ static void test_chunk(void) {
       dt_chunk(Ls[t], 4, k, &sz, &o);
       int64_t want_off = off < Ls[t] ? off : Ls[t];
       TU_CHECK(sz == sizes[t][k] && o == want_off,
-               "table 1.1: chunk(L=%lld, n=4, k=%d) = size %lld offset %lld, expected %lld at %lld",
+               "torch.chunk sizes: chunk(L=%lld, n=4, k=%d) = size %lld offset %lld, expected %lld at %lld",
                (long long)Ls[t], k, (long long)sz, (long long)o, (long long)sizes[t][k],
                (long long)want_off);
       off += (Ls[t] + 3) / 4;

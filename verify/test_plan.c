@@ -817,8 +817,8 @@ static void test_sweeps(void) {
     dt_redist_plan g, mc;
     TU_OK(NULL, dt_redistribute_plan(NULL, &l, src, dst, DT_PLANNER_GREEDY, &g));
     TU_OK(NULL, dt_redistribute_plan(NULL, &l, src, dst, DT_PLANNER_MIN_COST, &mc));
-    check_plan(&l, src, dst, &mc, "min-cost 2.4");
-    printf("2.4 example:\n");
+    check_plan(&l, src, dst, &mc, "min-cost DistributeWithDeviceOrderTest");
+    printf("DistributeWithDeviceOrderTest example:\n");
     print_example(&l, &g, &mc);
   }
 }
