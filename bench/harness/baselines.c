@@ -552,7 +552,8 @@ static int read_plan_traits(const char *dir, const char *name, const dt_llama_co
 int sb_cmd_baselines(int argc, char **argv) {
   enum {
     O_MODEL = 1000, O_MESH, O_PP, O_DPR, O_DPS, O_CP, O_TP, O_BATCH, O_SEQ, O_DTYPE, O_MB, O_VS,
-    O_DB, O_PLAN, O_WORKLOAD, O_STEPS, O_BACKEND, O_PUB, O_SCHEMA, O_JSON, O_HELP, O_PLANS_DIR
+    O_DB, O_PLAN, O_WORKLOAD, O_STEPS, O_BACKEND, O_PUB, O_SCHEMA, O_JSON, O_HELP,
+    O_PLANS_DIR
   };
   static const struct option lopts[] = {
       {"model", required_argument, NULL, O_MODEL},
@@ -668,7 +669,8 @@ int sb_cmd_baselines(int argc, char **argv) {
     if (read_plan_traits(dir, da.plan, &in.model, &ps.tr, err, sizeof err))
       return sb_usage_error(CMD, "--plan", "%s", err);
     ps.name = da.plan;
-    if (sb_framework_comm_compute(&in, &ps.tr, &ps.c)) return sb_usage_error(CMD, NULL, "bad config");
+    if (sb_framework_comm_compute(&in, &ps.tr, &ps.c))
+      return sb_usage_error(CMD, NULL, "bad config");
   }
   da.dtype = dt_dtype_name(dt);
   sb_baseline_row rows[SB_BASELINE_MAX_ROWS];
@@ -680,7 +682,8 @@ int sb_cmd_baselines(int argc, char **argv) {
   sb_plan_traits tm, ts;
   sb_plan_traits_megatron(&in.model, false, &tm);
   sb_plan_traits_megatron(&in.model, true, &ts);
-  if (n < 0 || sb_framework_comm_compute(&in, &tm, &tp[0].c) || sb_framework_comm_compute(&in, &ts, &tp[1].c))
+  if (n < 0 || sb_framework_comm_compute(&in, &tm, &tp[0].c) ||
+      sb_framework_comm_compute(&in, &ts, &tp[1].c))
     return sb_usage_error(CMD, NULL, "bad config");
   if (ps.name) {
     /* the plan's selection: only its sum is new (the parts repeat rows above) */

@@ -105,7 +105,8 @@ typedef struct sb_framework_comm {
 } sb_framework_comm;
 
 /* Returns 0, or -1 for a bad input (sb_baseline_check) or invalid traits. */
-int sb_framework_comm_compute(const sb_baseline_in *in, const sb_plan_traits *tr, sb_framework_comm *out);
+int sb_framework_comm_compute(const sb_baseline_in *in, const sb_plan_traits *tr,
+                              sb_framework_comm *out);
 
 /* The runtime's own closed form (a regression model; see the file comment).
  * Applies to the layouts the shipped plans have: no tp split, or every block,
@@ -128,7 +129,8 @@ typedef struct sb_runtime_comm {
 } sb_runtime_comm;
 
 /* Returns 0, or -1 when the layout is not one the model covers or the input is bad. */
-int sb_runtime_comm_compute(const sb_baseline_in *in, const sb_plan_traits *tr, sb_runtime_comm *out);
+int sb_runtime_comm_compute(const sb_baseline_in *in, const sb_plan_traits *tr,
+                            sb_runtime_comm *out);
 
 /* Every framework baseline for the config (Megatron-LM's own layout for the TP
  * rows) into rows[0..max); returns how many were written (<= max), or -1 for a

@@ -129,7 +129,8 @@ void sb_plan_traits_get(const dt_plan *plan, const dt_llama_config *cfg, sb_plan
     const dt_style *st = &en->style;
     if (en->dim == tpi &&
         (st->kind == DT_STYLE_SEQUENCE || seq_shard(st->input_layouts, st->n_in) ||
-         seq_shard(st->desired_input_layouts, st->n_in) || seq_shard(st->output_layouts, st->n_out) ||
+         seq_shard(st->desired_input_layouts, st->n_in) ||
+         seq_shard(st->output_layouts, st->n_out) ||
          seq_shard(st->desired_output_layouts, st->n_out)))
       out->sequence_parallel = true;
   }
@@ -196,7 +197,8 @@ double sb_params_per_rank(const sb_baseline_in *in, const sb_plan_traits *tr) {
 
 /* ---- framework baselines ---- */
 
-int sb_framework_comm_compute(const sb_baseline_in *in, const sb_plan_traits *tr, sb_framework_comm *out) {
+int sb_framework_comm_compute(const sb_baseline_in *in, const sb_plan_traits *tr,
+                              sb_framework_comm *out) {
   char err[128];
   memset(out, 0, sizeof *out);
   if (!tr->valid || tr->layers < 1 || sb_baseline_check(in, err, sizeof err)) return -1;
@@ -298,7 +300,8 @@ int sb_baseline_plan_rows(const sb_baseline_in *in, const sb_plan_traits *tr,
       add(rows, &n, max, fw.dp_framework, "comm_bytes_per_step", fw.dp, "bytes", fw.dp_formula))
     return n;
   char f[192];
-  snprintf(f, sizeof f, "the framework parts this plan's settings select, summed: %s %.0f + %s %.0f",
+  snprintf(f, sizeof f,
+           "the framework parts this plan's settings select, summed: %s %.0f + %s %.0f",
            fw.tp_framework[0] ? fw.tp_framework : "(no tp)", fw.tp,
            fw.dp_framework[0] ? fw.dp_framework : "(no dp)", fw.dp);
   add(rows, &n, max, fw.name, "comm_bytes_per_step_combined", fw.total, "bytes", f);
@@ -384,7 +387,8 @@ int sb_baseline_compute(const sb_baseline_in *in, sb_baseline_row *rows, int max
   ADD("fsdp", "comm_bytes_per_step_bf16ag_fp32rs", ring_ag(FSDP_MP_BYTES * psi, d), "bytes",
       "torchtitan FSDP2 mixed precision (bf16 AG twice, fp32 RS): (2 + 2 + 4)Psi(d-1)/d");
   ADD("fsdp", "memory_bytes_per_rank", FSDP_BYTES_PER_PARAM * psi / d, "bytes",
-      "fp32 param 4 + grad 4 + Adam 8 bytes per parameter, sharded d ways: 16Psi/d, no activations");
+      "fp32 param 4 + grad 4 + Adam 8 bytes per parameter, sharded d ways: 16Psi/d, "
+      "no activations");
   ADD("hsdp", "comm_bytes_per_step", 3 * ring_ag(psi * e, F) + ring_ar(psi / F * e, R), "bytes",
       "arXiv:2304.11277 sec. 3.2 hybrid: 3Psi(F-1)/F + 2(Psi/F)(R-1)/R, F = dp_shard, "
       "R = dp_replicate, * e");
@@ -470,7 +474,8 @@ enum { CE_SCALAR_BYTES = 8 };
  * logit; backward none (it reads the forward's saved log-sum-exp). */
 enum { CE_FWD_AR = 3, CE_BWD_AR = 0 };
 
-int sb_runtime_comm_compute(const sb_baseline_in *in, const sb_plan_traits *tr, sb_runtime_comm *out) {
+int sb_runtime_comm_compute(const sb_baseline_in *in, const sb_plan_traits *tr,
+                            sb_runtime_comm *out) {
   char err[128];
   memset(out, 0, sizeof *out);
   if (!tr->valid || sb_baseline_check(in, err, sizeof err)) return -1;
