@@ -119,6 +119,10 @@ case "$mg" in "megatron-tp+ddp "*) ;; *) fail "megatron-tp selects '$mg'" ;; esa
 [ "$(selects torchtitan-tp-sp "$P")" = "$mg" ] || fail "megatron-tp named torchtitan-tp-sp selects '$(selects torchtitan-tp-sp "$P")', want '$mg'"
 [ "$(selects megatron-tp "$P")" = "$sp" ] || fail "torchtitan-tp-sp named megatron-tp selects '$(selects megatron-tp "$P")', want '$sp'"
 echo "--plan: torchtitan-tp-sp and its copies -> $sp; megatron-tp and its copy -> $mg"
+# a plan with a typo: exit 2, one line naming the file and line
+printf 'dims = tp:-1\n[tp]\noutput = ColwiseParalel()\n' > "$P/typo.plan"
+bad --model debugmodel --tp 4 --batch 8 --seq 64 --plan typo --plans-dir "$P"
+grep -q "typo.plan:3" "$TMP/err" || fail "--plan typo: the error does not name typo.plan:3: $(cat "$TMP/err")"
 # the same through the store: `shardbench run --db` with the swapped names
 RDB="$TMP/run.db"
 for pl in torchtitan-tp-sp megatron-tp; do

@@ -19,8 +19,8 @@
  *
  * Charts: comm (wire bytes per rank per step, stacked by phase and op, with one
  * framework cross per config: comm_bytes_per_step_combined, the sum of the
- * framework baselines its plan's settings select), throughput (tokens/s and MFU by mesh
- * shape), memory (peak bytes per rank by plan, with memory_bytes_per_rank
+ * framework baselines its plan's settings select), throughput (tokens/s and MFU
+ * by mesh shape), memory (peak bytes per rank by plan, with memory_bytes_per_rank
  * baselines), error (max_rel_err against the tolerance, log scale). A chart
  * with no rows is not drawn; the index says so.
  *
