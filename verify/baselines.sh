@@ -157,7 +157,8 @@ nlinked=$(sqlite3 "$DB" "SELECT count(*) FROM baselines b JOIN configs c ON b.co
 ncross=$(sqlite3 "$DB" "SELECT count(*) FROM baselines b JOIN configs c ON b.config_id = c.id WHERE c.key = '$key' AND b.quantity = 'comm_bytes_per_step_combined' AND b.framework = 'megatron-tp-sp+ddp'")
 nnull=$(sqlite3 "$DB" "SELECT count(*) FROM baselines WHERE config_id IS NULL")
 npub=$(sqlite3 "$DB" "SELECT count(*) FROM published")
-nsrc=$(sqlite3 "$DB" "SELECT count(*) FROM published WHERE source LIKE '%baselines.md%' OR source LIKE '%torchtitan-llama%' OR source = ''")
+# every source is a public one (a repository path, an arXiv paper) or says how it is derived
+nsrc=$(sqlite3 "$DB" "SELECT count(*) FROM published WHERE NOT (source LIKE 'pytorch/%' OR source LIKE 'NVIDIA/%' OR source LIKE 'huggingface/%' OR source LIKE 'arXiv %' OR source LIKE 'derived, %')")
 ncsv=$(($(wc -l < "$SRC/results/published.csv") - 1))
 [ "$nlinked" = "$nplan" ] || fail "--db: $nlinked rows linked to the config, want $nplan (written twice: replaced)"
 [ "$ncross" = 1 ] || fail "--db: $ncross megatron-tp-sp+ddp crosses for the config, want 1"
