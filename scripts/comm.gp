@@ -9,8 +9,12 @@
 # Writes outdir/comm.FMT (FMT = png, the default, or svg).
 #
 # Bars: wire bytes per rank (rank 0) per step, ring model, stacked by phase:op
-# in step order; colour = op, shade = phase (forward darkest). Crosses: the
-# analytic baselines' comm_bytes_per_step for the same config.
+# in step order; colour = op, shade = phase (forward darkest). Crosses: one per
+# config, the frameworks' baseline (comm_bytes_per_step_combined): the sum of the
+# published formulas its plan's settings select (Megatron-LM TP or TP + sequence
+# parallel for tp, DDP / FSDP / HSDP for the dp dims), labelled with their names.
+# The formulas count only what the papers count: a bar above its cross moves
+# more than the frameworks, a bar below it less.
 
 if (!exists("datadir")) datadir = 'report/data'
 if (!exists("outdir")) outdir = 'report'
@@ -69,5 +73,5 @@ plot for [i=1:K] datadir.'/comm.dat' \
        border rgb 'white' title word(names, i), \
      datadir.'/comm.dat' using 1:($7 / U):xticlabels(2) with points pt 0 ps 0 lc rgb 'white' notitle, \
      datadir.'/comm_baselines.dat' using 1:($5 / U) with points pt 2 ps 1.6 lw 2 lc rgb 'black' \
-       title 'analytic baseline', \
+       title 'frameworks (published formulas)', \
      datadir.'/comm_baselines.dat' using ($1 + 0.12):($5 / U):3 with labels left font ',8' notitle

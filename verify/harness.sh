@@ -80,15 +80,22 @@ check "TP ok rows have tp comm rows" \
   "$(q "$A" "SELECT count(*) FROM results r JOIN configs c ON c.id = r.config_id WHERE r.status = 'ok' AND c.tp > 1 AND NOT EXISTS (SELECT 1 FROM comm m WHERE m.result_id = r.id AND m.mesh_dim = 'tp' AND m.calls > 0 AND m.wire_bytes > 0)")" 0
 check "dp ok rows have dp_replicate all_reduce rows" \
   "$(q "$A" "SELECT count(*) FROM results r JOIN configs c ON c.id = r.config_id WHERE r.status = 'ok' AND c.dp_replicate > 1 AND NOT EXISTS (SELECT 1 FROM comm m WHERE m.result_id = r.id AND m.mesh_dim = 'dp_replicate' AND m.op = 'all_reduce')")" 0
-# Measured comm bytes per step of pure-TP configs equal the analytic Megatron baseline
-# stored next to them (ratio 1.00): the ledger's ring-model wire bytes of rank 0 against
-# baselines.md 1.1 (megatron-tp) / 1.2 (TP+SP) plus the embedding/output/loss/norm terms.
-check "TP configs have a Megatron baseline" \
-  "$(q "$A" "SELECT count(*) FROM results r JOIN configs c ON c.id = r.config_id WHERE r.status = 'ok' AND c.tp > 1 AND NOT EXISTS (SELECT 1 FROM baselines b WHERE b.config_id = c.id AND b.framework LIKE 'megatron-tp%')")" 0
-check "pure-TP measured / analytic comm = 1.00" \
-  "$(q "$A" "SELECT count(*) FROM results r JOIN configs c ON c.id = r.config_id JOIN baselines b ON b.config_id = c.id WHERE r.status = 'ok' AND c.tp > 1 AND c.dp_replicate = 1 AND b.framework LIKE 'megatron-tp%' AND abs((SELECT sum(wire_bytes) FROM comm m WHERE m.result_id = r.id) / b.value - 1.0) > 1e-12")" 0
-check "pure-TP configs compared" \
-  "$(q "$A" "SELECT count(*) > 0 FROM results r JOIN configs c ON c.id = r.config_id WHERE r.status = 'ok' AND c.tp > 1 AND c.dp_replicate = 1")" 1
+# Framework baselines: every ok config with a tp or dp_replicate dim has the one cross its
+# plan's settings select (comm_bytes_per_step_combined: Megatron-LM TP / TP + SP from the
+# papers' formulas, plus DDP), named after the parts.
+check "TP configs have a Megatron-LM framework cross" \
+  "$(q "$A" "SELECT count(*) FROM results r JOIN configs c ON c.id = r.config_id WHERE r.status = 'ok' AND c.tp > 1 AND (SELECT count(*) FROM baselines b WHERE b.config_id = c.id AND b.quantity = 'comm_bytes_per_step_combined' AND b.framework LIKE 'megatron-tp%') != 1")" 0
+check "dp_replicate configs have a ddp part in their cross" \
+  "$(q "$A" "SELECT count(*) FROM results r JOIN configs c ON c.id = r.config_id WHERE r.status = 'ok' AND c.dp_replicate > 1 AND NOT EXISTS (SELECT 1 FROM baselines b WHERE b.config_id = c.id AND b.quantity = 'comm_bytes_per_step_combined' AND b.framework LIKE '%ddp')")" 0
+# REGRESSION check (not an independent oracle): the measured comm bytes per step of every
+# ok config equal the runtime's own closed form stored next to them (framework
+# 'runtime-model'; bench/harness/baselines_model.c sb_runtime_comm_compute), ratio 1.00
+# within 1e-12: both sum exact binary fractions of the same sizes. Written so that a zero
+# model value or a config without comm rows counts as a mismatch, not as NULL.
+check "REGRESSION: ok configs have a runtime-model row" \
+  "$(q "$A" "SELECT count(*) FROM results r WHERE r.status = 'ok' AND NOT EXISTS (SELECT 1 FROM baselines b WHERE b.config_id = r.config_id AND b.framework = 'runtime-model')")" 0
+check "REGRESSION: measured / runtime-model comm = 1.00" \
+  "$(q "$A" "SELECT count(*) FROM results r JOIN baselines b ON b.config_id = r.config_id WHERE r.status = 'ok' AND b.framework = 'runtime-model' AND NOT abs(coalesce((SELECT sum(wire_bytes) FROM comm m WHERE m.result_id = r.id), 0) - b.value) <= 1e-12 * b.value")" 0
 check "run finished" "$(q "$A" 'SELECT count(*) FROM runs WHERE finished IS NOT NULL')" 1
 check "pp skipped with its reason" \
   "$(q "$A" "SELECT count(*) FROM results r JOIN configs c ON c.id = r.config_id WHERE c.pp > 1 AND (r.status != 'skipped' OR r.reason NOT LIKE 'pp=%')")" 0

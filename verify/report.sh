@@ -74,12 +74,15 @@ INSERT INTO comm (result_id, op, mesh_dim, phase, calls, payload_bytes, wire_byt
  (5, 'reduce_scatter', 'tp', 'backward', 4, 32768, 49152, 0.001),
  (5, 'all_reduce', 'dp_replicate', 'optimizer', 1, 400000, 400000, 0.002);
 INSERT INTO baselines (config_id, framework, quantity, value, unit, formula) VALUES
- (1, 'megatron-tp', 'comm_bytes_per_step', 229376, 'bytes', '8bsh(t-1)/t'),
- (2, 'megatron-tp', 'comm_bytes_per_step', 196608, 'bytes', '8bsh(t-1)/t'),
- (2, 'ddp', 'comm_bytes_per_step', 400000, 'bytes', '2 Psi (d-1)/d'),
- (4, 'megatron-tp-sp', 'comm_bytes_per_step', 196608, 'bytes', 'SP'),
+ (1, 'megatron-tp', 'comm_bytes_per_step', 229376, 'bytes', 'a part: not charted alone'),
+ (1, 'megatron-tp', 'comm_bytes_per_step_combined', 229376, 'bytes', 'the cross'),
+ (1, 'runtime-model', 'comm_bytes_per_step_runtime_model', 245760, 'bytes', 'regression only'),
+ (2, 'megatron-tp', 'comm_bytes_per_step', 196608, 'bytes', 'a part: not charted alone'),
+ (2, 'ddp', 'comm_bytes_per_step', 400000, 'bytes', 'a part: not charted alone'),
+ (2, 'megatron-tp+ddp', 'comm_bytes_per_step_combined', 596608, 'bytes', 'the cross: the sum'),
+ (4, 'megatron-tp-sp', 'comm_bytes_per_step_combined', 196608, 'bytes', 'the cross'),
  (1, 'megatron-tp', 'memory_bytes_per_rank', 45000000, 'bytes', 'x'),
- (6, 'zero3', 'comm_bytes_per_step', 1, 'bytes', 'not charted: config 6 was skipped');
+ (6, 'zero3', 'comm_bytes_per_step_combined', 1, 'bytes', 'not charted: config 6 was skipped');
 SQL
 
 OUT="$T/out"
@@ -98,12 +101,21 @@ check_rows() { # file expected
 }
 check_rows comm.dat 10           # 2 + 3 + 5 segments (results 2, 3, 5)
 check_rows comm_series.dat 7     # forward and backward: all_gather, all_reduce, reduce_scatter; optimizer: all_reduce
-check_rows comm_baselines.dat 4  # configs 1, 2 (x2), 4; config 6 skipped, not charted
+check_rows comm_baselines.dat 3  # one cross per charted config: 1, 2, 4; config 6 skipped
 check_rows throughput.dat 4
 check_rows memory.dat 4
 check_rows memory_baselines.dat 1
 check_rows error.dat 4
 grep -q 'forward:all_reduce' "$OUT/data/comm_series.dat" || fail "series names"
+# the comm crosses: only the combined framework rows (not their parts, not the runtime's
+# own closed form), one per config; config 2's is the sum megatron-tp+ddp
+if grep -v '^#' "$OUT/data/comm_baselines.dat" | grep -q 'runtime-model'; then
+  fail "the runtime model is charted as a framework baseline"
+else pass "runtime model not charted"; fi
+dup=$(awk '!/^#/ {n[$1]++} END {for (i in n) if (n[i] > 1) print i}' "$OUT/data/comm_baselines.dat")
+[ -z "$dup" ] && pass "one cross per config" || fail "configs with several crosses: $dup"
+cross=$(awk '!/^#/ && $3 == "megatron-tp+ddp" {print $5}' "$OUT/data/comm_baselines.dat")
+[ "$cross" = "596608" ] && pass "config 2's cross is the tp + dp sum" || fail "config 2's cross '$cross', expected 596608"
 # series order: forward before backward before optimizer
 order=$(grep -v '^#' "$OUT/data/comm_series.dat" | awk '{print $2}' | cut -d: -f1 | uniq | tr '\n' ' ')
 [ "$order" = "forward backward optimizer " ] && pass "series in step order" || fail "series order '$order'"

@@ -1,12 +1,14 @@
 /* bench/harness/baselines.c: `shardbench baselines`: the analytic framework baselines
- * (Megatron TP / TP+SP, ZeRO-1/2/3, DDP, FSDP, HSDP, GPipe / 1F1B / interleaved
- * PP, ring-attention CP, torchtitan FLOPs) of one config, each with the formula
- * of /work/shared/reference/baselines.md it comes from. The numbers are computed
- * by bench/harness/baselines_model.c (bench/harness/baselines.h); this file parses flags, prints
- * text or JSON, and with --db writes the baselines table (linked to a configs
- * row when --plan is given, else config_id NULL) and loads results/published.csv
- * into the published table, idempotently. Its SQLite code is its own (plain
- * sqlite3 calls against results/schema.sql), not bench/harness/store.c's.
+ * (Megatron-LM TP / TP + sequence parallel, ZeRO-1/2/3, DDP, FSDP, HSDP, GPipe /
+ * 1F1B / interleaved PP, ring-attention CP, torchtitan FLOPs) of one config, each
+ * with the published formula (paper and section) it comes from. The numbers are
+ * computed by bench/harness/baselines_model.c (bench/harness/baselines.h); this
+ * file parses flags, prints text or JSON, and with --db writes the baselines table
+ * (linked to a configs row when --plan is given, else config_id NULL) and loads
+ * results/published.csv into the published table, idempotently. With --plan the
+ * plan file is read and the framework baselines its settings select (TP part +
+ * DP part and their sum, the comm chart's cross) are added. Its SQLite code is its
+ * own (plain sqlite3 calls against results/schema.sql), not bench/harness/store.c's.
  *
  * Exit codes (bench/harness/cli.h): 0 ok, 1 a DB error, 2 bad flags (one line).
  */
@@ -25,14 +27,17 @@
 const char sb_baselines_usage[] =
     "usage: shardbench baselines --model debugmodel|8B|70B|405B [mesh] --batch B --seq S\n"
     "                            [--dtype f32|f64|bf16] [--microbatches M] [--virtual-stages V]\n"
-    "                            [--db FILE [--plan NAME [--workload W] [--steps N] [--backend B]]\n"
-    "                             [--published CSV] [--schema SQL]] [--json]\n"
+    "                            [--plan NAME [--plans-dir DIR] [--workload W]]\n"
+    "                            [--db FILE [--steps N] [--backend B] [--published CSV]\n"
+    "                             [--schema SQL]] [--json]\n"
     "\n"
-    "Analytic baselines (baselines.md) for one config: Megatron TP and TP+SP comm and\n"
-    "activation memory, ZeRO-1/2/3, DDP, FSDP, HSDP comm and memory, GPipe / 1F1B /\n"
-    "interleaved bubbles, activations and p2p, ring-attention CP KV traffic, torchtitan\n"
-    "FLOPs. Comm is wire bytes per rank per step by the ring model (AR 2(n-1)/n S,\n"
-    "AG/RS (n-1)/n S), comparable with the ledger's wire_bytes.\n"
+    "Analytic baselines from the frameworks' published formulas for one config:\n"
+    "Megatron-LM TP and TP + sequence parallel comm (its own layout: every block split,\n"
+    "vocabulary-parallel embedding, output fused with the cross-entropy) and activation\n"
+    "memory, ZeRO-1/2/3, DDP, FSDP, HSDP comm and memory, GPipe / 1F1B / interleaved\n"
+    "bubbles, activations and p2p, ring-attention CP KV traffic, torchtitan FLOPs. Each\n"
+    "row names its paper and section. Comm is wire bytes per rank per step by the ring\n"
+    "model (AR 2(n-1)/n S, AG/RS (n-1)/n S), comparable with the ledger's wire_bytes.\n"
     "\n"
     "mesh: --mesh pp:1,dp_replicate:2,dp_shard:1,cp:1,tp:4 (named dims, any order,\n"
     "      missing ones 1) or --pp N --dp-replicate N --dp-shard N --cp N --tp N\n"
@@ -45,10 +50,16 @@ const char sb_baselines_usage[] =
     "                       (created from --schema, default the source tree's\n"
     "                       results/schema.sql) and load --published (default\n"
     "                       results/published.csv there)\n"
-    "  --plan NAME          link the rows to the configs row of this key (model= workload=\n"
-    "                       plan= mesh= dtype= batch= seq= steps= backend= world=); without\n"
-    "                       it config_id is NULL\n"
-    "  --workload W, --steps N, --backend B   the rest of that key (model, 1, threads)\n"
+    "  --plan NAME          read DIR/NAME.plan and add the baselines its settings select\n"
+    "                       (styles on modules, sequence parallel, loss_parallel; the\n"
+    "                       mesh's dp dims): the TP and DP parts and their sum,\n"
+    "                       comm_bytes_per_step_combined; with --db the rows are linked\n"
+    "                       to the configs row of this key (model= workload= plan= mesh=\n"
+    "                       dtype= batch= seq= steps= backend= world=), else config_id NULL\n"
+    "  --plans-dir DIR      where NAME.plan lives (default: $SHARDBENCH_PLANS, ./plans,\n"
+    "                       the source tree's)\n"
+    "  --workload W         model (default) or block (one layer), with --plan\n"
+    "  --steps N, --backend B   the rest of the configs key (1, threads)\n"
     "  --json               one JSON object instead of the table\n";
 
 static const char *const CMD = "baselines";
@@ -420,8 +431,22 @@ out:
 
 /* ---- output ---- */
 
-static void print_json(const sb_baseline_in *in, const char *dtype, const sb_tp_terms *tm,
-                       const sb_tp_terms *ts, const sb_baseline_row *rows, int n) {
+/* The Megatron-LM TP rows of the text and JSON output: its own layout, with and
+ * without sequence parallel. */
+typedef struct tp_summary {
+  const char *name;
+  sb_framework_comm c;
+} tp_summary;
+
+/* The plan-selected baseline, when --plan is given. */
+typedef struct plan_summary {
+  const char *name;      /* NULL: no --plan */
+  sb_plan_traits tr;
+  sb_framework_comm c;
+} plan_summary;
+
+static void print_json(const sb_baseline_in *in, const char *dtype, const tp_summary tp[2],
+                       const plan_summary *ps, const sb_baseline_row *rows, int n) {
   printf("{\"model\": ");
   sb_json_str(stdout, in->model.name);
   printf(", \"mesh\": {\"pp\": %d, \"dp_replicate\": %d, \"dp_shard\": %d, \"cp\": %d, \"tp\": %d}",
@@ -430,17 +455,28 @@ static void print_json(const sb_baseline_in *in, const char *dtype, const sb_tp_
   sb_json_str(stdout, dtype);
   printf(", \"microbatches\": %d, \"virtual_stages\": %d, \"params\": %lld",
          in->microbatches, in->virtual_stages, (long long)dt_llama_nparams(&in->model));
-  const sb_tp_terms *tt[2] = {tm, ts};
-  const char *tn[2] = {"megatron-tp", "megatron-tp-sp"};
-  printf(", \"tp_terms\": {");
+  printf(", \"tp_comm\": {");
   for (int k = 0; k < 2; k++)
-    printf("%s\"%s\": {\"layers\": %d, \"block_per_layer\": %.17g, \"blocks\": %.17g, "
-           "\"boundary\": %.17g, \"logits\": %.17g, \"loss\": %.17g, \"optimizer\": %.17g, "
-           "\"total\": %.17g, \"all_reduce\": %d, \"all_gather\": %d, \"reduce_scatter\": %d}",
-           k ? ", " : "", tn[k], tt[k]->layers, tt[k]->block_per_layer, tt[k]->blocks,
-           tt[k]->boundary, tt[k]->logits, tt[k]->loss, tt[k]->optimizer, tt[k]->total,
-           tt[k]->n_ar, tt[k]->n_ag, tt[k]->n_rs);
-  printf("}, \"baselines\": [");
+    printf("%s\"%s\": {\"blocks\": %.17g, \"embedding\": %.17g, \"logits\": %.17g, "
+           "\"total\": %.17g}",
+           k ? ", " : "", tp[k].name, tp[k].c.tp_blocks, tp[k].c.tp_embedding, tp[k].c.tp_logits,
+           tp[k].c.tp);
+  printf("}");
+  if (ps->name) {
+    const sb_plan_traits *t = &ps->tr;
+    printf(", \"plan\": {\"name\": ");
+    sb_json_str(stdout, ps->name);
+    printf(", \"attn_tp_layers\": %d, \"mlp_tp_layers\": %d, \"vocab_embedding\": %s, "
+           "\"vocab_output\": %s, \"sequence_parallel\": %s, \"loss_parallel\": %s, "
+           "\"framework\": ",
+           t->attn_tp_layers, t->mlp_tp_layers, t->vocab_embedding ? "true" : "false",
+           t->vocab_output ? "true" : "false", t->sequence_parallel ? "true" : "false",
+           t->loss_parallel ? "true" : "false");
+    sb_json_str(stdout, ps->c.name);
+    printf(", \"tp\": %.17g, \"dp\": %.17g, \"comm_bytes_per_step_combined\": %.17g}",
+           ps->c.tp, ps->c.dp, ps->c.total);
+  }
+  printf(", \"baselines\": [");
   for (int i = 0; i < n; i++) {
     printf("%s\n  {\"framework\": ", i ? "," : "");
     sb_json_str(stdout, rows[i].framework);
@@ -455,25 +491,60 @@ static void print_json(const sb_baseline_in *in, const char *dtype, const sb_tp_
   printf("\n]}\n");
 }
 
-static void print_text(const sb_baseline_in *in, const char *dtype, const sb_tp_terms *tm,
-                       const sb_tp_terms *ts, const sb_baseline_row *rows, int n) {
+static void print_text(const sb_baseline_in *in, const char *dtype, const tp_summary tp[2],
+                       const plan_summary *ps, const sb_baseline_row *rows, int n) {
   printf("config: model %s (%lld params), pp %d dp_replicate %d dp_shard %d cp %d tp %d, "
          "batch %lld seq %lld dtype %s, microbatches %d, virtual stages %d\n",
          in->model.name, (long long)dt_llama_nparams(&in->model), in->pp, in->dp_replicate,
          in->dp_shard, in->cp, in->tp, (long long)in->batch, (long long)in->seq, dtype,
          in->microbatches, in->virtual_stages);
-  printf("TP comm per rank per step (wire bytes, ring), layers on the rank %d:\n", tm->layers);
-  printf("  %-15s %16s %16s %16s %16s %16s %18s\n", "framework", "blocks", "boundary", "logits",
-         "loss", "optimizer", "total");
-  const sb_tp_terms *tt[2] = {tm, ts};
-  const char *tn[2] = {"megatron-tp", "megatron-tp-sp"};
+  printf("Megatron-LM TP comm per rank per step, its own layout (wire bytes, ring model):\n");
+  printf("  %-15s %18s %16s %16s %18s\n", "framework", "blocks", "embedding", "logits", "total");
   for (int k = 0; k < 2; k++)
-    printf("  %-15s %16.0f %16.0f %16.0f %16.0f %16.0f %18.0f\n", tn[k], tt[k]->blocks,
-           tt[k]->boundary, tt[k]->logits, tt[k]->loss, tt[k]->optimizer, tt[k]->total);
+    printf("  %-15s %18.0f %16.0f %16.0f %18.0f\n", tp[k].name, tp[k].c.tp_blocks,
+           tp[k].c.tp_embedding, tp[k].c.tp_logits, tp[k].c.tp);
+  if (ps->name) {
+    const sb_plan_traits *t = &ps->tr;
+    printf("plan %s: %d/%d layers' attention and %d/%d MLPs split, embedding %s, output %s, "
+           "sequence parallel %s, loss parallel %s\n",
+           ps->name, t->attn_tp_layers, t->layers, t->mlp_tp_layers, t->layers,
+           t->vocab_embedding ? "vocab-split" : "whole", t->vocab_output ? "vocab-split" : "whole",
+           t->sequence_parallel ? "yes" : "no", t->loss_parallel ? "yes" : "no");
+    printf("  selects %s: tp %.0f + dp %.0f = %.0f bytes per rank per step\n",
+           ps->c.name[0] ? ps->c.name : "(none)", ps->c.tp, ps->c.dp, ps->c.total);
+  }
   printf("\n%-15s %-36s %22s %-8s %s\n", "framework", "quantity", "value", "unit", "formula");
   for (int i = 0; i < n; i++)
     printf("%-15s %-36s %22.15g %-8s %s\n", rows[i].framework, rows[i].quantity, rows[i].value,
            rows[i].unit, rows[i].formula);
+}
+
+/* Reads DIR/NAME.plan into the traits of the model config cfg. 0, or -1 with a
+ * one-line reason in err. */
+static int read_plan_traits(const char *dir, const char *name, const dt_llama_config *cfg,
+                            sb_plan_traits *tr, char *err, size_t errn) {
+  char path[1024];
+  if (snprintf(path, sizeof path, "%s/%s.plan", dir, name) >= (int)sizeof path) {
+    snprintf(err, errn, "plan path too long");
+    return -1;
+  }
+  dt_plan *plan = calloc(1, sizeof *plan);
+  if (!plan) {
+    snprintf(err, errn, "out of memory");
+    return -1;
+  }
+  dt_ctx hc; /* a host context, only for the parser's error message */
+  dt_ctx_init(&hc, 0, 1);
+  int rc = 0;
+  if (dt_plan_load(&hc, path, plan) != DT_OK) {
+    snprintf(err, errn, "%s", dt_last_error(&hc));
+    rc = -1;
+  } else {
+    sb_plan_traits_get(plan, cfg, tr);
+  }
+  dt_ctx_release(&hc);
+  free(plan);
+  return rc;
 }
 
 /* ---- the command ---- */
@@ -481,7 +552,8 @@ static void print_text(const sb_baseline_in *in, const char *dtype, const sb_tp_
 int sb_cmd_baselines(int argc, char **argv) {
   enum {
     O_MODEL = 1000, O_MESH, O_PP, O_DPR, O_DPS, O_CP, O_TP, O_BATCH, O_SEQ, O_DTYPE, O_MB, O_VS,
-    O_DB, O_PLAN, O_WORKLOAD, O_STEPS, O_BACKEND, O_PUB, O_SCHEMA, O_JSON, O_HELP
+    O_DB, O_PLAN, O_WORKLOAD, O_STEPS, O_BACKEND, O_PUB, O_SCHEMA, O_JSON, O_HELP,
+    O_PLANS_DIR
   };
   static const struct option lopts[] = {
       {"model", required_argument, NULL, O_MODEL},
@@ -504,9 +576,10 @@ int sb_cmd_baselines(int argc, char **argv) {
       {"published", required_argument, NULL, O_PUB},
       {"schema", required_argument, NULL, O_SCHEMA},
       {"json", no_argument, NULL, O_JSON},
+      {"plans-dir", required_argument, NULL, O_PLANS_DIR},
       {"help", no_argument, NULL, O_HELP},
       {NULL, 0, NULL, 0}};
-  const char *model = NULL, *mesh = NULL;
+  const char *model = NULL, *mesh = NULL, *plans_flag = NULL;
   long dims[D_N] = {-1, -1, -1, -1, -1}, batch = -1, seq = -1, mbs = -1, vs = 1;
   dt_dtype dt = DT_BF16;
   bool json = false;
@@ -544,6 +617,7 @@ int sb_cmd_baselines(int argc, char **argv) {
     case O_PUB: da.published = optarg; break;
     case O_SCHEMA: da.schema = optarg; break;
     case O_JSON: json = true; break;
+    case O_PLANS_DIR: plans_flag = optarg; break;
     case O_HELP:
     case 'h': fputs(sb_baselines_usage, stdout); return SB_EXIT_OK;
     default: return sb_getopt_error(CMD, ch, argv, lopts);
@@ -580,17 +654,46 @@ int sb_cmd_baselines(int argc, char **argv) {
   in.microbatches = mbs > 0 ? (int)mbs : in.pp; /* default: one micro-batch per stage */
   in.virtual_stages = (int)vs;
   if (sb_baseline_check(&in, err, sizeof err)) return sb_usage_error(CMD, NULL, "%s", err);
-  if (!da.path && (da.plan || da.steps != 1))
-    return sb_usage_error(CMD, da.plan ? "--plan" : "--steps", "needs --db");
+  if (!da.path && da.steps != 1) return sb_usage_error(CMD, "--steps", "needs --db");
+  if (!da.plan && (plans_flag || strcmp(da.workload, "model")))
+    return sb_usage_error(CMD, plans_flag ? "--plans-dir" : "--workload", "needs --plan");
+  if (strcmp(da.workload, "model") && strcmp(da.workload, "block"))
+    return sb_usage_error(CMD, "--workload", "expected model or block, got '%s'", da.workload);
+  if (da.plan && !strcmp(da.workload, "block")) in.model.n_layers = 1; /* one TransformerBlock */
+  if (sb_baseline_check(&in, err, sizeof err)) return sb_usage_error(CMD, NULL, "%s", err);
+  plan_summary ps;
+  memset(&ps, 0, sizeof ps);
+  if (da.plan) {
+    char dir[768];
+    sb_plans_dir(plans_flag, dir, sizeof dir);
+    if (read_plan_traits(dir, da.plan, &in.model, &ps.tr, err, sizeof err))
+      return sb_usage_error(CMD, "--plan", "%s", err);
+    ps.name = da.plan;
+    if (sb_framework_comm_compute(&in, &ps.tr, &ps.c))
+      return sb_usage_error(CMD, NULL, "bad config");
+  }
   da.dtype = dt_dtype_name(dt);
   sb_baseline_row rows[SB_BASELINE_MAX_ROWS];
   int n = sb_baseline_compute(&in, rows, SB_BASELINE_MAX_ROWS);
-  sb_tp_terms tm, ts;
-  if (n < 0 || sb_baseline_tp_terms(&in, SB_TP_MEGATRON, false, &tm) ||
-      sb_baseline_tp_terms(&in, SB_TP_SP, true, &ts))
+  tp_summary tp[2];
+  memset(tp, 0, sizeof tp);
+  tp[0].name = "megatron-tp";
+  tp[1].name = "megatron-tp-sp";
+  sb_plan_traits tm, ts;
+  sb_plan_traits_megatron(&in.model, false, &tm);
+  sb_plan_traits_megatron(&in.model, true, &ts);
+  if (n < 0 || sb_framework_comm_compute(&in, &tm, &tp[0].c) ||
+      sb_framework_comm_compute(&in, &ts, &tp[1].c))
     return sb_usage_error(CMD, NULL, "bad config");
-  if (json) print_json(&in, da.dtype, &tm, &ts, rows, n);
-  else print_text(&in, da.dtype, &tm, &ts, rows, n);
+  if (ps.name) {
+    /* the plan's selection: only its sum is new (the parts repeat rows above) */
+    sb_baseline_row pr[3];
+    int k = sb_baseline_plan_rows(&in, &ps.tr, pr, 3);
+    for (int i = 0; i < k && n < SB_BASELINE_MAX_ROWS; i++)
+      if (!strcmp(pr[i].quantity, "comm_bytes_per_step_combined")) rows[n++] = pr[i];
+  }
+  if (json) print_json(&in, da.dtype, tp, &ps, rows, n);
+  else print_text(&in, da.dtype, tp, &ps, rows, n);
   if (da.path) return write_db(&in, &da, rows, n);
   return SB_EXIT_OK;
 }

@@ -1,14 +1,30 @@
-/* bench/harness/baselines_model.c: the analytic framework baselines (bench/harness/baselines.h),
- * no I/O, so the tests link it alone. Every formula names its section of
- * /work/shared/reference/baselines.md ("bl" below); [runtime] marks terms derived
- * from what our runtime does for the shipped plans (verify/test_parallel.c,
- * `expected`), which the TP totals must match byte for byte.
+/* bench/harness/baselines_model.c: the analytic numbers of bench/harness/baselines.h,
+ * no I/O, so the tests link it alone.
  *
- * Symbols (bl 0): b = sequences per DP rank per step (all micro-batches),
- * s = tokens per CP rank, h = dim, a = heads, h_kv = kv_heads * head_dim,
- * V = vocab, L = layers, t/p/c = tp/pp/cp, d = dp_replicate * dp_shard,
- * e = bytes per element, Psi = parameters per model-parallel rank.
- * Ring model (bl 0, 5.1): AR 2(n-1)/n * S, AG and RS (n-1)/n * S, S = full bytes.
+ * Framework baselines come from the published formulas only, each cited where
+ * it is used:
+ *   [MLM]  Shoeybi et al. 2019, "Megatron-LM: Training Multi-Billion Parameter
+ *          Language Models Using Model Parallelism", arXiv:1909.08053
+ *   [SP]   Korthikanti et al. 2022, "Reducing Activation Recomputation in Large
+ *          Transformer Models", arXiv:2205.05198
+ *   [PTD]  Narayanan et al. 2021, "Efficient Large-Scale Language Model Training
+ *          on GPU Clusters Using Megatron-LM", arXiv:2104.04473
+ *   [ZeRO] Rajbhandari et al. 2020, "ZeRO: Memory Optimizations Toward Training
+ *          Trillion Parameter Models", arXiv:1910.02054
+ *   [DDP]  Li et al. 2020, "PyTorch Distributed: Experiences on Accelerating Data
+ *          Parallel Training", arXiv:2006.15704
+ *   [FSDP] Zhao et al. 2023, "PyTorch FSDP: Experiences on Scaling Fully Sharded
+ *          Data Parallel", arXiv:2304.11277
+ *   [GPipe] Huang et al. 2019, arXiv:1811.06965; [Ring] Liu et al. 2023, "Ring
+ *          Attention with Blockwise Transformers", arXiv:2310.01889
+ *   ring model: NVIDIA/nccl-tests doc/PERFORMANCE.md (bus bandwidth factors)
+ * The runtime's own closed form (sb_runtime_comm) is at the end, apart.
+ *
+ * Symbols: b = sequences per DP rank per step (all micro-batches), s = tokens
+ * per CP rank, h = dim, a = heads, h_kv = kv_heads * head_dim, V = vocab, L =
+ * layers, t/p/c = tp/pp/cp, d = dp_replicate * dp_shard, e = bytes per element,
+ * Psi = parameters on one rank (sb_params_per_rank).
+ * Ring model: AR 2(n-1)/n * S, AG and RS (n-1)/n * S, S = the full tensor's bytes.
  */
 #include "config.h"
 
@@ -17,21 +33,17 @@
 
 #include "baselines.h"
 
-/* Loss-parallel cross-entropy reduces f64 scalars whatever the model dtype
- * (lib/ops/embedding.c: dt_comm_all_reduce(..., DT_F64, ...)). */
-enum { CE_SCALAR_BYTES = 8 };
-/* Loss-parallel CE collectives per step [runtime]: forward max, sum-exp and the
- * target logit; backward none (it reads the forward's saved log-sum-exp, as
- * PyTorch does). */
-enum { CE_FWD_AR = 3, CE_BWD_AR = 0 };
-/* Mixed-precision Adam optimizer state bytes per parameter: fp32 master params,
- * momentum, variance (bl 2.1, K = 12). */
+/* Mixed-precision Adam: 16-bit params and grads (2 + 2 bytes) and K = 12 bytes of
+ * optimizer state per parameter (fp32 master params, momentum, variance):
+ * [ZeRO] sec. 3.1. */
 static const double ZERO_K = 12.0;
-/* 16-bit params and 16-bit grads (bl 2.1: 2Psi + 2Psi). */
 static const double ZERO_PARAM_B = 2.0, ZERO_GRAD_B = 2.0;
-/* FSDP2 per-rank bytes per parameter: 4 param + 4 grad + 8 Adam (bl 2.3). */
+/* fp32 training with Adam, fully sharded: 4 param + 4 grad + 8 Adam bytes per
+ * parameter (the fp32 case of the same count). */
 static const double FSDP_BYTES_PER_PARAM = 16.0;
-/* torchtitan FSDP2 mixed precision: AG bf16 (2 B) twice + RS fp32 (4 B) (bl 2.2). */
+/* torchtitan's FSDP2 mixed precision: params all-gathered in bf16 (2 B) twice,
+ * gradients reduce-scattered in fp32 (4 B) (its mixed_precision_param /
+ * mixed_precision_reduce defaults). */
 static const double FSDP_MP_BYTES = 2.0 + 2.0 + 4.0;
 
 static double ring_ar(double bytes, int n) { return n > 1 ? 2.0 * (n - 1) / n * bytes : 0.0; }
@@ -69,61 +81,196 @@ int sb_baseline_check(const sb_baseline_in *in, char *err, size_t errn) {
   return 0;
 }
 
-/* Whole-model TP comm of one rank per step. With pp > 1 the rank holds
- * ceil(L/p) layers (the busiest stage); the embedding, output and loss terms
- * are counted whole (they live on the first and last stages).
- *
- * Megatron TP (bl 1.1; plans/megatron-tp.plan) [runtime counts]:
- *   forward  AR 2L+1 of b*s*h: 2 per layer (wo, w2: "g") + the vocab-parallel
- *            embedding's AR (bl 1.1 "Embedding"); no loss parallel: AG of the
- *            b*s*V logits; loss parallel: CE_FWD_AR ARs of b*s f64 scalars.
- *   backward AR 2L+1 of b*s*h: 2 per layer ("f") + 1 for the final norm /
- *            output input; loss parallel: CE_BWD_AR of b*s scalars.
- *   => per layer 4 AR of bsh: 8bsh(t-1)/t elements (bl 1.1).
- * TorchTitan TP + SP (bl 1.2; torchtitan-llama.md 2.1; plans/torchtitan-tp-sp.plan):
- *   forward  per layer 2 AG + 2 RS of b*s*h; embedding RS + output-input AG;
- *            loss parallel CE_FWD_AR ARs, else the logits AG.
- *   backward mirrored: per layer 2 AG + 2 RS; embedding AG + output RS;
- *            loss parallel CE_BWD_AR ARs.
- *   optimizer AR of the 2L+1 SP norm weights' gradients (h elements each).
- *   => per layer 4 AG + 4 RS: 8bsh(t-1)/t elements, the same as TP (bl 1.2). */
-int sb_baseline_tp_terms(const sb_baseline_in *in, sb_tp_kind kind, bool loss_parallel,
-                         sb_tp_terms *out) {
+/* ---- a plan's traits ---- */
+
+/* The style the plan gives fqn on plan dim tpi: the last matching entry, as
+ * dt_parallelize_module applies entries in order and a later one replaces an
+ * earlier one's hooks. NULL: none. */
+static const dt_style *style_on(const dt_plan *p, int tpi, const char *fqn) {
+  const dt_style *s = NULL;
+  if (tpi < 0) return NULL;
+  for (int e = 0; e < p->n_entries; e++)
+    if (p->entries[e].dim == tpi && dt_fqn_match(p->entries[e].pattern, fqn))
+      s = &p->entries[e].style;
+  return s;
+}
+
+static bool is_style(const dt_style *s, dt_style_kind k) { return s && s->kind == k; }
+
+/* Shard(1) / Shard(-2): the sequence dim of (batch, seq, dim) activations. */
+static bool seq_shard(const dt_style_layout *l, int n) {
+  for (int i = 0; i < n; i++)
+    if (!l[i].none && l[i].pl.kind == DT_PL_SHARD && (l[i].pl.dim == 1 || l[i].pl.dim == -2))
+      return true;
+  return false;
+}
+
+/* Parameter counts of one module kind (weights only; the model has no biases). */
+typedef struct mod_sizes {
+  double emb, wq, wk, wv, wo, w1, w2, w3, norm, out;
+} mod_sizes;
+
+static mod_sizes sizes_of(const dt_llama_config *c) {
+  const double D = c->dim, V = c->vocab, hd = c->dim / c->n_heads, F = dt_llama_ffn_hidden(c);
+  mod_sizes z = {V * D, D * c->n_heads * hd, D * c->n_kv_heads * hd, D * c->n_kv_heads * hd,
+                 c->n_heads * hd * D, D * F, F * D, D * F, D, V * D};
+  return z;
+}
+
+void sb_plan_traits_get(const dt_plan *plan, const dt_llama_config *cfg, sb_plan_traits *out) {
+  memset(out, 0, sizeof *out);
+  const int tpi = dt_plan_dim(plan, "tp");
+  const mod_sizes z = sizes_of(cfg);
+  out->valid = true;
+  out->layers = cfg->n_layers;
+  out->loss_parallel = plan->loss_parallel;
+  for (int e = 0; e < plan->n_entries; e++) {
+    const dt_plan_entry *en = &plan->entries[e];
+    const dt_style *st = &en->style;
+    if (en->dim == tpi &&
+        (st->kind == DT_STYLE_SEQUENCE || seq_shard(st->input_layouts, st->n_in) ||
+         seq_shard(st->desired_input_layouts, st->n_in) ||
+         seq_shard(st->output_layouts, st->n_out) ||
+         seq_shard(st->desired_output_layouts, st->n_out)))
+      out->sequence_parallel = true;
+  }
+  /* a Colwise/Rowwise module's weight is split over tp; every other weight is whole */
+#define SPLIT(fqn, size)                                                              \
+  do {                                                                                \
+    const dt_style *s_ = style_on(plan, tpi, fqn);                                    \
+    bool split_ = is_style(s_, DT_STYLE_COLWISE) || is_style(s_, DT_STYLE_ROWWISE); \
+    if (split_) out->tp_params += (size);                                             \
+    else out->rep_params += (size);                                                   \
+  } while (0)
+  SPLIT("tok_embeddings", z.emb);
+  SPLIT("norm", z.norm);
+  SPLIT("output", z.out);
+  out->vocab_embedding = is_style(style_on(plan, tpi, "tok_embeddings"), DT_STYLE_ROWWISE);
+  out->vocab_output = is_style(style_on(plan, tpi, "output"), DT_STYLE_COLWISE);
+  for (int l = 0; l < cfg->n_layers; l++) {
+    static const char *const mods[9] = {"attention.wq", "attention.wk", "attention.wv",
+                                        "attention.wo", "feed_forward.w1", "feed_forward.w2",
+                                        "feed_forward.w3", "attention_norm", "ffn_norm"};
+    const double msz[9] = {z.wq, z.wk, z.wv, z.wo, z.w1, z.w2, z.w3, z.norm, z.norm};
+    const dt_style *s[9];
+    for (int k = 0; k < 9; k++) {
+      char fqn[64];
+      snprintf(fqn, sizeof fqn, "layers.%d.%s", l, mods[k]);
+      s[k] = style_on(plan, tpi, fqn);
+      SPLIT(fqn, msz[k]);
+    }
+    if (is_style(s[0], DT_STYLE_COLWISE) && is_style(s[1], DT_STYLE_COLWISE) &&
+        is_style(s[2], DT_STYLE_COLWISE) && is_style(s[3], DT_STYLE_ROWWISE))
+      out->attn_tp_layers++;
+    if (is_style(s[4], DT_STYLE_COLWISE) && is_style(s[6], DT_STYLE_COLWISE) &&
+        is_style(s[5], DT_STYLE_ROWWISE))
+      out->mlp_tp_layers++;
+    char a[64], f[64];
+    snprintf(a, sizeof a, "layers.%d.attention", l);
+    snprintf(f, sizeof f, "layers.%d.feed_forward", l);
+    if (is_style(style_on(plan, tpi, a), DT_STYLE_PREPARE_INPUT) &&
+        is_style(style_on(plan, tpi, f), DT_STYLE_PREPARE_INPUT))
+      out->prepared_layers++;
+  }
+#undef SPLIT
+}
+
+void sb_plan_traits_megatron(const dt_llama_config *cfg, bool sequence_parallel,
+                             sb_plan_traits *out) {
+  memset(out, 0, sizeof *out);
+  const mod_sizes z = sizes_of(cfg);
+  const double L = cfg->n_layers;
+  out->valid = true;
+  out->layers = cfg->n_layers;
+  out->attn_tp_layers = out->mlp_tp_layers = out->prepared_layers = cfg->n_layers;
+  out->vocab_embedding = out->vocab_output = true;
+  out->sequence_parallel = sequence_parallel;
+  out->loss_parallel = true; /* [MLM] sec. 3: the output GEMM is fused with the cross-entropy */
+  /* [MLM] sec. 3: the layer-norm parameters are duplicated on every rank */
+  out->rep_params = (2 * L + 1) * z.norm;
+  out->tp_params = z.emb + z.out + L * (z.wq + z.wk + z.wv + z.wo + z.w1 + z.w2 + z.w3);
+}
+
+double sb_params_per_rank(const sb_baseline_in *in, const sb_plan_traits *tr) {
+  return (tr->tp_params / in->tp + tr->rep_params) / in->pp;
+}
+
+/* ---- framework baselines ---- */
+
+int sb_framework_comm_compute(const sb_baseline_in *in, const sb_plan_traits *tr,
+                              sb_framework_comm *out) {
   char err[128];
   memset(out, 0, sizeof *out);
-  if (sb_baseline_check(in, err, sizeof err)) return -1;
-  const int t = in->tp;
-  const int L = (in->model.n_layers + in->pp - 1) / in->pp;
+  if (!tr->valid || tr->layers < 1 || sb_baseline_check(in, err, sizeof err)) return -1;
+  const int t = in->tp, R = in->dp_replicate, F = in->dp_shard;
   const double e = in->elem_bytes;
-  const double b = (double)(in->batch / ((int64_t)in->dp_replicate * in->dp_shard));
+  const double b = (double)(in->batch / ((int64_t)R * F));
   const double s = (double)(in->seq / in->cp);
   const double h = in->model.dim, V = in->model.vocab;
-  const double act = b * s * h * e;        /* one b*s*h activation, bytes */
-  const double logits = b * s * V * e;     /* the full logits */
-  const double ce = b * s * CE_SCALAR_BYTES; /* one CE all-reduce (per position) */
-  out->layers = L;
-  if (kind == SB_TP_MEGATRON) {
-    out->block_per_layer = 4 * ring_ar(act, t);
-    out->boundary = 2 * ring_ar(act, t);
-    out->n_ar = 2 * (2 * L + 1);
-  } else {
-    out->block_per_layer = 8 * ring_ag(act, t);
-    out->boundary = 4 * ring_ag(act, t);
-    out->optimizer = (2 * L + 1) * ring_ar(h * e, t);
-    out->n_ag = 2 * L + 1 + 2 * L + 1;
-    out->n_rs = out->n_ag;
-    out->n_ar = 2 * L + 1;
+  const double act = b * s * h * e; /* one b*s*h activation, bytes */
+  /* the busiest pp stage holds ceil(L/p) of the layers; the split blocks are
+   * counted in that share (exact for a plan that splits every layer alike) */
+  const double stage = (double)((tr->layers + in->pp - 1) / in->pp) / tr->layers;
+  const double blocks = (tr->attn_tp_layers + tr->mlp_tp_layers) * stage;
+  if (t > 1 && (blocks > 0 || tr->vocab_embedding || tr->vocab_output)) {
+    if (tr->sequence_parallel) {
+      /* [SP] sec. 4.2.2, Fig. 5: per split block g (AG fwd, RS bwd) and g-bar
+       * (RS fwd, AG bwd) of b*s*h, "the same bandwidth" as [MLM]'s two ARs; and
+       * since only the sequence shard Y_i^s of the block input is stored, "an
+       * extra all-gather in the backward pass": 3 AG + 2 RS per block,
+       * 10bsh(t-1)/t per layer. */
+      snprintf(out->tp_framework, sizeof out->tp_framework, "megatron-tp-sp");
+      out->tp_blocks = blocks * 5 * ring_ag(act, t);
+      snprintf(out->tp_formula, sizeof out->tp_formula,
+               "arXiv:2205.05198 sec. 4.2.2: per split block AG+RS (g) and RS+AG (g-bar) of bsh "
+               "+ AG of the stored shard in bwd; embedding per 1909.08053 sec. 3");
+    } else {
+      /* [MLM] sec. 3, Fig. 3-4: per split block one AR of b*s*h forward (g) and
+       * one backward (f): 4 per layer, 8bsh(t-1)/t. */
+      snprintf(out->tp_framework, sizeof out->tp_framework, "megatron-tp");
+      out->tp_blocks = blocks * 2 * ring_ar(act, t);
+      snprintf(out->tp_formula, sizeof out->tp_formula,
+               "arXiv:1909.08053 sec. 3: per split block AR fwd (g) + AR bwd (f) of bsh; embedding "
+               "AR; unfused output: AG of bsV logits");
+    }
+    /* [MLM] sec. 3: "an all-reduce (g operator) is required after the input
+     * embedding" (forward only). Under sequence parallel the same bytes move as
+     * RS forward + AG backward ([SP] sec. 4.2.2: a ring AR is an RS plus an AG). */
+    if (tr->vocab_embedding) out->tp_embedding = ring_ar(act, t);
+    /* [MLM] sec. 3: without the fusion, the output all-gathers the b*s*V logits;
+     * fused with the cross-entropy it moves b*s scalars, which the paper does not
+     * count (and neither do we). */
+    if (tr->vocab_output && !tr->loss_parallel) out->tp_logits = ring_ag(b * s * V * e, t);
+    out->tp = out->tp_blocks + out->tp_embedding + out->tp_logits;
   }
-  if (loss_parallel) {
-    out->loss = (CE_FWD_AR + CE_BWD_AR) * ring_ar(ce, t);
-    out->n_ar += CE_FWD_AR + CE_BWD_AR;
-  } else {
-    out->logits = ring_ag(logits, t);
-    out->n_ag += 1;
+  const double psi = sb_params_per_rank(in, tr) * e; /* bytes of one rank's parameters */
+  if (R > 1 && F == 1) {
+    /* [DDP] sec. 3: an all-reduce of every gradient (bucketed); [ZeRO] sec. 7.1: 2 Psi */
+    snprintf(out->dp_framework, sizeof out->dp_framework, "ddp");
+    out->dp = ring_ar(psi, R);
+    snprintf(out->dp_formula, sizeof out->dp_formula,
+             "arXiv:2006.15704 sec. 3, arXiv:1910.02054 sec. 7.1: AR of the rank's gradients, "
+             "2 Psi (d-1)/d");
+  } else if (F > 1 && R == 1) {
+    /* [FSDP] sec. 3.2 full sharding = [ZeRO] sec. 7.2.2 (P_os+g+p): parameters
+     * all-gathered forward and again backward, gradients reduce-scattered: 3 Psi */
+    snprintf(out->dp_framework, sizeof out->dp_framework, "fsdp");
+    out->dp = 3 * ring_ag(psi, F);
+    snprintf(out->dp_formula, sizeof out->dp_formula,
+             "arXiv:2304.11277 sec. 3.2 full sharding = arXiv:1910.02054 sec. 7.2.2: AG fwd + AG "
+             "bwd + RS, 3 Psi (F-1)/F");
+  } else if (F > 1 && R > 1) {
+    /* [FSDP] sec. 3.2 hybrid sharding: full sharding within F ranks, then an
+     * all-reduce of the gradient shards across the R replicas */
+    snprintf(out->dp_framework, sizeof out->dp_framework, "hsdp");
+    out->dp = 3 * ring_ag(psi, F) + ring_ar(psi / F, R);
+    snprintf(out->dp_formula, sizeof out->dp_formula,
+             "arXiv:2304.11277 sec. 3.2 hybrid sharding: 3 Psi (F-1)/F within F + AR 2 (Psi/F) "
+             "(R-1)/R across R");
   }
-  if (t == 1) out->n_ar = out->n_ag = out->n_rs = 0; /* a 1-rank group moves nothing */
-  out->blocks = L * out->block_per_layer;
-  out->total = out->blocks + out->boundary + out->logits + out->loss + out->optimizer;
+  snprintf(out->name, sizeof out->name, "%s%s%s", out->tp_framework,
+           out->tp_framework[0] && out->dp_framework[0] ? "+" : "", out->dp_framework);
+  out->total = out->tp + out->dp;
   return 0;
 }
 
@@ -140,6 +287,27 @@ static int add(sb_baseline_row *rows, int *n, int max, const char *fw, const cha
   return 0;
 }
 
+int sb_baseline_plan_rows(const sb_baseline_in *in, const sb_plan_traits *tr,
+                          sb_baseline_row *rows, int max) {
+  sb_framework_comm fw;
+  if (sb_framework_comm_compute(in, tr, &fw)) return -1;
+  int n = 0;
+  if (!fw.name[0]) return 0;
+  if (fw.tp_framework[0] &&
+      add(rows, &n, max, fw.tp_framework, "comm_bytes_per_step", fw.tp, "bytes", fw.tp_formula))
+    return n;
+  if (fw.dp_framework[0] &&
+      add(rows, &n, max, fw.dp_framework, "comm_bytes_per_step", fw.dp, "bytes", fw.dp_formula))
+    return n;
+  char f[192];
+  snprintf(f, sizeof f,
+           "the framework parts this plan's settings select, summed: %s %.0f + %s %.0f",
+           fw.tp_framework[0] ? fw.tp_framework : "(no tp)", fw.tp,
+           fw.dp_framework[0] ? fw.dp_framework : "(no dp)", fw.dp);
+  add(rows, &n, max, fw.name, "comm_bytes_per_step_combined", fw.total, "bytes", f);
+  return n;
+}
+
 int sb_baseline_compute(const sb_baseline_in *in, sb_baseline_row *rows, int max) {
   char err[128];
   if (sb_baseline_check(in, err, sizeof err)) return -1;
@@ -154,113 +322,200 @@ int sb_baseline_compute(const sb_baseline_in *in, sb_baseline_row *rows, int max
   const double hkv = (double)mc->n_kv_heads * (mc->dim / mc->n_heads);
   const double Lr = (double)((mc->n_layers + p - 1) / p); /* layers on the busiest stage */
   const double N = (double)dt_llama_nparams(mc);
-  const double psi = N / ((double)t * p); /* what DP/ZeRO/FSDP shard: one model-parallel part */
+  sb_plan_traits tm, ts;
+  sb_plan_traits_megatron(mc, false, &tm);
+  sb_plan_traits_megatron(mc, true, &ts);
+  const double psi = sb_params_per_rank(in, &tm); /* what DP, ZeRO and FSDP replicate or shard */
+  sb_framework_comm fm, fs; /* their .tp parts are the TP rows */
+  if (sb_framework_comm_compute(in, &tm, &fm) || sb_framework_comm_compute(in, &ts, &fs)) return -1;
   int n = 0;
 #define ADD(fw, q, val, unit, f)                                  \
   do {                                                            \
     if (add(rows, &n, max, fw, q, val, unit, f)) return n;        \
   } while (0)
 
-  /* ---- Megatron TP and TP + SP (bl 1.1, 1.2, 1.3) ---- */
-  sb_tp_terms tm, ts;
-  sb_baseline_tp_terms(in, SB_TP_MEGATRON, false, &tm);
-  sb_baseline_tp_terms(in, SB_TP_SP, true, &ts);
-  const double per_layer = 8 * b * s * h * (t - 1) / t * e;
-  ADD("megatron-tp", "comm_bytes_per_layer", per_layer, "bytes",
-      "bl 1.1: 4 AR of b*s*h per layer (2 fwd + 2 bwd): 8bsh(t-1)/t * e");
-  ADD("megatron-tp", "comm_bytes_per_step_blocks", tm.blocks, "bytes",
-      "bl 1.1: L/p * 8bsh(t-1)/t * e");
-  ADD("megatron-tp", "comm_bytes_per_step", tm.total, "bytes",
-      "bl 1.1 + embedding AR: (4L+2) AR of bsh + AG of b*s*V logits (no loss parallel)");
+  /* ---- Megatron-LM TP and TP + SP, its own layout (every block split, vocabulary-
+   * parallel embedding and output, output fused with the cross-entropy) ---- */
+  const double act = b * s * h * e;
+  ADD("megatron-tp", "comm_bytes_per_layer", 4 * ring_ar(act, t), "bytes",
+      "arXiv:1909.08053 sec. 3, Fig. 4: 2 AR fwd + 2 AR bwd of b*s*h per layer: 8bsh(t-1)/t * e");
+  ADD("megatron-tp", "comm_bytes_embedding", ring_ar(act, t), "bytes",
+      "arXiv:1909.08053 sec. 3: AR (g) of b*s*h after the vocabulary-parallel input embedding");
+  ADD("megatron-tp", "comm_bytes_logits_unfused", ring_ag(b * s * V * e, t), "bytes",
+      "arXiv:1909.08053 sec. 3: the AG of b*s*V logits that fusing the output with the "
+      "cross-entropy avoids");
+  ADD("megatron-tp", "comm_bytes_per_step", fm.tp, "bytes",
+      "arXiv:1909.08053 sec. 3: L/p x 8bsh(t-1)/t + embedding AR, output fused with the CE (its "
+      "b*s scalars are not counted by the paper)");
   ADD("megatron-tp", "activation_bytes_per_layer",
       s * mb * h * (10 + 24.0 / t + 5 * a * s / (h * t)), "bytes",
-      "bl 1.3: sbh(10 + 24/t + 5as/(ht)), 16-bit activations, b = micro-batch");
-  ADD("megatron-tp-sp", "comm_bytes_per_layer", per_layer, "bytes",
-      "bl 1.2: 4 AG + 4 RS of b*s*h per layer: 8bsh(t-1)/t * e");
-  ADD("megatron-tp-sp", "comm_bytes_per_layer_megatron_impl", 10 * b * s * h * (t - 1) / t * e,
-      "bytes", "bl 1.2 impl: 6 AG + 4 RS (re-all-gather in bwd): 10bsh(t-1)/t * e");
-  ADD("megatron-tp-sp", "comm_bytes_per_step_blocks", ts.blocks, "bytes",
-      "bl 1.2: L/p * 8bsh(t-1)/t * e");
-  ADD("megatron-tp-sp", "comm_bytes_per_step", ts.total, "bytes",
-      "bl 1.2 + torchtitan 2.1: (4L+2)(AG+RS) of bsh + 3 AR of b*s f64 (loss parallel) + "
-      "(2L+1) AR of h (SP norm grads)");
+      "arXiv:2205.05198 eq. 2: sbh(10 + 24/t + 5as/(ht)), 16-bit activations, b = micro-batch");
+  ADD("megatron-tp-sp", "comm_bytes_per_layer", 8 * ring_ag(act, t), "bytes",
+      "arXiv:2205.05198 sec. 4.2.2: 4 AG + 4 RS of b*s*h per layer, the bandwidth of TP's 4 AR");
+  ADD("megatron-tp-sp", "comm_bytes_per_layer_stored_shard", 10 * ring_ag(act, t), "bytes",
+      "arXiv:2205.05198 sec. 4.2.2: + the AG of the stored sequence shard in bwd per block: "
+      "6 AG + 4 RS, 10bsh(t-1)/t * e");
+  ADD("megatron-tp-sp", "comm_bytes_per_step", fs.tp, "bytes",
+      "arXiv:2205.05198 sec. 4.2.2: L/p x 10bsh(t-1)/t + embedding (1909.08053 sec. 3, as RS "
+      "fwd + AG bwd); output fused with the CE");
   ADD("megatron-tp-sp", "activation_bytes_per_layer", s * mb * h / t * (34 + 5 * a * s / h),
-      "bytes", "bl 1.3: sbh/t (34 + 5as/h), 16-bit activations");
+      "bytes", "arXiv:2205.05198 eq. 4: sbh/t (34 + 5as/h), 16-bit activations");
   ADD("megatron-tp-sp", "activation_bytes_per_layer_selective", 34 * s * mb * h / t, "bytes",
-      "bl 1.3: 34sbh/t (TP + SP + selective recompute)");
+      "arXiv:2205.05198 Table 2: 34sbh/t (TP + SP + selective recompute)");
   ADD("megatron-tp-sp", "activation_bytes_per_rank", Lr * 34 * s * mb * h / t * p, "bytes",
-      "bl 1.3: 1F1B stage 0 holds p micro-batches x L/p layers = 34sbh/t * L");
+      "arXiv:2205.05198 sec. 4.2.3: 1F1B stage 0 holds p micro-batches x L/p layers x 34sbh/t");
 
-  /* ---- ZeRO, DDP, FSDP, HSDP (bl 2.1, 2.2, 2.3) ---- */
+  /* ---- DDP, ZeRO, FSDP, HSDP ---- */
   ADD("ddp", "comm_bytes_per_step", ring_ar(psi * e, d), "bytes",
-      "bl 2.2: all-reduce of grads 2Psi(d-1)/d * e");
+      "arXiv:2006.15704 sec. 3, arXiv:1910.02054 sec. 7.1: AR of the gradients, 2Psi(d-1)/d * e");
   ADD("ddp", "memory_bytes_per_rank", (ZERO_PARAM_B + ZERO_GRAD_B + ZERO_K) * psi, "bytes",
-      "bl 2.1: baseline DP (2 + 2 + K)Psi, K = 12");
+      "arXiv:1910.02054 sec. 3.1, Fig. 1: baseline DP (2 + 2 + K)Psi, K = 12");
   ADD("zero1", "memory_bytes_per_rank", (ZERO_PARAM_B + ZERO_GRAD_B) * psi + ZERO_K * psi / d,
-      "bytes", "bl 2.1: 2Psi + 2Psi + K Psi/N_d");
+      "bytes", "arXiv:1910.02054 Fig. 1 (P_os): 2Psi + 2Psi + K Psi/N_d");
   ADD("zero1", "comm_bytes_per_step", 2 * ring_ag(psi * e, d), "bytes",
-      "bl 2.2: RS grads + AG params = 2Psi(N_d-1)/N_d * e");
+      "arXiv:1910.02054 sec. 7.2.1: RS grads + AG params = 2Psi(N_d-1)/N_d * e");
   ADD("zero2", "memory_bytes_per_rank", ZERO_PARAM_B * psi + (ZERO_GRAD_B + ZERO_K) * psi / d,
-      "bytes", "bl 2.1: 2Psi + (2 + K)Psi/N_d");
+      "bytes", "arXiv:1910.02054 Fig. 1 (P_os+g): 2Psi + (2 + K)Psi/N_d");
   ADD("zero2", "comm_bytes_per_step", 2 * ring_ag(psi * e, d), "bytes",
-      "bl 2.2: RS grads + AG params = 2Psi(N_d-1)/N_d * e");
+      "arXiv:1910.02054 sec. 7.2.1: RS grads + AG params = 2Psi(N_d-1)/N_d * e");
   ADD("zero3", "memory_bytes_per_rank", (ZERO_PARAM_B + ZERO_GRAD_B + ZERO_K) * psi / d, "bytes",
-      "bl 2.1: (2 + 2 + K)Psi/N_d");
+      "arXiv:1910.02054 Fig. 1 (P_os+g+p): (2 + 2 + K)Psi/N_d");
   ADD("zero3", "comm_bytes_per_step", 3 * ring_ag(psi * e, d), "bytes",
-      "bl 2.2: AG fwd + AG bwd + RS grads = 3Psi(N_d-1)/N_d * e");
+      "arXiv:1910.02054 sec. 7.2.2: AG fwd + AG bwd + RS grads = 3Psi(N_d-1)/N_d * e");
   ADD("fsdp", "comm_bytes_per_step", 3 * ring_ag(psi * e, d), "bytes",
-      "bl 2.3: FULL_SHARD = ZeRO-3: 3Psi(d-1)/d * e over dp_replicate*dp_shard");
+      "arXiv:2304.11277 sec. 3.2 full sharding (F = d): AG fwd + AG bwd + RS, 3Psi(d-1)/d * e");
   ADD("fsdp", "comm_bytes_per_step_bf16ag_fp32rs", ring_ag(FSDP_MP_BYTES * psi, d), "bytes",
-      "bl 2.2: torchtitan mixed precision (2 + 2 + 4)Psi(d-1)/d");
+      "torchtitan FSDP2 mixed precision (bf16 AG twice, fp32 RS): (2 + 2 + 4)Psi(d-1)/d");
   ADD("fsdp", "memory_bytes_per_rank", FSDP_BYTES_PER_PARAM * psi / d, "bytes",
-      "bl 2.3: 16Psi/N_d (4 param + 4 grad + 8 Adam), no activations");
+      "fp32 param 4 + grad 4 + Adam 8 bytes per parameter, sharded d ways: 16Psi/d, "
+      "no activations");
   ADD("hsdp", "comm_bytes_per_step", 3 * ring_ag(psi * e, F) + ring_ar(psi / F * e, R), "bytes",
-      "bl 2.3: 3Psi(F-1)/F + 2(Psi/F)(R-1)/R, F = dp_shard, R = dp_replicate, * e");
+      "arXiv:2304.11277 sec. 3.2 hybrid: 3Psi(F-1)/F + 2(Psi/F)(R-1)/R, F = dp_shard, "
+      "R = dp_replicate, * e");
   ADD("hsdp", "comm_bytes_per_step_inter_group", ring_ar(psi / F * e, R), "bytes",
-      "bl 2.3: inter-group AR 2(Psi/F)(R-1)/R * e");
+      "arXiv:2304.11277 sec. 3.2 hybrid: the AR across replicas 2(Psi/F)(R-1)/R * e");
   ADD("hsdp", "memory_bytes_per_rank", FSDP_BYTES_PER_PARAM * psi / F, "bytes",
-      "bl 2.3: 16Psi/F");
+      "16Psi/F: as fsdp, sharded over dp_shard only");
 
-  /* ---- pipeline (bl 3) ---- */
-  const double act_mb = Lr * 34 * s * mb * h / t; /* one micro-batch on a stage: bl 1.3 */
+  /* ---- pipeline ---- */
+  const double act_mb = Lr * 34 * s * mb * h / t; /* one micro-batch on a stage: [SP] Table 2 */
   const double p2p = 2 * b * s * h * e;           /* per boundary per step, fwd + bwd */
   ADD("gpipe", "bubble_fraction", (double)(p - 1) / (m + p - 1), "fraction",
-      "bl 3: (p-1)/(m+p-1) of total time");
+      "arXiv:1811.06965: bubble (p-1)/(m+p-1) of the step");
   ADD("gpipe", "activation_bytes_per_rank", m * act_mb, "bytes",
-      "bl 3: m micro-batches stashed x L/p layers x 34sbh/t (bl 1.3)");
+      "arXiv:1811.06965: all m micro-batches stashed x L/p layers x 34sbh/t (2205.05198 Table 2)");
   ADD("gpipe", "p2p_bytes_per_step", p > 1 ? p2p : 0, "bytes",
-      "bl 3: 2 m b s h * e per stage boundary (act fwd + grad bwd)");
+      "the b*s*h activation fwd and its gradient bwd per micro-batch per stage boundary: 2bsh * e");
   ADD("1f1b", "bubble_fraction", (double)(p - 1) / (m + p - 1), "fraction",
-      "bl 3: same bubble as GPipe, (p-1)/(m+p-1) of total time");
-  ADD("1f1b", "bubble_over_ideal", (double)(p - 1) / m, "fraction", "bl 3: (p-1)/m");
+      "arXiv:2104.04473 sec. 2.2.1: bubble/ideal (p-1)/m, i.e. (p-1)/(m+p-1) of the step");
+  ADD("1f1b", "bubble_over_ideal", (double)(p - 1) / m, "fraction",
+      "arXiv:2104.04473 sec. 2.2.1: (p-1)/m");
   ADD("1f1b", "activation_bytes_per_rank", (m < p ? m : p) * act_mb, "bytes",
-      "bl 3: min(m, p) micro-batches in flight on stage 0 x L/p layers x 34sbh/t");
+      "arXiv:2205.05198 sec. 4.2.3: stage 0 holds min(m, p) micro-batches x L/p layers x 34sbh/t");
   ADD("1f1b", "p2p_bytes_per_step", p > 1 ? p2p : 0, "bytes",
-      "bl 3: 2 m b s h * e per stage boundary");
+      "the b*s*h activation fwd and its gradient bwd per micro-batch per stage boundary: 2bsh * e");
   ADD("interleaved", "bubble_fraction", (double)(p - 1) / ((double)v * m + p - 1), "fraction",
-      "bl 3: bubble/ideal (1/v)(p-1)/m, as a fraction of total (p-1)/(vm+p-1)");
+      "arXiv:2104.04473 sec. 2.2.2: bubble/ideal (1/v)(p-1)/m, of the step (p-1)/(vm+p-1)");
   ADD("interleaved", "bubble_over_ideal", (double)(p - 1) / ((double)v * m), "fraction",
-      "bl 3: (1/v)(p-1)/m");
+      "arXiv:2104.04473 sec. 2.2.2: (1/v)(p-1)/m");
   ADD("interleaved", "activation_bytes_per_rank",
       (m < p ? m : p) * act_mb * (1 + (double)(p - 1) / ((double)p * v)), "bytes",
-      "bl 1.3/3: 1F1B x (1 + (p-1)/(p v))");
+      "arXiv:2205.05198 sec. 4.2.3: 1F1B x (1 + (p-1)/(p v)) for the interleaved schedule");
   ADD("interleaved", "p2p_bytes_per_step", p > 1 ? v * p2p : 0, "bytes",
-      "bl 3: v x 2 m b s h * e per rank");
+      "arXiv:2104.04473 sec. 2.2.2: v times the p2p of 1F1B");
 
-  /* ---- context parallel (bl 4.1): KV = 2 b s h_kv for the full sequence; a TP
-   * rank holds h_kv/t of it (kv heads are column-sharded) ---- */
+  /* ---- context parallel: KV = 2 b s h_kv for the full sequence; a TP rank holds
+   * h_kv/t of it (kv heads are column-split) ---- */
   const double kv = 2 * b * (s * c) * hkv / t * e;
   const double cp_layer = c > 1 ? 3 * kv * (c - 1) / c : 0;
   ADD("ring-cp", "comm_bytes_per_layer", cp_layer, "bytes",
-      "bl 4.1: KV(c-1)/c fwd + (KV + dKV)(c-1)/c bwd, KV = 2bsh_kv/t * e");
-  ADD("ring-cp", "comm_bytes_per_step", Lr * cp_layer, "bytes", "bl 4.1: L/p x per layer");
+      "from arXiv:2310.01889: KV over c-1 ring steps fwd, KV + dKV bwd: 3 KV(c-1)/c, "
+      "KV = 2bsh_kv/t * e");
+  ADD("ring-cp", "comm_bytes_per_step", Lr * cp_layer, "bytes", "L/p x per layer");
 
-  /* ---- FLOPs (bl 6.1, torchtitan convention) ---- */
+  /* ---- FLOPs ---- */
   const double fpt = 6 * (N - V * h) + 12.0 * mc->n_layers * h * (double)in->seq;
   ADD("torchtitan", "flops_per_token", fpt, "flop",
-      "bl 6.1: 6 N_matmul + 12 L h s (N_matmul = N - embedding; no causal discount)");
+      "torchtitan get_dense_model_nparams_and_flops: 6 N_matmul + 12 L h s (N_matmul = N - Vh; "
+      "no causal discount)");
   ADD("torchtitan", "flops_per_step", fpt * (double)in->batch * (double)in->seq, "flop",
-      "bl 6.1: flops_per_token x global batch x seq");
+      "flops_per_token x global batch x seq");
 #undef ADD
   return n;
+}
+
+/* ---- the runtime's own closed form (regression model, not a baseline) ----
+ *
+ * What this runtime's ledger records per step on rank 0 (wire bytes, ring
+ * model), derived from its choices for the shipped plan shapes; the collective
+ * counts are those verify/test_parallel.c's `expected` derives per plan.
+ *
+ * Replicated activations (plans/megatron-tp.plan):
+ *   forward  AR 2L+1 of b*s*h: 2 per layer (wo, w2 output P -> R) + the
+ *            vocabulary-split embedding's P -> R; no loss parallel: AG of the
+ *            b*s*V logits; loss parallel: CE_FWD_AR ARs of b*s f64 scalars.
+ *   backward AR 2L+1 of b*s*h: 2 per layer (each norm's backward reduces the
+ *            summed Partial input gradient of the block it feeds) + 1 for the
+ *            final norm / output input; loss parallel: CE_BWD_AR.
+ * Sequence parallel (plans/torchtitan-tp-sp.plan, tp-no-loss-parallel.plan):
+ *   forward  per layer 2 AG + 2 RS of b*s*h; embedding RS + output-input AG;
+ *            loss parallel: CE_FWD_AR ARs, else the logits AG.
+ *   backward mirrored: per layer 2 AG + 2 RS (the gathered block input is kept,
+ *            not gathered again); embedding AG + output RS; CE_BWD_AR.
+ *   optimizer AR of the 2L+1 norm weights' gradients (h elements each; Partial
+ *            over tp under sequence parallel).
+ * Data parallel over dp_replicate: one AR per weight of its local shard: the
+ *   rank's parameters, tp_params/t + rep_params (even splits). */
+
+/* Loss-parallel cross-entropy reduces f64 scalars whatever the model dtype
+ * (lib/ops/embedding.c: dt_comm_all_reduce(..., DT_F64, ...)). */
+enum { CE_SCALAR_BYTES = 8 };
+/* Loss-parallel CE collectives per step: forward max, sum-exp and the target
+ * logit; backward none (it reads the forward's saved log-sum-exp). */
+enum { CE_FWD_AR = 3, CE_BWD_AR = 0 };
+
+int sb_runtime_comm_compute(const sb_baseline_in *in, const sb_plan_traits *tr,
+                            sb_runtime_comm *out) {
+  char err[128];
+  memset(out, 0, sizeof *out);
+  if (!tr->valid || sb_baseline_check(in, err, sizeof err)) return -1;
+  if (in->pp != 1 || in->dp_shard != 1 || in->cp != 1) return -1; /* the runtime runs none */
+  const int t = in->tp, L = tr->layers;
+  const bool split = tr->attn_tp_layers || tr->mlp_tp_layers || tr->vocab_embedding ||
+                     tr->vocab_output;
+  const bool whole = tr->attn_tp_layers == L && tr->mlp_tp_layers == L &&
+                     tr->prepared_layers == L && tr->vocab_embedding && tr->vocab_output;
+  if (t > 1 && split && !whole) return -1; /* a layout the closed form does not cover */
+  const double e = in->elem_bytes;
+  const double b = (double)(in->batch / in->dp_replicate);
+  const double s = (double)in->seq;
+  const double h = in->model.dim, V = in->model.vocab;
+  const double act = b * s * h * e;
+  out->layers = L;
+  if (t > 1 && split) {
+    if (!tr->sequence_parallel) {
+      out->block_per_layer = 4 * ring_ar(act, t);
+      out->boundary = 2 * ring_ar(act, t);
+      out->n_ar = 2 * (2 * L + 1);
+    } else {
+      out->block_per_layer = 8 * ring_ag(act, t);
+      out->boundary = 4 * ring_ag(act, t);
+      out->optimizer = (2 * L + 1) * ring_ar(h * e, t);
+      out->n_ag = 2 * L + 1 + 2 * L + 1;
+      out->n_rs = out->n_ag;
+      out->n_ar = 2 * L + 1;
+    }
+    if (tr->loss_parallel) {
+      out->loss = (CE_FWD_AR + CE_BWD_AR) * ring_ar(b * s * CE_SCALAR_BYTES, t);
+      out->n_ar += CE_FWD_AR + CE_BWD_AR;
+    } else {
+      out->logits = ring_ag(b * s * V * e, t);
+      out->n_ag += 1;
+    }
+    out->blocks = L * out->block_per_layer;
+  }
+  out->tp = out->blocks + out->boundary + out->logits + out->loss + out->optimizer;
+  out->dp = ring_ar(sb_params_per_rank(in, tr) * e, in->dp_replicate);
+  out->total = out->tp + out->dp;
+  return 0;
 }

@@ -17,9 +17,10 @@
  *                    mismatched configs with their reasons, and where it came from
  *   OUT/gnuplot.log  what gnuplot printed
  *
- * Charts: comm (wire bytes per rank per step, stacked by phase and op, with the
- * analytic baselines' comm_bytes_per_step), throughput (tokens/s and MFU by mesh
- * shape), memory (peak bytes per rank by plan, with memory_bytes_per_rank
+ * Charts: comm (wire bytes per rank per step, stacked by phase and op, with one
+ * framework cross per config: comm_bytes_per_step_combined, the sum of the
+ * framework baselines its plan's settings select), throughput (tokens/s and MFU
+ * by mesh shape), memory (peak bytes per rank by plan, with memory_bytes_per_rank
  * baselines), error (max_rel_err against the tolerance, log scale). A chart
  * with no rows is not drawn; the index says so.
  *
@@ -82,8 +83,8 @@ const char sb_report_usage[] =
     "  --run WHICH      a run id, latest (default), or all (the newest result of\n"
     "                   each config over every run)\n"
     "\n"
-    "Charts: comm (wire bytes per rank per step by plan and mesh, with the analytic\n"
-    "baselines), throughput (tokens/s and MFU by mesh shape), memory (peak bytes per\n"
+    "Charts: comm (wire bytes per rank per step by plan and mesh, with one cross per\n"
+    "config: the frameworks' published formulas), throughput (tokens/s and MFU by mesh shape), memory (peak bytes per\n"
     "rank by plan), error (max_rel_err against the tolerance). Redraw any chart by\n"
     "hand: gnuplot -e \"datadir='report/data'; outdir='report'\" scripts/comm.gp\n"
     "Without gnuplot the data files and the index are still written (exit 0).\n"
@@ -467,7 +468,7 @@ static size_t write_baselines(rp_report *r, const char *name, const char *quanti
           q, quantity);
   sqlite3_stmt *st = NULL;
   size_t rows = 0;
-  char fw[32][64]; /* frameworks seen, for fid: baselines.md names 12 */
+  char fw[32][64]; /* frameworks seen, for fid: results/schema.sql names 12 */
   int nfw = 0;
   if (sqlite3_prepare_v2(r->db, q, -1, &st, NULL) != SQLITE_OK) {
     fprintf(stderr, "shardbench report: cannot read baselines: %s\n", sqlite3_errmsg(r->db));
@@ -602,7 +603,12 @@ static size_t write_comm(rp_report *r, size_t *nbase) {
   }
   sqlite3_finalize(st);
   free(ser);
-  *nbase = write_baselines(r, "data/comm_baselines.dat", "comm_bytes_per_step", v, charted);
+  /* one cross per config: the sum of the framework parts (TP + DP) its plan's
+   * settings select, stored by the sweep (bench/harness/store.c) or by
+   * `shardbench baselines --plan`. The per-framework comm_bytes_per_step rows and
+   * the runtime's own closed form are not drawn. */
+  *nbase = write_baselines(r, "data/comm_baselines.dat", "comm_bytes_per_step_combined", v,
+                           charted);
   free(v);
   return charted;
 }
@@ -958,10 +964,15 @@ static int parse_flags(rp_report *r, int argc, char **argv) {
 static const char rp_how_comm[] =
     "One bar per config (plan/mesh), sorted by plan then mesh shape: the bytes one rank "
     "(rank 0) puts on the wire per training step under the ring model, stacked by phase and "
-    "collective (forward:all_gather, backward:reduce_scatter, ...). Crosses with a framework "
-    "name are the analytic baselines (comm_bytes_per_step from <code>shardbench baselines</code>) "
-    "for the same config: a bar well above its cross moves more data than the framework's "
-    "formula; a bar below it may have skipped a collective the framework needs.";
+    "collective (forward:all_gather, backward:reduce_scatter, ...). The black cross is the "
+    "frameworks' baseline for the same config: the sum of the published formulas its plan's "
+    "settings select (Megatron-LM TP, arXiv:1909.08053 sec. 3, or TP + sequence parallel, "
+    "arXiv:2205.05198 sec. 4.2.2, for the tp dim; DDP, FSDP or HSDP for the dp dims), labelled "
+    "with their names. The formulas count only what the papers count, so a bar above its cross "
+    "moves more than the frameworks (e.g. the loss-parallel cross-entropy's scalars, the "
+    "sequence-parallel norm weights' gradients, the output layer's input gradient) and a bar "
+    "below it moves less (e.g. a gathered block input kept for backward instead of gathered "
+    "again).";
 static const char rp_how_throughput[] =
     "Configs sorted by mesh shape (world size, then pp, dp_replicate, dp_shard, cp, tp). Top: "
     "tokens per second over all ranks (the median timed step); bottom: MFU, achieved model "

@@ -584,6 +584,7 @@ void sb_execute(const sb_opts *o, sb_ref *cache, bool prepare_only, sb_result *r
     skip(r, "%s", dt_last_error(&hc));
     goto done;
   }
+  sb_plan_traits_get(plan, &j->cfg, &r->plan_traits); /* for the store's framework baselines */
   if (o->batch % o->dims[1]) {
     skip(r, "batch %d is not divisible by dp_replicate=%d", o->batch, o->dims[1]);
     goto done;

@@ -340,12 +340,18 @@ fail:
 }
 
 
-/* The analytic framework baselines measured next to a config's comm rows (the
- * report draws them as crosses on the comm chart): Megatron TP (megatron-tp
- * plan) or TP+SP (the torchtitan plans, with or without loss parallel) over the
- * tp dim, and DDP's gradient all-reduce over dp_replicate. Replaces the
- * config's earlier rows; 0 rows when nothing applies. */
-static int put_baselines(sb_store *st, const sb_config *c, int64_t config_id) {
+/* The analytic numbers stored next to a measured config's comm rows:
+ * - the framework baselines its plan's settings select (sb_baseline_plan_rows:
+ *   the TP part, Megatron-LM TP or TP + sequence parallel, and the DP part,
+ *   DDP / FSDP / HSDP, as comm_bytes_per_step rows, and their sum as
+ *   comm_bytes_per_step_combined, the comm chart's cross), read from
+ *   r->plan_traits, never from the plan's name;
+ * - the runtime's own closed form (framework "runtime-model", quantity
+ *   comm_bytes_per_step_runtime_model), for the regression check of
+ *   verify/harness.sh only: it is not a framework baseline and is not charted.
+ * Replaces the config's earlier rows; 0 rows when nothing applies. */
+static int put_baselines(sb_store *st, const sb_config *c, const sb_result *r, int64_t config_id) {
+  if (!r->plan_traits.valid) return 0; /* no plan settings: nothing to select by */
   dt_llama_config cfg;
   if (dt_llama_config_get(NULL, c->model, &cfg) != DT_OK) return 0; /* custom: none */
   if (!strcmp(c->workload, "block")) cfg.n_layers = 1;  /* the sweep's one-block model */
@@ -355,29 +361,21 @@ static int put_baselines(sb_store *st, const sb_config *c, int64_t config_id) {
                        .dp_shard = c->dp_shard, .cp = c->cp, .tp = c->tp, .batch = c->batch,
                        .seq = c->seq, .elem_bytes = (int)dt_dtype_size(dt), .microbatches = 1,
                        .virtual_stages = 1};
-  sb_baseline_row rows[SB_BASELINE_MAX_ROWS + 1];
-  int n = 0;
-  if (c->tp > 1) {
-    bool megatron = strstr(c->plan, "megatron") != NULL;
-    bool lp = !strcmp(c->plan, "torchtitan-tp-sp");
-    sb_tp_terms t;
-    if (sb_baseline_tp_terms(&in, megatron ? SB_TP_MEGATRON : SB_TP_SP, lp, &t) == 0) {
-      sb_baseline_row *b = &rows[n++];
-      memset(b, 0, sizeof *b);
-      snprintf(b->framework, sizeof b->framework, "%s", megatron ? "megatron-tp" : "megatron-tp-sp");
-      snprintf(b->quantity, sizeof b->quantity, "comm_bytes_per_step");
-      b->value = t.total;
-      snprintf(b->unit, sizeof b->unit, "bytes");
-      snprintf(b->formula, sizeof b->formula, "baselines.md 1.%d, whole step (%s loss parallel)",
-               megatron ? 1 : 2, lp ? "with" : "without");
-    }
-  }
-  if (c->dp_replicate > 1) {
-    sb_baseline_row all[SB_BASELINE_MAX_ROWS];
-    int m = sb_baseline_compute(&in, all, SB_BASELINE_MAX_ROWS);
-    for (int i = 0; i < m; i++)
-      if (!strcmp(all[i].framework, "ddp") && !strcmp(all[i].quantity, "comm_bytes_per_step"))
-        rows[n++] = all[i];
+  enum { MAX_ROWS = 4 }; /* tp part, dp part, their sum, the runtime model */
+  sb_baseline_row rows[MAX_ROWS];
+  int n = sb_baseline_plan_rows(&in, &r->plan_traits, rows, MAX_ROWS - 1);
+  if (n < 0) n = 0;
+  sb_runtime_comm rt;
+  if (sb_runtime_comm_compute(&in, &r->plan_traits, &rt) == 0) {
+    sb_baseline_row *b = &rows[n++];
+    memset(b, 0, sizeof *b);
+    snprintf(b->framework, sizeof b->framework, "runtime-model");
+    snprintf(b->quantity, sizeof b->quantity, "comm_bytes_per_step_runtime_model");
+    b->value = rt.total;
+    snprintf(b->unit, sizeof b->unit, "bytes");
+    snprintf(b->formula, sizeof b->formula,
+             "this runtime's own closed form (bench/harness/baselines_model.c sb_runtime_comm): "
+             "a regression model, not a framework baseline");
   }
   sqlite3_stmt *q = NULL;
   if (sqlite3_prepare_v2(st->db, "DELETE FROM baselines WHERE config_id = ?", -1, &q, NULL) != SQLITE_OK)
@@ -505,7 +503,7 @@ int sb_store_put(sb_store *st, const sb_config *c, const sb_result *r) {
     sqlite3_finalize(q);
     q = NULL;
   }
-  if (!strcmp(r->status, "ok") && put_baselines(st, c, config_id)) goto fail;
+  if (!strcmp(r->status, "ok") && put_baselines(st, c, r, config_id)) goto fail;
   SB_SQL(st, sqlite3_exec(st->db, "COMMIT", NULL, NULL, NULL), "COMMIT");
   return 0;
 fail:

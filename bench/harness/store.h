@@ -21,6 +21,8 @@
 
 #include <sqlite3.h>
 
+#include "baselines.h"
+
 /* The schema this program writes (results/schema.sql: schema_version). */
 enum { SB_SCHEMA_VERSION = 2 };
 
@@ -59,6 +61,8 @@ typedef struct sb_result {
   double max_abs_err, max_rel_err, tolerance;
   int n_comm;
   sb_comm_row *comm;             /* n_comm rows (borrowed) */
+  sb_plan_traits plan_traits;    /* the plan's settings (sb_execute); the store picks the
+                                    framework baselines from them, not from the plan's name */
 } sb_result;
 
 /* Fills the NULL markers of a result (NaN for reals, -1 for peak_mem). */
