@@ -28,7 +28,7 @@
 #ifndef DT_AUTOGRAD_H
 #define DT_AUTOGRAD_H
 
-#include "ops/ops.h"
+#include "../ops/ops.h"
 
 #ifdef __cplusplus
 extern "C" {

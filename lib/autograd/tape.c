@@ -18,7 +18,6 @@
 #include <string.h>
 
 #include "autograd/autograd.h"
-#include "dtensor/tensor_impl.h"
 
 struct dt_var {
   dt_tensor value;

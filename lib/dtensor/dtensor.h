@@ -11,7 +11,7 @@
 #ifndef DT_DTENSOR_LAYER_H
 #define DT_DTENSOR_LAYER_H
 
-#include "mesh/mesh.h"
+#include "../mesh/mesh.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -216,6 +216,24 @@ dt_status dt_redistribute_run(dt_ctx *ctx, const dt_tensor *t, const dt_redist_p
                               dt_tensor *out);
 /* The layout (mesh shape, global shape, dtype) of t. */
 void dt_tensor_layout(const dt_tensor *t, dt_layout *out);
+
+/* ---- DTensor metadata, for the layers that build DTensors (lib/ops) ---- */
+
+/* The mesh's number of dims in *mesh_ndim and, when not NULL, its sizes in
+ * shape[0..mesh_ndim) and this rank's coordinates in coords[0..mesh_ndim). */
+void dt_tensor_mesh_info(const dt_mesh *mesh, int *mesh_ndim, int *shape, int *coords);
+/* Fills every field of *t but the local array (zeroed, not allocated): mesh,
+ * placements (copied, then normalised against ndim), global shape, dtype and
+ * this rank's global offset. No communication. DT_ERR_INVALID (recorded on ctx
+ * under the name `call`) for a NULL mesh, ndim outside 0..DT_MAX_DIMS, an
+ * invalid dtype, a negative dim, a shard dim out of range or a Partial op other
+ * than sum, avg, max or min. The caller then allocates t->local with the shape
+ * dt_tensor_local_shape gives. */
+dt_status dt_tensor_meta(dt_ctx *ctx, dt_mesh *mesh, const dt_placement *pl, int ndim,
+                         const int64_t *gshape, dt_dtype dtype, const char *call, dt_tensor *t);
+/* The local shape (lshape[0..t->ndim)) of this rank's shard as t's metadata
+ * says: what t->local must hold. */
+void dt_tensor_local_shape(const dt_tensor *t, int64_t *lshape);
 void dt_tensor_free(dt_ctx *ctx, dt_tensor *t);
 
 #ifdef __cplusplus

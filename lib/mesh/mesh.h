@@ -10,7 +10,7 @@
 #ifndef DT_MESH_H
 #define DT_MESH_H
 
-#include "comm/comm.h"
+#include "../comm/comm.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -12,7 +12,7 @@
 #ifndef DT_NN_H
 #define DT_NN_H
 
-#include "autograd/autograd.h"
+#include "../autograd/autograd.h"
 
 #ifdef __cplusplus
 extern "C" {

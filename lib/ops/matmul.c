@@ -32,7 +32,6 @@
 #include <string.h>
 
 #include "device/device.h"
-#include "dtensor/tensor_impl.h"
 #include "ops/ops.h"
 
 /* ---- equations ---- */

@@ -15,7 +15,7 @@
 #ifndef DT_OPS_H
 #define DT_OPS_H
 
-#include "dtensor/dtensor.h"
+#include "../dtensor/dtensor.h"
 
 #ifdef __cplusplus
 extern "C" {

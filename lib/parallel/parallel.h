@@ -10,7 +10,7 @@
 #ifndef DT_PARALLEL_H
 #define DT_PARALLEL_H
 
-#include "nn/nn.h"
+#include "../nn/nn.h"
 
 #ifdef __cplusplus
 extern "C" {
