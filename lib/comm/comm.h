@@ -82,7 +82,7 @@ typedef struct dt_ledger {
 const dt_ledger *dt_ledger_of(const dt_ctx *ctx);
 /* Gives the rank its ledger (kept on ctx until dt_ctx_release), recording or
  * not; on a rank that has one, only sets `enabled`. The launchers call it for
- * every rank (dt_launch_opts.no_ledger). DT_ERR_NOMEM (recorded) when out of memory. */
+ * every rank they start. DT_ERR_NOMEM (recorded) when out of memory. */
 dt_status dt_ledger_init(dt_ctx *ctx, bool enabled);
 /* Drops the rows (keeps the memory and the enabled flag). */
 void dt_ledger_clear(dt_ctx *ctx);

@@ -111,7 +111,7 @@ enum {
  * of local compute; a tight test timeout (0.5 s) should not turn a slow unwind
  * into a second, misleading failure. A rank stuck for good still ends the wait. */
 #define DT_MPI_AGREE_GRACE_S 10.0
-/* Default collective timeout when the launcher passes none (dt_launch_opts.timeout_s <= 0). */
+/* Default collective timeout when the launcher passes none (timeout_s <= 0). */
 #define DT_MPI_DEFAULT_TIMEOUT_S 300.0
 
 /* An abort notice as sent on the control comm (MPI_BYTE: homogeneous nodes). */

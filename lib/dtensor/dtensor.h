@@ -1,10 +1,11 @@
 /* lib/dtensor/dtensor.h: placements, shard geometry, DTensor and redistribute.
  *
- * Semantics follow PyTorch's torch.distributed.tensor (shared/reference/
- * dtensor-semantics.md, sections 1 and 2): Shard(d) splits a tensor dim with
- * torch.chunk semantics (chunk = ceil(L/n), short and empty shards at the end),
- * several mesh dims sharding one tensor dim apply left to right, Replicate holds
- * the whole, Partial(op) holds a value pending a reduction. Geometry functions
+ * Semantics follow PyTorch's torch.distributed.tensor (placement_types.py:
+ * Shard, Replicate, Partial; _utils.py: compute_local_shape_and_global_offset;
+ * _redistribute.py): Shard(d) splits a tensor dim with torch.chunk semantics
+ * (chunk = ceil(L/n), short and empty shards at the end), several mesh dims
+ * sharding one tensor dim apply left to right, Replicate holds the whole,
+ * Partial(op) holds a value pending a reduction. Geometry functions
  * are pure (no communication); redistribute plans the per-mesh-dim steps and
  * runs them through the comm front, so the ledger shows every step.
  */
@@ -138,9 +139,11 @@ typedef struct dt_redist_plan {
  * where the source is not that same Partial ("redistributing to Partial is for
  * internal use only" is PyTorch's user-API rule; here R -> P is allowed as a
  * local step and S -> P is rejected), P(x) -> P(y) with x != y, shard dims out
- * of range. greedy is PyTorch's generate_greedy_transform_infos (2.3);
- * min-cost searches placement states with the cost model of 3.2 and never
- * returns a plan that costs more than the greedy one. ctx may be NULL. */
+ * of range. greedy is PyTorch's greedy planner (_redistribute.py:
+ * _gen_transform_infos, DTensorRedistributePlanner.generate_greedy_transform_infos
+ * in recent versions); min-cost searches placement states with the cost model
+ * below and never returns a plan that costs more than the greedy one. ctx may
+ * be NULL. */
 dt_status dt_redistribute_plan(dt_ctx *ctx, const dt_layout *lay, const dt_placement *src,
                                const dt_placement *dst, dt_planner planner, dt_redist_plan *out);
 
@@ -150,7 +153,7 @@ dt_status dt_redistribute_plan(dt_ctx *ctx, const dt_layout *lay, const dt_place
  * "S(0)[0]S(0)[1]R->S(0)RR". Returns the length (snprintf rules). */
 int dt_redist_plan_trace(const dt_redist_plan *p, char *buf, size_t n);
 
-/* ---- the cost model (dtensor-semantics.md 3.2; microseconds) ---- */
+/* ---- the cost model (PyTorch's _collective_utils.py; microseconds) ---- */
 
 /* Per mesh dim bandwidth (GB/s) and latency (us) as PyTorch's MeshTopoInfo:
  * 87.7 GB/s and 0.6 us within a host; walking mesh dims from last to first
