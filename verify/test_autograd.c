@@ -165,14 +165,14 @@ static dt_status run_graph(dt_ctx *ctx, dt_mesh *mesh, const dt_array *G,
 
 static int count_rows(const dt_ctx *ctx, size_t from, int coll, const char *phase) {
   int n = 0;
-  for (size_t i = from; i < ctx->ledger.n; i++)
-    if (ctx->ledger.rows[i].op == coll && !strcmp(ctx->ledger.rows[i].phase, phase)) n++;
+  for (size_t i = from; i < dt_ledger_of(ctx)->n; i++)
+    if (dt_ledger_of(ctx)->rows[i].op == coll && !strcmp(dt_ledger_of(ctx)->rows[i].phase, phase)) n++;
   return n;
 }
 static int count_all(const dt_ctx *ctx, size_t from, const char *phase) {
   int n = 0;
-  for (size_t i = from; i < ctx->ledger.n; i++)
-    if (!strcmp(ctx->ledger.rows[i].phase, phase) && ctx->ledger.rows[i].op != DT_COLL_BARRIER)
+  for (size_t i = from; i < dt_ledger_of(ctx)->n; i++)
+    if (!strcmp(dt_ledger_of(ctx)->rows[i].phase, phase) && dt_ledger_of(ctx)->rows[i].op != DT_COLL_BARRIER)
       n++;
   return n;
 }
@@ -297,7 +297,7 @@ static void check_redist_backward(dt_ctx *ctx, dt_mesh *mesh) {
     dt_placement src[1] = {rc->src}, dst[1] = {rc->dst};
     TU_OK(ctx, dt_tensor_rand(ctx, mesh, 2, gs, DT_F64, src, 7, 1, DT_RNG_NORMAL, 0, 1, &xv));
     dt_var *x = dt_var_leaf(t, &xv, true), *y = NULL;
-    size_t row0 = ctx->ledger.n;
+    size_t row0 = dt_ledger_of(ctx)->n;
     dt_ctx_set_phase(ctx, "forward");
     TU_OK(ctx, dt_ad_redistribute(t, x, dst, &y));
     dt_ctx_set_phase(ctx, "");
@@ -306,7 +306,7 @@ static void check_redist_backward(dt_ctx *ctx, dt_mesh *mesh) {
     TU_CHECK(nf == want_f && (want_f == 0 || count_rows(ctx, row0, rc->fwd_coll, "forward") == 1),
              "redistribute %s: forward %d collectives, want %d of kind %d", rc->name, nf, want_f,
              rc->fwd_coll);
-    size_t row1 = ctx->ledger.n;
+    size_t row1 = dt_ledger_of(ctx)->n;
     if (y) TU_OK(ctx, dt_backward(t, y, NULL));
     TU_CHECK(!strcmp(ctx->phase, ""), "phase not restored after dt_backward: '%s'", ctx->phase);
     int nb = count_all(ctx, row1, "backward");
@@ -371,12 +371,12 @@ static void check_partial_accum(dt_ctx *ctx, dt_mesh *mesh) {
       if (!acc) acc = y;
       else TU_OK(ctx, op2(t, &dt_op_add, NULL, acc, y, &acc));
     }
-    size_t row0 = ctx->ledger.n;
+    size_t row0 = dt_ledger_of(ctx)->n;
     if (acc) TU_OK(ctx, dt_backward(t, acc, NULL));
     int in_bw = count_rows(ctx, row0, DT_COLL_ALL_REDUCE, "backward");
     TU_CHECK(dt_var_grad(x) != NULL, "partial accumulation: no grad for x");
     bool partial = dt_var_grad(x) && dt_var_grad(x)->pl[0].kind == DT_PL_PARTIAL;
-    size_t row1 = ctx->ledger.n;
+    size_t row1 = dt_ledger_of(ctx)->n;
     TU_OK(ctx, dt_var_grad_reduce(t, x));
     int in_red = count_rows(ctx, row1, DT_COLL_ALL_REDUCE, "backward");
     got[eager] = count_rows(ctx, row0, DT_COLL_ALL_REDUCE, "backward");

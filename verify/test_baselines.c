@@ -319,8 +319,8 @@ static void classify(const dt_ctx *ctx, double sum[C_N]) {
   const uint64_t act = (uint64_t)BATCH * SEQ * DIM, logits = (uint64_t)BATCH * SEQ * VOCAB,
                  pos = (uint64_t)BATCH * SEQ;
   for (int i = 0; i < C_N; i++) sum[i] = 0;
-  for (size_t i = 0; i < ctx->ledger.n; i++) {
-    const dt_ledger_row *r = &ctx->ledger.rows[i];
+  for (size_t i = 0; i < dt_ledger_of(ctx)->n; i++) {
+    const dt_ledger_row *r = &dt_ledger_of(ctx)->rows[i];
     int c = C_OTHER;
     bool fb = !strcmp(r->phase, "forward") || !strcmp(r->phase, "backward");
     if (!strcmp(r->phase, "optimizer") && r->op == DT_COLL_ALL_REDUCE) c = C_OPT;

@@ -69,8 +69,8 @@ static bool close_enough(dt_dtype t, dt_reduce_op op, double got, double want) {
 
 /* Checks the newest ledger row against the ring model computed independently. */
 static void check_ledger(dt_ctx *ctx, dt_comm *c, dt_coll op, size_t count, dt_dtype t) {
-  if (ctx->ledger.n == 0) { TU_CHECK(0, "no ledger row"); return; }
-  const dt_ledger_row *r = &ctx->ledger.rows[ctx->ledger.n - 1];
+  if (dt_ledger_of(ctx)->n == 0) { TU_CHECK(0, "no ledger row"); return; }
+  const dt_ledger_row *r = &dt_ledger_of(ctx)->rows[dt_ledger_of(ctx)->n - 1];
   int n = c->size;
   uint64_t es = dt_dtype_size(t);
   uint64_t S = (op == DT_COLL_ALL_REDUCE || op == DT_COLL_BROADCAST || op == DT_COLL_SEND ||
@@ -299,7 +299,7 @@ static void test_split(dt_ctx *ctx, dt_comm *c) {
   double want = 0;
   for (int q = me % 2; q < n; q += 2) want += c->world_ranks[q];
   TU_CHECK(sum == want, "sum over split group %g want %g", sum, want);
-  TU_CHECK(!strcmp(ctx->ledger.rows[ctx->ledger.n - 1].group, "parity"), "ledger group name");
+  TU_CHECK(!strcmp(dt_ledger_of(ctx)->rows[dt_ledger_of(ctx)->n - 1].group, "parity"), "ledger group name");
   /* a rank may opt out with a negative color */
   dt_comm *none = (dt_comm *)1;
   TU_OK(ctx, dt_comm_split(c, me == 0 ? -1 : 0, me, "rest", &none));

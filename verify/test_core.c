@@ -1,11 +1,15 @@
 /* verify/test_core.c: lib/core against independent references: dtype sizes and
  * parsing, bf16 rounding (checked bit by bit against a direct rule), the
  * allocator's current/peak bytes (an analytic count), the Philox4x32-10 known
- * answers from Random123's kat_vectors, RNG shard invariance, and errors. */
+ * answers from Random123's kat_vectors, RNG shard invariance, errors, the
+ * per-rank extension slots (destructor order against the order set here) and
+ * the device-memory interface behind arrays (a stand-in backend's byte counts
+ * against the shape's). */
 #include "config.h"
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "testutil.h"
@@ -227,6 +231,122 @@ static void test_errors(void) {
   dt_ctx_release(&ctx);
 }
 
+/* ---- per-rank extensions (dt_ctx_ext) ----
+ * Oracle: a log the destructors append to, compared with the order the test
+ * itself set the keys in (release: newest first; drop: that one, at once). */
+typedef struct ext_log {
+  int order[2 * DT_CTX_EXT_SLOTS];
+  int n;
+} ext_log;
+typedef struct ext_data {
+  ext_log *log;
+  int id;
+  void *blk; /* from the rank's host allocator: freed by the destructor */
+} ext_data;
+
+static void ext_free(dt_ctx *ctx, void *data) {
+  ext_data *d = data;
+  TU_CHECK(dt_ctx_ext_get(ctx, d) == NULL, "ext %d: its key is gone when its destructor runs", d->id);
+  d->log->order[d->log->n++] = d->id;
+  dt_host_free(ctx, d->blk);
+}
+
+static void test_ext(void) {
+  dt_ctx ctx;
+  dt_ctx_init(&ctx, 0, 1);
+  ext_log log = {.n = 0};
+  ext_data d[DT_CTX_EXT_SLOTS + 1];
+  /* The data's own address is its key: distinct objects, distinct keys. */
+  for (int i = 0; i < DT_CTX_EXT_SLOTS; i++) {
+    d[i] = (ext_data){&log, i, dt_host_alloc(&ctx, 100)};
+    TU_CHECK(dt_ctx_ext_set(&ctx, &d[i], &d[i], ext_free) == DT_OK, "set ext %d", i);
+  }
+  TU_CHECK(ctx.mem.host_cur == 100 * DT_CTX_EXT_SLOTS, "blocks counted: %zu", ctx.mem.host_cur);
+  for (int i = 0; i < DT_CTX_EXT_SLOTS; i++)
+    TU_CHECK(dt_ctx_ext_get(&ctx, &d[i]) == &d[i], "get ext %d", i);
+  d[DT_CTX_EXT_SLOTS] = (ext_data){&log, DT_CTX_EXT_SLOTS, NULL};
+  TU_CHECK(dt_ctx_ext_set(&ctx, &d[DT_CTX_EXT_SLOTS], NULL, NULL) == DT_ERR_NOMEM,
+           "a slot more than DT_CTX_EXT_SLOTS is refused");
+  TU_CHECK(dt_ctx_ext_set(&ctx, &d[2], &d[2], ext_free) == DT_ERR_INVALID, "a key used twice is refused");
+  TU_CHECK(dt_ctx_ext_set(&ctx, NULL, &d[2], ext_free) == DT_ERR_INVALID, "a NULL key is refused");
+  TU_CHECK(dt_ctx_ext_get(&ctx, &log) == NULL, "an unknown key gives NULL");
+  /* Drop 2 and 5: their destructors run now, in that order; the rest stay. */
+  dt_ctx_ext_drop(&ctx, &d[2]);
+  dt_ctx_ext_drop(&ctx, &d[5]);
+  dt_ctx_ext_drop(&ctx, &d[5]); /* gone: a no-op */
+  TU_CHECK(log.n == 2 && log.order[0] == 2 && log.order[1] == 5, "drop runs that destructor once");
+  TU_CHECK(dt_ctx_ext_get(&ctx, &d[2]) == NULL && dt_ctx_ext_get(&ctx, &d[3]) == &d[3],
+           "drop removes only its key");
+  /* A freed slot is taken again; the newcomer is the newest. */
+  d[DT_CTX_EXT_SLOTS].blk = dt_host_alloc(&ctx, 100);
+  TU_CHECK(dt_ctx_ext_set(&ctx, &d[DT_CTX_EXT_SLOTS], &d[DT_CTX_EXT_SLOTS], ext_free) == DT_OK,
+           "a dropped slot is reused");
+  dt_ctx_release(&ctx);
+  /* Expected release order: the newcomer, then the survivors newest first. */
+  int want[2 * DT_CTX_EXT_SLOTS], nw = 0;
+  want[nw++] = 2;
+  want[nw++] = 5;
+  want[nw++] = DT_CTX_EXT_SLOTS;
+  for (int i = DT_CTX_EXT_SLOTS - 1; i >= 0; i--)
+    if (i != 2 && i != 5) want[nw++] = i;
+  TU_CHECK(log.n == nw, "%d destructor calls, expected %d", log.n, nw);
+  for (int i = 0; i < nw && i < log.n; i++)
+    TU_CHECK(log.order[i] == want[i], "destructor call %d freed ext %d, expected %d", i,
+             log.order[i], want[i]);
+  TU_CHECK(ctx.mem.host_cur == 0, "destructors freed through the allocator: %zu left", ctx.mem.host_cur);
+}
+
+/* ---- device memory behind arrays (dt_dev_mem) ----
+ * A stand-in backend on host memory counts its calls; the oracle is the byte
+ * count of the shape computed here. */
+typedef struct fake_dev {
+  int allocs, frees;
+  size_t live, last_free;
+} fake_dev;
+
+static dt_status fake_alloc(void *owner, size_t bytes, void **out) {
+  fake_dev *f = owner;
+  *out = malloc(bytes ? bytes : 1);
+  if (!*out) return DT_ERR_NOMEM;
+  f->allocs++;
+  f->live += bytes;
+  return DT_OK;
+}
+
+static void fake_free(void *owner, void *p, size_t bytes) {
+  fake_dev *f = owner;
+  free(p);
+  f->frees++;
+  f->live -= bytes;
+  f->last_free = bytes;
+}
+
+static void test_dev_mem(void) {
+  dt_ctx ctx;
+  dt_ctx_init(&ctx, 0, 1);
+  const int64_t shape[3] = {3, 5, 7};
+  dt_array a;
+  TU_CHECK(dt_array_create(&ctx, DT_DEV_CUDA, DT_F32, 3, shape, &a) == DT_ERR_INVALID,
+           "no device memory installed: a CUDA array is refused");
+  fake_dev f = {0, 0, 0, 0};
+  dt_ctx_set_dev_mem(&ctx, &(dt_dev_mem){DT_DEV_CUDA, &f, fake_alloc, fake_free});
+  TU_CHECK(dt_array_create(&ctx, DT_DEV_CUDA, DT_F64, 3, shape, &a) == DT_OK, "CUDA array");
+  TU_CHECK(f.allocs == 1 && f.live == 3 * 5 * 7 * 8, "backend alloc of %zu bytes, expected %d",
+           f.live, 3 * 5 * 7 * 8);
+  TU_CHECK(a.dev == DT_DEV_CUDA && a.owns && ctx.mem.host_cur == 0, "a device array, not host memory");
+  dt_array h;
+  TU_CHECK(dt_array_create(&ctx, DT_DEV_CPU, DT_F32, 3, shape, &h) == DT_OK && f.allocs == 1,
+           "host arrays do not use the device memory");
+  dt_array_free(&ctx, &h);
+  dt_array_free(&ctx, &a);
+  TU_CHECK(f.frees == 1 && f.live == 0 && f.last_free == 3 * 5 * 7 * 8,
+           "backend free with the alloc's bytes (%zu)", f.last_free);
+  dt_ctx_set_dev_mem(&ctx, NULL);
+  TU_CHECK(dt_array_create(&ctx, DT_DEV_CUDA, DT_F32, 3, shape, &a) == DT_ERR_INVALID && f.allocs == 1,
+           "uninstalled: refused again");
+  dt_ctx_release(&ctx);
+}
+
 int main(int argc, char **argv) {
   tu_opts o;
   tu_parse(argc, argv, &o);
@@ -236,5 +356,7 @@ int main(int argc, char **argv) {
   test_cache();
   test_rng();
   test_errors();
+  test_ext();
+  test_dev_mem();
   return tu_finish("test_core");
 }

@@ -414,9 +414,9 @@ static void test_examples(dt_ctx *ctx) {
   double x = r, sum = 0;
   TU_OK(ctx, dt_comm_all_reduce(dt_mesh_comm(m, 1), &x, &sum, 1, DT_F64, DT_RED_SUM));
   TU_CHECK(sum == (r < 4 ? 6.0 : 22.0), "tp all_reduce sum %g", sum);
-  if (ctx->ledger.enabled && ctx->ledger.n > 0)
-    TU_CHECK(strcmp(ctx->ledger.rows[ctx->ledger.n - 1].group, "tp") == 0,
-             "ledger group '%s', expected tp", ctx->ledger.rows[ctx->ledger.n - 1].group);
+  if (dt_ledger_of(ctx)->enabled && dt_ledger_of(ctx)->n > 0)
+    TU_CHECK(strcmp(dt_ledger_of(ctx)->rows[dt_ledger_of(ctx)->n - 1].group, "tp") == 0,
+             "ledger group '%s', expected tp", dt_ledger_of(ctx)->rows[dt_ledger_of(ctx)->n - 1].group);
   TU_OK(ctx, dt_mesh_slice(m, 2, n24, &same));
   TU_CHECK(same == m, "mesh[\"dp\", \"tp\"] is not the mesh itself");
   const char *rev[2] = {"tp", "dp"};

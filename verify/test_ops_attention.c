@@ -243,9 +243,9 @@ static void run_case(rk *R, top op, const dt_op_attrs *a, const garr *in,
   }
   const dt_tensor *ip[3] = {&t[0], &t[1], &t[2]};
   dt_tensor *op_[1] = {&out};
-  size_t before = ctx->ledger.n;
+  size_t before = dt_ledger_of(ctx)->n;
   dt_status s = dt_op_call(ctx, OPS[op].op, a, ip, op_, NULL);
-  res->comms = ctx->ledger.n - before;
+  res->comms = dt_ledger_of(ctx)->n - before;
   if (s != DT_OK) {
     tu_fail(__FILE__, __LINE__, "%s, rank %d: dt_op_call -> %s: %s", what, ctx->rank,
             dt_status_str(s), dt_last_error(ctx));

@@ -176,11 +176,11 @@ typedef struct res {
 } res;
 
 static void ledger_since(rk *R, size_t before, res *r) {
-  r->comms = R->ctx->ledger.n - before;
+  r->comms = dt_ledger_of(R->ctx)->n - before;
   for (size_t k = 0; k < r->comms && k < 8; k++) {
-    r->coll[k] = R->ctx->ledger.rows[before + k].op;
-    r->elems[k] = R->ctx->ledger.rows[before + k].elems;
-    r->reduce[k] = R->ctx->ledger.rows[before + k].reduce;
+    r->coll[k] = dt_ledger_of(R->ctx)->rows[before + k].op;
+    r->elems[k] = dt_ledger_of(R->ctx)->rows[before + k].elems;
+    r->reduce[k] = dt_ledger_of(R->ctx)->rows[before + k].reduce;
   }
 }
 
@@ -199,7 +199,7 @@ static bool emb_case(rk *R, const garr *w, const iarr *ids, const dt_placement *
   if ((s = make_i(R, ids, pi, &ti)) != DT_OK) goto fail1;
   const dt_tensor *in[2] = {&tw, &ti};
   dt_tensor *op[1] = {&out};
-  size_t before = ctx->ledger.n;
+  size_t before = dt_ledger_of(ctx)->n;
   s = dt_op_call(ctx, &dt_op_embedding, NULL, in, op, NULL);
   ledger_since(R, before, r);
   if (s != DT_OK) goto fail2;
@@ -274,7 +274,7 @@ static void emb_bwd_oracle(rk *R, const char *name, const garr *w, const iarr *i
   TU_OK(ctx, make(R, &G, gpl, &g));
   const dt_tensor *in[2] = {&tw, &ti}, *ov[1] = {&out}, *go[1] = {&g};
   dt_tensor *gin[2] = {&gw, NULL};
-  size_t before = ctx->ledger.n;
+  size_t before = dt_ledger_of(ctx)->n;
   dt_status s = dt_op_embedding.backward(ctx, NULL, in, ov, go, gin);
   ledger_since(R, before, &r);
   if (s != DT_OK) {
@@ -312,7 +312,7 @@ static void emb_oracles(rk *R) {
   if (emb_case(R, &w, &ids, &S0, &Rp, &r, &out)) {
     expect(R, "row-wise embedding", &r, 0, Ps);
     dt_array full;
-    size_t before = ctx->ledger.n;
+    size_t before = dt_ledger_of(ctx)->n;
     TU_OK(ctx, dt_tensor_full(ctx, &out, &full));
     ledger_since(R, before, &r);
     TU_CHECK(r.comms == 1 && r.coll[0] == DT_COLL_ALL_REDUCE,
@@ -364,7 +364,7 @@ static bool ce_case(rk *R, const garr *x, const iarr *t, const dt_placement *px,
   if ((s = make_i(R, t, pt, &tt)) != DT_OK) goto fail1;
   const dt_tensor *in[2] = {&tx, &tt};
   dt_tensor *op[2] = {&out, &lse};
-  size_t before = ctx->ledger.n;
+  size_t before = dt_ledger_of(ctx)->n;
   s = dt_op_call(ctx, &dt_op_cross_entropy, NULL, in, op, NULL);
   ledger_since(R, before, r);
   if (s != DT_OK) goto fail2;
@@ -616,13 +616,13 @@ static size_t ce_grad(rk *R, garr *x, const iarr *t, const dt_placement *px, con
   TU_OK(ctx, make(R, &G, gpl, &g));
   const dt_tensor *ov[2] = {&out, &lse}, *go[1] = {&g};
   dt_tensor *gin[2] = {&gx, NULL};
-  size_t before = ctx->ledger.n;
+  size_t before = dt_ledger_of(ctx)->n;
   s = dt_op_cross_entropy.backward(ctx, NULL, in, ov, go, gin);
   if (s != DT_OK) {
     tu_fail(__FILE__, __LINE__, "%s, rank %d: %s: %s", what, ctx->rank, dt_status_str(s),
             dt_last_error(ctx));
   } else {
-    comms = ctx->ledger.n - before;
+    comms = dt_ledger_of(ctx)->n - before;
     for (int i = 0; i < R->m; i++) gx_pl[i] = gx.pl[i];
     garr want = *x;
     ce_loss_arg la = {x, t, gval};

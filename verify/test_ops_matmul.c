@@ -174,7 +174,7 @@ static void pl_str(int m, const dt_placement *pl, char *buf, size_t n) {
 }
 
 static size_t ledger_n(const dt_ctx *ctx) {
-  return ctx->ledger.n;
+  return dt_ledger_of(ctx)->n;
 }
 
 /* Placement choice i of {R, S(0..r-1), P(sum)}. */
@@ -565,7 +565,7 @@ static dt_status oracle_body2(dt_ctx *ctx, void *arg) {
   if (st == DT_OK) {
     int ag = 0, other = 0;
     for (size_t i = n0; i < ledger_n(ctx); i++)
-      if (ctx->ledger.rows[i].op == DT_COLL_ALL_GATHER)
+      if (dt_ledger_of(ctx)->rows[i].op == DT_COLL_ALL_GATHER)
         ag++;
       else
         other++;
@@ -701,7 +701,7 @@ static dt_status partial_body(dt_ctx *ctx, void *arg) {
       if (st == DT_OK) {
         int ar = 0;
         for (size_t i = n0; i < ledger_n(ctx); i++)
-          ar += ctx->ledger.rows[i].op == DT_COLL_ALL_REDUCE;
+          ar += dt_ledger_of(ctx)->rows[i].op == DT_COLL_ALL_REDUCE;
         bool pp = true;
         for (int i = 0; i < m; i++)
           pp = pp && c.pl[i].kind == DT_PL_PARTIAL && c.pl[i].op == DT_RED_SUM;

@@ -244,10 +244,10 @@ static void run_case(rk *R, top op, const dt_op_attrs *a, const garr *in, dt_pla
   }
   const dt_tensor *ip[2] = {&t[0], &t[1]};
   dt_tensor *op_[1] = {&out};
-  size_t before = ctx->ledger.n;
+  size_t before = dt_ledger_of(ctx)->n;
   dt_status s = dt_op_call(ctx, OPS[op].op, a, ip, op_, NULL);
-  res->comms = ctx->ledger.n - before;
-  for (size_t r = 0; r < res->comms && r < 8; r++) res->coll[r] = ctx->ledger.rows[before + r].op;
+  res->comms = dt_ledger_of(ctx)->n - before;
+  for (size_t r = 0; r < res->comms && r < 8; r++) res->coll[r] = dt_ledger_of(ctx)->rows[before + r].op;
   if (s != DT_OK) {
     tu_fail(__FILE__, __LINE__, "%s, rank %d: dt_op_call -> %s: %s", what, ctx->rank,
             dt_status_str(s), dt_last_error(ctx));

@@ -228,11 +228,11 @@ static void run_case(rk *R, top op, const dt_op_attrs *a, const garr *in,
   }
   const dt_tensor *ip[2] = {&t[0], &t[1]};
   dt_tensor *op_[1] = {&out};
-  size_t before = ctx->ledger.n;
+  size_t before = dt_ledger_of(ctx)->n;
   dt_status s = dt_op_call(ctx, OPS[op].op, a, ip, op_, NULL);
   res->st = s;
-  res->comms = ctx->ledger.n - before;
-  if (res->comms) res->coll0 = ctx->ledger.rows[before].op;
+  res->comms = dt_ledger_of(ctx)->n - before;
+  if (res->comms) res->coll0 = dt_ledger_of(ctx)->rows[before].op;
   R->cases++;
   if (expect_fail) {
     if (s != DT_ERR_INVALID)
@@ -464,10 +464,10 @@ static void oracle_attention(rk *R) {
   dt_tensor t[5];
   int made = 0;
   dt_status s;
-  size_t before = ctx->ledger.n;
+  size_t before = dt_ledger_of(ctx)->n;
   DT_CHECK_GOTO(make(R, &g, pl, &t[0]), s, fail);
   made = 1;
-  before = ctx->ledger.n;
+  before = dt_ledger_of(ctx)->n;
   dt_op_attrs a;
   static const int64_t v4[4] = {B, S, H, HD}, v3[3] = {B, S, H * HD};
   const int want_dim[5] = {2, 2, 1, 2, 2};
@@ -489,8 +489,8 @@ static void oracle_attention(rk *R) {
     TU_CHECK(t[k].pl[0].kind == DT_PL_SHARD && t[k].pl[0].dim == want_dim[k],
              "TP attention step %d, rank %d: output is not S(%d)", k, ctx->rank, want_dim[k]);
   }
-  TU_CHECK(ctx->ledger.n == before, "TP attention chain, rank %d: %zu collectives, expected 0",
-           ctx->rank, ctx->ledger.n - before);
+  TU_CHECK(dt_ledger_of(ctx)->n == before, "TP attention chain, rank %d: %zu collectives, expected 0",
+           ctx->rank, dt_ledger_of(ctx)->n - before);
   check_full(R, "TP attention chain round trip", &t[4], &g, EXACT);
   R->cases++;
   goto done;
@@ -537,18 +537,18 @@ static void rms_oracle(rk *R, const char *name, int ndim, const int64_t *sh, dt_
   memset(&a, 0, sizeof a);
   const dt_tensor *ip[2] = {&tx, &tw};
   dt_tensor *op[1] = {&ty};
-  size_t b0 = ctx->ledger.n;
+  size_t b0 = dt_ledger_of(ctx)->n;
   DT_CHECK_GOTO(dt_op_call(ctx, &dt_op_rms_norm, &a, ip, op, NULL), s, fail);
   have = 3;
-  size_t fc = ctx->ledger.n - b0;
+  size_t fc = dt_ledger_of(ctx)->n - b0;
   DT_CHECK_GOTO(make_raw(R, ndim, sh, G, ty.pl, &tg), s, fail);
   have = 4;
   const dt_tensor *yo[1] = {&ty}, *go[1] = {&tg};
   dt_tensor *gp[2] = {&gin[0], &gin[1]};
-  size_t b1 = ctx->ledger.n;
+  size_t b1 = dt_ledger_of(ctx)->n;
   DT_CHECK_GOTO(dt_op_rms_norm.backward(ctx, &a, ip, yo, go, gp), s, fail);
   have = 5;
-  size_t bc = ctx->ledger.n - b1;
+  size_t bc = dt_ledger_of(ctx)->n - b1;
   TU_CHECK(fc == fwd_comms, "%s, rank %d: forward %zu collectives, expected %zu", name, ctx->rank, fc, fwd_comms);
   TU_CHECK(bc == bwd_comms, "%s, rank %d: backward %zu collectives, expected %zu", name, ctx->rank, bc, bwd_comms);
   TU_CHECK(dt_placement_eq(gin[1].pl[0], wgrad), "%s, rank %d: weight.grad placement is not the expected one",

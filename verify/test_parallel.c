@@ -266,8 +266,8 @@ typedef struct counts {
 
 static void count_ledger(const dt_ctx *ctx, counts *c) {
   memset(c, 0, sizeof *c);
-  for (size_t i = 0; i < ctx->ledger.n; i++) {
-    const dt_ledger_row *r = &ctx->ledger.rows[i];
+  for (size_t i = 0; i < dt_ledger_of(ctx)->n; i++) {
+    const dt_ledger_row *r = &dt_ledger_of(ctx)->rows[i];
     int ph = PH_OTHER, g = G_OTHER;
     for (int p = 0; p < PH_OTHER; p++)
       if (!strcmp(r->phase, ph_names[p])) ph = p;

@@ -508,7 +508,7 @@ static uint64_t ref_step_elems(const rk *R, int ndim, const int64_t *g, const dt
 static void check_ledger(const rk *R, const char *cs, const dt_redist_plan *p, size_t before,
                          dt_dtype dt, int ndim, const int64_t *g) {
   tu_count();
-  const dt_ledger *l = &R->ctx->ledger;
+  const dt_ledger *l = dt_ledger_of(R->ctx);
   int exp_step[DT_MAX_STEPS], ne = 0;
   uint64_t exp_elems[DT_MAX_STEPS];
   dt_placement cur[MAXM];
@@ -683,7 +683,7 @@ static void run_pair(rk *R, const pair_case *pc) {
     return;
   }
 
-  size_t before = ctx->ledger.n;
+  size_t before = dt_ledger_of(ctx)->n;
   dt_status s = pc->run_plan ? dt_redistribute_run(ctx, &t, &plan, &out)
                              : dt_redistribute(ctx, &t, dst_arg, pc->planner, &out);
   if (ok_or_fail(R, cs, pc->run_plan ? "dt_redistribute_run" : "dt_redistribute", s, true)) {
@@ -872,7 +872,7 @@ static void run_refusals(rk *R, const shape_cfg *sh) {
       memset(&t, 0, sizeof t);
       if (ok_or_fail(R, cs, "dt_tensor_from_local",
                      dt_tensor_from_local(ctx, R->mesh, &piece, src, ndim, sh->g, &t), true)) {
-        size_t before = ctx->ledger.n;
+        size_t before = dt_ledger_of(ctx)->n;
         dt_status s = dt_redistribute(ctx, &t, dst, DT_PLANNER_GREEDY, &out);
         if (s != DT_ERR_INVALID) {
           cfail(R, cs, "dt_redistribute returned %s, expected invalid argument",
@@ -881,8 +881,8 @@ static void run_refusals(rk *R, const shape_cfg *sh) {
         } else if (!one_line_msg(dt_last_error(ctx))) {
           cfail(R, cs, "the reason '%s' is not a non-empty single line", dt_last_error(ctx));
         }
-        if (ctx->ledger.n != before)
-          cfail(R, cs, "a refused redistribute recorded %zu collectives", ctx->ledger.n - before);
+        if (dt_ledger_of(ctx)->n != before)
+          cfail(R, cs, "a refused redistribute recorded %zu collectives", dt_ledger_of(ctx)->n - before);
         dt_error_clear(ctx);
         dt_layout lay;
         dt_tensor_layout(&t, &lay);
@@ -946,12 +946,12 @@ static void run_to_partial(rk *R, job *J, const shape_cfg *sh) {
           R, cs, "dt_redistribute_plan",
           dt_redistribute_plan(ctx, &lay, src, dst, DT_PLANNER_GREEDY, &plan), false);
       if (have_plan) check_plan(R, cs, &plan, ndim, src, dst, DT_PLANNER_GREEDY);
-      size_t before = ctx->ledger.n;
+      size_t before = dt_ledger_of(ctx)->n;
       if (ok_or_fail(R, cs, "dt_redistribute",
                      dt_redistribute(ctx, &t, dst, DT_PLANNER_GREEDY, &out), true)) {
         if (have_plan) check_ledger(R, cs, &plan, before, DT_F32, ndim, sh->g);
-        if (ctx->ledger.n != before)
-          cfail(R, cs, "R -> S/P is local but recorded %zu collectives", ctx->ledger.n - before);
+        if (dt_ledger_of(ctx)->n != before)
+          cfail(R, cs, "R -> S/P is local but recorded %zu collectives", dt_ledger_of(ctx)->n - before);
         check_created(R, cs, "R -> P", &out, dst, sh, DT_F32, seed);
         dt_tensor_free(ctx, &out);
       }
@@ -1097,7 +1097,7 @@ static void run_oracles(rk *R) {
       cfail(R, o->src, "cannot parse the oracle %s -> %s", o->src, o->dst);
       continue;
     }
-    size_t before = ctx->ledger.n;
+    size_t before = dt_ledger_of(ctx)->n;
     run_pair(R, &pc); /* values, plan and ledger as every pair */
     if (R->fatal != DT_OK) return;
     /* the first rows after `before` are the redistribute's: run_pair then calls
@@ -1119,8 +1119,8 @@ static void run_oracles(rk *R) {
     for (int j = 0; j < plan.n; j++) ncomm += ref_step_coll((int)plan.steps[j].kind) >= 0;
     char got[128] = "";
     size_t pos = 0;
-    for (size_t r = before; r < before + (size_t)ncomm && r < ctx->ledger.n; r++) {
-      const dt_ledger_row *row = &ctx->ledger.rows[r];
+    for (size_t r = before; r < before + (size_t)ncomm && r < dt_ledger_of(ctx)->n; r++) {
+      const dt_ledger_row *row = &dt_ledger_of(ctx)->rows[r];
       const char *op = row->op == DT_COLL_ALL_GATHER ? "AG"
                        : row->op == DT_COLL_ALL_TO_ALL ? "A2A"
                        : row->op == DT_COLL_ALL_REDUCE ? "AR"
@@ -1178,7 +1178,7 @@ static void run_bad_source(rk *R) {
   for (int k = 0; k < nc; k++) {
     char cs[96];
     snprintf(cs, sizeof cs, "scatter_from world rank %d (not in the mesh)", cand[k]);
-    size_t mem0 = ctx->mem.host_cur, before = ctx->ledger.n;
+    size_t mem0 = ctx->mem.host_cur, before = dt_ledger_of(ctx)->n;
     dt_array glob;
     if (!ok_or_fail(R, cs, "dt_array_create",
                     dt_array_create(ctx, DT_DEV_CPU, DT_F32, 2, g, &glob), true))
@@ -1192,8 +1192,8 @@ static void run_bad_source(rk *R) {
       if (s == DT_OK) dt_tensor_free(ctx, &t);
       else R->fatal = s; /* a peer may be waiting */
     }
-    if (ctx->ledger.n != before)
-      cfail(R, cs, "recorded %zu collectives", ctx->ledger.n - before);
+    if (dt_ledger_of(ctx)->n != before)
+      cfail(R, cs, "recorded %zu collectives", dt_ledger_of(ctx)->n - before);
     dt_error_clear(ctx);
     dt_array_free(ctx, &glob);
     if (ctx->mem.host_cur != mem0)
@@ -1240,13 +1240,13 @@ static void run_creation(rk *R, job *J, const shape_cfg *sh, const dt_placement 
   snprintf(cs, sizeof cs, "shape [%s] %s, scatter_from rank %d to %s", gsd, dt_dtype_name(dt),
            srcr, a);
   memset(&t, 0, sizeof t);
-  size_t lb = ctx->ledger.n;
+  size_t lb = dt_ledger_of(ctx)->n;
   if (ok_or_fail(R, cs, "dt_tensor_scatter_from",
                  dt_tensor_scatter_from(ctx, R->mesh, ctx->rank == srcr ? &glob : NULL, srcr,
                                         sh->ndim, sh->g, dt, pla, &t),
                  true)) {
     /* the data moved through the comm front when the mesh has more than one rank */
-    if (world > 1 && ctx->ledger.n == lb)
+    if (world > 1 && dt_ledger_of(ctx)->n == lb)
       cfail(R, cs, "scatter_from recorded no collective in the ledger");
     check_created(R, cs, "scatter_from", &t, pl, sh, dt, seed);
     dt_tensor_free(ctx, &t);

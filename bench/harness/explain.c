@@ -476,14 +476,14 @@ static dt_status run_rank(dt_ctx *ctx, void *argp) {
   dt_ledger_enable(ctx, true);
   DT_CHECK_GOTO(dt_redistribute(ctx, &src, o->dst, o->planner, &out), s, done);
   have_out = true;
-  if (ctx->ledger.n) {
-    ro->rows = malloc(ctx->ledger.n * sizeof *ro->rows);
+  if (dt_ledger_of(ctx)->n) {
+    ro->rows = malloc(dt_ledger_of(ctx)->n * sizeof *ro->rows);
     if (!ro->rows) {
       s = dt_error(ctx, DT_ERR_NOMEM, "explain", "cannot copy the ledger");
       goto done;
     }
-    memcpy(ro->rows, ctx->ledger.rows, ctx->ledger.n * sizeof *ro->rows);
-    ro->nrows = ctx->ledger.n;
+    memcpy(ro->rows, dt_ledger_of(ctx)->rows, dt_ledger_of(ctx)->n * sizeof *ro->rows);
+    ro->nrows = dt_ledger_of(ctx)->n;
   }
   dt_ledger_enable(ctx, false); /* full_tensor below is the check, not the plan */
 

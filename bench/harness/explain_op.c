@@ -652,11 +652,11 @@ static void make_redists(const eo_opts *o, report *rp) {
 
 static dt_status copy_rows(dt_ctx *ctx, dt_ledger_row **rows, size_t *n) {
   *n = 0;
-  if (!ctx->ledger.n) return DT_OK;
-  *rows = malloc(ctx->ledger.n * sizeof **rows);
+  if (!dt_ledger_of(ctx)->n) return DT_OK;
+  *rows = malloc(dt_ledger_of(ctx)->n * sizeof **rows);
   if (!*rows) return dt_error(ctx, DT_ERR_NOMEM, "explain", "cannot copy the ledger");
-  memcpy(*rows, ctx->ledger.rows, ctx->ledger.n * sizeof **rows);
-  *n = ctx->ledger.n;
+  memcpy(*rows, dt_ledger_of(ctx)->rows, dt_ledger_of(ctx)->n * sizeof **rows);
+  *n = dt_ledger_of(ctx)->n;
   return DT_OK;
 }
 

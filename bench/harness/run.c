@@ -385,7 +385,7 @@ static dt_status train(dt_ctx *ctx, dt_mesh *mesh, job *j) {
   if (ctx->rank == 0) {
     j->step_time_s = o->steps > 0 ? sb_median(times + o->warmup, o->steps) : NAN;
     j->peak_mem = (int64_t)mem;
-    for (size_t i = 0; i < ctx->ledger.n; i++) add_comm(j, &ctx->ledger.rows[i]);
+    for (size_t i = 0; i < dt_ledger_of(ctx)->n; i++) add_comm(j, &dt_ledger_of(ctx)->rows[i]);
     for (int i = 0; i < j->n_comm; i++) { /* per step */
       sb_comm_row *c = &j->comm[i];
       c->calls = (c->calls + o->steps / 2) / o->steps;

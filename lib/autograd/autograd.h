@@ -12,10 +12,11 @@
  * is reduced once, when a consumer needs it reduced or when the user asks
  * (dt_var_grad_reduce). The tape flag eager_reduce instead all_reduces each
  * incoming Partial contribution to Replicate before accumulating it (PyTorch's
- * behaviour), one collective per use. Redistribute's backward follows
- * dtensor-semantics.md 2.2: the gradient goes from the target placements back to
- * the source's, where a Partial source dim becomes Replicate unless the
- * gradient is itself Partial there.
+ * behaviour), one collective per use. Redistribute's backward is PyTorch's
+ * (torch/distributed/tensor/_redistribute.py, Redistribute.backward): the
+ * gradient goes from the target placements back to the source's, where a
+ * Partial source dim becomes Replicate unless the gradient is itself Partial
+ * there, so a gradient is never turned back into a pending reduction.
  *
  * Collectives: dt_ad_op, dt_ad_redistribute, dt_backward and dt_var_grad_reduce
  * may communicate, so every rank of the mesh calls them in the same order (SPMD).
@@ -28,7 +29,7 @@
 #ifndef DT_AUTOGRAD_H
 #define DT_AUTOGRAD_H
 
-#include "ops/ops.h"
+#include "../ops/ops.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -67,7 +68,7 @@ dt_status dt_ad_op(dt_tape *t, const dt_op *op, const dt_op_attrs *attrs, dt_var
                    dt_var **out);
 
 /* Redistributes x's value to dst (greedy planner) into a new variable *out,
- * recorded as described above (backward: 2.2). */
+ * recorded as described above (backward: Redistribute.backward's rule, above). */
 dt_status dt_ad_redistribute(dt_tape *t, dt_var *x, const dt_placement *dst, dt_var **out);
 
 /* Backpropagates from root. seed: the gradient of root (copied; same mesh and

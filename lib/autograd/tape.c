@@ -5,9 +5,9 @@
  * an op of lib/ops with a copy of its attrs, or a redistribute with the source
  * placements. dt_backward walks the nodes from last to first; a node runs when
  * one of its outputs has a gradient, by the op's backward (DTensor ops via
- * dt_op_call) or by a redistribute (dtensor-semantics.md 2.2), and its inputs'
- * gradients accumulate with dt_op_add. Nodes are appended in execution order,
- * so reverse order is a valid topological order.
+ * dt_op_call) or by a redistribute (PyTorch's Redistribute.backward rule, see
+ * autograd.h), and its inputs' gradients accumulate with dt_op_add. Nodes are
+ * appended in execution order, so reverse order is a valid topological order.
  *
  * What it is not: no graph pruning beyond "no output gradient, skip", no
  * retain_graph bookkeeping (the graph is never freed before the tape), no
@@ -18,7 +18,6 @@
 #include <string.h>
 
 #include "autograd/autograd.h"
-#include "dtensor/tensor_impl.h"
 
 struct dt_var {
   dt_tensor value;
@@ -249,9 +248,10 @@ static dt_status accumulate(dt_tape *t, dt_var *v, dt_tensor *g) {
   return DT_OK;
 }
 
-/* Backward of a redistribute node (2.2): g (the output's gradient, any
- * placements) goes to the source placements, where a Partial source dim becomes
- * Replicate unless g is Partial on that dim too. */
+/* Backward of a redistribute node (PyTorch's Redistribute.backward, in
+ * _redistribute.py): g (the output's gradient, any placements) goes to the
+ * source placements, where a Partial source dim becomes Replicate unless g is
+ * Partial on that dim too. */
 static dt_status redist_backward(dt_tape *t, const node *n, const dt_tensor *g, dt_tensor *gin) {
   dt_placement dst[DT_MAX_MESH_DIMS];
   for (int i = 0; i < g->mesh_ndim; i++) {

@@ -61,13 +61,56 @@ uint64_t dt_coll_elems(dt_coll c, uint64_t count, int n) {
   }
 }
 
-/* ---- ledger ---- */
+/* ---- ledger ----
+ * The rank's ledger hangs on its context (dt_ctx_ext) under the address of
+ * ledger_key, and is freed by dt_ctx_release. */
 
-void dt_ledger_clear(dt_ctx *ctx) { ctx->ledger.n = 0; }
-void dt_ledger_enable(dt_ctx *ctx, bool on) { ctx->ledger.enabled = on; }
+static const char ledger_key;
+static const dt_ledger no_ledger = {NULL, 0, 0, true};
+
+static void ledger_free(dt_ctx *ctx, void *data) {
+  (void)ctx;
+  dt_ledger *l = data;
+  free(l->rows);
+  free(l);
+}
+
+static dt_ledger *ledger_get(const dt_ctx *ctx) { return dt_ctx_ext_get(ctx, &ledger_key); }
+
+const dt_ledger *dt_ledger_of(const dt_ctx *ctx) {
+  const dt_ledger *l = ledger_get(ctx);
+  return l ? l : &no_ledger;
+}
+
+dt_status dt_ledger_init(dt_ctx *ctx, bool enabled) {
+  if (!ctx) return DT_ERR_INVALID;
+  dt_ledger *l = ledger_get(ctx);
+  if (!l) {
+    l = calloc(1, sizeof *l);
+    if (!l) return dt_error(ctx, DT_ERR_NOMEM, "dt_ledger_init", "no memory for the ledger");
+    dt_status s = dt_ctx_ext_set(ctx, &ledger_key, l, ledger_free);
+    if (s != DT_OK) {
+      free(l);
+      return s;
+    }
+  }
+  l->enabled = enabled;
+  return DT_OK;
+}
+
+void dt_ledger_clear(dt_ctx *ctx) {
+  dt_ledger *l = ledger_get(ctx);
+  if (l) l->n = 0;
+}
+
+void dt_ledger_enable(dt_ctx *ctx, bool on) { (void)dt_ledger_init(ctx, on); }
 
 dt_status dt_ledger_append(dt_ctx *ctx, const dt_ledger_row *row) {
-  dt_ledger *l = &ctx->ledger;
+  dt_ledger *l = ledger_get(ctx);
+  if (!l) {
+    DT_CHECK(dt_ledger_init(ctx, true));
+    l = ledger_get(ctx);
+  }
   if (l->n == l->cap) {
     size_t cap = l->cap ? 2 * l->cap : 64;
     dt_ledger_row *r = realloc(l->rows, cap * sizeof *r);
@@ -81,7 +124,7 @@ dt_status dt_ledger_append(dt_ctx *ctx, const dt_ledger_row *row) {
 
 static void record(dt_comm *c, dt_coll op, int red, uint64_t count, dt_dtype t, double secs) {
   dt_ctx *ctx = c->ctx;
-  if (!ctx || !ctx->ledger.enabled) return;
+  if (!ctx || !dt_ledger_of(ctx)->enabled) return;
   dt_ledger_row r;
   memset(&r, 0, sizeof r);
   r.op = (int)op;

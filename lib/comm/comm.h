@@ -3,9 +3,9 @@
  * Every collective of the runtime goes through the dt_comm_* functions below,
  * which time the call and append one row to the calling rank's ledger (op, group,
  * group size, elements, dtype, payload bytes, wire bytes by the ring model,
- * seconds, phase, scope). Backends (threads, mpi; nccl later) fill a dt_comm_ops
- * table and never write the ledger themselves. This layer knows nothing of
- * meshes or placements.
+ * seconds, phase, scope). Backends (threads, mpi) fill a dt_comm_ops table and
+ * never write the ledger themselves. This layer knows nothing of devices, meshes
+ * or placements, and does not start ranks (lib/launch does).
  *
  * Counts: all_gather, reduce_scatter and scatter take the count held by ONE rank
  * (the output of all_gather and the input of reduce_scatter are count * size);
@@ -15,7 +15,7 @@
 #ifndef DT_COMM_H
 #define DT_COMM_H
 
-#include "core/core.h"
+#include "../core/core.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -50,6 +50,49 @@ dt_status dt_reduce_parse(const char *s, dt_reduce_op *out);
 double dt_coll_bus_factor(dt_coll c, int n);
 /* Elements in the nccl-tests array size S of a call with the given count. */
 uint64_t dt_coll_elems(dt_coll c, uint64_t count, int n);
+
+/* Most ranks of a threads job (one process, a thread per rank). */
+enum { DT_THREADS_MAX_WORLD = 1024 };
+
+/* ---- the ledger: every collective the rank issued -------------------------- */
+
+/* One collective call as the comm front saw it. */
+typedef struct dt_ledger_row {
+  int op;                    /* dt_coll */
+  int reduce;                /* dt_reduce_op, or -1 */
+  char group[DT_LABEL_LEN];  /* communicator name, e.g. "tp" or "world" */
+  int group_size;
+  uint64_t elems;            /* elements in S (the nccl-tests array size) */
+  int dtype;                 /* dt_dtype */
+  uint64_t payload_bytes;    /* S in bytes */
+  double wire_bytes;         /* bytes each rank moves by the ring model */
+  double seconds;            /* wall time of the call on this rank */
+  char phase[16];            /* ctx->phase at the call: "forward", "backward", "" ... */
+  char scope[DT_LABEL_LEN];  /* ctx->scope at the call: module fqn or other caller label */
+} dt_ledger_row;
+
+typedef struct dt_ledger {
+  dt_ledger_row *rows;       /* rows[0..n), oldest first */
+  size_t n, cap;
+  bool enabled;              /* false: calls are not recorded */
+} dt_ledger;
+
+/* The calling rank's ledger (read only; never NULL). Before the rank has one
+ * it is an empty ledger that reads enabled: recording is on by default. */
+const dt_ledger *dt_ledger_of(const dt_ctx *ctx);
+/* Gives the rank its ledger (kept on ctx until dt_ctx_release), recording or
+ * not; on a rank that has one, only sets `enabled`. The launchers call it for
+ * every rank they start. DT_ERR_NOMEM (recorded) when out of memory. */
+dt_status dt_ledger_init(dt_ctx *ctx, bool enabled);
+/* Drops the rows (keeps the memory and the enabled flag). */
+void dt_ledger_clear(dt_ctx *ctx);
+/* Turns recording on or off (dt_ledger_init; an allocation failure is
+ * recorded on ctx and leaves recording as it was). */
+void dt_ledger_enable(dt_ctx *ctx, bool on);
+/* Appends a row (used by the front; exposed for tests of reporters). */
+dt_status dt_ledger_append(dt_ctx *ctx, const dt_ledger_row *row);
+
+/* ---- backends and the front ---------------------------------------------- */
 
 typedef struct dt_comm_ops {
   const char *name;  /* "threads", "mpi" */
@@ -105,12 +148,6 @@ dt_status dt_comm_barrier(dt_comm *c);
 /* Split (see dt_comm_ops.split); the new communicator is named `name`. */
 dt_status dt_comm_split(dt_comm *c, int color, int key, const char *name, dt_comm **out);
 void dt_comm_destroy(dt_comm *c);
-
-/* Ledger access for the calling rank. */
-void dt_ledger_clear(dt_ctx *ctx);
-void dt_ledger_enable(dt_ctx *ctx, bool on);
-/* Appends a row (used by the front; exposed for tests of reporters). */
-dt_status dt_ledger_append(dt_ctx *ctx, const dt_ledger_row *row);
 
 /* Helpers for backends: element-wise reduce `in` into `acc` (n elements; the
  * two must not overlap). */

@@ -1,4 +1,5 @@
-/* lib/comm/comm_mpi.c: the Open MPI comm backend and the MPI launcher.
+/* lib/comm/comm_mpi.c: the Open MPI comm backend, and the job it runs in (set
+ * up, ended and agreed on for the MPI launcher, lib/launch/launch_mpi.c).
  *
  * One rank per process, under mpirun. The world dt_comm wraps an MPI_Comm_dup of
  * MPI_COMM_WORLD; split comms wrap MPI_Comm_split results. Every blocking
@@ -9,12 +10,12 @@
  *
  *   - each job owns a private control communicator (another dup of
  *     MPI_COMM_WORLD) with one pre-posted MPI_Irecv(ANY_SOURCE, abort tag);
- *   - a rank whose fn fails, whose collective waits past opts.timeout_s, or
+ *   - a rank whose fn fails, whose collective waits past the job timeout, or
  *     whose MPI call errors sends a notice (its rank, status and last error) to
  *     every other rank, once per job;
  *   - a rank that receives a notice returns DT_ERR_ABORTED from the pending
  *     call and, without touching MPI, from every later one;
- *   - at the end, dt_launch_mpi agrees on the outcome over the control comm
+ *   - at the end, dt_mpi_job_agree agrees on the outcome over the control comm
  *     (polled MPI_Iallreduce + MPI_Ibcast), since the data comms of an aborted
  *     job may hold collectives that will never complete.
  *
@@ -57,9 +58,9 @@
  *     (nothing of the caller's runs in between), but a member whose barrier poll
  *     times out in that instant would leave the others in MPI_Comm_split.
  *
- * Without HAVE_MPI every public function is a stub: DT_ERR_UNSUPPORTED (rank 0,
- * size 1, finish is a no-op). The library never prints or exits; dt_mpi_finish
- * with job_ok == false calls MPI_Abort, which is its documented purpose.
+ * Without HAVE_MPI this file defines nothing: the MPI launcher refuses with
+ * DT_ERR_UNSUPPORTED before it would call into the job. The backend never
+ * prints or exits.
  */
 #include "config.h"
 
@@ -68,7 +69,6 @@
 #include <string.h>
 
 #include "comm/comm_impl.h"
-#include "device/device.h"
 
 #ifdef HAVE_MPI
 
@@ -111,7 +111,7 @@ enum {
  * of local compute; a tight test timeout (0.5 s) should not turn a slow unwind
  * into a second, misleading failure. A rank stuck for good still ends the wait. */
 #define DT_MPI_AGREE_GRACE_S 10.0
-/* Default collective timeout when opts.timeout_s <= 0 (launch.h). */
+/* Default collective timeout when the launcher passes none (timeout_s <= 0). */
 #define DT_MPI_DEFAULT_TIMEOUT_S 300.0
 
 /* An abort notice as sent on the control comm (MPI_BYTE: homogeneous nodes). */
@@ -135,7 +135,8 @@ typedef struct dt_mpi_pending {
   int peer_world, tag;        /* for error messages */
 } dt_mpi_pending;
 
-/* Per-process state of one MPI job. Owned by dt_launch_mpi; every dt_comm of the
+/* Per-process state of one MPI job. Owned by the launcher (dt_mpi_job_open to
+ * dt_mpi_job_close); every dt_comm of the
  * job points to it. */
 typedef struct dt_mpi_job {
   int rank, size;             /* this process in MPI_COMM_WORLD */
@@ -888,10 +889,10 @@ static dt_status local_rank(dt_ctx *ctx, int rank, int *out) {
  * notice); ranks that merely saw a notice (DT_ERR_ABORTED) do not count. When no
  * rank originated one (a fn returned an error without telling anyone, e.g. after
  * ignoring an abort), the lowest rank with an error stands in. Fills the failed_*
- * fields of rep (may be NULL) and returns DT_OK when every rank succeeded, else the
+ * fields of out (may be NULL) and returns DT_OK when every rank succeeded, else the
  * first failure's status. If the agreement itself times out (a rank never
  * finished fn within timeout + grace), this rank reports what it knows. */
-static dt_status job_agree(dt_mpi_job *job, dt_ctx *ctx, dt_status fn_st, dt_launch_report *rep) {
+static dt_status job_agree(dt_mpi_job *job, dt_ctx *ctx, dt_status fn_st, dt_job_outcome *out) {
   const int n = job->size, me = job->rank;
   dt_mpi_outcome *oc = &job->agree_oc;
   job->agree_key = job->originated ? me : fn_st != DT_OK ? n + me : 2 * n;
@@ -941,119 +942,32 @@ static dt_status job_agree(dt_mpi_job *job, dt_ctx *ctx, dt_status fn_st, dt_lau
     st = (dt_status)job->abort.status;
     snprintf(msg, sizeof msg, "%s", job->abort.msg);
   }
-  if (rep) {
-    rep->failed_rank = root;
-    rep->failed_status = st;
-    snprintf(rep->failed_msg, sizeof rep->failed_msg, "%s", msg);
+  if (out) {
+    out->failed_rank = root;
+    out->failed_status = st;
+    snprintf(out->failed_msg, sizeof out->failed_msg, "%s", msg);
   }
   return st;
 }
 
-/* ---- public ------------------------------------------------------------------------ */
+/* ---- the job, for the launcher (comm_job.h) -------------------------------------- */
 
-dt_status dt_mpi_init(int *argc, char ***argv) {
-  int inited = 0, finalized = 0;
-  if (MPI_Initialized(&inited) != MPI_SUCCESS || MPI_Finalized(&finalized) != MPI_SUCCESS)
-    return DT_ERR_BACKEND;
-  if (finalized) return DT_ERR_BACKEND; /* MPI cannot be initialised twice */
-  if (inited) return DT_OK;
-  /* Serialized: only the thread that calls dt_launch talks to MPI. */
-  int provided = 0;
-  if (MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS)
-    return DT_ERR_BACKEND;
-  return DT_OK;
-}
-
-static bool mpi_live(void) {
-  int inited = 0, finalized = 0;
-  if (MPI_Initialized(&inited) != MPI_SUCCESS || MPI_Finalized(&finalized) != MPI_SUCCESS)
-    return false;
-  return inited && !finalized;
-}
-
-int dt_mpi_rank(void) {
-  int r = 0;
-  if (!mpi_live() || MPI_Comm_rank(MPI_COMM_WORLD, &r) != MPI_SUCCESS) return 0;
-  return r;
-}
-
-int dt_mpi_size(void) {
-  int n = 1;
-  if (!mpi_live() || MPI_Comm_size(MPI_COMM_WORLD, &n) != MPI_SUCCESS) return 1;
-  return n;
-}
-
-void dt_mpi_finish(bool job_ok) {
-  if (!mpi_live()) return;
-  if (job_ok)
-    MPI_Finalize();
-  else
-    MPI_Abort(MPI_COMM_WORLD, 1);
-}
-
-static void report_init(dt_launch_report *rep) {
-  if (!rep) return;
-  memset(rep, 0, sizeof *rep);
-  rep->failed_rank = -1;
-}
-
-/* A failure before the job exists: only this rank knows; report it as its own. */
-static dt_status report_local(dt_launch_report *rep, int rank, dt_status s, const char *msg) {
-  if (rep) {
-    rep->failed_rank = rank;
-    rep->failed_status = s;
-    snprintf(rep->failed_msg, sizeof rep->failed_msg, "%s", msg);
-    if (rep->rank_status) rep->rank_status[0] = s;
-  }
-  return s;
-}
-
-/* Runs fn once on this process's rank (see launch.h). Collective over
- * MPI_COMM_WORLD: every process of the job must call it, with the same opts.
- * Steps: init MPI if needed; the blocking setup collectives (control and data
- * comm dups, the node split for CUDA), which every rank runs whatever failed
- * locally so that none is left waiting in them; local setup and the device;
- * fn; on error, notify the others; agree on the outcome; free. After the setup
- * collectives nothing blocks without polling. MPI stays initialised
- * (dt_mpi_finish ends it). */
-dt_status dt_launch_mpi(const dt_launch_opts *opts, dt_spmd_fn fn, void *arg,
-                        dt_launch_report *rep) {
+dt_status dt_mpi_job_open(dt_ctx *ctx, dt_status st, double timeout_s, dt_mpi_job **jobp,
+                          dt_comm **world, int *node_rank) {
   const char *opn = "dt_launch_mpi";
-  report_init(rep);
-  if (!opts || !fn) return report_local(rep, -1, DT_ERR_INVALID, "dt_launch_mpi: no opts or fn");
-  if (dt_mpi_init(NULL, NULL) != DT_OK)
-    return report_local(rep, -1, DT_ERR_BACKEND, "dt_launch_mpi: MPI could not be initialised");
-  int rank = 0, size = 1;
-  if (MPI_Comm_rank(MPI_COMM_WORLD, &rank) != MPI_SUCCESS ||
-      MPI_Comm_size(MPI_COMM_WORLD, &size) != MPI_SUCCESS)
-    return report_local(rep, -1, DT_ERR_BACKEND, "dt_launch_mpi: MPI_COMM_WORLD unusable");
-  double timeout_s = opts->timeout_s > 0 ? opts->timeout_s : DT_MPI_DEFAULT_TIMEOUT_S;
-  dt_ctx ctx;
-  dt_ctx_init(&ctx, rank, size);
-  ctx.ledger.enabled = !opts->no_ledger;
-
+  *jobp = NULL;
+  *world = NULL;
+  if (timeout_s <= 0) timeout_s = DT_MPI_DEFAULT_TIMEOUT_S;
   /* Local allocations first; a failure is acted on after the collectives. */
-  dt_status s = DT_OK;
-  if (rep) {
-    rep->world = size;
-    rep->first_rank = rank;
-    rep->n_local = 1;
-    rep->rank_status = malloc(sizeof(dt_status));
-    if (!rep->rank_status) {
-      rep->n_local = 0;
-      s = dt_error(&ctx, DT_ERR_NOMEM, opn, "no memory for the report");
-    }
-  }
-  dt_mpi_job *job = job_new(&ctx, rank, size, timeout_s);
-  if (!job && s == DT_OK) s = DT_ERR_NOMEM;
+  dt_mpi_job *job = job_new(ctx, ctx->rank, ctx->world_size, timeout_s);
+  if (!job && st == DT_OK) st = DT_ERR_NOMEM;
 
   /* The blocking collectives, each attempted on every rank. */
   MPI_Comm ctrl = MPI_COMM_NULL, data = MPI_COMM_NULL;
-  dt_status sc = DT_MPI(&ctx, opn, MPI_Comm_dup, MPI_COMM_WORLD, &ctrl);
-  dt_status sd = DT_MPI(&ctx, opn, MPI_Comm_dup, MPI_COMM_WORLD, &data);
-  int ordinal = 0;
-  dt_status sn = opts->device == DT_DEV_CUDA ? local_rank(&ctx, rank, &ordinal) : DT_OK;
-  if (s == DT_OK) s = sc != DT_OK ? sc : sd != DT_OK ? sd : sn;
+  dt_status sc = DT_MPI(ctx, opn, MPI_Comm_dup, MPI_COMM_WORLD, &ctrl);
+  dt_status sd = DT_MPI(ctx, opn, MPI_Comm_dup, MPI_COMM_WORLD, &data);
+  dt_status sn = node_rank ? local_rank(ctx, ctx->rank, node_rank) : DT_OK;
+  if (st == DT_OK) st = sc != DT_OK ? sc : sd != DT_OK ? sd : sn;
 
   if (!job || ctrl == MPI_COMM_NULL) {
     /* Nobody can be told: the others end by their timeout, not in a hang. */
@@ -1063,72 +977,28 @@ dt_status dt_launch_mpi(const dt_launch_opts *opts, dt_spmd_fn fn, void *arg,
       free(job->notice_reqs);
       free(job);
     }
-    report_local(rep, rank, s, ctx.last_error);
-    dt_ctx_release(&ctx);
-    return s;
+    return st;
   }
   job->ctrl = ctrl;
-  if (s == DT_OK) s = job_start(job, &ctx);
-  dt_comm *world = NULL;
-  if (s == DT_OK) s = comm_wrap(&ctx, job, &data, "world", opn, &world);
+  if (st == DT_OK) st = job_start(job, ctx);
+  if (st == DT_OK) st = comm_wrap(ctx, job, &data, "world", opn, world);
   if (data != MPI_COMM_NULL) MPI_Comm_free(&data); /* not taken over */
-  dt_device *dev = NULL;
-  if (s == DT_OK) {
-    if (opts->device == DT_DEV_CUDA) {
-      int ngpu = dt_device_cuda_count();
-      s = dt_device_cuda_create(&ctx, ngpu > 0 ? ordinal % ngpu : ordinal, &dev);
-    } else {
-      s = dt_device_cpu_create(&ctx, &dev);
-    }
-  }
+  *jobp = job;
+  return st;
+}
 
-  dt_status fn_st = s; /* a setup failure counts as this rank's failure */
-  if (s == DT_OK) {
-    ctx.world = world;
-    ctx.device = dev;
-    fn_st = fn(&ctx, arg);
-  }
+dt_status dt_mpi_job_done(dt_mpi_job *job, dt_ctx *ctx, dt_status fn_st) {
   /* fn's sends still in flight must reach their receivers before it counts as done. */
-  if (fn_st == DT_OK && job->npend) fn_st = job_flush(job, &ctx);
+  if (fn_st == DT_OK && job->npend) fn_st = job_flush(job, ctx);
   if (fn_st != DT_OK)
-    job_notify(job, &ctx, fn_st, ctx.last_error[0] ? ctx.last_error : dt_status_str(fn_st));
-  if (rep && rep->rank_status) rep->rank_status[0] = fn_st;
-  dt_status result = job_agree(job, &ctx, fn_st, rep);
-
-  ctx.world = NULL;
-  ctx.device = NULL;
-  dt_device_destroy(dev);
-  dt_comm_destroy(world);
-  job_close(job, &ctx);
-  dt_ctx_release(&ctx);
-  return result;
+    job_notify(job, ctx, fn_st, ctx->last_error[0] ? ctx->last_error : dt_status_str(fn_st));
+  return fn_st;
 }
 
-#else /* !HAVE_MPI: stubs */
-
-dt_status dt_mpi_init(int *argc, char ***argv) {
-  (void)argc;
-  (void)argv;
-  return DT_ERR_UNSUPPORTED;
+dt_status dt_mpi_job_agree(dt_mpi_job *job, dt_ctx *ctx, dt_status rank_st, dt_job_outcome *out) {
+  return job_agree(job, ctx, rank_st, out);
 }
 
-int dt_mpi_rank(void) { return 0; }
-int dt_mpi_size(void) { return 1; }
-void dt_mpi_finish(bool job_ok) { (void)job_ok; }
-
-dt_status dt_launch_mpi(const dt_launch_opts *opts, dt_spmd_fn fn, void *arg,
-                        dt_launch_report *rep) {
-  (void)opts;
-  (void)fn;
-  (void)arg;
-  if (rep) {
-    memset(rep, 0, sizeof *rep);
-    rep->failed_rank = -1;
-    rep->failed_status = DT_ERR_UNSUPPORTED;
-    snprintf(rep->failed_msg, sizeof rep->failed_msg,
-             "dt_launch_mpi: this libdtensor was built without MPI");
-  }
-  return DT_ERR_UNSUPPORTED;
-}
+void dt_mpi_job_close(dt_mpi_job *job, dt_ctx *ctx) { job_close(job, ctx); }
 
 #endif /* HAVE_MPI */

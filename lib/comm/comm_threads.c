@@ -12,8 +12,10 @@
  *   reduce_scatter  = the first half of that; all_gather = the second.
  *
  * Every element is reduced once, by one rank, in rank order: results are
- * bitwise identical run to run and on every rank. Waiting ranks block on the
- * condvar (never spin), so 32 ranks share 2 cores without starving anyone.
+ * bitwise identical run to run and on every rank. A waiting rank polls for a
+ * few microseconds only when every rank has a core of its own (job->spin);
+ * otherwise, and after that, it blocks on the condvar, so 32 ranks share 2
+ * cores without starving anyone.
  *
  * Failure: the job (dt_threads_job) holds a failed flag. When a rank fails
  * (launcher) or a wait passes the timeout (here), the flag is set and every

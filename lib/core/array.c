@@ -1,11 +1,11 @@
 /* lib/core/array.c: dt_array, a contiguous row-major local tensor on one device.
- * Allocation on a CUDA array goes through the rank's device (ctx->device). */
+ * A host array comes from the host allocator; any other kind from the memory a
+ * device backend installed on the rank's context (ctx->dev_mem). */
 #include "config.h"
 
 #include <string.h>
 
 #include "core/core.h"
-#include "device/device.h"
 
 int64_t dt_shape_numel(int ndim, const int64_t *shape) {
   int64_t n = 1;
@@ -45,10 +45,10 @@ dt_status dt_array_create(dt_ctx *ctx, dt_device_kind dev, dt_dtype dtype, int n
     out->data = dt_host_alloc(ctx, bytes);
     if (!out->data) return DT_ERR_NOMEM;
   } else {
-    if (!ctx || !ctx->device || ctx->device->kind != dev)
+    if (!ctx || ctx->dev_mem.kind != dev || !ctx->dev_mem.alloc)
       return dt_error(ctx, DT_ERR_INVALID, "dt_array_create",
                       "no device of the requested kind on this rank");
-    DT_CHECK(dt_device_alloc(ctx->device, bytes, &out->data));
+    DT_CHECK(ctx->dev_mem.alloc(ctx->dev_mem.owner, bytes, &out->data));
   }
   out->owns = true;
   return DT_OK;
@@ -66,7 +66,8 @@ void dt_array_free(dt_ctx *ctx, dt_array *a) {
   if (!a) return;
   if (a->owns && a->data) {
     if (a->dev == DT_DEV_CPU) dt_host_free(ctx, a->data);
-    else if (ctx && ctx->device) dt_device_free(ctx->device, a->data, dt_array_bytes(a));
+    else if (ctx && ctx->dev_mem.kind == a->dev && ctx->dev_mem.free)
+      ctx->dev_mem.free(ctx->dev_mem.owner, a->data, dt_array_bytes(a));
   }
   a->data = NULL;
   a->owns = false;

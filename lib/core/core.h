@@ -1,9 +1,10 @@
 /* lib/core/core.h: status codes, per-rank context, dtypes, local arrays, the
  * peak-tracking allocator and the sharding-invariant counter RNG.
  *
- * This is the bottom layer of libdtensor: it knows nothing of communication or
- * meshes (dt_comm and dt_device are opaque here). Nothing in it is global: every
- * piece of mutable state hangs off a dt_ctx, one per rank.
+ * This is the bottom layer of libdtensor: it knows nothing of communication,
+ * devices or meshes (dt_comm and dt_device are opaque handles here; device
+ * memory comes through the dt_dev_mem interface a backend installs). Nothing in
+ * it is global: every piece of mutable state hangs off a dt_ctx, one per rank.
  */
 #ifndef DT_CORE_H
 #define DT_CORE_H
@@ -66,25 +67,30 @@ float dt_bf16_to_f32(dt_bf16 h);
 
 /* ---- per-rank context --------------------------------------------------- */
 
+typedef struct dt_ctx dt_ctx;
+/* Handles the launcher (lib/launch) sets on each rank's context; core never
+ * dereferences them. */
 typedef struct dt_comm dt_comm;
 typedef struct dt_device dt_device;
 
 enum { DT_ERRMSG_LEN = 512, DT_LABEL_LEN = 64 };
 
+/* Where a dt_array's data lives: host memory, or a device's memory. */
+typedef enum dt_device_kind { DT_DEV_CPU = 0, DT_DEV_CUDA = 1 } dt_device_kind;
+
 /* Bytes in use and the high-water mark, per memory kind. */
 typedef struct dt_mem_stats {
   size_t host_cur, host_peak;   /* live bytes requested by the program, and the high-water mark */
   size_t host_cached;           /* freed blocks kept for reuse (not counted in host_cur) */
-  size_t dev_cur, dev_peak;
+  size_t dev_cur, dev_peak;     /* device bytes, as the device backends report them */
   uint64_t n_alloc, n_free;
 } dt_mem_stats;
 
 /* Freed large host blocks kept per rank for reuse, like PyTorch's caching
  * allocator: a redistribute that allocates its output every call reuses the
- * pages of the last one instead of faulting fresh ones in. */
-/* A training step frees its activations together, so the cache holds a step's
- * worth of blocks (a debugmodel step at batch 4 x seq 128 frees ~150 of them):
- * with 16 slots, half the step's outputs were faulted in fresh each time. */
+ * pages of the last one instead of faulting fresh ones in. A training step
+ * frees its activations together (a debugmodel step at batch 4 x seq 128 frees
+ * about 150 large blocks), so the slots hold more than one step's worth. */
 enum { DT_MEM_CACHE_SLOTS = 256 };
 typedef struct dt_mem_slot {
   void *blk;      /* the raw block */
@@ -98,51 +104,66 @@ typedef struct dt_mem_cache {
   size_t limit;                         /* most bytes kept; 0 disables the cache */
 } dt_mem_cache;
 
-/* One collective call as the comm front saw it (see lib/comm/comm.h). */
-typedef struct dt_ledger_row {
-  int op;                    /* dt_coll */
-  int reduce;                /* dt_reduce_op, or -1 */
-  char group[DT_LABEL_LEN];  /* communicator name, e.g. "tp" or "world" */
-  int group_size;
-  uint64_t elems;            /* elements in S (the nccl-tests array size) */
-  int dtype;                 /* dt_dtype */
-  uint64_t payload_bytes;    /* S in bytes */
-  double wire_bytes;         /* bytes each rank moves by the ring model */
-  double seconds;            /* wall time of the call on this rank */
-  char phase[16];            /* "forward", "backward", "optimizer", "" ... */
-  char scope[DT_LABEL_LEN];  /* module fqn or other caller label */
-} dt_ledger_row;
+/* The memory behind the rank's non-host arrays. Core owns the interface; a
+ * device backend provides the memory: the first device of a kind created on a
+ * context installs itself (lib/device), and dt_array_create / dt_array_free of
+ * arrays of that kind call it. kind == DT_DEV_CPU (all zero): none installed. */
+typedef struct dt_dev_mem {
+  dt_device_kind kind;
+  void *owner;                  /* the backend's handle, passed back to alloc and free */
+  dt_status (*alloc)(void *owner, size_t bytes, void **out);
+  void (*free)(void *owner, void *p, size_t bytes);
+} dt_dev_mem;
 
-typedef struct dt_ledger {
-  dt_ledger_row *rows;
-  size_t n, cap;
-  bool enabled;              /* false: calls are not recorded */
-} dt_ledger;
+/* Per-rank state of a layer above core (the comm ledger, the ops dispatch
+ * cache), hung on the context under a key the layer owns: the address of one
+ * of its own static const objects, so keys never clash and nothing global is
+ * written. dt_ctx_release frees each with its destructor. */
+enum { DT_CTX_EXT_SLOTS = 8 };
+typedef void (*dt_ctx_ext_free_fn)(dt_ctx *ctx, void *data);
+typedef struct dt_ctx_ext {
+  const void *key;              /* NULL: a free slot */
+  void *data;
+  dt_ctx_ext_free_fn free_fn;   /* may be NULL */
+} dt_ctx_ext;
 
-/* All mutable state of one rank. Created by a launcher (lib/comm/launch.h);
+/* All mutable state of one rank. Created by a launcher (lib/launch/launch.h);
  * a program never shares one dt_ctx between two ranks. */
-typedef struct dt_ctx {
+struct dt_ctx {
   int rank;                  /* rank in the world */
   int world_size;
   dt_comm *world;            /* the world communicator (owned by the launcher) */
   dt_device *device;         /* the compute device (owned by the launcher) */
   dt_mem_stats mem;
   dt_mem_cache mem_cache;
-  dt_ledger ledger;
-  char phase[16];            /* label copied into every ledger row */
-  char scope[DT_LABEL_LEN];
+  dt_dev_mem dev_mem;        /* see dt_dev_mem */
+  char phase[16];            /* what the rank is doing ("forward", ...); comm copies */
+  char scope[DT_LABEL_LEN];  /* both labels into every ledger row */
   dt_status last_status;
   char last_error[DT_ERRMSG_LEN]; /* "rank R: call: detail" */
   void *user;                /* free for the program */
-  /* Owned by higher layers (lib/ops): the dispatch cache and how to free it. */
-  void *op_cache;
-  void (*op_cache_free)(struct dt_ctx *ctx);
-} dt_ctx;
+  dt_ctx_ext ext[DT_CTX_EXT_SLOTS]; /* see dt_ctx_ext; use the functions below */
+};
 
 /* Initialises a context for rank `rank` of `world_size`; no allocation. */
 void dt_ctx_init(dt_ctx *ctx, int rank, int world_size);
-/* Frees what the context owns (the ledger, cached blocks); not the comm or device. */
+/* Frees what the context owns: every extension (newest first, while the
+ * context and its allocator still work), then the cached host blocks. Not the
+ * comm or the device, which the launcher owns. */
 void dt_ctx_release(dt_ctx *ctx);
+
+/* The data hung under key, NULL when none. */
+void *dt_ctx_ext_get(const dt_ctx *ctx, const void *key);
+/* Hangs data under key, freed by free_fn (may be NULL) at dt_ctx_release or
+ * dt_ctx_ext_drop. DT_ERR_INVALID (recorded) for a NULL key or one already in
+ * use; DT_ERR_NOMEM when all DT_CTX_EXT_SLOTS are taken. */
+dt_status dt_ctx_ext_set(dt_ctx *ctx, const void *key, void *data, dt_ctx_ext_free_fn free_fn);
+/* Frees the data under key with its destructor and clears the slot; no-op when none. */
+void dt_ctx_ext_drop(dt_ctx *ctx, const void *key);
+
+/* Installs m (copied) as the memory behind the rank's arrays of kind m->kind;
+ * NULL uninstalls. */
+void dt_ctx_set_dev_mem(dt_ctx *ctx, const dt_dev_mem *m);
 
 /* Records an error as the rank's last error and returns `s`, so that
  *   return dt_error(ctx, DT_ERR_INVALID, "dt_mesh_create", "shape %d", n);
@@ -177,14 +198,13 @@ void *dt_host_calloc(dt_ctx *ctx, size_t bytes);
 void dt_host_free(dt_ctx *ctx, void *p); /* NULL is a no-op */
 /* Returns every cached block to the system. */
 void dt_host_cache_release(dt_ctx *ctx);
-/* For device backends: account `bytes` more (or fewer) device bytes. */
+/* For device backends: account `bytes` more (or fewer) device bytes in ctx->mem
+ * (current, peak and the call counts). */
 void dt_mem_track_device(dt_ctx *ctx, size_t bytes, bool add);
 
 /* ---- local arrays -------------------------------------------------------- */
 
 enum { DT_MAX_DIMS = 8 };
-
-typedef enum dt_device_kind { DT_DEV_CPU = 0, DT_DEV_CUDA = 1 } dt_device_kind;
 
 /* A contiguous row-major n-d tensor held by one rank. */
 typedef struct dt_array {
@@ -197,7 +217,9 @@ typedef struct dt_array {
   bool owns;                    /* data is freed by dt_array_free */
 } dt_array;
 
-/* Allocates an uninitialised array on the context's device (dev CPU: host). */
+/* Allocates an uninitialised array: dev CPU from the host allocator, another
+ * kind from the memory installed for it (ctx->dev_mem; DT_ERR_INVALID when
+ * none is). */
 dt_status dt_array_create(dt_ctx *ctx, dt_device_kind dev, dt_dtype dtype, int ndim,
                           const int64_t *shape, dt_array *out);
 /* Wraps caller memory; dt_array_free will not free it. */

@@ -1,5 +1,6 @@
-/* lib/core/status.c: status strings, the per-rank last error, context setup and
- * the monotonic clock. No global state: the error lives in the dt_ctx. */
+/* lib/core/status.c: status strings, the per-rank last error, context setup,
+ * the extension slots and the monotonic clock. No global state: the error lives
+ * in the dt_ctx. */
 #include "config.h"
 
 #include <stdio.h>
@@ -29,7 +30,6 @@ void dt_ctx_init(dt_ctx *ctx, int rank, int world_size) {
   memset(ctx, 0, sizeof *ctx);
   ctx->rank = rank;
   ctx->world_size = world_size;
-  ctx->ledger.enabled = true;
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
   ctx->mem_cache.limit = 0; /* reuse would hide use-after-free from the sanitizer */
 #else
@@ -38,13 +38,52 @@ void dt_ctx_init(dt_ctx *ctx, int rank, int world_size) {
 }
 
 void dt_ctx_release(dt_ctx *ctx) {
-  if (ctx->op_cache_free) ctx->op_cache_free(ctx);
-  ctx->op_cache = NULL;
-  ctx->op_cache_free = NULL;
+  /* Newest first: a later layer's state may refer to an earlier one's. */
+  for (int i = DT_CTX_EXT_SLOTS - 1; i >= 0; i--)
+    if (ctx->ext[i].key) dt_ctx_ext_drop(ctx, ctx->ext[i].key);
   dt_host_cache_release(ctx);
-  free(ctx->ledger.rows);
-  ctx->ledger.rows = NULL;
-  ctx->ledger.n = ctx->ledger.cap = 0;
+}
+
+static int ext_find(const dt_ctx *ctx, const void *key) {
+  for (int i = 0; key && i < DT_CTX_EXT_SLOTS; i++)
+    if (ctx->ext[i].key == key) return i;
+  return -1;
+}
+
+void *dt_ctx_ext_get(const dt_ctx *ctx, const void *key) {
+  int i = ctx ? ext_find(ctx, key) : -1;
+  return i < 0 ? NULL : ctx->ext[i].data;
+}
+
+dt_status dt_ctx_ext_set(dt_ctx *ctx, const void *key, void *data, dt_ctx_ext_free_fn free_fn) {
+  if (!ctx || !key) return dt_error(ctx, DT_ERR_INVALID, "dt_ctx_ext_set", "NULL context or key");
+  if (ext_find(ctx, key) >= 0)
+    return dt_error(ctx, DT_ERR_INVALID, "dt_ctx_ext_set", "the key is already in use");
+  /* The taken slots are always ext[0..n), oldest first (drop closes the gap),
+   * so release, walking down from the top, runs newest first. */
+  for (int i = 0; i < DT_CTX_EXT_SLOTS; i++) {
+    if (ctx->ext[i].key) continue;
+    ctx->ext[i] = (dt_ctx_ext){key, data, free_fn};
+    return DT_OK;
+  }
+  return dt_error(ctx, DT_ERR_NOMEM, "dt_ctx_ext_set", "all %d extension slots are taken",
+                  DT_CTX_EXT_SLOTS);
+}
+
+void dt_ctx_ext_drop(dt_ctx *ctx, const void *key) {
+  int i = ctx ? ext_find(ctx, key) : -1;
+  if (i < 0) return;
+  dt_ctx_ext e = ctx->ext[i];
+  /* Removed first, so free_fn sees the key gone. */
+  memmove(&ctx->ext[i], &ctx->ext[i + 1], (size_t)(DT_CTX_EXT_SLOTS - 1 - i) * sizeof ctx->ext[0]);
+  ctx->ext[DT_CTX_EXT_SLOTS - 1] = (dt_ctx_ext){NULL, NULL, NULL};
+  if (e.free_fn) e.free_fn(ctx, e.data);
+}
+
+void dt_ctx_set_dev_mem(dt_ctx *ctx, const dt_dev_mem *m) {
+  if (!ctx) return;
+  if (m) ctx->dev_mem = *m;
+  else memset(&ctx->dev_mem, 0, sizeof ctx->dev_mem);
 }
 
 dt_status dt_error(dt_ctx *ctx, dt_status s, const char *call, const char *fmt, ...) {

@@ -11,8 +11,21 @@ static dt_status need(dt_device *d, const void *slot, const char *call) {
   return DT_OK;
 }
 
+static dt_status mem_alloc(void *owner, size_t bytes, void **out) {
+  return dt_device_alloc(owner, bytes, out);
+}
+
+static void mem_free(void *owner, void *p, size_t bytes) { dt_device_free(owner, p, bytes); }
+
+void dt_device_install_memory(dt_device *d) {
+  if (!d || !d->ctx || d->kind == DT_DEV_CPU || d->ctx->dev_mem.alloc) return;
+  dt_ctx_set_dev_mem(d->ctx, &(dt_dev_mem){d->kind, d, mem_alloc, mem_free});
+}
+
 void dt_device_destroy(dt_device *d) {
-  if (d && d->ops->destroy) d->ops->destroy(d);
+  if (!d) return;
+  if (d->ctx && d->ctx->dev_mem.owner == d) dt_ctx_set_dev_mem(d->ctx, NULL);
+  if (d->ops->destroy) d->ops->destroy(d);
 }
 
 dt_status dt_device_alloc(dt_device *d, size_t bytes, void **out) {

@@ -9,7 +9,7 @@
 #ifndef DT_DEVICE_H
 #define DT_DEVICE_H
 
-#include "core/core.h"
+#include "../core/core.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -61,13 +61,19 @@ struct dt_device {
 
 /* Creates the CPU device for ctx. Its BLAS calls run on the calling thread. */
 dt_status dt_device_cpu_create(dt_ctx *ctx, dt_device **out);
-/* Creates a CUDA device on GPU `ordinal`. DT_ERR_UNSUPPORTED when built without
+/* Creates a CUDA device on GPU `ordinal`; the first one created on a rank is the
+ * memory behind that rank's CUDA arrays. DT_ERR_UNSUPPORTED when built without
  * CUDA, DT_ERR_NODEVICE when no GPU is visible. */
 dt_status dt_device_cuda_create(dt_ctx *ctx, int ordinal, dt_device **out);
 /* Number of visible GPUs (0 when built without CUDA or none present). */
 int dt_device_cuda_count(void);
 bool dt_device_cuda_built(void);
+/* Destroys d; when it is the memory behind its rank's arrays, uninstalls it first. */
 void dt_device_destroy(dt_device *d);
+/* For backends, from their create: makes d (a non-CPU device) the memory behind
+ * its rank's arrays of d->kind (core's dt_dev_mem) when the rank has none yet,
+ * so the first such device of a rank serves dt_array_create. */
+void dt_device_install_memory(dt_device *d);
 /* Process-wide setting, for programs: the number of threads OpenBLAS may use
  * (n <= 0 only queries). Returns the previous count, -1 when not OpenBLAS. */
 int dt_device_cpu_blas_threads(int n);

@@ -30,7 +30,7 @@
 #include <cuda_runtime.h>
 
 /* cuBLAS 12 added the 64-bit-integer API (cublasSgemmStridedBatched_64, ...).
- * Defining DT_CUBLAS_NO_64 forces the int API (used to compile-test that path). */
+ * Defining DT_CUBLAS_NO_64 forces the int API, so that path can be compile-tested. */
 #if defined(CUBLAS_VER_MAJOR) && CUBLAS_VER_MAJOR >= 12 && !defined(DT_CUBLAS_NO_64)
 #define DT_CUBLAS_64 1
 #else
@@ -447,6 +447,7 @@ dt_status dt_device_cuda_create(dt_ctx *ctx, int ordinal, dt_device **out) {
    * tensor-core paths for f32, so f32 results keep the f32 error bound. */
   CUBLAS_GOTO(ctx, cublasSetPointerMode(im->blas, CUBLAS_POINTER_MODE_HOST), st, fail);
   CUBLAS_GOTO(ctx, cublasSetMathMode(im->blas, CUBLAS_DEFAULT_MATH), st, fail);
+  dt_device_install_memory(d);
   *out = d;
   return DT_OK;
 fail:

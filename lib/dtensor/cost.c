@@ -1,7 +1,6 @@
 /* lib/dtensor/cost.c: PyTorch's alpha-beta cost model for redistribution
- * (shared/reference/dtensor-semantics.md 3.2; torch/distributed/tensor/
- * _collective_utils.py: MeshTopoInfo, allgather_cost, allreduce_cost,
- * reduce_scatter_cost, redistribute_cost).
+ * (torch/distributed/tensor/_collective_utils.py: MeshTopoInfo,
+ * allgather_cost, allreduce_cost, reduce_scatter_cost, redistribute_cost).
  *
  * What it is: pure arithmetic on mesh sizes and byte counts, in microseconds.
  * What it is not: a measurement or a ring model of the wire (the comm ledger
@@ -111,7 +110,7 @@ static double dim_cost(const dt_topo *t, int d, dt_placement cur, dt_placement t
     c = dt_cost_reduce_scatter(t, d, *b);
     *b /= n;
   } else if (cur.kind == DT_PL_REPLICATE && tgt.kind == DT_PL_SHARD) {
-    *b /= n; /* new versions: the local piece shrinks; no comm */
+    *b /= n; /* no comm; the local piece shrinks (recent PyTorch divides B by n here too) */
   }
   /* R -> P: local partition, 0 and bytes unchanged. */
   return c;

@@ -1,17 +1,18 @@
 /* lib/dtensor/dtensor.h: placements, shard geometry, DTensor and redistribute.
  *
- * Semantics follow PyTorch's torch.distributed.tensor (shared/reference/
- * dtensor-semantics.md, sections 1 and 2): Shard(d) splits a tensor dim with
- * torch.chunk semantics (chunk = ceil(L/n), short and empty shards at the end),
- * several mesh dims sharding one tensor dim apply left to right, Replicate holds
- * the whole, Partial(op) holds a value pending a reduction. Geometry functions
+ * Semantics follow PyTorch's torch.distributed.tensor (placement_types.py:
+ * Shard, Replicate, Partial; _utils.py: compute_local_shape_and_global_offset;
+ * _redistribute.py): Shard(d) splits a tensor dim with torch.chunk semantics
+ * (chunk = ceil(L/n), short and empty shards at the end), several mesh dims
+ * sharding one tensor dim apply left to right, Replicate holds the whole,
+ * Partial(op) holds a value pending a reduction. Geometry functions
  * are pure (no communication); redistribute plans the per-mesh-dim steps and
  * runs them through the comm front, so the ledger shows every step.
  */
 #ifndef DT_DTENSOR_LAYER_H
 #define DT_DTENSOR_LAYER_H
 
-#include "mesh/mesh.h"
+#include "../mesh/mesh.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -138,9 +139,11 @@ typedef struct dt_redist_plan {
  * where the source is not that same Partial ("redistributing to Partial is for
  * internal use only" is PyTorch's user-API rule; here R -> P is allowed as a
  * local step and S -> P is rejected), P(x) -> P(y) with x != y, shard dims out
- * of range. greedy is PyTorch's generate_greedy_transform_infos (2.3);
- * min-cost searches placement states with the cost model of 3.2 and never
- * returns a plan that costs more than the greedy one. ctx may be NULL. */
+ * of range. greedy is PyTorch's greedy planner (_redistribute.py:
+ * _gen_transform_infos, DTensorRedistributePlanner.generate_greedy_transform_infos
+ * in recent versions); min-cost searches placement states with the cost model
+ * below and never returns a plan that costs more than the greedy one. ctx may
+ * be NULL. */
 dt_status dt_redistribute_plan(dt_ctx *ctx, const dt_layout *lay, const dt_placement *src,
                                const dt_placement *dst, dt_planner planner, dt_redist_plan *out);
 
@@ -150,7 +153,7 @@ dt_status dt_redistribute_plan(dt_ctx *ctx, const dt_layout *lay, const dt_place
  * "S(0)[0]S(0)[1]R->S(0)RR". Returns the length (snprintf rules). */
 int dt_redist_plan_trace(const dt_redist_plan *p, char *buf, size_t n);
 
-/* ---- the cost model (dtensor-semantics.md 3.2; microseconds) ---- */
+/* ---- the cost model (PyTorch's _collective_utils.py; microseconds) ---- */
 
 /* Per mesh dim bandwidth (GB/s) and latency (us) as PyTorch's MeshTopoInfo:
  * 87.7 GB/s and 0.6 us within a host; walking mesh dims from last to first
@@ -216,6 +219,24 @@ dt_status dt_redistribute_run(dt_ctx *ctx, const dt_tensor *t, const dt_redist_p
                               dt_tensor *out);
 /* The layout (mesh shape, global shape, dtype) of t. */
 void dt_tensor_layout(const dt_tensor *t, dt_layout *out);
+
+/* ---- DTensor metadata, for the layers that build DTensors (lib/ops) ---- */
+
+/* The mesh's number of dims in *mesh_ndim and, when not NULL, its sizes in
+ * shape[0..mesh_ndim) and this rank's coordinates in coords[0..mesh_ndim). */
+void dt_tensor_mesh_info(const dt_mesh *mesh, int *mesh_ndim, int *shape, int *coords);
+/* Fills every field of *t but the local array (zeroed, not allocated): mesh,
+ * placements (copied, then normalised against ndim), global shape, dtype and
+ * this rank's global offset. No communication. DT_ERR_INVALID (recorded on ctx
+ * under the name `call`) for a NULL mesh, ndim outside 0..DT_MAX_DIMS, an
+ * invalid dtype, a negative dim, a shard dim out of range or a Partial op other
+ * than sum, avg, max or min. The caller then allocates t->local with the shape
+ * dt_tensor_local_shape gives. */
+dt_status dt_tensor_meta(dt_ctx *ctx, dt_mesh *mesh, const dt_placement *pl, int ndim,
+                         const int64_t *gshape, dt_dtype dtype, const char *call, dt_tensor *t);
+/* The local shape (lshape[0..t->ndim)) of this rank's shard as t's metadata
+ * says: what t->local must hold. */
+void dt_tensor_local_shape(const dt_tensor *t, int64_t *lshape);
 void dt_tensor_free(dt_ctx *ctx, dt_tensor *t);
 
 #ifdef __cplusplus

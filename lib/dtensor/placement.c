@@ -2,7 +2,9 @@
  *
  * Pure functions, no communication: torch.chunk splitting (chunk = ceil(L/n),
  * short and empty shards at the end), nested sharding left to right, logical
- * shapes and padding. dtensor-semantics.md section 1 is the specification. */
+ * shapes and padding, as torch/distributed/tensor/placement_types.py (Shard's
+ * local_shard_size_and_offset, Shard._split_tensor) and _utils.py
+ * (compute_local_shape_and_global_offset) define them. */
 #include "config.h"
 
 #include <ctype.h>

@@ -2,10 +2,13 @@
  *
  * What it is: pure functions from (layout, src placements, dst placements) to an
  * ordered list of per-mesh-dim steps, with the cost estimate of cost.c.
- *   - greedy is PyTorch's generate_greedy_transform_infos (dtensor-semantics.md 2.3);
+ *   - greedy is PyTorch's greedy planner (torch/distributed/tensor/
+ *     _redistribute.py: _gen_transform_infos; in recent versions
+ *     DTensorRedistributePlanner.generate_greedy_transform_infos);
  *   - min-cost is a Dijkstra search over placement states (in the spirit of
- *     PyTorch's DTensorRedistributePlanner, 2.4) whose edges are the steps the
- *     executor can run; it never returns a plan that costs more than greedy.
+ *     DTensorRedistributePlanner's graph search in the same file) whose edges
+ *     are the steps the executor can run; it never returns a plan that costs
+ *     more than greedy.
  * What it is not: the executor (redistribute.c runs plans), and it does no
  * communication, no printing and keeps no state between calls. The only heap
  * use is the search's state table, freed before returning.

@@ -2,7 +2,7 @@
  * holds the global), scatter_from (one rank holds it; scatter/broadcast per mesh
  * dim through the comm front), rand (the sharding-invariant RNG generates only
  * the local shard), from_local (validated), full (gather everything).
- * Redistribution itself lives in redistribute.c. Host (CPU) arrays only for now. */
+ * Redistribution itself lives in redistribute.c. Shards are host (CPU) arrays. */
 #include "config.h"
 
 #include <stdio.h>

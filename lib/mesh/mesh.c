@@ -1,6 +1,7 @@
 /* lib/mesh/mesh.c: DeviceMesh, an N-D named mesh of ranks with one communicator per dim.
  *
- * What it is: the bookkeeping of PyTorch's DeviceMesh (reference section 5) over the
+ * What it is: the bookkeeping of PyTorch's DeviceMesh (torch/distributed/
+ * device_mesh.py: init_device_mesh, __getitem__ slicing, _flatten) over the
  * dt_comm front. The root mesh is arange(world->size).view(shape), row-major, in
  * terms of the ranks of the `world` communicator it was created over; global ranks
  * are world->world_ranks[i]. Slices and flattened meshes are cached in their root
@@ -520,7 +521,8 @@ dt_status dt_mesh_flatten(dt_mesh *sub, const char *name, dt_mesh **out) {
       fmt_append(joined, sizeof joined, &pos, i ? "_%s" : "%s", sub->dim[i].name);
     name = joined;
   }
-  /* A 1-D mesh flattened to its own name is itself (reference section 5). */
+  /* A 1-D mesh flattened to its own name is itself, as PyTorch's
+   * DeviceMesh._flatten returns self for it (torch/distributed/device_mesh.py). */
   if (sub->ndim == 1 && strcmp(name, sub->dim[0].name) == 0) {
     *out = sub;
     return DT_OK;

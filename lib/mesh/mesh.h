@@ -1,7 +1,8 @@
 /* lib/mesh/mesh.h: DeviceMesh, an N-D named mesh of ranks with one communicator per dim.
  *
- * PyTorch's semantics (shared/reference/dtensor-semantics.md, section 5): the mesh
- * is arange(world).view(shape), row-major; the group of dim d holds the ranks that
+ * PyTorch's semantics (torch/distributed/device_mesh.py: init_device_mesh,
+ * DeviceMesh.__getitem__, DeviceMesh._flatten): the mesh is
+ * arange(world).view(shape), row-major; the group of dim d holds the ranks that
  * differ only in coordinate d, and the group rank is that coordinate. Slicing by
  * names gives the submesh containing the calling rank and reuses the parent's
  * communicators; flattening creates a new communicator over the flattened dims.
@@ -10,7 +11,7 @@
 #ifndef DT_MESH_H
 #define DT_MESH_H
 
-#include "comm/comm.h"
+#include "../comm/comm.h"
 
 #ifdef __cplusplus
 extern "C" {

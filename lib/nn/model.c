@@ -1,8 +1,11 @@
-/* lib/nn/model.c: TorchTitan's Llama 3 (torchtitan-llama.md 1.1-1.6) on DTensor
- * ops with autograd, and AdamW.
+/* lib/nn/model.c: TorchTitan's Llama 3 (torchtitan/models/llama3/model/model.py
+ * at v0.2.0: Transformer, TransformerBlock, Attention, FeedForward,
+ * init_weights) on DTensor ops with autograd, and AdamW.
  *
- * Configs: the four flavours of the reference table (1.5); FFN hidden size and
- * parameter count computed as TorchTitan does (1.3, 1.6).
+ * Configs: the four flavours of llama3_args (torchtitan/models/llama3/
+ * __init__.py at v0.2.0); FFN hidden size as FeedForward.__init__ computes it,
+ * parameter count as get_dense_model_nparams_and_flops (torchtitan/models/
+ * utils.py) counts it.
  *
  * Modules: a flat list, parents before children, each with TorchTitan's fqn:
  *   "" (the model), tok_embeddings, then per layer N: layers.N (block),
@@ -46,7 +49,8 @@
 
 /* ---- configs --------------------------------------------------------------------- */
 
-/* Shared by every Llama 3 flavour (torchtitan-llama.md 1.3, 1.5). */
+/* Shared by every Llama 3 flavour: TransformerModelArgs.norm_eps and the
+ * rope_theta every entry of llama3_args sets. */
 static const double LLAMA_NORM_EPS = 1e-5;
 static const double LLAMA3_ROPE_THETA = 500000.0;
 
@@ -56,7 +60,9 @@ typedef struct flavour {
   double ffn_mult;
 } flavour;
 
-/* torchtitan-llama.md 1.5 (llama3_args @ v0.2.0) */
+/* llama3_args (torchtitan/models/llama3/__init__.py at v0.2.0): dim, n_layers,
+ * n_heads, n_kv_heads (debugmodel: = n_heads), vocab_size, multiple_of,
+ * ffn_dim_multiplier (0: none). */
 static const flavour FLAVOURS[] = {
     {"debugmodel", 256, 6, 16, 16, 2048, 256, 0.0},
     {"8B", 4096, 32, 32, 8, 128256, 1024, 1.3},
@@ -139,11 +145,12 @@ dt_status dt_llama_config_check(dt_ctx *ctx, const dt_llama_config *c) {
 
 /* ---- module tree ----------------------------------------------------------------- */
 
-/* Truncation bounds in units of std: output's +-3 std (1.4); the other truncated
- * inits use PyTorch's trunc_normal_ default absolute bounds [-2, 2]. */
+/* Truncation bounds (Transformer.init_weights): output's +-3 std; the other
+ * truncated inits use PyTorch's trunc_normal_ default absolute bounds [-2, 2]. */
 static const double OUTPUT_TRUNC_STD = 3.0;
 static const double TRUNC_ABS_BOUND = 2.0;
-/* Init std of wq, wk, wv, w1 (and of wo, w2, w3 before depth scaling), 1.4 */
+/* Init std of wq, wk, wv, w1 (and of wo, w2, w3 before depth scaling), as
+ * Attention.init_weights and FeedForward.init_weights use it. */
 static const double LINEAR_INIT_STD = 0.02;
 /* Modules per transformer block: the block, attention_norm, attention, wq, wk, wv,
  * wo, ffn_norm, feed_forward, w1, w2, w3 */
@@ -421,7 +428,8 @@ static dt_op_attrs shape_attrs(int n, const int64_t *shape) {
   return a;
 }
 
-/* Attention (1.2) on x [b, s, dim] (after attention_norm) -> [b, s, dim]. mods: the
+/* Attention (TorchTitan's Attention.forward: GQA, RoPE, causal SDPA) on
+ * x [b, s, dim] (after attention_norm) -> [b, s, dim]. mods: the
  * attention module, then wq, wk, wv, wo. */
 static dt_status attention(dt_ctx *ctx, dt_model *m, dt_module *mods, dt_var *x, dt_var **y) {
   dt_module *att = &mods[0];

@@ -1,4 +1,5 @@
-/* lib/nn/nn.h: the Llama 3 model as TorchTitan defines it (torchtitan-llama.md 1),
+/* lib/nn/nn.h: the Llama 3 model as TorchTitan defines it
+ * (torchtitan/models/llama3/model/model.py and model/args.py at v0.2.0),
  * built from DTensor ops with autograd, plus AdamW.
  *
  * Modules carry TorchTitan's fully qualified names (tok_embeddings,
@@ -12,7 +13,7 @@
 #ifndef DT_NN_H
 #define DT_NN_H
 
-#include "autograd/autograd.h"
+#include "../autograd/autograd.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -1,6 +1,9 @@
 /* lib/ops/attention.c: rotary position embedding (rope) and causal scaled dot
- * product attention with grouped KV heads (sdpa) on DTensors
- * (dtensor-semantics.md 3.10; shared/reference/torchtitan-llama.md, Attention).
+ * product attention with grouped KV heads (sdpa) on DTensors (PyTorch's
+ * torch/distributed/tensor/_ops/_matrix_ops.py:
+ * scaled_dot_product_flash_attention_strategy and the efficient / cudnn ones;
+ * torchtitan/models/llama3/model/model.py: Attention, precompute_freqs_cis,
+ * apply_rotary_emb, repeat_kv).
  *
  * rope: x [b, s, h, hd] (hd even), interleaved pairs (x[.., 2i], x[.., 2i+1])
  *   rotated by pos * freq_i, freq_i = theta^(-2i/hd) (TorchTitan's

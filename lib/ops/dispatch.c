@@ -13,7 +13,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dtensor/tensor_impl.h"
 #include "ops/ops.h"
 
 void dt_tensor_spec(const dt_tensor *t, dt_spec *out) {
@@ -195,17 +194,18 @@ static uint64_t fnv(const void *p, size_t n) {
   return h ^ (h >> 29); /* fold the high bits into the low ones the table indexes */
 }
 
-static void cache_free_fn(dt_ctx *ctx) {
-  op_cache *c = ctx->op_cache;
-  if (c) free(c->e);
+/* The rank's cache hangs on its context (dt_ctx_ext) under the address of
+ * op_cache_key, and is freed by dt_ctx_release. */
+static const char op_cache_key;
+
+static void cache_free_fn(dt_ctx *ctx, void *data) {
+  (void)ctx;
+  op_cache *c = data;
+  free(c->e);
   free(c);
 }
 
-void dt_op_cache_free(dt_ctx *ctx) {
-  if (ctx->op_cache) cache_free_fn(ctx);
-  ctx->op_cache = NULL;
-  ctx->op_cache_free = NULL;
-}
+void dt_op_cache_free(dt_ctx *ctx) { dt_ctx_ext_drop(ctx, &op_cache_key); }
 
 static cache_entry *cache_find(op_cache *c, const cache_key *k, uint64_t h) {
   if (!c || !c->cap) return NULL;
@@ -218,12 +218,14 @@ static cache_entry *cache_find(op_cache *c, const cache_key *k, uint64_t h) {
 
 static void cache_put(dt_ctx *ctx, const cache_key *k, uint64_t h, const dt_candidate *ch,
                       const dt_spec *out, int n_out) {
-  op_cache *c = ctx->op_cache;
+  op_cache *c = dt_ctx_ext_get(ctx, &op_cache_key);
   if (!c) {
     c = calloc(1, sizeof *c);
     if (!c) return; /* a missing cache only costs speed */
-    ctx->op_cache = c;
-    ctx->op_cache_free = cache_free_fn;
+    if (dt_ctx_ext_set(ctx, &op_cache_key, c, cache_free_fn) != DT_OK) {
+      free(c);
+      return;
+    }
   }
   if (2 * (c->n + 1) > c->cap) {
     size_t cap = c->cap ? 2 * c->cap : CACHE_INIT;
@@ -271,7 +273,7 @@ dt_status dt_op_call(dt_ctx *ctx, const dt_op *op, const dt_op_attrs *a,
   uint64_t h = fnv(&k, sizeof k);
   dt_candidate chosen;
   dt_spec os[DT_OP_MAX_OUT];
-  cache_entry *e = cache_find(ctx->op_cache, &k, h);
+  cache_entry *e = cache_find(dt_ctx_ext_get(ctx, &op_cache_key), &k, h);
   if (e) {
     chosen = e->chosen;
     for (int j = 0; j < op->n_out; j++) os[j] = e->out[j];

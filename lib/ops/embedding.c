@@ -1,8 +1,10 @@
-/* lib/ops/embedding.c: embedding and cross-entropy on DTensors
- * (dtensor-semantics.md 3.7, 3.11, 4.2).
+/* lib/ops/embedding.c: embedding and cross-entropy on DTensors (PyTorch's
+ * torch/distributed/tensor/_ops/_embedding_ops.py: embedding_strategy,
+ * embedding_dense_backward_strategy, _MaskPartial; _ops/_math_ops.py:
+ * nll_loss_forward_strategy; parallel/loss.py: loss_parallel).
  *
  * embedding(weight [V, D], ids i64 [...]) -> [..., D]. Options per mesh dim,
- * [out, weight, ids], in generation order (3.7):
+ * [out, weight, ids], in generation order (embedding_strategy's):
  *   [R, R, R]; column-wise [S(ids.ndim), S(1), R] (no comm); row-wise
  *   [P(sum), S(0), R]; batch [S(d), R, S(d)] for each ids dim d.
  * Row-wise is PyTorch's _MaskPartial written as a plain P(sum) plus a masked
@@ -13,9 +15,10 @@
  * on the local ids). Backward: a private op embedding_bwd(grad_out, ids,
  * weight-template) -> grad_w, scatter-add of grad rows by id, with options
  * [grad_w, grad_out, ids, weight]: [R,R,R], [S(1),S(last),R], [P,S(d),S(d)],
- * [P,P,R] (3.7) and row-wise [S(0),R,R]; the weight template never moves (it
- * only carries the placement the gradient should prefer: the option whose
- * grad_w matches the weight's placement is generated first, so it wins ties).
+ * [P,P,R] (embedding_dense_backward_strategy's) and row-wise [S(0),R,R]; the
+ * weight template never moves (it only carries the placement the gradient
+ * should prefer: the option whose grad_w matches the weight's placement is
+ * generated first, so it wins ties).
  * No gradient for ids.
  *
  * cross_entropy(logits [..., V], targets i64 [...]) -> (mean loss over every
@@ -24,12 +27,13 @@
  * saves it; a saved statistic, not differentiated: a gradient given for it is
  * ignored, as for the logsumexp output of PyTorch's flash attention). Options
  * per mesh dim, [out, logits, targets] (lse as targets):
- *   [R, R, R] (3.11: the vocab dim gathered);
+ *   [R, R, R] (nll_loss_forward_strategy replicates the class dim: the vocab dim
+ *     gathered);
  *   batch [P(sum), S(d), S(d)] for each position dim d: the kernel writes the
  *     LOCAL SUM of losses divided by the GLOBAL number of positions N, so the
  *     P(sum) is exact for uneven position shards too (PyTorch's P(avg) of local
  *     means is not);
- *   loss parallel (4.2) [R, S(last), R]: the vocab dim is not gathered; the
+ *   loss parallel [R, S(last), R]: the vocab dim is not gathered; the
  *     kernel all_reduces (through the comm front, over each such mesh dim's
  *     communicator) the per-position max (MAX), sum of exp(x - max) (SUM) and
  *     the target logit, which only the owning rank contributes (SUM): three

@@ -1,4 +1,6 @@
-/* lib/ops/norm.c: RMSNorm on DTensors (dtensor-semantics.md 3.9):
+/* lib/ops/norm.c: RMSNorm on DTensors (PyTorch's torch/distributed/tensor/
+ * _ops/_math_ops.py: layer_norm_strategy and its backward, whose rule the
+ * fused RMSNorm shares):
  *   y = x / sqrt(mean(x^2 over the last dim) + eps) * weight,
  * x [..., d], weight [d], attrs.scalar = eps (1e-5 when 0, torch's RMSNorm
  * default for the fused kernel's callers in TorchTitan).
@@ -10,8 +12,9 @@
  * Backward: a private op rms_norm_bwd(x, weight, dy) -> (dx, dy * x_hat) with
  * the forward's placements (dx follows x, as PyTorch's d_input), then
  * dweight = sum(dy * x_hat) over the outer dims with dt_op_sum, which turns a
- * Shard on an outer dim into Partial(sum) with no comm (PyTorch: "Shard on an
- * outer dim gives Partial(sum)").
+ * Shard on an outer dim into Partial(sum) with no comm, as PyTorch's norm
+ * backward strategy gives d_weight (test_math_ops.py, test_layer_norm_bwd:
+ * weight.grad is Partial exactly when an outer dim is sharded).
  *   dx = (g - x_hat * mean(g * x_hat, last)) / rms,  g = weight * dy.
  *
  * What it is not: LayerNorm, a normalized_shape of more than the last dim,

@@ -1,21 +1,24 @@
-/* lib/ops/ops.h: the op registry and sharding propagation (dtensor-semantics.md 3).
+/* lib/ops/ops.h: the op registry and sharding propagation, after PyTorch's
+ * torch/distributed/tensor/_sharding_prop.py (ShardingPropagator) and
+ * _dispatch.py (OpDispatcher), with the op strategies of its _ops package.
  *
  * An op is a const table: shape inference, a strategy generator (per mesh dim
  * options, expanded over the whole mesh like PyTorch's
  * expand_to_full_mesh_op_strategy, or a whole-mesh candidate list), a local
- * kernel per device (CPU now) and a backward written with other DTensor ops,
+ * kernel (host arrays) and a backward written with other DTensor ops,
  * so that backward communication is propagated the same way.
  *
  * dt_op_call dispatches: it lists the candidates, drops those whose inputs are
- * not shardable, prices each by the redistribute cost of its inputs (alpha-beta
- * model, 3.2; ties go to generation order), redistributes the inputs, allocates
+ * not shardable, prices each by the redistribute cost of its inputs (the
+ * alpha-beta model of dtensor.h; ties go to generation order, as PyTorch's
+ * _select_strategy keeps the first minimum), redistributes the inputs, allocates
  * the outputs, runs the kernel and wraps them. Decisions are cached per rank
  * (op, attrs, input specs). This layer does no autograd (lib/autograd does).
  */
 #ifndef DT_OPS_H
 #define DT_OPS_H
 
-#include "dtensor/dtensor.h"
+#include "../dtensor/dtensor.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -116,7 +119,8 @@ extern const dt_op dt_op_einsum, dt_op_matmul, dt_op_linear;
 extern const dt_op dt_op_add, dt_op_sub, dt_op_mul, dt_op_scale, dt_op_silu, dt_op_swiglu;
 extern const dt_op dt_op_sum, dt_op_mean, dt_op_softmax;
 /*   view, reshape  shape[0..shape_n) (-1 infers one dim); view refuses what
- *                  needs a redistribution, reshape redistributes (3.8)
+ *                  needs a redistribution, reshape redistributes (PyTorch's
+ *                  strict_view for aten.view, _ops/_view_ops.py)
  *   transpose      i0, i1 (dims to swap);  permute  dims[0..ndims)
  *   rms_norm       x [..., d], weight [d]; scalar = eps (1e-5 when 0)
  *   rope           x [b, s, h, hd]; scalar = theta (0: 10000; Llama 3 uses 500000),

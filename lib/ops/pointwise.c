@@ -1,4 +1,6 @@
-/* lib/ops/pointwise.c: element-wise DTensor ops (dtensor-semantics.md 3.4):
+/* lib/ops/pointwise.c: element-wise DTensor ops (PyTorch's
+ * torch/distributed/tensor/_ops/_pointwise_ops.py: pointwise_strategy,
+ * linear_pointwise_ops):
  * add, sub, mul (tensor-tensor, numpy broadcasting), scale (x * scalar), silu,
  * swiglu (silu(a) * b), a private silu_grad used by silu's backward and a
  * private swiglu_bwd (a, b, g) -> (da, db) that is swiglu's, fused.

@@ -1,5 +1,6 @@
-/* lib/ops/reduce.c: reductions and softmax on DTensors (dtensor-semantics.md
- * 3.5, 3.6): sum and mean over attrs.dims[0..ndims) (ndims 0: every dim; negative
+/* lib/ops/reduce.c: reductions and softmax on DTensors (PyTorch's
+ * torch/distributed/tensor/_ops/_math_ops.py: common_reduction_strategy,
+ * softmax_strategy): sum and mean over attrs.dims[0..ndims) (ndims 0: every dim; negative
  * dims count from the end) with attrs.keepdim, and softmax over attrs.dim.
  *
  * Strategy (per mesh dim options, one option each, as PyTorch's

@@ -1,4 +1,5 @@
-/* lib/ops/view.c: view ops on DTensors (dtensor-semantics.md 3.8): view and
+/* lib/ops/view.c: view ops on DTensors (PyTorch's torch/distributed/tensor/
+ * _ops/_view_ops.py: view_groups, propagate_shape_and_sharding): view and
  * reshape (attrs.shape[0..shape_n), one -1 inferred), transpose (attrs.i0,
  * attrs.i1; negative dims count from the end) and permute (attrs.dims[0..ndims)).
  *

@@ -26,7 +26,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "core/core.h"
+#include "../core/core.h"
 
 /* Element i of an f32 or f64 host array, as double; and its store, rounded
  * once to the array's dtype (the plain kernels' loads and stores). */

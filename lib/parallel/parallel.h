@@ -1,16 +1,16 @@
 /* lib/parallel/parallel.h: ParallelStyles, parallelize_module, plans and data parallel.
  *
- * Styles are data (dtensor-semantics.md 4): ColwiseParallel, RowwiseParallel,
- * SequenceParallel, PrepareModuleInput, PrepareModuleOutput with PyTorch's
- * input_layouts, desired_input_layouts, output_layouts, use_local_output and
- * defaults. dt_parallelize_module matches fqn patterns token by token with
+ * Styles are data: PyTorch's ColwiseParallel, RowwiseParallel, SequenceParallel,
+ * PrepareModuleInput, PrepareModuleOutput (torch/distributed/tensor/parallel/
+ * style.py) with their input_layouts, desired_input_layouts, output_layouts,
+ * use_local_output and defaults. dt_parallelize_module matches fqn patterns token by token with
  * fnmatch and installs each style as module hooks plus weight placements on one
  * mesh dim. Plans are files (plans/NAME.plan) parsed here.
  */
 #ifndef DT_PARALLEL_H
 #define DT_PARALLEL_H
 
-#include "nn/nn.h"
+#include "../nn/nn.h"
 
 #ifdef __cplusplus
 extern "C" {

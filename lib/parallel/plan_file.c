@@ -3,12 +3,15 @@
  *
  * A plan file holds settings (name, dims, loss_parallel) and, under [dim] headers,
  * entries "pattern = Style(kwarg=value, ...)" written as PyTorch writes them
- * (dtensor-semantics.md 4). Styles take PyTorch's defaults for omitted kwargs.
+ * (torch/distributed/tensor/parallel/style.py: ColwiseParallel, RowwiseParallel,
+ * SequenceParallel, PrepareModuleInput, PrepareModuleOutput). Styles take
+ * PyTorch's defaults for omitted kwargs.
  * Every error is found before any work: syntax errors name FILE:LINE:COLUMN and
  * what was expected; semantic errors are one-line DT_ERR_INVALID messages that
  * name FILE:LINE. dt_plan_resolve infers a -1 dim from the world (TorchTitan's
- * ParallelDims, torchtitan-llama.md 3.1) and checks the plan against a Llama
- * config whose fqns it generates itself (torchtitan-llama.md 1.1), so this file
+ * ParallelDims._validate, torchtitan/distributed/parallel_dims.py: dp_shard = -1)
+ * and checks the plan against a Llama config whose fqns it generates itself
+ * (the module tree of torchtitan/models/llama3/model/model.py), so this file
  * does not depend on lib/nn code. No state outside the caller's structs.
  */
 #include "config.h"
@@ -29,7 +32,9 @@ static const char *const k_style_names[] = {"ColwiseParallel", "RowwiseParallel"
                                             "PrepareModuleOutput"};
 enum { N_STYLES = (int)(sizeof k_style_names / sizeof k_style_names[0]) };
 
-/* TorchTitan's mesh dims in mesh order (ParallelDims, torchtitan-llama.md 3.1). */
+/* TorchTitan's mesh dims in mesh order (ParallelDims.build_mesh,
+ * torchtitan/distributed/parallel_dims.py at v0.2.0: [pp, dp_replicate,
+ * dp_shard, cp, tp], TP innermost). */
 static const char *const k_dim_names[] = {"pp", "dp_replicate", "dp_shard", "cp", "tp"};
 enum { N_DIM_NAMES = (int)(sizeof k_dim_names / sizeof k_dim_names[0]) };
 _Static_assert((int)N_DIM_NAMES == (int)DT_PLAN_MAX_DIMS, "one plan dim per TorchTitan dim");
@@ -776,7 +781,10 @@ static dt_status parse_line(pstate *s) {
   return entry(s, kb, kl);
 }
 
-/* Checks the output entry loss parallel needs (torchtitan-llama.md 2.1/2.2). */
+/* Checks the output entry loss parallel needs: TorchTitan's apply_tp
+ * (torchtitan/models/llama3/infra/parallelize.py) gives "output"
+ * ColwiseParallel(output_layouts=Shard(-1), use_local_output=False) when loss
+ * parallel is on, so the loss sees vocab-sharded logits. */
 static dt_status check_loss_parallel(pstate *s) {
   dt_plan *pl = s->plan;
   if (!pl->loss_parallel) return DT_OK;
@@ -878,7 +886,8 @@ dt_status dt_plan_load(dt_ctx *ctx, const char *path, dt_plan *out) {
 
 typedef enum fqn_kind { FQ_EMBEDDING, FQ_LINEAR, FQ_NORM, FQ_CONTAINER } fqn_kind;
 
-/* The modules of one TransformerBlock (torchtitan-llama.md 1.1), parents first. */
+/* The modules of one TransformerBlock (TorchTitan's TransformerBlock,
+ * torchtitan/models/llama3/model/model.py), parents first. */
 static const struct {
   const char *name;
   fqn_kind kind;
@@ -992,7 +1001,9 @@ dt_status dt_plan_resolve(dt_ctx *ctx, dt_plan *p, int world, const dt_llama_con
       sp = true;
   }
 
-  /* TP shards heads (wq colwise) and kv heads (wk/wv colwise): torchtitan-llama.md 2.1 */
+  /* TP shards heads (wq colwise) and kv heads (wk/wv colwise), as apply_tp's
+   * plan does, so both head counts must divide by tp (there is no KV-head
+   * replication: TorchTitan fails in a reshape otherwise). */
   int kv = cfg->n_kv_heads > 0 ? cfg->n_kv_heads : cfg->n_heads;
   if (cfg->n_heads % tp)
     return rerr(ctx, p, 0, "n_heads %d of %s is not divisible by tp %d", cfg->n_heads, cfg->name,

@@ -2,16 +2,16 @@
  * activation hooks) and data-parallel gradient reduction.
  *
  * dt_parallelize_module gives every module whose fqn matches an entry's
- * pattern (dt_fqn_match: fnmatch token by token, dtensor-semantics.md 4.1; ""
- * is the root) the entry's style on one
- * mesh dim (the tp dim):
+ * pattern (dt_fqn_match: fnmatch token by token, as PyTorch's parallelize_module
+ * in torch/distributed/tensor/parallel/api.py; "" is the root) the entry's
+ * style (parallel/style.py) on one mesh dim (the tp dim):
  *   ColwiseParallel   Linear weight S(0), Embedding weight S(1)
  *   RowwiseParallel   Linear weight S(1), Embedding weight S(0)
  *   SequenceParallel  weight R (norms: the same ones on every rank)
  *   PrepareModuleInput / PrepareModuleOutput: no weight
  * and installs its hooks (pre on the inputs, post on the outputs), which
  * redistribute activations on the model's tape with dt_ad_redistribute, so the
- * backward of every move is recorded (2.2):
+ * backward of every move is recorded (Redistribute.backward's rule, autograd.h):
  *   Colwise / Rowwise pre: inputs[0] goes to the desired input layout (Colwise
  *     R; Rowwise S(-1) on a Linear, R on an Embedding, as PyTorch's _apply).
  *     Activations here are DTensors already: PyTorch trusts the style's

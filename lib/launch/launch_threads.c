@@ -1,5 +1,6 @@
-/* lib/comm/launch.c: dt_launch, and the threads launcher (N ranks as N threads).
- * The MPI launcher lives with its backend in comm_mpi.c. */
+/* lib/launch/launch_threads.c: the threads launcher, N ranks as N threads of
+ * this process, each with its own dt_ctx, a world communicator of the threads
+ * comm backend and a device. */
 /* pthread_setaffinity_np and sched_getaffinity are GNU extensions. */
 #define _GNU_SOURCE 1
 #include "config.h"
@@ -10,53 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm/comm_impl.h"
+#include "comm/comm_job.h"
 #include "device/device.h"
-
-const char *dt_backend_name(dt_backend b) {
-  switch (b) {
-    case DT_BACKEND_THREADS: return "threads";
-    case DT_BACKEND_MPI: return "mpi";
-  }
-  return "?";
-}
-
-dt_status dt_backend_parse(const char *s, dt_backend *out) {
-  if (s && !strcmp(s, "threads")) *out = DT_BACKEND_THREADS;
-  else if (s && !strcmp(s, "mpi")) *out = DT_BACKEND_MPI;
-  else return DT_ERR_INVALID;
-  return DT_OK;
-}
-
-bool dt_backend_available(dt_backend b) {
-  if (b == DT_BACKEND_THREADS) return true;
-#ifdef HAVE_MPI
-  if (b == DT_BACKEND_MPI) return true;
-#endif
-  return false;
-}
-
-void dt_launch_report_free(dt_launch_report *rep) {
-  if (!rep) return;
-  free(rep->rank_status);
-  rep->rank_status = NULL;
-}
-
-dt_status dt_launch(const dt_launch_opts *opts, dt_spmd_fn fn, void *arg, dt_launch_report *rep) {
-  if (rep) {
-    memset(rep, 0, sizeof *rep);
-    rep->failed_rank = -1;
-  }
-  if (!opts || !fn) {
-    if (rep) snprintf(rep->failed_msg, sizeof rep->failed_msg, "dt_launch: NULL opts or fn");
-    return DT_ERR_INVALID;
-  }
-  switch (opts->backend) {
-    case DT_BACKEND_THREADS: return dt_launch_threads(opts, fn, arg, rep);
-    case DT_BACKEND_MPI: return dt_launch_mpi(opts, fn, arg, rep);
-  }
-  return DT_ERR_INVALID;
-}
+#include "launch/launch.h"
 
 typedef struct rank_run {
   dt_threads_job *job;
@@ -71,10 +28,10 @@ static void *rank_main(void *p) {
   rank_run *rr = p;
   dt_ctx ctx;
   dt_ctx_init(&ctx, rr->rank, rr->opts->world);
-  ctx.ledger.enabled = !rr->opts->no_ledger;
   dt_comm *world = NULL;
   dt_device *dev = NULL;
-  dt_status s = dt_threads_comm_world(rr->job, &ctx, &world);
+  dt_status s = dt_ledger_init(&ctx, !rr->opts->no_ledger);
+  if (s == DT_OK) s = dt_threads_comm_world(rr->job, &ctx, &world);
   if (s == DT_OK) {
     /* Every rank of a threads job shares GPU 0 (a stream per rank). */
     s = rr->opts->device == DT_DEV_CUDA ? dt_device_cuda_create(&ctx, 0, &dev)

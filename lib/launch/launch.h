@@ -1,4 +1,9 @@
-/* lib/comm/launch.h: run one SPMD function on every rank of a job.
+/* lib/launch/launch.h: run one SPMD function on every rank of a job.
+ *
+ * The launcher is the layer that makes ranks: it gives each a dt_ctx, its
+ * ledger, a world communicator (from a comm backend) and a compute device
+ * (lib/device), runs fn, and reports how the job ended. It sits above comm and
+ * device, which know nothing of each other.
  *
  * threads: the embedded default. dt_launch starts `world` threads in this
  *   process, gives each a dt_ctx, a world dt_comm and a device, runs fn on all of
@@ -14,7 +19,7 @@
 #ifndef DT_LAUNCH_H
 #define DT_LAUNCH_H
 
-#include "comm/comm.h"
+#include "../comm/comm.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -37,8 +42,6 @@ typedef struct dt_launch_opts {
   bool no_ledger;       /* true: do not record ledger rows */
   bool no_bind;         /* threads: do not pin ranks to CPUs (pinned when world <= CPUs) */
 } dt_launch_opts;
-
-enum { DT_THREADS_MAX_WORLD = 1024 };
 
 typedef struct dt_launch_report {
   int world;            /* ranks in the job */
