@@ -55,7 +55,8 @@ typedef struct sb_config {
 typedef struct sb_result {
   char status[16];               /* ok | mismatch | failed | skipped */
   char reason[512];              /* "" = NULL */
-  char worst[160];               /* the compared quantity with the largest error; "" = NULL */
+  char worst[160];               /* the compared quantity with the largest error relative to
+                                  * its tolerance (bench/harness/verdict.h); "" = NULL */
   double step_time_s, tokens_per_s, tflops, mfu, peak_tflops;
   int64_t peak_mem_bytes;        /* < 0: NULL */
   double max_abs_err, max_rel_err, tolerance;
