@@ -22,6 +22,7 @@
 #include <sqlite3.h>
 
 #include "baselines.h"
+#include "verdict.h"
 
 /* The schema this program writes (results/schema.sql: schema_version). */
 enum { SB_SCHEMA_VERSION = 2 };
@@ -55,7 +56,8 @@ typedef struct sb_config {
 typedef struct sb_result {
   char status[16];               /* ok | mismatch | failed | skipped */
   char reason[512];              /* "" = NULL */
-  char worst[160];               /* the compared quantity with the largest error; "" = NULL */
+  char worst[160];               /* the compared quantity with the largest error relative to
+                                  * its tolerance (bench/harness/verdict.h); "" = NULL */
   double step_time_s, tokens_per_s, tflops, mfu, peak_tflops;
   int64_t peak_mem_bytes;        /* < 0: NULL */
   double max_abs_err, max_rel_err, tolerance;
@@ -112,14 +114,11 @@ typedef struct sb_opts {
 } sb_opts;
 
 /* The unsharded reference of one (model, workload, dtype, batch, seq, steps):
- * cached by the sweep across configs (same seed and data for every plan). */
+ * cached by the sweep across configs (same seed and data for every plan). What
+ * it keeps and what that costs: bench/harness/verdict.h. */
 typedef struct sb_ref {
   char key[256];                 /* "" = empty */
-  int n_steps;
-  double *loss;                  /* n_steps */
-  int n_mods;
-  double **grad;                 /* step 0, per module (NULL: no weight) */
-  int64_t *numel;
+  sb_snap snap;                  /* every step's loss and gradients, the final weights */
 } sb_ref;
 void sb_ref_free(sb_ref *r);
 
@@ -131,6 +130,10 @@ void sb_config_fill(const sb_opts *o, sb_config *c);
  * prepare_only: only the checks and the reference; r->status stays "" when
  * the config would run (the sweep then runs it in a child process). */
 void sb_execute(const sb_opts *o, sb_ref *cache, bool prepare_only, sb_result *r);
+/* TEST SWITCH: validates $SHARDBENCH_FAULT (the fault injection of bench/harness/run.c;
+ * unset: nothing). Returns 0, or SB_EXIT_USAGE after the one-line error when it is
+ * malformed; when set and warn, prints one warning line naming the fault. */
+int sb_fault_check(const char *cmd, bool warn);
 /* Prints a readable summary of a result (or JSON). */
 void sb_print_result(FILE *f, const sb_config *c, const sb_result *r, bool json);
 /* The plans directory: flag (may be NULL), $SHARDBENCH_PLANS, ./plans,

@@ -398,6 +398,7 @@ int sb_cmd_sweep(int argc, char **argv) {
     world = dt_mpi_size();
   }
   if (!world) return sb_usage_error(CMD, "--world", "required (the number of ranks)");
+  if (sb_fault_check(CMD, rank == 0)) return SB_EXIT_USAGE; /* TEST SWITCH (run.c) */
 
   static int shapes[MAX_SHAPES][SB_NDIMS];
   int nshapes = 0, cur[SB_NDIMS];
