@@ -66,7 +66,7 @@ CREATE TABLE IF NOT EXISTS results (
   max_rel_err    REAL,
   tolerance      REAL,
   created        TEXT NOT NULL,
-  worst          TEXT,                    -- the compared quantity with the largest relative error
+  worst          TEXT,                    -- the compared quantity with the largest error / its tolerance
                                           -- ("layers.0.attention.wq.weight grad step 1"), any status
   UNIQUE (run_id, config_id)
 );
@@ -88,11 +88,13 @@ CREATE TABLE IF NOT EXISTS comm (
 CREATE TABLE IF NOT EXISTS baselines (
   id         INTEGER PRIMARY KEY,
   config_id  INTEGER REFERENCES configs(id),
-  framework  TEXT NOT NULL,               -- megatron-tp | megatron-tp-sp | zero1 | zero2 | zero3 | fsdp | hsdp | ddp | gpipe | 1f1b | interleaved | ring-cp
-  quantity   TEXT NOT NULL,               -- comm_bytes_per_step | memory_bytes_per_rank | bubble_fraction | ...
+  framework  TEXT NOT NULL,               -- megatron-tp | megatron-tp-sp | zero1 | zero2 | zero3 | fsdp | hsdp | ddp | gpipe | 1f1b | interleaved | ring-cp,
+                                          -- a sum of them ("megatron-tp-sp+ddp": quantity ..._combined, the comm chart's cross),
+                                          -- or runtime-model (shardbench's own closed form: a regression model, not a framework)
+  quantity   TEXT NOT NULL,               -- comm_bytes_per_step | comm_bytes_per_step_combined | memory_bytes_per_rank | bubble_fraction | ...
   value      REAL NOT NULL,
   unit       TEXT NOT NULL,
-  formula    TEXT NOT NULL                -- which formula of baselines.md
+  formula    TEXT NOT NULL                -- the formula and its published source (paper and section)
 );
 
 -- Published throughput numbers (results/published.csv), with their sources.
