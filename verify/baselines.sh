@@ -80,11 +80,11 @@ if command -v sqlite3 > /dev/null 2>&1; then
   for i in 1 2; do
     "$SB" baselines --model debugmodel --mesh dp_replicate:2,tp:4 --batch 8 --seq 64 --dtype f32 \
       --db "$DB" --plan torchtitan-tp-sp --workload block --steps 3 \
-      --schema "$SRC/results/schema.sql" --published "$SRC/results/published.csv" > /dev/null \
+      --published "$SRC/results/published.csv" > /dev/null \
       2> "$TMP/err" || fail "--db run $i exited $?: $(cat "$TMP/err")"
   done
   "$SB" baselines --model 8B --tp 8 --batch 8 --seq 8192 --db "$DB" \
-    --schema "$SRC/results/schema.sql" --published "$SRC/results/published.csv" > "$TMP/8b2.txt" \
+    --published "$SRC/results/published.csv" > "$TMP/8b2.txt" \
     2> "$TMP/err" || fail "--db (no plan) exited $?: $(cat "$TMP/err")"
   nrows=$(awk 'f { n++ } /^framework +quantity/ { f = 1 } END { print n + 0 }' "$TMP/8b2.txt")
   key='model=debugmodel workload=block plan=torchtitan-tp-sp mesh=dp_replicate:2,tp:4 dtype=f32 batch=8 seq=64 steps=3 backend=threads world=8'
