@@ -124,6 +124,12 @@ int sb_mem_estimate(const sb_opts *o, const dt_plan *plan, sb_mem_est *e) {
   return 0;
 }
 
+void sb_bytes_str(double bytes, char *buf, size_t n) {
+  const double mib = 1024.0 * 1024.0, gib = 1024.0 * mib;
+  if (bytes >= gib) snprintf(buf, n, "%.2f GiB", bytes / gib);
+  else snprintf(buf, n, "%.2f MiB", bytes / mib);
+}
+
 double sb_mem_available(char *src, size_t n) {
   FILE *f = fopen("/proc/meminfo", "r");
   if (f) {

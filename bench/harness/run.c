@@ -523,11 +523,13 @@ static bool over_memory(const sb_opts *o, const dt_plan *plan, sb_result *r) {
   r->est_mem_bytes = e.rank_bytes;
   r->est_need_bytes = e.need_bytes;
   if (!(o->mem_limit > 0) || e.need_bytes <= o->mem_limit) return false;
-  const double gib = 1024.0 * 1024.0 * 1024.0;
-  skip(r, "estimated memory %.2f GiB (%.2f GiB per rank x %d ranks, the reference and the "
-          "comparison copies) is over the %.2f GiB of %s (--no-mem-check or --mem-limit to "
-          "run it anyway)",
-       e.need_bytes / gib, e.rank_bytes / gib, o->world, o->mem_limit / gib, o->mem_limit_src);
+  char need[32], rank[32], lim[32];
+  sb_bytes_str(e.need_bytes, need, sizeof need);
+  sb_bytes_str(e.rank_bytes, rank, sizeof rank);
+  sb_bytes_str(o->mem_limit, lim, sizeof lim);
+  skip(r, "estimated memory %s (%s per rank x %d ranks, the reference and the comparison "
+          "copies) is over the %s of %s (--no-mem-check or --mem-limit to run it anyway)",
+       need, rank, o->world, lim, o->mem_limit_src);
   r->mem_refused = true;
   return true;
 }

@@ -190,5 +190,7 @@ int sb_mem_estimate(const sb_opts *o, const dt_plan *plan, sb_mem_est *e);
 /* Bytes the machine can give now: MemAvailable of /proc/meminfo, else
  * sysconf's available pages; src says which. NaN when neither is known. */
 double sb_mem_available(char *src, size_t n);
+/* "1.50 GiB" (from 1 GiB up) or "12.00 MiB". */
+void sb_bytes_str(double bytes, char *buf, size_t n);
 
 #endif
