@@ -82,7 +82,8 @@ check "dp ok rows have dp_replicate all_reduce rows" \
   "$(q "$A" "SELECT count(*) FROM results r JOIN configs c ON c.id = r.config_id WHERE r.status = 'ok' AND c.dp_replicate > 1 AND NOT EXISTS (SELECT 1 FROM comm m WHERE m.result_id = r.id AND m.mesh_dim = 'dp_replicate' AND m.op = 'all_reduce')")" 0
 # Measured comm bytes per step of pure-TP configs equal the analytic Megatron baseline
 # stored next to them (ratio 1.00): the ledger's ring-model wire bytes of rank 0 against
-# baselines.md 1.1 (megatron-tp) / 1.2 (TP+SP) plus the embedding/output/loss/norm terms.
+# the Megatron-LM TP (Shoeybi et al. 2019, sec. 3) / TP+SP (Korthikanti et al. 2022,
+# sec. 4.2.2) per-layer terms plus the embedding/output/loss/norm terms.
 check "TP configs have a Megatron baseline" \
   "$(q "$A" "SELECT count(*) FROM results r JOIN configs c ON c.id = r.config_id WHERE r.status = 'ok' AND c.tp > 1 AND NOT EXISTS (SELECT 1 FROM baselines b WHERE b.config_id = c.id AND b.framework LIKE 'megatron-tp%')")" 0
 check "pure-TP measured / analytic comm = 1.00" \

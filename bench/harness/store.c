@@ -471,8 +471,10 @@ static int put_baselines(sb_store *st, const sb_config *c, int64_t config_id) {
       snprintf(b->quantity, sizeof b->quantity, "comm_bytes_per_step");
       b->value = t.total;
       snprintf(b->unit, sizeof b->unit, "bytes");
-      snprintf(b->formula, sizeof b->formula, "baselines.md 1.%d, whole step (%s loss parallel)",
-               megatron ? 1 : 2, lp ? "with" : "without");
+      snprintf(b->formula, sizeof b->formula, "%s, whole step (%s loss parallel)",
+               megatron ? "Megatron-LM TP: Shoeybi et al. 2019, sec. 3"
+                        : "TP + sequence parallel: Korthikanti et al. 2022, sec. 4.2.2",
+               lp ? "with" : "without");
     }
   }
   if (c->dp_replicate > 1) {
@@ -511,13 +513,9 @@ fail:
   return 1;
 }
 
-int sb_store_put(sb_store *st, const sb_config *c, const sb_result *r) {
+/* The configs row of c (inserted when new); its id into *id. Inside a transaction. */
+static int put_config(sb_store *st, const sb_config *c, int64_t *id) {
   sqlite3_stmt *q = NULL;
-  char now[32];
-  sb_utc_now(now, sizeof now);
-  bool in_tx = false;
-  SB_SQL(st, sqlite3_exec(st->db, "BEGIN IMMEDIATE", NULL, NULL, NULL), "BEGIN");
-  in_tx = true;
   SB_SQL(st,
          sqlite3_prepare_v2(st->db,
                             "INSERT OR IGNORE INTO configs(key, workload, model, plan, pp, "
@@ -529,11 +527,8 @@ int sb_store_put(sb_store *st, const sb_config *c, const sb_result *r) {
   sqlite3_bind_text(q, 2, c->workload, -1, SQLITE_TRANSIENT);
   sqlite3_bind_text(q, 3, c->model, -1, SQLITE_TRANSIENT);
   sqlite3_bind_text(q, 4, c->plan, -1, SQLITE_TRANSIENT);
-  sqlite3_bind_int(q, 5, c->pp);
-  sqlite3_bind_int(q, 6, c->dp_replicate);
-  sqlite3_bind_int(q, 7, c->dp_shard);
-  sqlite3_bind_int(q, 8, c->cp);
-  sqlite3_bind_int(q, 9, c->tp);
+  const int ints[] = {c->pp, c->dp_replicate, c->dp_shard, c->cp, c->tp};
+  for (int i = 0; i < 5; i++) sqlite3_bind_int(q, 5 + i, ints[i]);
   sqlite3_bind_text(q, 10, c->dtype, -1, SQLITE_TRANSIENT);
   sqlite3_bind_int(q, 11, c->batch);
   sqlite3_bind_int(q, 12, c->seq);
@@ -552,9 +547,19 @@ int sb_store_put(sb_store *st, const sb_config *c, const sb_result *r) {
     fprintf(stderr, "shardbench: DB '%s': config row vanished\n", st->path);
     goto fail;
   }
-  int64_t config_id = sqlite3_column_int64(q, 0);
+  *id = sqlite3_column_int64(q, 0);
   sqlite3_finalize(q);
-  q = NULL;
+  return 0;
+fail:
+  sqlite3_finalize(q);
+  return 1;
+}
+
+/* The results row of r for config_id; its id into *id. Inside a transaction. */
+static int put_result(sb_store *st, int64_t config_id, const sb_result *r, int64_t *id) {
+  sqlite3_stmt *q = NULL;
+  char now[32];
+  sb_utc_now(now, sizeof now);
   SB_SQL(st,
          sqlite3_prepare_v2(st->db,
                             "INSERT INTO results(run_id, config_id, status, reason, step_time_s, "
@@ -582,37 +587,55 @@ int sb_store_put(sb_store *st, const sb_config *c, const sb_result *r) {
   if (r->worst[0]) sqlite3_bind_text(q, 15, r->worst, -1, SQLITE_TRANSIENT);
   else sqlite3_bind_null(q, 15);
   SB_SQL(st, sqlite3_step(q), "insert results");
-  int64_t result_id = sqlite3_last_insert_rowid(st->db);
+  *id = sqlite3_last_insert_rowid(st->db);
   sqlite3_finalize(q);
-  q = NULL;
-  if (r->n_comm > 0) {
-    SB_SQL(st,
-           sqlite3_prepare_v2(st->db,
-                              "INSERT INTO comm(result_id, op, mesh_dim, phase, calls, "
-                              "payload_bytes, wire_bytes, seconds) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                              -1, &q, NULL),
-           "prepare comm");
-    for (int i = 0; i < r->n_comm; i++) {
-      const sb_comm_row *cr = &r->comm[i];
-      sqlite3_reset(q);
-      sqlite3_bind_int64(q, 1, result_id);
-      sqlite3_bind_text(q, 2, cr->op, -1, SQLITE_TRANSIENT);
-      sqlite3_bind_text(q, 3, cr->mesh_dim, -1, SQLITE_TRANSIENT);
-      sqlite3_bind_text(q, 4, cr->phase, -1, SQLITE_TRANSIENT);
-      sqlite3_bind_int64(q, 5, cr->calls);
-      sqlite3_bind_int64(q, 6, cr->payload_bytes);
-      sqlite3_bind_double(q, 7, cr->wire_bytes);
-      sqlite3_bind_double(q, 8, cr->seconds);
-      SB_SQL(st, sqlite3_step(q), "insert comm");
-    }
-    sqlite3_finalize(q);
-    q = NULL;
-  }
-  if (!strcmp(r->status, "ok") && put_baselines(st, c, config_id)) goto fail;
-  SB_SQL(st, sqlite3_exec(st->db, "COMMIT", NULL, NULL, NULL), "COMMIT");
   return 0;
 fail:
   sqlite3_finalize(q);
-  if (in_tx) sqlite3_exec(st->db, "ROLLBACK", NULL, NULL, NULL);
+  return 1;
+}
+
+/* The comm rows of r for result_id. Inside a transaction. */
+static int put_comm(sb_store *st, int64_t result_id, const sb_result *r) {
+  if (r->n_comm <= 0) return 0;
+  sqlite3_stmt *q = NULL;
+  SB_SQL(st,
+         sqlite3_prepare_v2(st->db,
+                            "INSERT INTO comm(result_id, op, mesh_dim, phase, calls, "
+                            "payload_bytes, wire_bytes, seconds) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                            -1, &q, NULL),
+         "prepare comm");
+  for (int i = 0; i < r->n_comm; i++) {
+    const sb_comm_row *cr = &r->comm[i];
+    sqlite3_reset(q);
+    sqlite3_bind_int64(q, 1, result_id);
+    sqlite3_bind_text(q, 2, cr->op, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(q, 3, cr->mesh_dim, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(q, 4, cr->phase, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int64(q, 5, cr->calls);
+    sqlite3_bind_int64(q, 6, cr->payload_bytes);
+    sqlite3_bind_double(q, 7, cr->wire_bytes);
+    sqlite3_bind_double(q, 8, cr->seconds);
+    SB_SQL(st, sqlite3_step(q), "insert comm");
+  }
+  sqlite3_finalize(q);
+  return 0;
+fail:
+  sqlite3_finalize(q);
+  return 1;
+}
+
+int sb_store_put(sb_store *st, const sb_config *c, const sb_result *r) {
+  int64_t config_id = 0, result_id = 0;
+  SB_SQL(st, sqlite3_exec(st->db, "BEGIN IMMEDIATE", NULL, NULL, NULL), "BEGIN");
+  if (put_config(st, c, &config_id) || put_result(st, config_id, r, &result_id) ||
+      put_comm(st, result_id, r) || (!strcmp(r->status, "ok") && put_baselines(st, c, config_id))) {
+    sqlite3_exec(st->db, "ROLLBACK", NULL, NULL, NULL);
+    return 1;
+  }
+  SB_SQL(st, sqlite3_exec(st->db, "COMMIT", NULL, NULL, NULL), "COMMIT");
+  return 0;
+fail:
+  sqlite3_exec(st->db, "ROLLBACK", NULL, NULL, NULL); /* no-op when BEGIN failed */
   return 1;
 }
