@@ -1,10 +1,6 @@
-/* bench/harness/run.c: `shardbench run`, and the config runner that `sweep` shares.
- *
- *   shardbench run --model debugmodel --workload model|block --plan NAME
- *                  --mesh dp_replicate:2,tp:4 | --tp 4 --dp-replicate 2 ...
- *                  --dtype f32|f64 --batch N --seq N --steps N [--warmup N]
- *                  [--backend threads|mpi] [--world N] [--peak-tflops X]
- *                  [--plans-dir DIR] [--db FILE] [--json]
+/* bench/harness/run.c: the config runner (sb_execute) that `shardbench run` and `sweep`
+ * share; the run command itself (flags, checks, DB, printing) is
+ * bench/harness/run_cmd.c.
  *
  * A config is (model, workload, plan, mesh over TorchTitan's five dims pp,
  * dp_replicate, dp_shard, cp, tp, dtype, batch, seq, steps, backend, world).
