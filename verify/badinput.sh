@@ -20,6 +20,8 @@
 # (not written) and of a DB in a read-only directory (nothing created), the MFU
 # peak measured once per sweep and stored on the run.
 # Program: ${top_builddir:-.}/bench/shardbench; plans: ${srcdir:-.}/plans.
+# The flag sets (RUNSMALL, ...) split into words on purpose.
+# shellcheck disable=SC2086
 # Skips (77) when the sqlite3 CLI is missing (scripts/install-deps installs it).
 
 SB="${top_builddir:-.}/bench/shardbench"
@@ -34,7 +36,6 @@ if ! command -v sqlite3 >/dev/null 2>&1; then
   exit 77
 fi
 SBABS=$(cd "$(dirname "$SB")" && pwd)/$(basename "$SB")
-PLANSABS=$(cd "$PLANS" && pwd)
 SCRIPTSABS=$(cd "$SCRIPTS" && pwd)
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/badinput.XXXXXX") || exit 99
