@@ -143,11 +143,11 @@ DB="$TMP/r.db"
 for i in 1 2; do
   "$SB" baselines --model debugmodel --mesh dp_replicate:2,tp:4 --batch 8 --seq 64 --dtype f32 \
     --db "$DB" --plan torchtitan-tp-sp --plans-dir "$SRC/plans" --workload block --steps 3 \
-    --schema "$SRC/results/schema.sql" --published "$SRC/results/published.csv" > "$TMP/db$i.txt" \
+    --published "$SRC/results/published.csv" > "$TMP/db$i.txt" \
     2> "$TMP/err" || fail "--db run $i exited $?: $(cat "$TMP/err")"
 done
 "$SB" baselines --model 8B --tp 8 --batch 8 --seq 8192 --db "$DB" \
-  --schema "$SRC/results/schema.sql" --published "$SRC/results/published.csv" > "$TMP/8b2.txt" \
+  --published "$SRC/results/published.csv" > "$TMP/8b2.txt" \
   2> "$TMP/err" || fail "--db (no plan) exited $?: $(cat "$TMP/err")"
 rows() { awk 'f { n++ } /^framework +quantity/ { f = 1 } END { print n + 0 }' "$1"; }
 nplan=$(rows "$TMP/db2.txt")

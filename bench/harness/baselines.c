@@ -7,8 +7,9 @@
  * (linked to a configs row when --plan is given, else config_id NULL) and loads
  * results/published.csv into the published table, idempotently. With --plan the
  * plan file is read and the framework baselines its settings select (TP part +
- * DP part and their sum, the comm chart's cross) are added. Its SQLite code is its
- * own (plain sqlite3 calls against results/schema.sql), not bench/harness/store.c's.
+ * DP part and their sum, the comm chart's cross) are added. The DB is opened,
+ * checked and given its schema by bench/harness/store.c's sb_store_open, the one
+ * path every command uses, before anything is printed.
  *
  * Exit codes (bench/harness/cli.h): 0 ok, 1 a DB error, 2 bad flags (one line).
  */
@@ -17,6 +18,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <sqlite3.h>
 
@@ -28,8 +30,8 @@ const char sb_baselines_usage[] =
     "usage: shardbench baselines --model debugmodel|8B|70B|405B [mesh] --batch B --seq S\n"
     "                            [--dtype f32|f64|bf16] [--microbatches M] [--virtual-stages V]\n"
     "                            [--plan NAME [--plans-dir DIR] [--workload W]]\n"
-    "                            [--db FILE [--steps N] [--backend B] [--published CSV]\n"
-    "                             [--schema SQL]] [--json]\n"
+    "                            [--db FILE [--steps N] [--backend B] [--published CSV]]\n"
+    "                            [--json]\n"
     "\n"
     "Analytic baselines from the frameworks' published formulas for one config:\n"
     "Megatron-LM TP and TP + sequence parallel comm (its own layout: every block split,\n"
@@ -47,8 +49,8 @@ const char sb_baselines_usage[] =
     "  --microbatches M     PP micro-batches per step (default pp)\n"
     "  --virtual-stages V   interleaved PP stages per rank (default 1)\n"
     "  --db FILE            write the rows into the baselines table of a results DB\n"
-    "                       (created from --schema, default the source tree's\n"
-    "                       results/schema.sql) and load --published (default\n"
+    "                       (the one shardbench sweep writes; another application's\n"
+    "                       SQLite file is refused) and load --published (default\n"
     "                       results/published.csv there)\n"
     "  --plan NAME          read DIR/NAME.plan and add the baselines its settings select\n"
     "                       (styles on modules, sequence parallel, loss_parallel; the\n"
@@ -67,10 +69,8 @@ static const char *const CMD = "baselines";
 /* Default data files: the source tree's when the build says where it is
  * (Makefile.am: SB_SRCDIR), else relative to the working directory. */
 #ifdef SB_SRCDIR
-#define DEFAULT_SCHEMA SB_SRCDIR "/results/schema.sql"
 #define DEFAULT_PUBLISHED SB_SRCDIR "/results/published.csv"
 #else
-#define DEFAULT_SCHEMA "results/schema.sql"
 #define DEFAULT_PUBLISHED "results/published.csv"
 #endif
 
@@ -82,6 +82,10 @@ static const char *const dim_names[D_N] = {"pp", "dp_replicate", "dp_shard", "cp
 static int parse_named_mesh(const char *s, int sz[D_N], char *err, size_t errn) {
   bool seen[D_N] = {false};
   const char *p = s;
+  if (!*p) {
+    snprintf(err, errn, "empty; expected NAME:SIZE items like tp:4");
+    return -1;
+  }
   while (*p) {
     size_t l = strcspn(p, ",");
     const char *colon = memchr(p, ':', l);
@@ -273,7 +277,7 @@ static int load_published(sqlite3 *db, const char *path, int *added) {
 }
 
 typedef struct db_args {
-  const char *path, *schema, *published, *plan, *workload, *backend, *dtype;
+  const char *path, *published, *plan, *workload, *backend, *dtype;
   long steps;
 } db_args;
 
@@ -313,61 +317,16 @@ static int config_row(sqlite3 *db, const sb_baseline_in *in, const db_args *da, 
   return r == SQLITE_ROW ? SB_EXIT_OK : db_fail(db, "select configs");
 }
 
-/* The program's schema version (results/schema.sql: schema_version). */
-enum { SCHEMA_VERSION = SB_SCHEMA_VERSION };
-
-static int write_db(const sb_baseline_in *in, const db_args *da, const sb_baseline_row *rows,
-                    int n) {
-  sqlite3 *db = NULL;
-  if (sqlite3_open_v2(da->path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL) !=
-      SQLITE_OK) {
-    int rc = db_fail(db, da->path);
-    sqlite3_close(db);
-    return rc;
-  }
-  /* 30 s busy timeout, as results/schema.sql asks (two sweeps share a DB) */
-  sqlite3_busy_timeout(db, 30000);
+/* Writes the rows (and the published table) into the DB opened by
+ * sb_store_open (bench/harness/store.c: checked, schema created or upgraded), in
+ * one transaction; closes it. */
+static int write_db(sb_store *sto, const sb_baseline_in *in, const db_args *da,
+                    const sb_baseline_row *rows, int n) {
+  sqlite3 *db = sto->db;
   int rc = SB_EXIT_OK;
-  char *schema = NULL;
-  if (sqlite3_exec(db, "PRAGMA journal_mode = WAL; PRAGMA foreign_keys = ON;", NULL, NULL, NULL) !=
-      SQLITE_OK) {
-    rc = db_fail(db, "open (not a SQLite DB?)");
+  if (sqlite3_exec(db, "BEGIN IMMEDIATE", NULL, NULL, NULL) != SQLITE_OK) {
+    rc = db_fail(db, "begin");
     goto out;
-  }
-  if (!(schema = read_text(da->schema))) {
-    fprintf(stderr, "shardbench %s: --schema: cannot read %s: %s\n", CMD, da->schema,
-            strerror(errno));
-    rc = SB_EXIT_FAIL;
-    goto out;
-  }
-  if (sqlite3_exec(db, "BEGIN IMMEDIATE", NULL, NULL, NULL) != SQLITE_OK ||
-      sqlite3_exec(db, schema, NULL, NULL, NULL) != SQLITE_OK) {
-    rc = db_fail(db, "apply schema");
-    goto out;
-  }
-  {
-    sqlite3_stmt *st = NULL;
-    long ver = -1, nver = 0;
-    if (sqlite3_prepare_v2(db, "SELECT version FROM schema_version", -1, &st, NULL) == SQLITE_OK) {
-      while (sqlite3_step(st) == SQLITE_ROW) {
-        ver = (long)sqlite3_column_int64(st, 0);
-        nver++;
-      }
-      sqlite3_finalize(st);
-    }
-    if (nver == 0) {
-      char q[64];
-      snprintf(q, sizeof q, "INSERT INTO schema_version (version) VALUES (%d)", SCHEMA_VERSION);
-      if (sqlite3_exec(db, q, NULL, NULL, NULL) != SQLITE_OK) {
-        rc = db_fail(db, "schema_version");
-        goto rollback;
-      }
-    } else if (ver != SCHEMA_VERSION || nver != 1) {
-      fprintf(stderr, "shardbench %s: --db: %s has schema version %ld, this program writes %d\n",
-              CMD, da->path, ver, SCHEMA_VERSION);
-      rc = SB_EXIT_FAIL;
-      goto rollback;
-    }
   }
   sqlite3_int64 cid = 0;
   bool have_cid = false;
@@ -424,8 +383,7 @@ static int write_db(const sb_baseline_in *in, const db_args *da, const sb_baseli
 rollback:
   sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
 out:
-  free(schema);
-  sqlite3_close(db);
+  sb_store_close(sto);
   return rc;
 }
 
@@ -552,8 +510,7 @@ static int read_plan_traits(const char *dir, const char *name, const dt_llama_co
 int sb_cmd_baselines(int argc, char **argv) {
   enum {
     O_MODEL = 1000, O_MESH, O_PP, O_DPR, O_DPS, O_CP, O_TP, O_BATCH, O_SEQ, O_DTYPE, O_MB, O_VS,
-    O_DB, O_PLAN, O_WORKLOAD, O_STEPS, O_BACKEND, O_PUB, O_SCHEMA, O_JSON, O_HELP,
-    O_PLANS_DIR
+    O_DB, O_PLAN, O_WORKLOAD, O_STEPS, O_BACKEND, O_PUB, O_JSON, O_HELP, O_PLANS_DIR
   };
   static const struct option lopts[] = {
       {"model", required_argument, NULL, O_MODEL},
@@ -574,7 +531,6 @@ int sb_cmd_baselines(int argc, char **argv) {
       {"steps", required_argument, NULL, O_STEPS},
       {"backend", required_argument, NULL, O_BACKEND},
       {"published", required_argument, NULL, O_PUB},
-      {"schema", required_argument, NULL, O_SCHEMA},
       {"json", no_argument, NULL, O_JSON},
       {"plans-dir", required_argument, NULL, O_PLANS_DIR},
       {"help", no_argument, NULL, O_HELP},
@@ -583,13 +539,13 @@ int sb_cmd_baselines(int argc, char **argv) {
   long dims[D_N] = {-1, -1, -1, -1, -1}, batch = -1, seq = -1, mbs = -1, vs = 1;
   dt_dtype dt = DT_BF16;
   bool json = false;
-  db_args da = {NULL, DEFAULT_SCHEMA, DEFAULT_PUBLISHED, NULL, "model", "threads", NULL, 1};
+  db_args da = {NULL, DEFAULT_PUBLISHED, NULL, "model", "threads", NULL, 1};
   char err[SB_ERR_LEN];
   /* sizes up to 2^20 ranks per dim, batch/seq up to 2^30: beyond any real run, and
    * their products stay exact in double */
   const long DIM_MAX = 1L << 20, TOK_MAX = 1L << 30;
-  sb_getopt_reset();
-  int ch;
+  int ch = sb_getopt_repeats(CMD, argc, argv, ":h", lopts, NULL);
+  if (ch) return ch;
   while ((ch = getopt_long(argc, argv, ":h", lopts, NULL)) != -1) {
     long *dst = NULL, hi = DIM_MAX;
     const char *flag = NULL;
@@ -615,7 +571,6 @@ int sb_cmd_baselines(int argc, char **argv) {
     case O_WORKLOAD: da.workload = optarg; break;
     case O_BACKEND: da.backend = optarg; break;
     case O_PUB: da.published = optarg; break;
-    case O_SCHEMA: da.schema = optarg; break;
     case O_JSON: json = true; break;
     case O_PLANS_DIR: plans_flag = optarg; break;
     case O_HELP:
@@ -692,8 +647,16 @@ int sb_cmd_baselines(int argc, char **argv) {
     for (int i = 0; i < k && n < SB_BASELINE_MAX_ROWS; i++)
       if (!strcmp(pr[i].quantity, "comm_bytes_per_step_combined")) rows[n++] = pr[i];
   }
+  sb_store st;
+  if (da.path) {
+    if (access(da.published, R_OK) != 0)
+      return sb_usage_error(CMD, "--published", "cannot read '%s': %s", da.published,
+                            strerror(errno));
+    int rc = sb_store_open(&st, da.path, CMD);
+    if (rc) return rc;
+  }
   if (json) print_json(&in, da.dtype, tp, &ps, rows, n);
   else print_text(&in, da.dtype, tp, &ps, rows, n);
-  if (da.path) return write_db(&in, &da, rows, n);
+  if (da.path) return write_db(&st, &in, &da, rows, n);
   return SB_EXIT_OK;
 }

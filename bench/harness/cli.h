@@ -48,6 +48,15 @@ void sb_getopt_reset(void);
  * which) or ':' (missing value; the optstring must begin with ':').
  * Returns SB_EXIT_USAGE. */
 int sb_getopt_error(const char *cmd, int ch, char **argv, const struct option *lopts);
+/* A first pass over argv with getopt_long (same optstring and lopts as the
+ * subcommand's own loop): a flag given twice with different values is bad
+ * input ("--db given twice with different values"); the same value twice
+ * passes, and so do the flags named in multi (NULL-terminated, may be NULL),
+ * which take a list by repetition. Getopt's own errors come out as
+ * sb_getopt_error's. Resets getopt for the subcommand's loop; returns 0 or
+ * SB_EXIT_USAGE. */
+int sb_getopt_repeats(const char *cmd, int argc, char **argv, const char *optstring,
+                      const struct option *lopts, const char *const *multi);
 
 /* ---- parsers: DT_OK, or DT_ERR_INVALID with a one-line reason in err ---- */
 

@@ -352,8 +352,8 @@ static int parse_flags(int argc, char **argv, ex_opts *o) {
       {"help", no_argument, 0, 'h'},        {0, 0, 0, 0}};
   const char *mesh_s = NULL, *names_s = NULL, *shape_s = NULL, *from_s = NULL, *to_s = NULL;
   const char *dtype_s = "f32", *planner_s = "greedy", *seed_s = NULL, *world_s = NULL;
-  sb_getopt_reset();
-  int ch;
+  int ch = sb_getopt_repeats(CMD, argc, argv, ":h", lopts, NULL);
+  if (ch) return ch;
   while ((ch = getopt_long(argc, argv, ":h", lopts, NULL)) != -1) {
     switch (ch) {
       case 'm': mesh_s = optarg; break;

@@ -478,8 +478,9 @@ static int parse_flags(int argc, char **argv, eo_opts *o) {
   const char *in_s[DT_OP_MAX_IN + 1];
   int n_in_s = 0;
   bool keepdim = false;
-  sb_getopt_reset();
-  int ch;
+  static const char *const repeatable[] = {"input", NULL}; /* one per operand */
+  int ch = sb_getopt_repeats(CMD, argc, argv, ":h", lopts, repeatable);
+  if (ch) return ch;
   while ((ch = getopt_long(argc, argv, ":h", lopts, NULL)) != -1) {
     switch (ch) {
       case 'm': mesh_s = optarg; break;
@@ -628,6 +629,23 @@ static int make_decision(const eo_opts *o, report *rp) {
     return fprintf(stderr, "shardbench explain: dt_op_plan chose candidate %d of %d\n",
                    rp->rep.chosen, rp->rep.n_candidates),
            SB_EXIT_FAIL;
+  return 0;
+}
+
+/* The ops that divide by a count (mean; cross_entropy is a mean over rows) give
+ * 0/0 = NaN from no elements, in PyTorch as here (torch.mean of an empty tensor
+ * is nan): an output element computed from an empty input has no value to
+ * compare, so such an input is refused. Other ops on empty inputs run and are
+ * compared exactly (a sum of nothing is 0, an empty output has nothing to
+ * differ). */
+static int refuse_empty_mean(const eo_opts *o, const report *rp) {
+  if (strcmp(o->op->name, "mean") && strcmp(o->op->name, "cross_entropy")) return 0;
+  int64_t out_elems = 0;
+  for (int j = 0; j < o->op->n_out; j++) out_elems += dt_shape_numel(rp->out[j].ndim, rp->out[j].gshape);
+  for (int j = 0; j < o->n_in; j++)
+    if (dt_shape_numel(o->in[j].ndim, o->in[j].gshape) == 0 && out_elems > 0)
+      return sb_usage_error(CMD, "--input", "input %d is empty: %s of no elements is 0/0 (NaN, as "
+                            "in PyTorch), nothing to compare", j, o->op->name);
   return 0;
 }
 
@@ -1215,6 +1233,7 @@ int sb_cmd_explain_op(int argc, char **argv) {
   /* The decision first: an input the op refuses is bad input, found before
    * any output or work. */
   if ((rc = make_decision(&o, &rp)) != 0) goto out;
+  if ((rc = refuse_empty_mean(&o, &rp)) != 0) goto out;
   make_redists(&o, &rp);
   snprintf(rp.tol_why, sizeof rp.tol_why,
            "%s rounding: a sharded kernel may sum in another order", dt_dtype_name(o.dtype));

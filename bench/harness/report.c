@@ -55,13 +55,6 @@ extern char **environ;
 
 #define CMD "report"
 
-/* The schema this reader understands is the one the store writes: SB_SCHEMA_VERSION
- * (bench/harness/store.h, results/schema.sql's schema_version row). */
-enum { RP_SCHEMA_VERSION = SB_SCHEMA_VERSION };
-
-/* Readers wait this long for a sweep holding the write lock (schema.sql's 30 s). */
-enum { RP_BUSY_MS = 30000 };
-
 /* Room for a path we build (OUT/data/NAME.dat); longer paths are refused. */
 enum { RP_PATH = 4096 };
 
@@ -99,6 +92,8 @@ typedef struct rp_row {
   int pp, dpr, dps, cp, tp, world;
   long long batch, seq;
   double tokens, mfu, tflops, step_s, mem, rel_err, abs_err, tol; /* NAN when NULL */
+  double peak;        /* the result's MFU denominator, TFLOP/s (NAN when NULL) */
+  char *peak_source;  /* where the run's peak came from ("" when NULL: version 1, or unset) */
   char mesh[RP_MESH];
   char label[RP_LABEL];
 } rp_row;
@@ -108,12 +103,15 @@ typedef struct rp_report {
   bool png, svg;
   long long run;      /* > 0 a run id; 0 all */
   bool run_latest;
-  sqlite3 *db;
+  sb_store st;        /* the DB (sb_store_open_read); st.version 1 lacks the runs' peak */
+  sqlite3 *db;        /* st.db */
   rp_row *rows;
   size_t nrows;
   int status_count[4]; /* ok, mismatch, failed, skipped */
   FILE *log;
   bool write_failed;
+  char mfu_axis[96];  /* the throughput chart's MFU axis label: which peak */
+  char mfu_note[512]; /* the same for the index, with where the peak came from */
 } rp_report;
 
 static const char *const rp_statuses[4] = {"ok", "mismatch", "failed", "skipped"};
@@ -212,44 +210,12 @@ static void close_out(rp_report *r, FILE *f, const char *name) {
 
 /* ---- opening and reading the DB ---- */
 
-/* Opens read-only and checks the schema version; one-line reason on refusal. */
+/* Opens the DB through the store's read path (bench/harness/store.c: read-only,
+ * schema version 1 or 2, nothing written or created); one line on refusal. */
 static int open_db(rp_report *r) {
-  int rc = sqlite3_open_v2(r->db_path, &r->db, SQLITE_OPEN_READONLY, NULL);
-  if (rc != SQLITE_OK) {
-    int rc2 = sb_usage_error(CMD, "--db", "cannot open '%s': %s", r->db_path,
-                             r->db ? sqlite3_errmsg(r->db) : sqlite3_errstr(rc));
-    sqlite3_close(r->db);
-    r->db = NULL;
-    return rc2;
-  }
-  sqlite3_busy_timeout(r->db, RP_BUSY_MS);
-  sqlite3_stmt *st = NULL;
-  rc = sqlite3_prepare_v2(r->db, "SELECT version FROM schema_version", -1, &st, NULL);
-  if (rc != SQLITE_OK) {
-    const char *why = sqlite3_errmsg(r->db);
-    if (rc == SQLITE_NOTADB)
-      sb_usage_error(CMD, "--db", "'%s' is not an SQLite database", r->db_path);
-    else if (strstr(why, "no such table"))
-      sb_usage_error(CMD, "--db", "'%s' is not a shardbench results DB (no schema_version table)",
-                     r->db_path);
-    else
-      sb_usage_error(CMD, "--db", "cannot read '%s': %s", r->db_path, why);
-    return SB_EXIT_USAGE;
-  }
-  int n = 0;
-  long long version = -1;
-  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-    version = sqlite3_column_int64(st, 0);
-    n++;
-  }
-  sqlite3_finalize(st);
-  if (rc != SQLITE_DONE)
-    return sb_usage_error(CMD, "--db", "cannot read '%s': %s", r->db_path, sqlite3_errmsg(r->db));
-  if (n != 1 || version != RP_SCHEMA_VERSION)
-    return sb_usage_error(CMD, "--db",
-                          "'%s' has schema version %lld%s; this shardbench reads version %d",
-                          r->db_path, version, n > 1 ? " (and more rows)" : "",
-                          RP_SCHEMA_VERSION);
+  int rc = sb_store_open_read(&r->st, r->db_path, CMD);
+  if (rc) return rc;
+  r->db = r->st.db;
   return SB_EXIT_OK;
 }
 
@@ -274,14 +240,19 @@ static int resolve_run(rp_report *r) {
   return SB_EXIT_OK;
 }
 
-/* The results of the chosen run (or the newest per config), with their configs. */
-static const char rp_rows_query[] =
-    "SELECT r.id, r.run_id, r.config_id, r.status, r.reason, r.tokens_per_s, r.mfu, r.tflops, "
-    "r.step_time_s, r.peak_mem_bytes, r.max_rel_err, r.max_abs_err, r.tolerance, c.key, "
-    "c.workload, c.model, c.plan, c.dtype, c.backend, c.pp, c.dp_replicate, c.dp_shard, c.cp, "
-    "c.tp, c.world, c.batch, c.seq FROM results r JOIN configs c ON c.id = r.config_id "
-    "WHERE (?1 = 0 AND r.id IN (SELECT max(id) FROM results GROUP BY config_id)) "
-    "OR r.run_id = ?1 ORDER BY c.key";
+/* The results of the chosen run (or the newest per config), with their configs and
+ * the run's peak source (schema version 2; NULL from a version 1 DB). */
+#define RP_ROWS_QUERY(PEAK_SOURCE)                                                              \
+  "SELECT r.id, r.run_id, r.config_id, r.status, r.reason, r.tokens_per_s, r.mfu, r.tflops, "   \
+  "r.step_time_s, r.peak_mem_bytes, r.max_rel_err, r.max_abs_err, r.tolerance, c.key, "        \
+  "c.workload, c.model, c.plan, c.dtype, c.backend, c.pp, c.dp_replicate, c.dp_shard, c.cp, "  \
+  "c.tp, c.world, c.batch, c.seq, r.peak_tflops, " PEAK_SOURCE " FROM results r "              \
+  "JOIN configs c ON c.id = r.config_id JOIN runs ru ON ru.id = r.run_id "                    \
+  "WHERE (?1 = 0 AND r.id IN (SELECT max(id) FROM results GROUP BY config_id)) "               \
+  "OR r.run_id = ?1 ORDER BY c.key"
+static const char rp_rows_query_v1[] = RP_ROWS_QUERY("NULL");
+static const char rp_rows_query_v2[] = RP_ROWS_QUERY("ru.peak_source");
+#define rp_rows_query (r->st.version >= 2 ? rp_rows_query_v2 : rp_rows_query_v1)
 
 static void mesh_label(rp_row *w) {
   const int dims[5] = {w->pp, w->dpr, w->dps, w->cp, w->tp};
@@ -370,6 +341,8 @@ static int read_rows(rp_report *r) {
     w->world = sqlite3_column_int(st, c++);
     w->batch = sqlite3_column_int64(st, c++);
     w->seq = sqlite3_column_int64(st, c++);
+    w->peak = col_real(st, c++);
+    w->peak_source = xstrdup(col_text(st, c++));
     for (int s = 0; s < 4; s++)
       if (!strcmp(w->status, rp_statuses[s])) r->status_count[s]++;
   }
@@ -613,14 +586,42 @@ static size_t write_comm(rp_report *r, size_t *nbase) {
   return charted;
 }
 
+/* Which peak the MFU of rows v is against: one value and source for all (the
+ * usual case: one run), none, or several (--run all over runs measured apart). */
+static void mfu_peak_label(rp_report *r, const rp_row **v, size_t n) {
+  const rp_row *first = NULL;
+  bool several = false;
+  for (size_t i = 0; i < n; i++) {
+    if (isnan(v[i]->peak)) continue;
+    if (!first) first = v[i];
+    else if (v[i]->peak != first->peak || strcmp(v[i]->peak_source, first->peak_source))
+      several = true;
+  }
+  if (!first) {
+    snprintf(r->mfu_axis, sizeof r->mfu_axis, "MFU (no peak recorded)");
+    snprintf(r->mfu_note, sizeof r->mfu_note, "No result recorded an MFU peak, so no MFU.");
+  } else if (several) {
+    snprintf(r->mfu_axis, sizeof r->mfu_axis, "MFU (%% of each run's peak)");
+    snprintf(r->mfu_note, sizeof r->mfu_note, "MFU is against each result's own peak (they "
+             "differ between runs: see the runs table).");
+  } else {
+    snprintf(r->mfu_axis, sizeof r->mfu_axis, "MFU (%% of %.4g TFLOP/s)", first->peak);
+    snprintf(r->mfu_note, sizeof r->mfu_note, "MFU is against a peak of %.4g TFLOP/s (%s).",
+             first->peak, first->peak_source[0] ? first->peak_source : "source not recorded");
+  }
+}
+
 static size_t write_throughput(rp_report *r) {
   size_t n = 0;
   const rp_row **v = select_rows(r, keep_throughput, by_mesh, &n);
+  mfu_peak_label(r, v, n);
   FILE *f = open_out(r, "data/throughput.dat");
   if (f) {
-    fprintf(f, "# idx label mesh plan world tokens_per_s mfu_pct tflops step_time_s status\n");
+    fprintf(f, "# idx label mesh plan world tokens_per_s mfu_pct tflops step_time_s status "
+               "peak_tflops mfu_axis\n");
     fprintf(f, "# query: %s (?1 = the run; rows with status ok/mismatch and tokens_per_s, "
-               "by mesh then plan; mfu_pct = 100 * mfu)\n", rp_rows_query);
+               "by mesh then plan; mfu_pct = 100 * mfu; mfu_axis: the MFU axis label, the "
+               "same on every row)\n", rp_rows_query);
     for (size_t i = 0; i < n; i++) {
       char plan[RP_LABEL];
       snprintf(plan, sizeof plan, "%s", v[i]->plan);
@@ -630,7 +631,9 @@ static size_t write_throughput(rp_report *r) {
       dat_num(f, 100.0 * v[i]->mfu); /* fraction to percent */
       dat_num(f, v[i]->tflops);
       dat_num(f, v[i]->step_s);
-      fprintf(f, " %s\n", v[i]->status);
+      fprintf(f, " %s", v[i]->status);
+      dat_num(f, v[i]->peak);
+      fprintf(f, " \"%s\"\n", r->mfu_axis); /* no '"' in it: a number and fixed words */
     }
     close_out(r, f, "data/throughput.dat");
   }
@@ -793,15 +796,23 @@ typedef struct rp_chart {
 
 static void write_runs(rp_report *r, FILE *f) {
   sqlite3_stmt *st = NULL;
-  const char *q = "SELECT id, started, coalesce(finished, '(not finished)'), host, version, "
-                  "backend, world, argv, versions FROM runs WHERE ?1 = 0 OR id = ?1 ORDER BY id";
+  /* a version 1 DB has no runs.peak_tflops / peak_source: NULL for them */
+  const char *q = r->st.version >= 2
+                      ? "SELECT id, started, coalesce(finished, '(not finished)'), host, version, "
+                        "backend, world, argv, versions, coalesce(printf('%.4g TFLOP/s', "
+                        "peak_tflops) || ' (' || coalesce(peak_source, '?') || ')', "
+                        "'(not recorded)') FROM runs WHERE ?1 = 0 OR id = ?1 ORDER BY id"
+                      : "SELECT id, started, coalesce(finished, '(not finished)'), host, version, "
+                        "backend, world, argv, versions, '(not recorded: schema version 1)' "
+                        "FROM runs WHERE ?1 = 0 OR id = ?1 ORDER BY id";
   if (sqlite3_prepare_v2(r->db, q, -1, &st, NULL) != SQLITE_OK) return;
   sqlite3_bind_int64(st, 1, r->run);
   fputs("<table>\n<tr><th>run</th><th>started</th><th>finished</th><th>host</th>"
-        "<th>version</th><th>backend</th><th>world</th><th>argv</th><th>versions</th></tr>\n", f);
+        "<th>version</th><th>backend</th><th>world</th><th>argv</th><th>versions</th>"
+        "<th>MFU peak</th></tr>\n", f);
   while (sqlite3_step(st) == SQLITE_ROW) {
     fputs("<tr>", f);
-    for (int c = 0; c < 9; c++) { /* the nine columns selected above */
+    for (int c = 0; c < 10; c++) { /* the ten columns selected above */
       fputs("<td>", f);
       html_str(f, col_text(st, c));
       fputs("</td>", f);
@@ -859,6 +870,11 @@ static void write_index(rp_report *r, rp_chart *charts, size_t ncharts, const ch
               c->why_not, c->name, c->name);
     }
     fprintf(f, "<p>%s</p>\n", c->how);
+    if (!strcmp(c->name, "throughput") && r->mfu_note[0]) {
+      fputs("<p>", f);
+      html_str(f, r->mfu_note);
+      fputs("</p>\n", f);
+    }
     fputs("<p>Redraw by hand: <code>gnuplot -e \"datadir='", f);
     html_str(f, r->out);
     fputs("/data'; outdir='", f);
@@ -916,8 +932,8 @@ static int parse_flags(rp_report *r, int argc, char **argv) {
       {"scripts", required_argument, NULL, 's'}, {"format", required_argument, NULL, 'f'},
       {"run", required_argument, NULL, 'r'},    {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0}};
-  int ch;
-  sb_getopt_reset();
+  int ch = sb_getopt_repeats(CMD, argc, argv, ":h", lopts, NULL);
+  if (ch) return ch;
   while ((ch = getopt_long(argc, argv, ":h", lopts, NULL)) != -1) {
     switch (ch) {
       case 'd': r->db_path = optarg; break;
@@ -947,7 +963,6 @@ static int parse_flags(rp_report *r, int argc, char **argv) {
     }
   }
   if (optind < argc) return sb_usage_error(CMD, NULL, "unexpected argument '%s'", argv[optind]);
-  if (!*r->db_path) return sb_usage_error(CMD, "--db", "empty path");
   if (!*r->out) return sb_usage_error(CMD, "--out", "empty path");
   if (strlen(r->out) > RP_PATH / 4) /* room for OUT/data/NAME.dat in every buffer */
     return sb_usage_error(CMD, "--out", "path longer than %d characters", RP_PATH / 4);
@@ -976,7 +991,8 @@ static const char rp_how_comm[] =
 static const char rp_how_throughput[] =
     "Configs sorted by mesh shape (world size, then pp, dp_replicate, dp_shard, cp, tp). Top: "
     "tokens per second over all ranks (the median timed step); bottom: MFU, achieved model "
-    "FLOP/s as a percentage of the peak recorded with the result. On the threads backend "
+    "FLOP/s as a percentage of the peak recorded with the result (the axis label and the "
+    "line below name it). On the threads backend "
     "these compare plans with each other, not with GPU clusters. Red bars are mismatched "
     "results: fast but wrong.";
 static const char rp_how_memory[] =
@@ -1000,6 +1016,7 @@ static void free_rows(rp_report *r) {
     free(w->plan);
     free(w->dtype);
     free(w->backend);
+    free(w->peak_source);
   }
   free(r->rows);
 }
@@ -1017,7 +1034,7 @@ int sb_cmd_report(int argc, char **argv) {
   if (rc == SB_EXIT_OK) sqlite3_exec(r.db, "BEGIN", NULL, NULL, NULL);
   if (rc == SB_EXIT_OK) rc = read_rows(&r);
   if (rc != SB_EXIT_OK) {
-    sqlite3_close(r.db);
+    sb_store_close(&r.st);
     free_rows(&r);
     return rc;
   }
@@ -1026,7 +1043,7 @@ int sb_cmd_report(int argc, char **argv) {
   snprintf(data, sizeof data, "%s/data", r.out);
   if (mkdir_p(data) != 0) {
     int e = errno;
-    sqlite3_close(r.db);
+    sb_store_close(&r.st);
     free_rows(&r);
     return sb_usage_error(CMD, "--out", "cannot create '%s': %s", data, strerror(e));
   }
@@ -1080,7 +1097,7 @@ int sb_cmd_report(int argc, char **argv) {
   }
   if (r.log) close_out(&r, r.log, "gnuplot.log");
   write_index(&r, charts, ncharts, note);
-  sqlite3_close(r.db);
+  sb_store_close(&r.st);
 
   if (note && r.nrows) fprintf(stderr, "shardbench report: %s\n", note);
   size_t drawn = 0;

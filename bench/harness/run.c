@@ -1,10 +1,6 @@
-/* bench/harness/run.c: `shardbench run`, and the config runner that `sweep` shares.
- *
- *   shardbench run --model debugmodel --workload model|block --plan NAME
- *                  --mesh dp_replicate:2,tp:4 | --tp 4 --dp-replicate 2 ...
- *                  --dtype f32|f64 --batch N --seq N --steps N [--warmup N]
- *                  [--backend threads|mpi] [--world N] [--peak-tflops X]
- *                  [--plans-dir DIR] [--db FILE] [--json]
+/* bench/harness/run.c: the config runner (sb_execute) that `shardbench run` and `sweep`
+ * share; the run command itself (flags, checks, DB, printing) is
+ * bench/harness/run_cmd.c.
  *
  * A config is (model, workload, plan, mesh over TorchTitan's five dims pp,
  * dp_replicate, dp_shard, cp, tp, dtype, batch, seq, steps, backend, world).
@@ -45,7 +41,6 @@
  */
 #include "config.h"
 
-#include <cblas.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -65,9 +60,6 @@ static const uint64_t SEED = 20260101;
 /* A collective waiting longer than this fails the config instead of hanging the
  * sweep: a debugmodel step on 2 cores takes seconds. */
 static const double LAUNCH_TIMEOUT_S = 300;
-/* The sgemm peak probe: n x n x n products (512: big enough to reach the BLAS
- * kernel's steady rate, 0.27 GFLOP, a few ms), best of PEAK_REPS after one warm-up. */
-enum { PEAK_N = 512, PEAK_REPS = 5 };
 /* Most steps a run takes (warm-up + timed): the per-step arrays are fixed. */
 enum { SB_MAX_STEPS = 1000 };
 /* Most comm rows (op x group x phase) kept per config. */
@@ -78,47 +70,6 @@ enum { MAX_COMM = 64 };
 void sb_ref_free(sb_ref *r) {
   sb_snap_free(&r->snap);
   memset(r, 0, sizeof *r);
-}
-
-static bool dir_has_plans(const char *dir) {
-  char p[1024];
-  snprintf(p, sizeof p, "%s/dp.plan", dir);
-  struct stat sb;
-  if (stat(p, &sb) == 0) return true;
-  snprintf(p, sizeof p, "%s/torchtitan-tp-sp.plan", dir);
-  return stat(p, &sb) == 0;
-}
-
-void sb_plans_dir(const char *flag, char *out, size_t n) {
-  const char *env = getenv("SHARDBENCH_PLANS");
-  if (flag && flag[0]) snprintf(out, n, "%s", flag);
-  else if (env && env[0]) snprintf(out, n, "%s", env);
-  else if (dir_has_plans("plans")) snprintf(out, n, "plans");
-  else snprintf(out, n, "%s/plans", SB_SRCDIR);
-}
-
-double sb_default_peak_tflops(int world) {
-  static double per_core = 0; /* measured once per process */
-  if (per_core <= 0) {
-    float *a = malloc(sizeof(float) * PEAK_N * PEAK_N * 3);
-    if (!a) return NAN;
-    for (long i = 0; i < 3L * PEAK_N * PEAK_N; i++) a[i] = (float)((i % 17) * 0.01);
-    int prev = dt_device_cpu_blas_threads(1);
-    double best = 1e30;
-    for (int r = 0; r <= PEAK_REPS; r++) {
-      double t0 = dt_now();
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, PEAK_N, PEAK_N, PEAK_N, 1.0f, a,
-                  PEAK_N, a + PEAK_N * PEAK_N, PEAK_N, 0.0f, a + 2 * PEAK_N * PEAK_N, PEAK_N);
-      double t = dt_now() - t0;
-      if (r > 0 && t < best) best = t;
-    }
-    if (prev > 0) dt_device_cpu_blas_threads(prev);
-    free(a);
-    per_core = 2.0 * PEAK_N * PEAK_N * PEAK_N / best / 1e12;
-  }
-  long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-  if (ncpu < 1) ncpu = 1;
-  return per_core * (double)(world < ncpu ? world : ncpu);
 }
 
 static void mesh_str(const int dims[SB_NDIMS], char *buf, size_t n) {
@@ -497,85 +448,55 @@ static void failed(sb_result *r, const char *fmt, ...) {
     if (*p == '\n') *p = ' ';
 }
 
-void sb_execute(const sb_opts *o, sb_ref *cache, bool prepare_only, sb_result *r) {
-  sb_result_init(r);
-  dt_ctx hc; /* a host context: only for library error messages */
-  dt_ctx_init(&hc, 0, 1);
-  dt_plan *plan = NULL;
-  job *j = NULL;
-  int world = 1;
-  for (int i = 0; i < SB_NDIMS; i++) world *= o->dims[i];
-  if (world != o->world) {
-    failed(r, "mesh has %d ranks, world is %d", world, o->world);
-    goto done;
-  }
-  if (o->dims[0] > 1) {
+/* What the runner cannot do: status skipped with the reason. True when skipped. */
+static bool unsupported(const sb_opts *o, sb_result *r) {
+  if (o->dims[0] > 1)
     skip(r, "pp=%d: pipeline parallel is not implemented in libdtensor", o->dims[0]);
-    goto done;
-  }
-  if (o->dims[2] > 1) {
+  else if (o->dims[2] > 1)
     skip(r, "dp_shard=%d: FSDP (sharded data parallel) is not implemented in libdtensor",
          o->dims[2]);
-    goto done;
-  }
-  if (o->dims[3] > 1) {
+  else if (o->dims[3] > 1)
     skip(r, "cp=%d: context parallel is not implemented in libdtensor", o->dims[3]);
-    goto done;
-  }
-  if (strcmp(o->workload, "model") && strcmp(o->workload, "block")) {
+  else if (strcmp(o->workload, "model") && strcmp(o->workload, "block"))
     skip(r, "workload '%s' is not implemented (model and block are)", o->workload);
-    goto done;
-  }
-  j = calloc(1, sizeof *j);
-  plan = calloc(1, sizeof *plan);
-  if (!j || !plan) {
-    failed(r, "out of memory");
-    goto done;
-  }
-  j->o = o;
-  if (dt_llama_config_get(&hc, o->model, &j->cfg) != DT_OK) {
-    failed(r, "%s", dt_last_error(&hc));
-    goto done;
-  }
-  if (!strcmp(o->workload, "block")) j->cfg.n_layers = 1; /* one TransformerBlock */
-  if (dt_dtype_parse(o->dtype, &j->dtype) != DT_OK || (j->dtype != DT_F32 && j->dtype != DT_F64)) {
-    skip(r, "dtype '%s': the harness verifies f32 and f64 only", o->dtype);
-    goto done;
-  }
-  char path[1024];
-  snprintf(path, sizeof path, "%s/%s.plan", o->plans_dir, o->plan);
-  if (dt_plan_load(&hc, path, plan) != DT_OK) {
-    failed(r, "plan: %s", dt_last_error(&hc));
-    goto done;
-  }
-  /* fit the plan's dims to the mesh */
-  bool plan_has_tp_entries = false;
+  else
+    return false;
+  return true;
+}
+
+/* Fits the plan's dims to the mesh and resolves it against the model (heads,
+ * seq divisible by tp); skips the config with the reason when it does not fit.
+ * True when skipped. */
+static bool plan_unfit(const sb_opts *o, dt_ctx *hc, dt_plan *plan, const dt_llama_config *cfg,
+                       sb_result *r) {
   int ptp = dt_plan_dim(plan, "tp");
-  for (int i = 0; i < plan->n_entries; i++)
-    if (plan->entries[i].dim == ptp) plan_has_tp_entries = true;
-  for (int i = 0; i < plan->n_entries; i++)
-    if (plan->entries[i].dim != ptp) {
-      skip(r, "plan '%s' has entries on [%s]; the harness applies [tp] entries only", o->plan,
-           plan->dim_names[plan->entries[i].dim]);
-      goto done;
+  bool has_tp = false;
+  for (int i = 0; i < plan->n_entries; i++) {
+    if (plan->entries[i].dim == ptp) {
+      has_tp = true;
+      continue;
     }
+    skip(r, "plan '%s' has entries on [%s]; the harness applies [tp] entries only", o->plan,
+         plan->dim_names[plan->entries[i].dim]);
+    return true;
+  }
   for (int d = 0; d < SB_NDIMS; d++) {
     int pi = dt_plan_dim(plan, sb_dim_names[d]);
     if (o->dims[d] > 1 && pi < 0 && d != 1) {
       skip(r, "plan '%s' has no dim %s (the mesh has %s=%d)", o->plan, sb_dim_names[d],
            sb_dim_names[d], o->dims[d]);
-      goto done;
+      return true;
     }
     if (pi >= 0 && plan->dim_sizes[pi] != -1 && plan->dim_sizes[pi] != o->dims[d]) {
       skip(r, "plan '%s' fixes %s=%d; the mesh has %s=%d", o->plan, sb_dim_names[d],
            plan->dim_sizes[pi], sb_dim_names[d], o->dims[d]);
-      goto done;
+      return true;
     }
   }
-  if (plan_has_tp_entries && o->dims[4] == 1) {
+  if (has_tp && o->dims[4] == 1) {
     skip(r, "tp=1: the plan's [tp] entries would not apply (TorchTitan applies TP only when "
             "tp > 1); the run equals plan dp's");
-    goto done;
+    return true;
   }
   int plan_world = 1;
   for (int i = 0; i < plan->n_dims; i++) {
@@ -584,51 +505,65 @@ void sb_execute(const sb_opts *o, sb_ref *cache, bool prepare_only, sb_result *r
     plan->dim_sizes[i] = d < SB_NDIMS ? o->dims[d] : 1;
     plan_world *= plan->dim_sizes[i];
   }
-  if (dt_plan_resolve(&hc, plan, plan_world, &j->cfg, o->seq) != DT_OK) {
-    skip(r, "%s", dt_last_error(&hc));
-    goto done;
+  if (dt_plan_resolve(hc, plan, plan_world, cfg, o->seq) != DT_OK) {
+    skip(r, "%s", sb_strip_rank(dt_last_error(hc)));
+    return true;
   }
-  sb_plan_traits_get(plan, &j->cfg, &r->plan_traits); /* for the store's framework baselines */
+  sb_plan_traits_get(plan, cfg, &r->plan_traits); /* for the store's framework baselines */
   if (o->batch % o->dims[1]) {
     skip(r, "batch %d is not divisible by dp_replicate=%d", o->batch, o->dims[1]);
-    goto done;
+    return true;
   }
-  dt_backend be;
-  if (dt_backend_parse(o->backend, &be) != DT_OK || !dt_backend_available(be)) {
-    skip(r, "backend '%s' is not built in", o->backend);
-    goto done;
-  }
-  /* the reference: cached by (model, workload, dtype, batch, seq, steps) */
+  return false;
+}
+
+/* The memory estimate (bench/harness/memory.c) into r; over o->mem_limit (when
+ * set) the config is skipped with both numbers and r->mem_refused. True then. */
+static bool over_memory(const sb_opts *o, const dt_plan *plan, sb_result *r) {
+  sb_mem_est e;
+  if (sb_mem_estimate(o, plan, &e) != 0) return false;
+  r->est_mem_bytes = e.rank_bytes;
+  r->est_need_bytes = e.need_bytes;
+  if (!(o->mem_limit > 0) || e.need_bytes <= o->mem_limit) return false;
+  char need[32], rank[32], lim[32];
+  sb_bytes_str(e.need_bytes, need, sizeof need);
+  sb_bytes_str(e.rank_bytes, rank, sizeof rank);
+  sb_bytes_str(o->mem_limit, lim, sizeof lim);
+  skip(r, "estimated memory %s (%s per rank x %d ranks, the reference and the comparison "
+          "copies) is over the %s of %s (--no-mem-check or --mem-limit to run it anyway)",
+       need, rank, o->world, lim, o->mem_limit_src);
+  r->mem_refused = true;
+  return true;
+}
+
+/* The unsharded reference of the config into cache (kept when cache already
+ * holds the one of the same model, workload, dtype, batch, seq and steps).
+ * False (r failed) when it could not be computed. */
+static bool reference(const sb_opts *o, job *j, sb_ref *cache, sb_result *r) {
   char rkey[256];
   snprintf(rkey, sizeof rkey, "%s/%s/%s/%d/%d/%d", o->model, o->workload, o->dtype, o->batch,
            o->seq, o->warmup + o->steps);
+  if (!strcmp(cache->key, rkey)) return true;
   char why[DT_ERRMSG_LEN + 64];
-  if (strcmp(cache->key, rkey)) {
-    sb_ref_free(cache);
-    j->reference = true;
-    j->mesh_ndim = 1;
-    j->mesh_shape[0] = 1;
-    snprintf(j->mesh_names[0], DT_MESH_NAME_LEN, "ref");
-    j->dp_dim = j->tp_dim = -1;
-    if (launch(DT_BACKEND_THREADS, 1, j, why, sizeof why) != DT_OK) {
-      sb_snap_free(&j->out);
-      failed(r, "reference: %s", why);
-      goto done;
-    }
-    cache->snap = j->out;
-    memset(&j->out, 0, sizeof j->out);
-    snprintf(cache->key, sizeof cache->key, "%s", rkey);
+  sb_ref_free(cache);
+  j->reference = true;
+  j->mesh_ndim = 1;
+  j->mesh_shape[0] = 1;
+  snprintf(j->mesh_names[0], DT_MESH_NAME_LEN, "ref");
+  j->dp_dim = j->tp_dim = -1;
+  if (launch(DT_BACKEND_THREADS, 1, j, why, sizeof why) != DT_OK) {
+    sb_snap_free(&j->out);
+    failed(r, "reference: %s", why);
+    return false;
   }
-  if (prepare_only) goto done; /* status "": it would run */
-  /* the sharded job */
-  j->reference = false;
-  j->ref = cache;
-  if (fault_parse(getenv("SHARDBENCH_FAULT"), &j->fault, why, sizeof why)) {
-    failed(r, "SHARDBENCH_FAULT: %s", why);
-    goto done;
-  }
-  j->plan = plan;
-  j->n_comm = 0;
+  cache->snap = j->out;
+  memset(&j->out, 0, sizeof j->out);
+  snprintf(cache->key, sizeof cache->key, "%s", rkey);
+  return true;
+}
+
+/* The sharded job's mesh: the dims of size > 1 in TorchTitan's order. */
+static void sharded_mesh(const sb_opts *o, job *j) {
   j->mesh_ndim = 0;
   j->dp_dim = j->tp_dim = -1;
   for (int d = 0; d < SB_NDIMS; d++)
@@ -644,11 +579,10 @@ void sb_execute(const sb_opts *o, sb_ref *cache, bool prepare_only, sb_result *r
     j->mesh_shape[0] = 1;
     snprintf(j->mesh_names[0], DT_MESH_NAME_LEN, "tp");
   }
-  if (launch(be, o->world, j, why, sizeof why) != DT_OK) {
-    failed(r, "%s", why);
-    goto done;
-  }
-  /* rank 0 (this process under MPI: only rank 0's values are meaningful) */
+}
+
+/* Rank 0's measures and verdict of a finished sharded job into r. */
+static void result_of(const sb_opts *o, const job *j, sb_result *r) {
   const double tokens = (double)o->batch * o->seq;
   const dt_llama_config *c = &j->cfg;
   const double n_embed = (double)c->vocab * c->dim;
@@ -657,8 +591,9 @@ void sb_execute(const sb_opts *o, sb_ref *cache, bool prepare_only, sb_result *r
   r->step_time_s = j->step_time_s;
   r->tokens_per_s = tokens / j->step_time_s;
   r->tflops = fpt * tokens / j->step_time_s / 1e12;
-  r->peak_tflops = o->peak_tflops > 0 ? o->peak_tflops : sb_default_peak_tflops(o->world);
+  r->peak_tflops = o->peak_tflops > 0 ? o->peak_tflops : NAN;
   r->mfu = r->tflops / r->peak_tflops;
+  snprintf(r->peak_source, sizeof r->peak_source, "%s", o->peak_source);
   r->peak_mem_bytes = j->peak_mem;
   r->max_abs_err = j->cmp.max_abs;
   r->max_rel_err = j->cmp.worst_rel;
@@ -678,6 +613,65 @@ void sb_execute(const sb_opts *o, sb_ref *cache, bool prepare_only, sb_result *r
     if (r->comm) memcpy(r->comm, j->comm, sizeof *r->comm * (size_t)j->n_comm);
     else r->n_comm = 0;
   }
+}
+
+void sb_execute(const sb_opts *o, sb_ref *cache, sb_stage stage, sb_result *r) {
+  sb_result_init(r);
+  dt_ctx hc; /* a host context: only for library error messages */
+  dt_ctx_init(&hc, 0, 1);
+  dt_plan *plan = NULL;
+  job *j = NULL;
+  dt_backend be;
+  int world = 1;
+  for (int i = 0; i < SB_NDIMS; i++) world *= o->dims[i];
+  if (world != o->world) {
+    failed(r, "mesh has %d ranks, world is %d", world, o->world);
+    goto done;
+  }
+  if (unsupported(o, r)) goto done;
+  j = calloc(1, sizeof *j);
+  plan = calloc(1, sizeof *plan);
+  if (!j || !plan) {
+    failed(r, "out of memory");
+    goto done;
+  }
+  j->o = o;
+  if (dt_llama_config_get(&hc, o->model, &j->cfg) != DT_OK) {
+    failed(r, "%s", dt_last_error(&hc));
+    goto done;
+  }
+  if (!strcmp(o->workload, "block")) j->cfg.n_layers = 1; /* one TransformerBlock */
+  if (dt_dtype_parse(o->dtype, &j->dtype) != DT_OK || (j->dtype != DT_F32 && j->dtype != DT_F64)) {
+    skip(r, "dtype '%s': the harness verifies f32 and f64 only", o->dtype);
+    goto done;
+  }
+  /* the commands validated the plan up front; failing here, it changed since */
+  if (dt_plan_load(&hc, o->plan_path, plan) != DT_OK) {
+    failed(r, "plan: %s", sb_strip_rank(dt_last_error(&hc)));
+    goto done;
+  }
+  if (plan_unfit(o, &hc, plan, &j->cfg, r) || over_memory(o, plan, r)) goto done;
+  if (dt_backend_parse(o->backend, &be) != DT_OK || !dt_backend_available(be)) {
+    skip(r, "backend '%s' is not built in", o->backend);
+    goto done;
+  }
+  if (stage == SB_STAGE_CHECK || !reference(o, j, cache, r) || stage == SB_STAGE_PREPARE)
+    goto done; /* status "" when it would run */
+  j->reference = false;
+  j->ref = cache;
+  j->plan = plan;
+  j->n_comm = 0;
+  sharded_mesh(o, j);
+  char why[DT_ERRMSG_LEN + 64];
+  if (fault_parse(getenv("SHARDBENCH_FAULT"), &j->fault, why, sizeof why)) {
+    failed(r, "SHARDBENCH_FAULT: %s", why);
+    goto done;
+  }
+  if (launch(be, o->world, j, why, sizeof why) != DT_OK) {
+    failed(r, "%s", why);
+    goto done;
+  }
+  result_of(o, j, r); /* rank 0's; under MPI the other ranks' are not used */
 done:
   free(plan);
   free(j);
@@ -704,6 +698,8 @@ void sb_print_result(FILE *f, const sb_config *c, const sb_result *r, bool json)
     NUM("max_abs_err", r->max_abs_err);
     NUM("max_rel_err", r->max_rel_err);
     NUM("tolerance", r->tolerance);
+    NUM("est_mem_bytes", r->est_mem_bytes);
+    NUM("est_need_bytes", r->est_need_bytes);
 #undef NUM
     fputs(", \"worst\": ", f);
     if (r->worst[0]) sb_json_str(f, r->worst);
@@ -728,12 +724,13 @@ void sb_print_result(FILE *f, const sb_config *c, const sb_result *r, bool json)
   }
   fprintf(f, "%s\n  status: %s%s%s\n", c->key, r->status, r->reason[0] ? ": " : "", r->reason);
   if (!isfinite(r->step_time_s)) return;
-  fprintf(f, "  step time %.4f s (median), %.1f tokens/s, %.4f TFLOP/s, MFU %.2f%% of %.4f TFLOP/s\n",
-          r->step_time_s, r->tokens_per_s, r->tflops, 100 * r->mfu, r->peak_tflops);
-  fprintf(f, "  peak host memory per rank %.2f MiB; vs reference: max abs err %.3g, max rel err "
-             "%.3g (tolerance %.1e)\n",
-          (double)r->peak_mem_bytes / (1024.0 * 1024.0), r->max_abs_err, r->max_rel_err,
-          r->tolerance);
+  fprintf(f, "  step time %.4f s (median), %.1f tokens/s, %.4f TFLOP/s, MFU %.2f%% of %.4f "
+             "TFLOP/s (%s)\n", r->step_time_s, r->tokens_per_s, r->tflops, 100 * r->mfu,
+          r->peak_tflops, r->peak_source[0] ? r->peak_source : "no peak");
+  fprintf(f, "  peak host memory per rank %.2f MiB (estimated %.2f MiB); vs reference: max abs "
+             "err %.3g, max rel err %.3g (tolerance %.1e)\n",
+          (double)r->peak_mem_bytes / (1024.0 * 1024.0), r->est_mem_bytes / (1024.0 * 1024.0),
+          r->max_abs_err, r->max_rel_err, r->tolerance);
   if (r->worst[0]) fprintf(f, "  worst: %s\n", r->worst);
   if (r->n_comm) fprintf(f, "  comm per step (rank 0): %-15s %-13s %-9s %6s %12s %14s %10s\n", "op",
                          "mesh dim", "phase", "calls", "payload B", "wire B", "seconds");
@@ -743,242 +740,4 @@ void sb_print_result(FILE *f, const sb_config *c, const sb_result *r, bool json)
             cr->phase, (long long)cr->calls, (long long)cr->payload_bytes, cr->wire_bytes,
             cr->seconds);
   }
-}
-
-/* ---- shardbench run -------------------------------------------------------------- */
-
-const char sb_run_usage[] =
-    "usage: shardbench run [--model debugmodel] [--workload model|block] [--plan NAME]\n"
-    "                      [--mesh dp_replicate:2,tp:4 | --pp N --dp-replicate N --dp-shard N\n"
-    "                       --cp N --tp N] [--dtype f32|f64] [--batch 8] [--seq 32]\n"
-    "                      [--steps 2] [--warmup 1] [--backend threads|mpi] [--world N]\n"
-    "                      [--peak-tflops X] [--plans-dir DIR] [--db FILE] [--json]\n"
-    "\n"
-    "Runs one config: builds the mesh over TorchTitan's dims pp, dp_replicate, dp_shard,\n"
-    "cp, tp (only dims of size > 1, in that order), applies plans/NAME.plan (the [tp]\n"
-    "entries on tp; dp_replicate adds data parallel), trains warm-up + timed steps with\n"
-    "AdamW, and checks every step's loss and weight gradients and the final weights\n"
-    "against the same model on one rank (relative, normwise: 2^10 u before the first\n"
-    "update, 2^17 u after; f32 6.1e-5 / 7.8e-3, f64 1.1e-13 / 1.5e-11), naming the worst.\n"
-    "Prints step time (median), tokens/s, TFLOP/s (TorchTitan's flops_per_token), MFU,\n"
-    "peak host memory per rank and comm per step. Unsupported configs (pp, dp_shard,\n"
-    "cp > 1; a plan that does not fit the mesh) are reported as skipped with the reason.\n"
-    "\n"
-    "  --world N        ranks (default: the mesh's product; alone: tp = N)\n"
-    "  --peak-tflops X  MFU denominator (default: measured 1-core sgemm x min(world, CPUs))\n"
-    "  --plans-dir DIR  where NAME.plan lives (default: $SHARDBENCH_PLANS, ./plans, the\n"
-    "                   source tree's plans/)\n"
-    "  --db FILE        append runs/configs/results/comm rows (results/schema.sql)\n"
-    "  --json           one JSON object instead of the summary\n"
-    "\n"
-    "Exit: 0 ok or skipped, 1 mismatch or failure, 2 bad flags.\n";
-
-/* "dp_replicate:2,tp:4" into dims (all others 1). */
-static int parse_mesh_named(const char *s, int dims[SB_NDIMS], char *err, size_t errn) {
-  for (int i = 0; i < SB_NDIMS; i++) dims[i] = 1;
-  if (!strcmp(s, "1")) return 0;
-  const char *p = s;
-  int last = -1;
-  while (*p) {
-    size_t l = strcspn(p, ":,");
-    int d = 0;
-    while (d < SB_NDIMS && (strlen(sb_dim_names[d]) != l || strncmp(p, sb_dim_names[d], l))) d++;
-    if (d == SB_NDIMS || p[l] != ':') {
-      snprintf(err, errn, "expected NAME:SIZE,... with names pp, dp_replicate, dp_shard, cp, tp, "
-                          "got '%s'", s);
-      return -1;
-    }
-    if (d <= last) {
-      snprintf(err, errn, "dims must be distinct, in the order pp, dp_replicate, dp_shard, cp, tp");
-      return -1;
-    }
-    last = d;
-    p += l + 1;
-    size_t v = strcspn(p, ",");
-    char num[16];
-    if (v == 0 || v >= sizeof num) {
-      snprintf(err, errn, "bad size in '%s'", s);
-      return -1;
-    }
-    memcpy(num, p, v);
-    num[v] = '\0';
-    long x;
-    if (sb_parse_long(num, 1, SB_MAX_WORLD, &x, err, errn) != DT_OK) return -1;
-    dims[d] = (int)x;
-    p += v;
-    if (*p == ',') p++;
-  }
-  return 0;
-}
-
-int sb_cmd_run(int argc, char **argv) {
-  static const char CMD[] = "run";
-  enum { O_MODEL = 256, O_WORKLOAD, O_PLAN, O_MESH, O_PP, O_DPR, O_DPS, O_CP, O_TP, O_DTYPE,
-         O_BATCH, O_SEQ, O_STEPS, O_WARMUP, O_BACKEND, O_WORLD, O_PEAK, O_PLANS, O_DB, O_JSON,
-         O_HELP };
-  static const struct option lopts[] = {
-      {"model", required_argument, NULL, O_MODEL}, {"workload", required_argument, NULL, O_WORKLOAD},
-      {"plan", required_argument, NULL, O_PLAN},   {"mesh", required_argument, NULL, O_MESH},
-      {"pp", required_argument, NULL, O_PP},       {"dp-replicate", required_argument, NULL, O_DPR},
-      {"dp-shard", required_argument, NULL, O_DPS}, {"cp", required_argument, NULL, O_CP},
-      {"tp", required_argument, NULL, O_TP},       {"dtype", required_argument, NULL, O_DTYPE},
-      {"batch", required_argument, NULL, O_BATCH}, {"seq", required_argument, NULL, O_SEQ},
-      {"steps", required_argument, NULL, O_STEPS}, {"warmup", required_argument, NULL, O_WARMUP},
-      {"backend", required_argument, NULL, O_BACKEND}, {"world", required_argument, NULL, O_WORLD},
-      {"peak-tflops", required_argument, NULL, O_PEAK},
-      {"plans-dir", required_argument, NULL, O_PLANS}, {"db", required_argument, NULL, O_DB},
-      {"json", no_argument, NULL, O_JSON},         {"help", no_argument, NULL, O_HELP},
-      {NULL, 0, NULL, 0}};
-  sb_opts o;
-  memset(&o, 0, sizeof o);
-  snprintf(o.model, sizeof o.model, "debugmodel");
-  snprintf(o.workload, sizeof o.workload, "model");
-  snprintf(o.plan, sizeof o.plan, "torchtitan-tp-sp");
-  snprintf(o.dtype, sizeof o.dtype, "f32");
-  snprintf(o.backend, sizeof o.backend, "threads");
-  o.batch = 8;   /* debugmodel dims, a small batch: seconds per step on 2 cores */
-  o.seq = 32;
-  o.steps = 2;   /* a median of 2 timed steps */
-  o.warmup = 1;  /* the first step faults in pages and fills the caches */
-  for (int i = 0; i < SB_NDIMS; i++) o.dims[i] = 1;
-  bool dims_given = false, mesh_given = false, json = false;
-  long world = 0;
-  const char *db = NULL, *plans_flag = NULL;
-  char err[SB_ERR_LEN];
-  long v;
-  int ch;
-  sb_getopt_reset();
-  while ((ch = getopt_long(argc, argv, ":", lopts, NULL)) != -1) {
-    char flag[40]; /* "--name" of the option being parsed (for messages) */
-    snprintf(flag, sizeof flag, "--%s", ch >= O_MODEL && ch <= O_HELP ? lopts[ch - O_MODEL].name : "?");
-    switch (ch) {
-    case O_MODEL: case O_WORKLOAD: case O_PLAN: case O_DTYPE: case O_BACKEND: {
-      char *dst = ch == O_MODEL ? o.model : ch == O_WORKLOAD ? o.workload
-                  : ch == O_PLAN ? o.plan : ch == O_DTYPE ? o.dtype : o.backend;
-      size_t cap = ch == O_MODEL ? sizeof o.model : ch == O_WORKLOAD ? sizeof o.workload
-                   : ch == O_PLAN ? sizeof o.plan : ch == O_DTYPE ? sizeof o.dtype
-                   : sizeof o.backend;
-      if (strlen(optarg) >= cap || !optarg[0])
-        return sb_usage_error(CMD, NULL, "value '%s' is empty or longer than %zu characters",
-                              optarg, cap - 1);
-      snprintf(dst, cap, "%s", optarg);
-      break;
-    }
-    case O_MESH:
-      if (parse_mesh_named(optarg, o.dims, err, sizeof err))
-        return sb_usage_error(CMD, "--mesh", "%s", err);
-      mesh_given = true;
-      break;
-    case O_PP: case O_DPR: case O_DPS: case O_CP: case O_TP:
-      if (sb_parse_long(optarg, 1, SB_MAX_WORLD, &v, err, sizeof err) != DT_OK)
-        return sb_usage_error(CMD, flag, "%s", err);
-      o.dims[ch - O_PP] = (int)v;
-      dims_given = true;
-      break;
-    case O_BATCH: case O_SEQ: case O_STEPS: case O_WARMUP: {
-      long lo = ch == O_WARMUP ? 0 : 1, hi = ch == O_STEPS || ch == O_WARMUP ? SB_MAX_STEPS / 2 : 1 << 20;
-      if (sb_parse_long(optarg, lo, hi, &v, err, sizeof err) != DT_OK)
-        return sb_usage_error(CMD, flag, "%s", err);
-      if (ch == O_BATCH) o.batch = (int)v;
-      else if (ch == O_SEQ) o.seq = (int)v;
-      else if (ch == O_STEPS) o.steps = (int)v;
-      else o.warmup = (int)v;
-      break;
-    }
-    case O_WORLD:
-      if (sb_parse_long(optarg, 1, SB_MAX_WORLD, &world, err, sizeof err) != DT_OK)
-        return sb_usage_error(CMD, "--world", "%s", err);
-      break;
-    case O_PEAK: {
-      char *end;
-      o.peak_tflops = strtod(optarg, &end);
-      if (end == optarg || *end || !(o.peak_tflops > 0) || !isfinite(o.peak_tflops))
-        return sb_usage_error(CMD, "--peak-tflops", "expected a positive number, got '%s'",
-                              optarg);
-      break;
-    }
-    case O_PLANS: plans_flag = optarg; break;
-    case O_DB: db = optarg; break;
-    case O_JSON: json = true; break;
-    case O_HELP: fputs(sb_run_usage, stdout); return SB_EXIT_OK;
-    default: return sb_getopt_error(CMD, ch, argv, lopts);
-    }
-  }
-  if (optind < argc) return sb_usage_error(CMD, NULL, "unexpected argument '%s'", argv[optind]);
-  if (mesh_given && dims_given)
-    return sb_usage_error(CMD, NULL, "give --mesh or --pp/--dp-replicate/--dp-shard/--cp/--tp, "
-                                     "not both");
-  dt_backend be;
-  if (dt_backend_parse(o.backend, &be) != DT_OK)
-    return sb_usage_error(CMD, "--backend", "expected threads or mpi, got '%s'", o.backend);
-  if (!dt_backend_available(be))
-    return sb_usage_error(CMD, "--backend", "'%s' is not built into this shardbench", o.backend);
-  dt_dtype dtype;
-  if (dt_dtype_parse(o.dtype, &dtype) != DT_OK || (dtype != DT_F32 && dtype != DT_F64))
-    return sb_usage_error(CMD, "--dtype", "expected f32 or f64, got '%s'", o.dtype);
-  if (strcmp(o.workload, "model") && strcmp(o.workload, "block") &&
-      strcmp(o.workload, "embedding") && strcmp(o.workload, "attention") &&
-      strcmp(o.workload, "feed_forward"))
-    return sb_usage_error(CMD, "--workload",
-                          "expected model, block, embedding, attention or feed_forward, got '%s'",
-                          o.workload);
-  {
-    dt_llama_config tmp;
-    if (dt_llama_config_get(NULL, o.model, &tmp) != DT_OK)
-      return sb_usage_error(CMD, "--model", "unknown model '%s' (known: debugmodel, 8B, 70B, 405B)",
-                            o.model);
-  }
-  int rank = 0;
-  if (be == DT_BACKEND_MPI) {
-    if (dt_mpi_init(&argc, &argv) != DT_OK)
-      return sb_usage_error(CMD, "--backend", "MPI could not be initialised");
-    rank = dt_mpi_rank();
-    if (world && world != dt_mpi_size())
-      return sb_usage_error(CMD, "--world", "%ld, but mpirun started %d processes", world,
-                            dt_mpi_size());
-    world = dt_mpi_size();
-  }
-  int prod = 1;
-  for (int i = 0; i < SB_NDIMS; i++) prod *= o.dims[i];
-  if (!world) world = prod;
-  if (!mesh_given && !dims_given && prod == 1) o.dims[4] = (int)world, prod = (int)world;
-  if (prod != world)
-    return sb_usage_error(CMD, NULL, "the mesh has %d ranks but the world is %ld", prod, world);
-  o.world = (int)world;
-  if (sb_fault_check(CMD, rank == 0)) return SB_EXIT_USAGE; /* TEST SWITCH */
-  sb_plans_dir(plans_flag, o.plans_dir, sizeof o.plans_dir);
-  {
-    char path[1024];
-    snprintf(path, sizeof path, "%s/%s.plan", o.plans_dir, o.plan);
-    if (access(path, R_OK) != 0)
-      return sb_usage_error(CMD, "--plan", "no plan file '%s' (see --plans-dir)", path);
-  }
-  sb_store st;
-  memset(&st, 0, sizeof st);
-  if (db && rank == 0) {
-    int rc = sb_store_open(&st, db);
-    if (rc) return rc;
-  }
-  sb_config c;
-  sb_config_fill(&o, &c);
-  sb_ref ref;
-  memset(&ref, 0, sizeof ref);
-  sb_result r;
-  sb_execute(&o, &ref, false, &r);
-  sb_ref_free(&ref);
-  int rc = SB_EXIT_OK;
-  if (rank == 0) {
-    sb_print_result(stdout, &c, &r, json);
-    if (db) {
-      if (sb_store_begin_run(&st, argc, argv, o.backend, o.world) || sb_store_put(&st, &c, &r) ||
-          sb_store_end_run(&st))
-        rc = SB_EXIT_FAIL;
-      sb_store_close(&st);
-    }
-  }
-  if (!strcmp(r.status, "mismatch") || !strcmp(r.status, "failed")) rc = SB_EXIT_FAIL;
-  free(r.comm);
-  /* a failed job may leave collectives pending: dt_mpi_finish(false) aborts */
-  if (be == DT_BACKEND_MPI) dt_mpi_finish(strcmp(r.status, "failed") != 0);
-  return rc;
 }

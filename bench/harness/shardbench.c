@@ -163,6 +163,33 @@ int sb_getopt_error(const char *cmd, int ch, char **argv, const struct option *l
   return sb_usage_error(cmd, NULL, "unknown flag '%s' (see `shardbench help %s`)", what, cmd);
 }
 
+int sb_getopt_repeats(const char *cmd, int argc, char **argv, const char *optstring,
+                      const struct option *lopts, const char *const *multi) {
+  enum { MAX_OPTS = 64 };
+  const char *seen[MAX_OPTS];
+  bool given[MAX_OPTS] = {false};
+  int ch, li;
+  sb_getopt_reset();
+  while ((li = -1, ch = getopt_long(argc, argv, optstring, lopts, &li)) != -1) {
+    if (ch == '?' || ch == ':') return sb_getopt_error(cmd, ch, argv, lopts);
+    if (li < 0) /* a short option: find its long twin by val */
+      for (int i = 0; lopts[i].name; i++)
+        if (lopts[i].val == ch) li = i;
+    if (li < 0 || li >= MAX_OPTS) continue;
+    bool many = false;
+    for (const char *const *m = multi; m && *m; m++) many |= !strcmp(*m, lopts[li].name);
+    if (many) continue;
+    const char *v = optarg ? optarg : "";
+    if (given[li] && strcmp(seen[li], v))
+      return sb_usage_error(cmd, NULL, "--%s given twice with different values ('%s', '%s')",
+                            lopts[li].name, seen[li], v);
+    given[li] = true;
+    seen[li] = v;
+  }
+  sb_getopt_reset();
+  return 0;
+}
+
 /* ---- parsers ---- */
 
 static dt_status fail(char *err, size_t errn, const char *fmt, ...) DT_PRINTF(3, 4);
@@ -349,7 +376,9 @@ dt_status sb_parse_placements(const char *s, int mesh_ndim, int tensor_ndim, dt_
 }
 
 dt_status sb_parse_dtype(const char *s, dt_dtype *out, char *err, size_t errn) {
-  if (dt_dtype_parse(s, out) != DT_OK)
+  /* i64 is the library's id type: no command computes or checks i64 values
+   * (explain compares floats; explain --op takes ids with an input's " i64") */
+  if (dt_dtype_parse(s, out) != DT_OK || *out == DT_I64)
     return fail(err, errn, "expected f32, f64 or bf16, got '%s'", s);
   return DT_OK;
 }

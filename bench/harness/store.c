@@ -1,12 +1,16 @@
 /* bench/harness/store.c: the results database (see bench/harness/store.h and results/schema.sql).
  *
- * Refusal before any write: the first 16 bytes of an existing non-empty file must
- * be SQLite's header "SQLite format 3\0" (a random file is refused without
- * SQLite ever opening it read-write); a DB is then opened read-only and must
- * either have no tables (a fresh file: the schema is created) or a
- * schema_version table holding SB_SCHEMA_VERSION or 1. Only then is it reopened
- * read-write, switched to WAL and given the schema; a version 1 DB is upgraded
- * to 2 in the same transaction (results/schema.sql's header).
+ * Every command opens its --db here: sb_store_open to write (run, sweep,
+ * baselines), sb_store_open_read to read (report). Before SQLite opens a file
+ * read-write, the path is checked (not "", ":memory:" or a "file:" URI, not a
+ * directory, its directory exists), an existing non-empty file must begin with
+ * SQLite's 16-byte magic, and a read-only look must find no table (a fresh
+ * file) or a schema_version table holding 1 or SB_SCHEMA_VERSION: another
+ * application's SQLite file is refused untouched. The look creates nothing
+ * beside the file (open_ro). Only then is the DB reopened read-write, switched to
+ * WAL and given the schema; a version 1 DB is upgraded to 2 in the same
+ * transaction (results/schema.sql's header). A reader never writes: a version 1
+ * DB stays version 1 (st->version tells the reader which columns exist).
  *
  * The schema text is results/schema.sql itself: the Makefile turns it into the
  * C string literal of bench/harness/schema_sql.h (one source of truth); every statement
@@ -16,14 +20,17 @@
 
 #include <errno.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
-#include "store.h"
 #include "baselines.h"
+#include "cli.h"
+#include "store.h"
 
 static const char SB_SCHEMA_SQL[] =
 #include "bench/harness/schema_sql.h"
@@ -58,6 +65,7 @@ void sb_result_init(sb_result *r) {
   memset(r, 0, sizeof *r);
   r->step_time_s = r->tokens_per_s = r->tflops = r->mfu = r->peak_tflops = NAN;
   r->max_abs_err = r->max_rel_err = r->tolerance = NAN;
+  r->est_mem_bytes = r->est_need_bytes = NAN;
   r->peak_mem_bytes = -1;
 }
 
@@ -84,84 +92,153 @@ void sb_versions_str(char *buf, size_t n) {
   );
 }
 
-/* 0: absent or empty (a new DB), 1: a SQLite file, -1: something else (message
- * printed), -2: unreadable (message printed). */
-static int check_header(const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (!f) {
-    if (errno == ENOENT) return 0;
-    fprintf(stderr, "shardbench: DB '%s': cannot read: %s\n", path, strerror(errno));
-    return -2;
-  }
-  char h[sizeof SQLITE_MAGIC];
-  size_t got = fread(h, 1, sizeof h, f);
-  fclose(f);
-  if (got == 0) return 0;
-  if (got < sizeof h || memcmp(h, SQLITE_MAGIC, sizeof h) != 0) {
-    fprintf(stderr, "shardbench: DB '%s': not a SQLite database\n", path);
-    return -1;
-  }
-  return 1;
+/* ---- opening: one path for every command ---------------------------------------- */
+
+/* The byte of SQLite's header that says the DB is in WAL mode (offsets 18 and 19,
+ * the file format write and read versions: 1 legacy, 2 WAL; sqlite.org fileformat
+ * section 1.3.3). */
+enum { SQLITE_HDR_WAL_OFF = 18, SQLITE_HDR_LEN = 100 };
+
+/* What the checks found about the path. */
+typedef struct db_file {
+  bool exists;      /* a non-empty regular file */
+  bool wal;         /* its header says WAL mode */
+  bool dir_writable;/* its directory takes new files (-wal, -shm, the DB itself) */
+} db_file;
+
+static int refuse(const char *cmd, const char *path, const char *fmt, ...) DT_PRINTF(3, 4);
+static int refuse(const char *cmd, const char *path, const char *fmt, ...) {
+  char msg[SB_ERR_LEN];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  return sb_usage_error(cmd, "--db", "'%s': %s", path, msg);
 }
 
-/* Read-only look at an existing DB: SB_EXIT_OK when it is empty or ours. */
-static int check_version_ro(sb_store *st) {
-  int rc = 2; /* SB_EXIT_USAGE */
-  sqlite3_stmt *q = NULL;
-  if (sqlite3_open_v2(st->path, &st->db, SQLITE_OPEN_READONLY, NULL) != SQLITE_OK) {
-    fprintf(stderr, "shardbench: DB '%s': not a SQLite database (%s)\n", st->path,
-            st->db ? sqlite3_errmsg(st->db) : "cannot open");
-    goto done;
+/* The directory part of path ("." for a bare name) into dir. */
+static void dir_of(const char *path, char *dir, size_t n) {
+  const char *slash = strrchr(path, '/');
+  if (!slash) snprintf(dir, n, ".");
+  else if (slash == path) snprintf(dir, n, "/");
+  else snprintf(dir, n, "%.*s", (int)(slash - path), path);
+}
+
+/* Checks the path before SQLite sees it: a name SQLite reads as something else
+ * (":memory:", a "file:" URI, ""), a directory or device, a missing directory,
+ * a file that is not SQLite (its 16-byte magic). for_write: an absent or empty
+ * file is a new DB; else it must exist. SB_EXIT_OK or SB_EXIT_USAGE (printed). */
+static int check_path(const char *cmd, const char *path, bool for_write, db_file *f) {
+  memset(f, 0, sizeof *f);
+  if (!path[0]) return sb_usage_error(cmd, "--db", "empty path");
+  if (!strcmp(path, ":memory:"))
+    return refuse(cmd, path, "SQLite's in-memory DB: the results would go nowhere");
+  if (!strncmp(path, "file:", 5))
+    return refuse(cmd, path, "SQLite would read it as a URI; give a plain file path");
+  if (strlen(path) >= sizeof ((sb_store *)0)->path)
+    return refuse(cmd, path, "longer than %zu characters", sizeof ((sb_store *)0)->path - 1);
+  char dir[sizeof ((sb_store *)0)->path];
+  dir_of(path, dir, sizeof dir);
+  struct stat sd;
+  if (stat(dir, &sd) != 0 || !S_ISDIR(sd.st_mode))
+    return refuse(cmd, path, "directory '%s' does not exist", dir);
+  f->dir_writable = access(dir, W_OK | X_OK) == 0;
+  struct stat sf;
+  if (stat(path, &sf) != 0) {
+    if (errno != ENOENT) return refuse(cmd, path, "%s", strerror(errno));
+    if (!for_write) return refuse(cmd, path, "no such file");
+    if (!f->dir_writable)
+      return refuse(cmd, path, "cannot create it: directory '%s' is not writable", dir);
+    return SB_EXIT_OK;
   }
-  sqlite3_busy_timeout(st->db, SB_BUSY_TIMEOUT_MS);
-  int ntables = -1, has_version = 0;
-  if (sqlite3_prepare_v2(st->db,
+  if (S_ISDIR(sf.st_mode)) return refuse(cmd, path, "is a directory");
+  if (!S_ISREG(sf.st_mode)) return refuse(cmd, path, "not a regular file");
+  FILE *fp = fopen(path, "rb");
+  if (!fp) return refuse(cmd, path, "cannot read: %s", strerror(errno));
+  unsigned char h[SQLITE_HDR_LEN];
+  size_t got = fread(h, 1, sizeof h, fp);
+  fclose(fp);
+  if (got == 0) {
+    if (!for_write) return refuse(cmd, path, "empty file, not a results DB");
+    if (access(path, W_OK) != 0) return refuse(cmd, path, "cannot write: %s", strerror(errno));
+    return SB_EXIT_OK; /* an empty file: a new DB */
+  }
+  if (got < sizeof h || memcmp(h, SQLITE_MAGIC, sizeof SQLITE_MAGIC) != 0)
+    return refuse(cmd, path, "not a SQLite database");
+  if (for_write && access(path, W_OK) != 0)
+    return refuse(cmd, path, "cannot write: %s", strerror(errno));
+  f->exists = true;
+  f->wal = h[SQLITE_HDR_WAL_OFF] == 2;
+  return SB_EXIT_OK;
+}
+
+/* Opens path read-only without creating anything beside it. A WAL-mode DB
+ * needs a -shm file to be read with locks: when none exists (no connection is
+ * open: SQLite keeps -wal and -shm while one is) or the directory takes no new
+ * file, the DB is opened immutable (sqlite.org/uri.html: no locks, no -wal or
+ * -shm; what an absent -wal would hold is in the main file). */
+static int open_ro(const char *path, const db_file *f, sqlite3 **db) {
+  char side[sizeof ((sb_store *)0)->path + 8];
+  snprintf(side, sizeof side, "%s-wal", path);
+  bool wal_there = access(side, F_OK) == 0;
+  if (!f->wal || (wal_there && f->dir_writable))
+    return sqlite3_open_v2(path, db, SQLITE_OPEN_READONLY, NULL);
+  /* file:PATH?immutable=1 with PATH percent-encoded where a URI needs it */
+  char uri[3 * sizeof ((sb_store *)0)->path + 32];
+  size_t k = (size_t)snprintf(uri, sizeof uri, "file:");
+  for (const unsigned char *p = (const unsigned char *)path; *p && k + 4 < sizeof uri; p++) {
+    if (*p == '%' || *p == '?' || *p == '#' || *p <= ' ' || *p >= 0x7f)
+      k += (size_t)snprintf(uri + k, sizeof uri - k, "%%%02X", *p);
+    else uri[k++] = (char)*p;
+  }
+  snprintf(uri + k, sizeof uri - k, "?immutable=1");
+  return sqlite3_open_v2(uri, db, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI, NULL);
+}
+
+/* Read-only look at an existing SQLite file: its schema version (1 or
+ * SB_SCHEMA_VERSION), 0 when it has no table yet (a new DB), or the refusal
+ * (SB_EXIT_USAGE printed, as -1). */
+static int read_version(const char *cmd, const char *path, sqlite3 *db) {
+  sqlite3_stmt *q = NULL;
+  int ver = -1;
+  if (sqlite3_prepare_v2(db,
                          "SELECT count(*), sum(name = 'schema_version') FROM sqlite_master "
                          "WHERE type = 'table'",
                          -1, &q, NULL) != SQLITE_OK ||
       sqlite3_step(q) != SQLITE_ROW) {
-    fprintf(stderr, "shardbench: DB '%s': not a SQLite database (%s)\n", st->path,
-            sqlite3_errmsg(st->db));
+    refuse(cmd, path, "not a SQLite database (%s)", sqlite3_errmsg(db));
     goto done;
   }
-  ntables = sqlite3_column_int(q, 0);
-  has_version = sqlite3_column_int(q, 1);
+  int ntables = sqlite3_column_int(q, 0), has_version = sqlite3_column_int(q, 1);
   sqlite3_finalize(q);
   q = NULL;
   if (ntables == 0) {
-    rc = 0;
+    ver = 0;
     goto done;
   }
   if (!has_version) {
-    fprintf(stderr, "shardbench: DB '%s': has no schema_version table (not a shardbench DB)\n",
-            st->path);
+    refuse(cmd, path, "another application's SQLite DB (no schema_version table)");
     goto done;
   }
-  if (sqlite3_prepare_v2(st->db, "SELECT version FROM schema_version", -1, &q, NULL) !=
-      SQLITE_OK) {
-    fprintf(stderr, "shardbench: DB '%s': %s\n", st->path, sqlite3_errmsg(st->db));
+  if (sqlite3_prepare_v2(db, "SELECT version FROM schema_version", -1, &q, NULL) != SQLITE_OK) {
+    refuse(cmd, path, "%s", sqlite3_errmsg(db));
     goto done;
   }
-  int nrows = 0, bad = 0, ver = 0;
+  int nrows = 0, v = 0, bad = 0;
   while (sqlite3_step(q) == SQLITE_ROW) {
-    ver = sqlite3_column_int(q, 0);
+    v = sqlite3_column_int(q, 0);
     nrows++;
-    if (ver != SB_SCHEMA_VERSION && ver != 1) bad = 1; /* 1: upgraded when opened to write */
+    if (v != SB_SCHEMA_VERSION && v != 1) bad = 1;
   }
-  if (nrows > 1 && !bad) {
-    fprintf(stderr, "shardbench: DB '%s': schema_version has %d rows, expected 1\n", st->path,
-            nrows);
-  } else if (bad) {
-    fprintf(stderr, "shardbench: DB '%s': schema version %d, this shardbench reads 1 and %d\n",
-            st->path, ver, SB_SCHEMA_VERSION);
-  } else {
-    rc = 0; /* nrows 0: another process is creating it right now; it inserts the row */
-  }
+  if (bad)
+    refuse(cmd, path, "schema version %d, this shardbench reads 1 and %d", v, SB_SCHEMA_VERSION);
+  else if (nrows > 1)
+    refuse(cmd, path, "schema_version has %d rows, expected 1", nrows);
+  else
+    ver = nrows ? v : 0; /* 0 rows: another process is creating it; it inserts the row */
 done:
   sqlite3_finalize(q);
-  sqlite3_close(st->db);
-  st->db = NULL;
-  return rc;
+  return ver;
 }
 
 /* Inside the open's write transaction: a version 1 DB gets version 2's columns
@@ -181,39 +258,65 @@ static int upgrade_v1(sb_store *st) {
                       NULL, NULL, NULL);
 }
 
-int sb_store_open(sb_store *st, const char *path) {
+int sb_store_open_read(sb_store *st, const char *path, const char *cmd) {
   memset(st, 0, sizeof *st);
-  if (strlen(path) >= sizeof st->path) {
-    fprintf(stderr, "shardbench: DB path longer than %zu characters\n", sizeof st->path - 1);
-    return 2;
-  }
+  db_file f;
+  int rc = check_path(cmd, path, false, &f);
+  if (rc) return rc;
   snprintf(st->path, sizeof st->path, "%s", path);
-  int h = check_header(path);
-  if (h < 0) return h == -1 ? 2 : 1;
-  if (h == 1) {
-    int rc = check_version_ro(st);
-    if (rc) return rc;
+  if (open_ro(path, &f, &st->db) != SQLITE_OK) {
+    rc = refuse(cmd, path, "cannot open: %s", st->db ? sqlite3_errmsg(st->db) : "out of memory");
+    sb_store_close(st);
+    return rc;
+  }
+  sqlite3_busy_timeout(st->db, SB_BUSY_TIMEOUT_MS);
+  int ver = read_version(cmd, path, st->db);
+  if (ver <= 0) {
+    if (ver == 0) refuse(cmd, path, "holds no shardbench tables");
+    sb_store_close(st);
+    return SB_EXIT_USAGE;
+  }
+  st->version = ver;
+  return SB_EXIT_OK;
+}
+
+int sb_store_open(sb_store *st, const char *path, const char *cmd) {
+  memset(st, 0, sizeof *st);
+  db_file f;
+  int rc = check_path(cmd, path, true, &f);
+  if (rc) return rc;
+  snprintf(st->path, sizeof st->path, "%s", path);
+  if (f.exists) {
+    sqlite3 *look = NULL;
+    int ver = -1;
+    if (open_ro(path, &f, &look) != SQLITE_OK)
+      refuse(cmd, path, "not a SQLite database (%s)", look ? sqlite3_errmsg(look) : "cannot open");
+    else {
+      sqlite3_busy_timeout(look, SB_BUSY_TIMEOUT_MS);
+      ver = read_version(cmd, path, look);
+    }
+    sqlite3_close(look);
+    if (ver < 0) return SB_EXIT_USAGE;
   }
   if (sqlite3_open_v2(path, &st->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL) !=
       SQLITE_OK) {
-    fprintf(stderr, "shardbench: DB '%s': cannot open: %s\n", path,
+    fprintf(stderr, "shardbench %s: --db: '%s': cannot open: %s\n", cmd, path,
             st->db ? sqlite3_errmsg(st->db) : "out of memory");
-    sqlite3_close(st->db);
-    st->db = NULL;
-    return 1;
+    sb_store_close(st);
+    return SB_EXIT_FAIL;
   }
   sqlite3_busy_timeout(st->db, SB_BUSY_TIMEOUT_MS);
   /* Switching a new file to WAL takes an exclusive lock, and SQLite answers BUSY
    * at once (no busy handler: it could deadlock) while another process is
    * creating or switching the same file: retry for the busy timeout. */
   {
-    int rc = SQLITE_BUSY;
+    int rc2 = SQLITE_BUSY;
     for (int waited = 0; waited <= SB_BUSY_TIMEOUT_MS; waited += 10) {
-      rc = sqlite3_exec(st->db, "PRAGMA journal_mode = WAL", NULL, NULL, NULL);
-      if (rc != SQLITE_BUSY && rc != SQLITE_LOCKED) break;
+      rc2 = sqlite3_exec(st->db, "PRAGMA journal_mode = WAL", NULL, NULL, NULL);
+      if (rc2 != SQLITE_BUSY && rc2 != SQLITE_LOCKED) break;
       sqlite3_sleep(10);
     }
-    SB_SQL(st, rc, "PRAGMA journal_mode");
+    SB_SQL(st, rc2, "PRAGMA journal_mode");
   }
   SB_SQL(st, sqlite3_exec(st->db, "PRAGMA foreign_keys = ON", NULL, NULL, NULL),
          "PRAGMA foreign_keys");
@@ -231,11 +334,11 @@ int sb_store_open(sb_store *st, const char *path) {
   }
   SB_SQL(st, upgrade_v1(st), "upgrading schema version 1 to 2");
   SB_SQL(st, sqlite3_exec(st->db, "COMMIT", NULL, NULL, NULL), "COMMIT");
-  return 0;
+  st->version = SB_SCHEMA_VERSION;
+  return SB_EXIT_OK;
 fail:
-  sqlite3_close(st->db);
-  st->db = NULL;
-  return 1;
+  sb_store_close(st);
+  return SB_EXIT_FAIL;
 }
 
 void sb_store_close(sb_store *st) {
@@ -406,13 +509,9 @@ fail:
   return 1;
 }
 
-int sb_store_put(sb_store *st, const sb_config *c, const sb_result *r) {
+/* The configs row of c (inserted when new); its id into *id. Inside a transaction. */
+static int put_config(sb_store *st, const sb_config *c, int64_t *id) {
   sqlite3_stmt *q = NULL;
-  char now[32];
-  sb_utc_now(now, sizeof now);
-  bool in_tx = false;
-  SB_SQL(st, sqlite3_exec(st->db, "BEGIN IMMEDIATE", NULL, NULL, NULL), "BEGIN");
-  in_tx = true;
   SB_SQL(st,
          sqlite3_prepare_v2(st->db,
                             "INSERT OR IGNORE INTO configs(key, workload, model, plan, pp, "
@@ -424,11 +523,8 @@ int sb_store_put(sb_store *st, const sb_config *c, const sb_result *r) {
   sqlite3_bind_text(q, 2, c->workload, -1, SQLITE_TRANSIENT);
   sqlite3_bind_text(q, 3, c->model, -1, SQLITE_TRANSIENT);
   sqlite3_bind_text(q, 4, c->plan, -1, SQLITE_TRANSIENT);
-  sqlite3_bind_int(q, 5, c->pp);
-  sqlite3_bind_int(q, 6, c->dp_replicate);
-  sqlite3_bind_int(q, 7, c->dp_shard);
-  sqlite3_bind_int(q, 8, c->cp);
-  sqlite3_bind_int(q, 9, c->tp);
+  const int ints[] = {c->pp, c->dp_replicate, c->dp_shard, c->cp, c->tp};
+  for (int i = 0; i < 5; i++) sqlite3_bind_int(q, 5 + i, ints[i]);
   sqlite3_bind_text(q, 10, c->dtype, -1, SQLITE_TRANSIENT);
   sqlite3_bind_int(q, 11, c->batch);
   sqlite3_bind_int(q, 12, c->seq);
@@ -447,9 +543,19 @@ int sb_store_put(sb_store *st, const sb_config *c, const sb_result *r) {
     fprintf(stderr, "shardbench: DB '%s': config row vanished\n", st->path);
     goto fail;
   }
-  int64_t config_id = sqlite3_column_int64(q, 0);
+  *id = sqlite3_column_int64(q, 0);
   sqlite3_finalize(q);
-  q = NULL;
+  return 0;
+fail:
+  sqlite3_finalize(q);
+  return 1;
+}
+
+/* The results row of r for config_id; its id into *id. Inside a transaction. */
+static int put_result(sb_store *st, int64_t config_id, const sb_result *r, int64_t *id) {
+  sqlite3_stmt *q = NULL;
+  char now[32];
+  sb_utc_now(now, sizeof now);
   SB_SQL(st,
          sqlite3_prepare_v2(st->db,
                             "INSERT INTO results(run_id, config_id, status, reason, step_time_s, "
@@ -477,37 +583,55 @@ int sb_store_put(sb_store *st, const sb_config *c, const sb_result *r) {
   if (r->worst[0]) sqlite3_bind_text(q, 15, r->worst, -1, SQLITE_TRANSIENT);
   else sqlite3_bind_null(q, 15);
   SB_SQL(st, sqlite3_step(q), "insert results");
-  int64_t result_id = sqlite3_last_insert_rowid(st->db);
+  *id = sqlite3_last_insert_rowid(st->db);
   sqlite3_finalize(q);
-  q = NULL;
-  if (r->n_comm > 0) {
-    SB_SQL(st,
-           sqlite3_prepare_v2(st->db,
-                              "INSERT INTO comm(result_id, op, mesh_dim, phase, calls, "
-                              "payload_bytes, wire_bytes, seconds) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                              -1, &q, NULL),
-           "prepare comm");
-    for (int i = 0; i < r->n_comm; i++) {
-      const sb_comm_row *cr = &r->comm[i];
-      sqlite3_reset(q);
-      sqlite3_bind_int64(q, 1, result_id);
-      sqlite3_bind_text(q, 2, cr->op, -1, SQLITE_TRANSIENT);
-      sqlite3_bind_text(q, 3, cr->mesh_dim, -1, SQLITE_TRANSIENT);
-      sqlite3_bind_text(q, 4, cr->phase, -1, SQLITE_TRANSIENT);
-      sqlite3_bind_int64(q, 5, cr->calls);
-      sqlite3_bind_int64(q, 6, cr->payload_bytes);
-      sqlite3_bind_double(q, 7, cr->wire_bytes);
-      sqlite3_bind_double(q, 8, cr->seconds);
-      SB_SQL(st, sqlite3_step(q), "insert comm");
-    }
-    sqlite3_finalize(q);
-    q = NULL;
-  }
-  if (!strcmp(r->status, "ok") && put_baselines(st, c, r, config_id)) goto fail;
-  SB_SQL(st, sqlite3_exec(st->db, "COMMIT", NULL, NULL, NULL), "COMMIT");
   return 0;
 fail:
   sqlite3_finalize(q);
-  if (in_tx) sqlite3_exec(st->db, "ROLLBACK", NULL, NULL, NULL);
+  return 1;
+}
+
+/* The comm rows of r for result_id. Inside a transaction. */
+static int put_comm(sb_store *st, int64_t result_id, const sb_result *r) {
+  if (r->n_comm <= 0) return 0;
+  sqlite3_stmt *q = NULL;
+  SB_SQL(st,
+         sqlite3_prepare_v2(st->db,
+                            "INSERT INTO comm(result_id, op, mesh_dim, phase, calls, "
+                            "payload_bytes, wire_bytes, seconds) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                            -1, &q, NULL),
+         "prepare comm");
+  for (int i = 0; i < r->n_comm; i++) {
+    const sb_comm_row *cr = &r->comm[i];
+    sqlite3_reset(q);
+    sqlite3_bind_int64(q, 1, result_id);
+    sqlite3_bind_text(q, 2, cr->op, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(q, 3, cr->mesh_dim, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(q, 4, cr->phase, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int64(q, 5, cr->calls);
+    sqlite3_bind_int64(q, 6, cr->payload_bytes);
+    sqlite3_bind_double(q, 7, cr->wire_bytes);
+    sqlite3_bind_double(q, 8, cr->seconds);
+    SB_SQL(st, sqlite3_step(q), "insert comm");
+  }
+  sqlite3_finalize(q);
+  return 0;
+fail:
+  sqlite3_finalize(q);
+  return 1;
+}
+
+int sb_store_put(sb_store *st, const sb_config *c, const sb_result *r) {
+  int64_t config_id = 0, result_id = 0;
+  SB_SQL(st, sqlite3_exec(st->db, "BEGIN IMMEDIATE", NULL, NULL, NULL), "BEGIN");
+  if (put_config(st, c, &config_id) || put_result(st, config_id, r, &result_id) ||
+      put_comm(st, result_id, r) || (!strcmp(r->status, "ok") && put_baselines(st, c, r, config_id))) {
+    sqlite3_exec(st->db, "ROLLBACK", NULL, NULL, NULL);
+    return 1;
+  }
+  SB_SQL(st, sqlite3_exec(st->db, "COMMIT", NULL, NULL, NULL), "COMMIT");
+  return 0;
+fail:
+  sqlite3_exec(st->db, "ROLLBACK", NULL, NULL, NULL); /* no-op when BEGIN failed */
   return 1;
 }

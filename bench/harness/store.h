@@ -1,11 +1,13 @@
 /* bench/harness/store.h: the results database (results/schema.sql) for `shardbench run`
  * and `shardbench sweep`.
  *
- * One SQLite file holds many runs. sb_store_open refuses, before writing a
- * single byte, a file that is not a SQLite DB or whose schema_version is not
- * SB_SCHEMA_VERSION; otherwise it creates the schema (the text of
- * results/schema.sql, embedded at build time as bench/harness/schema_sql.h) and inserts
- * the version row. Every config's rows (configs, results, comm) are written in
+ * One SQLite file holds many runs. Every command opens its --db through this
+ * file. sb_store_open refuses, before writing a single byte, a path that is no
+ * DB file (empty, ":memory:", a directory, a missing directory), a file that is
+ * not a SQLite DB, another application's SQLite DB, or a schema_version other
+ * than 1 and SB_SCHEMA_VERSION; otherwise it creates the schema (the text of
+ * results/schema.sql, embedded at build time as bench/harness/schema_sql.h),
+ * inserts the version row and upgrades a version 1 DB. Every config's rows (configs, results, comm) are written in
  * one transaction, so a kill at any moment loses no committed row and leaves no
  * half one. WAL journal and a 30 s busy timeout let two sweeps share one file.
  *
@@ -21,6 +23,7 @@
 
 #include <sqlite3.h>
 
+#include "dtensor.h"
 #include "baselines.h"
 #include "verdict.h"
 
@@ -30,6 +33,7 @@ enum { SB_SCHEMA_VERSION = 2 };
 typedef struct sb_store {
   sqlite3 *db;
   char path[1024];
+  int version;    /* the DB's schema_version: 1 or SB_SCHEMA_VERSION (a reader's v1 DB) */
   int64_t run_id; /* runs.id of this invocation (0 before sb_store_begin_run) */
 } sb_store;
 
@@ -59,7 +63,11 @@ typedef struct sb_result {
   char worst[160];               /* the compared quantity with the largest error relative to
                                   * its tolerance (bench/harness/verdict.h); "" = NULL */
   double step_time_s, tokens_per_s, tflops, mfu, peak_tflops;
+  char peak_source[96];          /* where peak_tflops came from (sb_opts.peak_source) */
   int64_t peak_mem_bytes;        /* < 0: NULL */
+  double est_mem_bytes;          /* estimated peak per rank (sb_mem_estimate; NaN: none) */
+  double est_need_bytes;         /* estimated memory of the whole invocation (NaN: none) */
+  bool mem_refused;              /* skipped: est_need_bytes over sb_opts.mem_limit */
   double max_abs_err, max_rel_err, tolerance;
   int n_comm;
   sb_comm_row *comm;             /* n_comm rows (borrowed) */
@@ -70,10 +78,17 @@ typedef struct sb_result {
 /* Fills the NULL markers of a result (NaN for reals, -1 for peak_mem). */
 void sb_result_init(sb_result *r);
 
-/* Opens (creating when absent) the DB at path. Returns 0 (SB_EXIT_OK) or
- * SB_EXIT_USAGE (not a DB, another schema version: the file is left untouched)
- * or SB_EXIT_FAIL (an SQLite error), after printing one line on stderr. */
-int sb_store_open(sb_store *st, const char *path);
+/* Opens (creating when absent) the DB at path for writing. Returns 0
+ * (SB_EXIT_OK), or SB_EXIT_USAGE (bad input: the file is left untouched, nothing
+ * is created beside it) or SB_EXIT_FAIL (an SQLite error on a valid DB) after
+ * printing one line on stderr: "shardbench CMD: --db: 'PATH': reason". */
+int sb_store_open(sb_store *st, const char *path, const char *cmd);
+/* Opens an existing DB of schema version 1 or SB_SCHEMA_VERSION read-only
+ * (st->version says which; a version 1 DB lacks runs.peak_tflops,
+ * runs.peak_source and results.worst). Writes nothing, and creates no -wal or
+ * -shm where none exists or where the directory is read-only (the DB is then
+ * read immutable). Same returns and messages as sb_store_open. */
+int sb_store_open_read(sb_store *st, const char *path, const char *cmd);
 void sb_store_close(sb_store *st);
 
 /* Inserts this invocation's runs row (finished NULL). argv joined by spaces. */
@@ -98,19 +113,24 @@ void sb_utc_now(char *buf, size_t n);
 
 /* ---- the config runner (defined in bench/harness/run.c, shared by run and sweep) ---- */
 
-/* TorchTitan's mesh dims in mesh order (torchtitan-llama.md 3.1). */
+/* TorchTitan's mesh dims in mesh order (torchtitan/distributed/parallel_dims.py,
+ * ParallelDims.build_mesh: pp, dp_replicate, dp_shard, cp, tp). */
 enum { SB_NDIMS = 5 };
 extern const char *const sb_dim_names[SB_NDIMS]; /* pp dp_replicate dp_shard cp tp */
 
 typedef struct sb_opts {
-  char model[32], workload[32], plan[64], plans_dir[768];
+  char model[32], workload[32];
+  char plan[64];                 /* the plan's name (its file's base name without .plan) */
+  char plan_path[1024];          /* its file (sb_plan_locate) */
   int dims[SB_NDIMS];            /* pp, dp_replicate, dp_shard, cp, tp */
   char dtype[8];
   int batch, seq, steps, warmup;
   char backend[16];
   int world;
-  double peak_tflops;            /* <= 0: measured (sb_default_peak_tflops) */
-  bool quiet;                    /* no per-config summary on stdout */
+  double peak_tflops;            /* MFU denominator, measured once per invocation; <= 0: none */
+  char peak_source[96];          /* "--peak-tflops" or how it was measured */
+  double mem_limit;              /* bytes a config may need (sb_mem_estimate); 0: no check */
+  char mem_limit_src[64];        /* where mem_limit came from, for messages */
 } sb_opts;
 
 /* The unsharded reference of one (model, workload, dtype, batch, seq, steps):
@@ -124,22 +144,59 @@ void sb_ref_free(sb_ref *r);
 
 /* The canonical key and configs columns of o. */
 void sb_config_fill(const sb_opts *o, sb_config *c);
+/* How far sb_execute goes: the checks only (pp, dp_shard, cp, workload, the plan
+ * against the mesh and the model, the memory estimate against o->mem_limit; no
+ * work), the checks and the reference, or the whole config. */
+typedef enum sb_stage { SB_STAGE_CHECK, SB_STAGE_PREPARE, SB_STAGE_RUN } sb_stage;
 /* Runs one config (skipping it, with the reason, when unsupported), filling r
  * (r->comm malloc'd: free it). Never exits; failures are r->status "failed".
- * The reference is computed into cache unless cache already holds it.
- * prepare_only: only the checks and the reference; r->status stays "" when
+ * The reference is computed into cache unless cache already holds it (cache
+ * may be NULL for SB_STAGE_CHECK). Before SB_STAGE_RUN r->status stays "" when
  * the config would run (the sweep then runs it in a child process). */
-void sb_execute(const sb_opts *o, sb_ref *cache, bool prepare_only, sb_result *r);
+void sb_execute(const sb_opts *o, sb_ref *cache, sb_stage stage, sb_result *r);
 /* TEST SWITCH: validates $SHARDBENCH_FAULT (the fault injection of bench/harness/run.c;
  * unset: nothing). Returns 0, or SB_EXIT_USAGE after the one-line error when it is
  * malformed; when set and warn, prints one warning line naming the fault. */
 int sb_fault_check(const char *cmd, bool warn);
 /* Prints a readable summary of a result (or JSON). */
 void sb_print_result(FILE *f, const sb_config *c, const sb_result *r, bool json);
+/* ---- plans, peak and memory (bench/harness/run_cmd.c, memory.c), shared by run and sweep ---- */
+
 /* The plans directory: flag (may be NULL), $SHARDBENCH_PLANS, ./plans,
  * SB_SRCDIR/plans; the first that holds NAME.plan files. */
 void sb_plans_dir(const char *flag, char *out, size_t n);
-/* A measured single-core sgemm peak x min(world, online CPUs), TFLOP/s. */
-double sb_default_peak_tflops(int world);
+/* The file of --plan ARG: ARG itself when it is a path (contains a '/' or ends
+ * in .plan), else DIR/ARG.plan; name gets the file's base name without .plan.
+ * -1 (reason in err) when a name or path is too long or the name is empty. */
+int sb_plan_locate(const char *dir, const char *arg, char *path, size_t pn, char *name, size_t nn,
+                   char *err, size_t errn);
+/* Loads the plan file and checks it against the module fqns of every model in
+ * models (n of them; full depth): "FILE:LINE:COL: ..." for a syntax error,
+ * "FILE:LINE: pattern '...' matches no module" for a typo. 0, or the one-line
+ * error printed naming flag and SB_EXIT_USAGE. */
+int sb_plan_validate(const char *cmd, const char *flag, const char *path, const char *const *models,
+                     int n);
+/* A measured single-core sgemm rate x min(world, online CPUs), TFLOP/s, with
+ * how it was measured in source. Call once per invocation. */
+double sb_default_peak_tflops(int world, char *source, size_t n);
+/* The MFU peak and memory limit flags of run and sweep into o: --peak-tflops
+ * (NULL: o->peak_tflops stays 0, for sb_default_peak_tflops once the input is
+ * checked), --mem-limit (NULL: the machine's available memory), --no-mem-check.
+ * 0 or the one-line error's SB_EXIT_USAGE. */
+int sb_limits_from_flags(const char *cmd, const char *peak_s, const char *mem_s, bool no_mem_check,
+                         sb_opts *o);
+
+/* A config's estimated memory (bench/harness/memory.c). */
+typedef struct sb_mem_est {
+  double rank_bytes;             /* one rank's peak, the quantity of results.peak_mem_bytes */
+  double need_bytes;             /* the invocation on this machine (every rank, the reference) */
+} sb_mem_est;
+/* Estimates o with plan (NULL: none); -1 for an unknown model or dtype. */
+int sb_mem_estimate(const sb_opts *o, const dt_plan *plan, sb_mem_est *e);
+/* Bytes the machine can give now: MemAvailable of /proc/meminfo, else
+ * sysconf's available pages; src says which. NaN when neither is known. */
+double sb_mem_available(char *src, size_t n);
+/* "1.50 GiB" (from 1 GiB up) or "12.00 MiB". */
+void sb_bytes_str(double bytes, char *buf, size_t n);
 
 #endif

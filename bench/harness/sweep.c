@@ -22,9 +22,15 @@
  * by config key. Under --backend mpi every process walks the same list, rank 0
  * decides the resume skips (broadcast) and alone writes the DB; no fork.
  *
+ * Before any config runs: every flag, every selected plan (parsed, its patterns
+ * matched against each model's modules) and the DB are checked (bad input: one
+ * line, exit 2, nothing written); the MFU peak is measured once and stored on
+ * the run's row (sb_store_set_peak). A config whose estimated memory is over the
+ * limit is recorded as skipped with both numbers.
+ *
  * Progress on stderr: one line redrawn with \r when stderr is a terminal, else
  * one line per config. Exit: 0 when every config is ok or skipped, 1 when one
- * mismatched or failed (or a DB write failed), 2 on bad flags or a refused DB.
+ * mismatched or failed (or a DB write failed), 2 on bad input.
  */
 #include "config.h"
 
@@ -56,6 +62,7 @@ const char sb_sweep_usage[] =
     "                        [--seq 32] [--steps 2] [--warmup 1]\n"
     "                        [--db results/shardbench.db] [--resume]\n"
     "                        [--backend threads|mpi] [--peak-tflops X] [--plans-dir DIR]\n"
+    "                        [--mem-limit BYTES | --no-mem-check]\n"
     "\n"
     "Runs every ordered factorisation of the world into (pp, dp_replicate, dp_shard, cp,\n"
     "tp) x plans x workloads x dtypes x models with `shardbench run`'s runner and writes\n"
@@ -65,8 +72,15 @@ const char sb_sweep_usage[] =
     "a result in the DB. Defaults (batch 8, seq 32, 2 timed steps after 1 warm-up) keep\n"
     "a world-8 debugmodel sweep of every shipped plan to a few minutes on 2 cores.\n"
     "Under mpirun (--backend mpi) the world is the number of processes; rank 0 writes.\n"
+    "Before any config runs, every plan (NAME in --plans-dir, or a path) is parsed and\n"
+    "its patterns matched against each model's modules: a broken plan is bad input.\n"
+    "The MFU peak (--peak-tflops, else a 1-core sgemm rate x min(world, CPUs)) is\n"
+    "measured once and stored with the run. A config whose estimated memory is over\n"
+    "--mem-limit (default: the machine's available memory) is recorded as skipped with\n"
+    "both numbers; --no-mem-check runs it anyway.\n"
     "\n"
-    "Exit: 0 all ok or skipped, 1 a mismatch or failure, 2 bad flags or a refused DB.\n";
+    "Exit: 0 all ok or skipped, 1 a mismatch or failure, 2 bad input (flags, a plan,\n"
+    "the DB).\n";
 
 typedef struct list {
   int n;
@@ -188,7 +202,7 @@ static void run_isolated(const sb_opts *o, sb_ref *cache, sb_result *r) {
 #endif
     if (getppid() != parent) _exit(3); /* the sweep died before prctl */
     sb_result cr;
-    sb_execute(o, cache, false, &cr);
+    sb_execute(o, cache, SB_STAGE_RUN, &cr);
     int rc = write_all(fd[1], &cr, sizeof cr) ||
              (cr.n_comm > 0 && write_all(fd[1], cr.comm, sizeof *cr.comm * (size_t)cr.n_comm));
     _exit(rc ? 3 : 0);
@@ -274,218 +288,289 @@ static void progress(bool tty, int done, int total, double t0, const char *statu
 
 /* ---- the command -------------------------------------------------------------------- */
 
-int sb_cmd_sweep(int argc, char **argv) {
+typedef struct sweep_args {
+  long world, batch, seq, steps, warmup;
+  const char *models_s, *plans_s, *workloads_s, *dtypes_s, *db, *backend_s, *plans_flag;
+  const char *peak_s, *mem_s;
+  bool resume, no_mem_check;
+} sweep_args;
+
+/* What the sweep walks: the lists, the plans' files, the mesh shapes. */
+typedef struct sweep_space {
+  list models, plans, workloads, dtypes;
+  char plan_path[MAX_LIST][1024];
+  int nshapes;
+  int (*shapes)[SB_NDIMS];
+  int total;
+} sweep_space;
+
+/* Outcomes so far. */
+typedef struct tally {
+  int ok, mis, fail, skip, resumed, done;
+  bool db_err;
+} tally;
+
+enum { O_WORLD = 256, O_MODELS, O_PLANS, O_WORKLOADS, O_DTYPES, O_BATCH, O_SEQ, O_STEPS,
+       O_WARMUP, O_DB, O_RESUME, O_BACKEND, O_PEAK, O_MEMLIM, O_NOMEM, O_PLANSDIR, O_HELP };
+static const struct option sweep_lopts[] = {
+    {"world", required_argument, NULL, O_WORLD},
+    {"models", required_argument, NULL, O_MODELS},
+    {"plans", required_argument, NULL, O_PLANS},
+    {"workloads", required_argument, NULL, O_WORKLOADS},
+    {"dtypes", required_argument, NULL, O_DTYPES},
+    {"batch", required_argument, NULL, O_BATCH},
+    {"seq", required_argument, NULL, O_SEQ},
+    {"steps", required_argument, NULL, O_STEPS},
+    {"warmup", required_argument, NULL, O_WARMUP},
+    {"db", required_argument, NULL, O_DB},
+    {"resume", no_argument, NULL, O_RESUME},
+    {"backend", required_argument, NULL, O_BACKEND},
+    {"peak-tflops", required_argument, NULL, O_PEAK},
+    {"mem-limit", required_argument, NULL, O_MEMLIM},
+    {"no-mem-check", no_argument, NULL, O_NOMEM},
+    {"plans-dir", required_argument, NULL, O_PLANSDIR},
+    {"help", no_argument, NULL, O_HELP},
+    {NULL, 0, NULL, 0}};
+
+/* The flags into a, with their defaults; 0, -1 after --help, or SB_EXIT_USAGE. */
+static int sweep_parse(int argc, char **argv, sweep_args *a) {
   static const char CMD[] = "sweep";
-  enum { O_WORLD = 256, O_MODELS, O_PLANS, O_WORKLOADS, O_DTYPES, O_BATCH, O_SEQ, O_STEPS,
-         O_WARMUP, O_DB, O_RESUME, O_BACKEND, O_PEAK, O_PLANSDIR, O_HELP };
-  static const struct option lopts[] = {
-      {"world", required_argument, NULL, O_WORLD},
-      {"models", required_argument, NULL, O_MODELS},
-      {"plans", required_argument, NULL, O_PLANS},
-      {"workloads", required_argument, NULL, O_WORKLOADS},
-      {"dtypes", required_argument, NULL, O_DTYPES},
-      {"batch", required_argument, NULL, O_BATCH},
-      {"seq", required_argument, NULL, O_SEQ},
-      {"steps", required_argument, NULL, O_STEPS},
-      {"warmup", required_argument, NULL, O_WARMUP},
-      {"db", required_argument, NULL, O_DB},
-      {"resume", no_argument, NULL, O_RESUME},
-      {"backend", required_argument, NULL, O_BACKEND},
-      {"peak-tflops", required_argument, NULL, O_PEAK},
-      {"plans-dir", required_argument, NULL, O_PLANSDIR},
-      {"help", no_argument, NULL, O_HELP},
-      {NULL, 0, NULL, 0}};
-  long world = 0, batch = 8, seq = 32, steps = 2, warmup = 1, v;
-  const char *models_s = "debugmodel", *plans_s = "all", *workloads_s = "block,model",
-             *dtypes_s = "f32", *db = "results/shardbench.db", *backend_s = "threads",
-             *plans_flag = NULL;
-  double peak = 0;
-  bool resume = false;
+  *a = (sweep_args){.batch = 8, .seq = 32, .steps = 2, .warmup = 1, .models_s = "debugmodel",
+                    .plans_s = "all", .workloads_s = "block,model", .dtypes_s = "f32",
+                    .db = "results/shardbench.db", .backend_s = "threads"};
+  int rc = sb_getopt_repeats(CMD, argc, argv, ":", sweep_lopts, NULL);
+  if (rc) return rc;
   char err[SB_ERR_LEN];
   int ch;
-  sb_getopt_reset();
-  while ((ch = getopt_long(argc, argv, ":", lopts, NULL)) != -1) {
-    char flag[40]; /* "--name", for messages */
-    snprintf(flag, sizeof flag, "--%s",
-             ch >= O_WORLD && ch <= O_HELP ? lopts[ch - O_WORLD].name : "?");
+  while ((ch = getopt_long(argc, argv, ":", sweep_lopts, NULL)) != -1) {
     switch (ch) {
     case O_WORLD: case O_BATCH: case O_SEQ: case O_STEPS: case O_WARMUP: {
       /* steps/warm-up: a sweep of hundreds of configs wants a handful; 500 bounds it */
-      long lo = ch == O_WARMUP ? 0 : 1,
+      long lo = ch == O_WARMUP ? 0 : 1, v,
            hi = ch == O_WORLD ? SB_MAX_WORLD : ch == O_STEPS || ch == O_WARMUP ? 500 : 1 << 20;
+      char flag[40];
+      snprintf(flag, sizeof flag, "--%s", sweep_lopts[ch - O_WORLD].name);
       if (sb_parse_long(optarg, lo, hi, &v, err, sizeof err) != DT_OK)
         return sb_usage_error(CMD, flag, "%s", err);
-      if (ch == O_WORLD) world = v;
-      else if (ch == O_BATCH) batch = v;
-      else if (ch == O_SEQ) seq = v;
-      else if (ch == O_STEPS) steps = v;
-      else warmup = v;
+      *(ch == O_WORLD ? &a->world : ch == O_BATCH ? &a->batch : ch == O_SEQ ? &a->seq
+        : ch == O_STEPS ? &a->steps : &a->warmup) = v;
       break;
     }
-    case O_MODELS: models_s = optarg; break;
-    case O_PLANS: plans_s = optarg; break;
-    case O_WORKLOADS: workloads_s = optarg; break;
-    case O_DTYPES: dtypes_s = optarg; break;
-    case O_DB: db = optarg; break;
-    case O_RESUME: resume = true; break;
-    case O_BACKEND: backend_s = optarg; break;
-    case O_PLANSDIR: plans_flag = optarg; break;
-    case O_PEAK: {
-      char *end;
-      peak = strtod(optarg, &end);
-      if (end == optarg || *end || !(peak > 0) || !isfinite(peak))
-        return sb_usage_error(CMD, flag, "expected a positive number, got '%s'", optarg);
-      break;
-    }
-    case O_HELP: fputs(sb_sweep_usage, stdout); return SB_EXIT_OK;
-    default: return sb_getopt_error(CMD, ch, argv, lopts);
+    case O_MODELS: a->models_s = optarg; break;
+    case O_PLANS: a->plans_s = optarg; break;
+    case O_WORKLOADS: a->workloads_s = optarg; break;
+    case O_DTYPES: a->dtypes_s = optarg; break;
+    case O_DB: a->db = optarg; break;
+    case O_RESUME: a->resume = true; break;
+    case O_BACKEND: a->backend_s = optarg; break;
+    case O_PLANSDIR: a->plans_flag = optarg; break;
+    case O_PEAK: a->peak_s = optarg; break;
+    case O_MEMLIM: a->mem_s = optarg; break;
+    case O_NOMEM: a->no_mem_check = true; break;
+    case O_HELP: fputs(sb_sweep_usage, stdout); return -1;
+    default: return sb_getopt_error(CMD, ch, argv, sweep_lopts);
     }
   }
   if (optind < argc) return sb_usage_error(CMD, NULL, "unexpected argument '%s'", argv[optind]);
-  dt_backend be;
-  if (dt_backend_parse(backend_s, &be) != DT_OK)
-    return sb_usage_error(CMD, "--backend", "expected threads or mpi, got '%s'", backend_s);
-  if (!dt_backend_available(be))
-    return sb_usage_error(CMD, "--backend", "'%s' is not built into this shardbench", backend_s);
-  list models, plans, workloads, dtypes;
-  if (split_list(models_s, &models, err, sizeof err))
+  return 0;
+}
+
+/* --models, --workloads, --dtypes: split and each name checked. */
+static int sweep_lists(const sweep_args *a, sweep_space *sp) {
+  static const char CMD[] = "sweep";
+  char err[SB_ERR_LEN];
+  if (split_list(a->models_s, &sp->models, err, sizeof err))
     return sb_usage_error(CMD, "--models", "%s", err);
-  for (int i = 0; i < models.n; i++) {
+  for (int i = 0; i < sp->models.n; i++) {
     dt_llama_config tmp;
-    if (dt_llama_config_get(NULL, models.v[i], &tmp) != DT_OK)
+    if (dt_llama_config_get(NULL, sp->models.v[i], &tmp) != DT_OK)
       return sb_usage_error(CMD, "--models", "unknown model '%s' (known: debugmodel, 8B, 70B, 405B)",
-                            models.v[i]);
+                            sp->models.v[i]);
   }
-  if (split_list(workloads_s, &workloads, err, sizeof err))
+  if (split_list(a->workloads_s, &sp->workloads, err, sizeof err))
     return sb_usage_error(CMD, "--workloads", "%s", err);
-  for (int i = 0; i < workloads.n; i++) {
-    const char *w = workloads.v[i];
+  for (int i = 0; i < sp->workloads.n; i++) {
+    const char *w = sp->workloads.v[i];
     if (strcmp(w, "model") && strcmp(w, "block") && strcmp(w, "embedding") &&
         strcmp(w, "attention") && strcmp(w, "feed_forward"))
       return sb_usage_error(CMD, "--workloads",
                             "expected model, block, embedding, attention or feed_forward, got '%s'",
                             w);
   }
-  if (split_list(dtypes_s, &dtypes, err, sizeof err))
+  if (split_list(a->dtypes_s, &sp->dtypes, err, sizeof err))
     return sb_usage_error(CMD, "--dtypes", "%s", err);
-  for (int i = 0; i < dtypes.n; i++)
-    if (strcmp(dtypes.v[i], "f32") && strcmp(dtypes.v[i], "f64"))
-      return sb_usage_error(CMD, "--dtypes", "expected f32 or f64, got '%s'", dtypes.v[i]);
-  char plans_dir[768];
-  sb_plans_dir(plans_flag, plans_dir, sizeof plans_dir);
-  if (!strcmp(plans_s, "all")) {
-    if (all_plans(plans_dir, &plans) || plans.n == 0)
-      return sb_usage_error(CMD, "--plans", "no NAME.plan files in '%s' (see --plans-dir)",
-                            plans_dir);
-  } else {
-    if (split_list(plans_s, &plans, err, sizeof err))
+  for (int i = 0; i < sp->dtypes.n; i++)
+    if (strcmp(sp->dtypes.v[i], "f32") && strcmp(sp->dtypes.v[i], "f64"))
+      return sb_usage_error(CMD, "--dtypes", "expected f32 or f64, got '%s'", sp->dtypes.v[i]);
+  return 0;
+}
+
+/* --plans: the names (or paths) and their files, every one parsed and its
+ * patterns matched against every model's modules before any config runs. */
+static int sweep_plans(const sweep_args *a, sweep_space *sp) {
+  static const char CMD[] = "sweep";
+  char err[SB_ERR_LEN], dir[768];
+  sb_plans_dir(a->plans_flag, dir, sizeof dir);
+  list given;
+  if (!strcmp(a->plans_s, "all")) {
+    if (all_plans(dir, &given) || given.n == 0)
+      return sb_usage_error(CMD, "--plans", "no NAME.plan files in '%s' (see --plans-dir)", dir);
+  } else if (split_list(a->plans_s, &given, err, sizeof err)) {
+    return sb_usage_error(CMD, "--plans", "%s", err);
+  }
+  const char *models[MAX_LIST];
+  for (int i = 0; i < sp->models.n; i++) models[i] = sp->models.v[i];
+  sp->plans.n = given.n;
+  for (int i = 0; i < given.n; i++) {
+    if (sb_plan_locate(dir, given.v[i], sp->plan_path[i], sizeof sp->plan_path[i], sp->plans.v[i],
+                       sizeof sp->plans.v[i], err, sizeof err))
       return sb_usage_error(CMD, "--plans", "%s", err);
-    for (int i = 0; i < plans.n; i++) {
-      char path[1024];
-      snprintf(path, sizeof path, "%s/%s.plan", plans_dir, plans.v[i]);
-      if (access(path, R_OK) != 0)
-        return sb_usage_error(CMD, "--plans", "no plan file '%s' (see --plans-dir)", path);
-    }
-  }
-  int rank = 0;
-  if (be == DT_BACKEND_MPI) {
-    if (dt_mpi_init(&argc, &argv) != DT_OK)
-      return sb_usage_error(CMD, "--backend", "MPI could not be initialised");
-    rank = dt_mpi_rank();
-    if (world && world != dt_mpi_size())
-      return sb_usage_error(CMD, "--world", "%ld, but mpirun started %d processes", world,
-                            dt_mpi_size());
-    world = dt_mpi_size();
-  }
-  if (!world) return sb_usage_error(CMD, "--world", "required (the number of ranks)");
-  if (sb_fault_check(CMD, rank == 0)) return SB_EXIT_USAGE; /* TEST SWITCH (run.c) */
-
-  static int shapes[MAX_SHAPES][SB_NDIMS];
-  int nshapes = 0, cur[SB_NDIMS];
-  factor((int)world, 0, cur, shapes, &nshapes);
-  const int total = models.n * workloads.n * dtypes.n * nshapes * plans.n;
-
-  sb_store st;
-  memset(&st, 0, sizeof st);
-  if (rank == 0) {
-    int rc = sb_store_open(&st, db);
+    int rc = sb_plan_validate(CMD, "--plans", sp->plan_path[i], models, sp->models.n);
     if (rc) return rc;
-    if (sb_store_begin_run(&st, argc, argv, backend_s, (int)world)) {
-      sb_store_close(&st);
-      return SB_EXIT_FAIL;
+  }
+  return 0;
+}
+
+/* Every check before any work; under MPI it joins the job (rank). */
+static int sweep_check(sweep_args *a, sweep_space *sp, sb_opts *lim, dt_backend *be, int *rank,
+                       int *argc, char ***argv) {
+  static const char CMD[] = "sweep";
+  if (dt_backend_parse(a->backend_s, be) != DT_OK)
+    return sb_usage_error(CMD, "--backend", "expected threads or mpi, got '%s'", a->backend_s);
+  if (!dt_backend_available(*be))
+    return sb_usage_error(CMD, "--backend", "'%s' is not built into this shardbench", a->backend_s);
+  int rc = sweep_lists(a, sp);
+  if (!rc) rc = sweep_plans(a, sp);
+  if (!rc) rc = sb_limits_from_flags(CMD, a->peak_s, a->mem_s, a->no_mem_check, lim);
+  if (rc) return rc;
+  if (*be == DT_BACKEND_MPI) {
+    if (dt_mpi_init(argc, argv) != DT_OK)
+      return sb_usage_error(CMD, "--backend", "MPI could not be initialised");
+    *rank = dt_mpi_rank();
+    if (a->world && a->world != dt_mpi_size())
+      return sb_usage_error(CMD, "--world", "%ld, but mpirun started %d processes", a->world,
+                            dt_mpi_size());
+    a->world = dt_mpi_size();
+  }
+  if (!a->world) return sb_usage_error(CMD, "--world", "required (the number of ranks)");
+  if (sb_fault_check(CMD, *rank == 0)) return SB_EXIT_USAGE; /* TEST SWITCH (run.c) */
+  static int shapes[MAX_SHAPES][SB_NDIMS];
+  int cur[SB_NDIMS];
+  sp->nshapes = 0;
+  sp->shapes = shapes;
+  factor((int)a->world, 0, cur, shapes, &sp->nshapes);
+  sp->total = sp->models.n * sp->workloads.n * sp->dtypes.n * sp->nshapes * sp->plans.n;
+  return 0;
+}
+
+/* Rank 0: the DB, this invocation's runs row and its MFU peak, measured once. */
+static int sweep_open(const sweep_args *a, sb_store *st, sb_opts *lim, int argc, char **argv) {
+  int rc = sb_store_open(st, a->db, "sweep");
+  if (rc) return rc;
+  if (!(lim->peak_tflops > 0))
+    lim->peak_tflops = sb_default_peak_tflops((int)a->world, lim->peak_source,
+                                              sizeof lim->peak_source);
+  if (sb_store_begin_run(st, argc, argv, a->backend_s, (int)a->world) ||
+      sb_store_set_peak(st, lim->peak_tflops > 0 ? lim->peak_tflops : NAN, lim->peak_source)) {
+    sb_store_close(st);
+    return SB_EXIT_FAIL;
+  }
+  return 0;
+}
+
+/* One config: resumed, or checked, run (in a child process on threads) and stored. */
+static void sweep_config(const sweep_args *a, const sb_opts *o, sb_ref *ref, sb_store *st,
+                         bool mpi, int rank, double t0, int total, tally *t) {
+  const bool tty = isatty(STDERR_FILENO);
+  sb_config c;
+  sb_config_fill(o, &c);
+  t->done++;
+  if (a->resume) {
+    bool has = false;
+    if (rank == 0 && sb_store_has_result(st, c.key, &has)) t->db_err = true;
+    if (mpi) has = mpi_bcast(has) != 0;
+    if (has) {
+      t->resumed++;
+      if (rank == 0) progress(tty, t->done, total, t0, "done", c.key);
+      return;
     }
   }
-  const bool tty = isatty(STDERR_FILENO);
-  const bool isolate = be == DT_BACKEND_THREADS;
-  double peak_used = peak > 0 ? peak : sb_default_peak_tflops((int)world);
-  if (rank == 0)
-    fprintf(stderr, "shardbench sweep: world %ld, %d mesh shapes x %d plans x %d workloads x %d "
-                    "dtypes x %d models = %d configs -> %s%s\n",
-            world, nshapes, plans.n, workloads.n, dtypes.n, models.n, total, db,
-            resume ? " (resume)" : "");
-  int n_ok = 0, n_mis = 0, n_fail = 0, n_skip = 0, n_resumed = 0, done = 0, db_err = 0;
+  sb_result r;
+  sb_execute(o, ref, SB_STAGE_PREPARE, &r); /* checks and the reference only */
+  if (!r.status[0]) {
+    if (!mpi) run_isolated(o, ref, &r);
+    else sb_execute(o, ref, SB_STAGE_RUN, &r);
+  }
+  if (!strcmp(r.status, "ok")) t->ok++;
+  else if (!strcmp(r.status, "mismatch")) t->mis++;
+  else if (!strcmp(r.status, "skipped")) t->skip++;
+  else t->fail++;
+  if (rank == 0) {
+    if (sb_store_put(st, &c, &r)) t->db_err = true;
+    progress(tty, t->done, total, t0, r.status, c.key);
+  }
+  free(r.comm);
+}
+
+/* Every config of the space, in order: model, workload, dtype, mesh shape, plan. */
+static void sweep_all(const sweep_args *a, const sweep_space *sp, const sb_opts *lim, sb_store *st,
+                      bool mpi, int rank, tally *t) {
   sb_ref ref;
   memset(&ref, 0, sizeof ref);
   const double t0 = dt_now();
-  for (int mi = 0; mi < models.n; mi++)
-    for (int wi = 0; wi < workloads.n; wi++)
-      for (int di = 0; di < dtypes.n; di++)
-        for (int si = 0; si < nshapes; si++)
-          for (int pi = 0; pi < plans.n; pi++) {
-            sb_opts o;
-            memset(&o, 0, sizeof o);
-            snprintf(o.model, sizeof o.model, "%s", models.v[mi]);
-            snprintf(o.workload, sizeof o.workload, "%s", workloads.v[wi]);
-            snprintf(o.dtype, sizeof o.dtype, "%s", dtypes.v[di]);
-            snprintf(o.plan, sizeof o.plan, "%s", plans.v[pi]);
-            snprintf(o.plans_dir, sizeof o.plans_dir, "%s", plans_dir);
-            snprintf(o.backend, sizeof o.backend, "%s", backend_s);
-            memcpy(o.dims, shapes[si], sizeof o.dims);
-            o.batch = (int)batch;
-            o.seq = (int)seq;
-            o.steps = (int)steps;
-            o.warmup = (int)warmup;
-            o.world = (int)world;
-            o.peak_tflops = peak_used;
-            sb_config c;
-            sb_config_fill(&o, &c);
-            done++;
-            if (resume) {
-              bool has = false;
-              if (rank == 0 && sb_store_has_result(&st, c.key, &has)) db_err = 1;
-              if (be == DT_BACKEND_MPI) has = mpi_bcast(has) != 0;
-              if (has) {
-                n_resumed++;
-                if (rank == 0) progress(tty, done, total, t0, "done", c.key);
-                continue;
-              }
-            }
-            sb_result r;
-            sb_execute(&o, &ref, true, &r); /* checks and the reference only */
-            if (!r.status[0]) {
-              if (isolate) run_isolated(&o, &ref, &r);
-              else sb_execute(&o, &ref, false, &r);
-            }
-            if (!strcmp(r.status, "ok")) n_ok++;
-            else if (!strcmp(r.status, "mismatch")) n_mis++;
-            else if (!strcmp(r.status, "skipped")) n_skip++;
-            else n_fail++;
-            if (rank == 0) {
-              if (sb_store_put(&st, &c, &r)) db_err = 1;
-              progress(tty, done, total, t0, r.status, c.key);
-            }
-            free(r.comm);
+  for (int mi = 0; mi < sp->models.n; mi++)
+    for (int wi = 0; wi < sp->workloads.n; wi++)
+      for (int di = 0; di < sp->dtypes.n; di++)
+        for (int si = 0; si < sp->nshapes; si++)
+          for (int pi = 0; pi < sp->plans.n; pi++) {
+            sb_opts o = *lim; /* the peak and the memory limit */
+            snprintf(o.model, sizeof o.model, "%s", sp->models.v[mi]);
+            snprintf(o.workload, sizeof o.workload, "%s", sp->workloads.v[wi]);
+            snprintf(o.dtype, sizeof o.dtype, "%s", sp->dtypes.v[di]);
+            snprintf(o.plan, sizeof o.plan, "%s", sp->plans.v[pi]);
+            snprintf(o.plan_path, sizeof o.plan_path, "%s", sp->plan_path[pi]);
+            snprintf(o.backend, sizeof o.backend, "%s", a->backend_s);
+            memcpy(o.dims, sp->shapes[si], sizeof o.dims);
+            o.batch = (int)a->batch;
+            o.seq = (int)a->seq;
+            o.steps = (int)a->steps;
+            o.warmup = (int)a->warmup;
+            o.world = (int)a->world;
+            sweep_config(a, &o, &ref, st, mpi, rank, t0, sp->total, t);
           }
   sb_ref_free(&ref);
-  const double el = dt_now() - t0;
+}
+
+int sb_cmd_sweep(int argc, char **argv) {
+  sweep_args a;
+  sweep_space sp;
+  sb_opts lim;
+  memset(&sp, 0, sizeof sp);
+  memset(&lim, 0, sizeof lim);
+  dt_backend be;
+  int rank = 0;
+  int rc = sweep_parse(argc, argv, &a);
+  if (rc) return rc < 0 ? SB_EXIT_OK : rc;
+  if ((rc = sweep_check(&a, &sp, &lim, &be, &rank, &argc, &argv))) return rc;
+  sb_store st;
+  memset(&st, 0, sizeof st);
+  if (rank == 0 && (rc = sweep_open(&a, &st, &lim, argc, argv))) return rc;
+  if (rank == 0)
+    fprintf(stderr, "shardbench sweep: world %ld, %d mesh shapes x %d plans x %d workloads x %d "
+                    "dtypes x %d models = %d configs -> %s%s; MFU peak %.4g TFLOP/s (%s)\n",
+            a.world, sp.nshapes, sp.plans.n, sp.workloads.n, sp.dtypes.n, sp.models.n, sp.total,
+            a.db, a.resume ? " (resume)" : "", lim.peak_tflops, lim.peak_source);
+  tally t = {0};
+  const double t0 = dt_now();
+  sweep_all(&a, &sp, &lim, &st, be == DT_BACKEND_MPI, rank, &t);
   if (rank == 0) {
-    if (sb_store_end_run(&st)) db_err = 1;
+    if (sb_store_end_run(&st)) t.db_err = true;
     sb_store_close(&st);
     printf("sweep: world %ld: %d configs in %.1f s: %d ok, %d mismatch, %d failed, %d skipped, "
            "%d already in the DB -> %s\n",
-           world, total, el, n_ok, n_mis, n_fail, n_skip, n_resumed, db);
+           a.world, sp.total, dt_now() - t0, t.ok, t.mis, t.fail, t.skip, t.resumed, a.db);
   }
-  int rc = (n_mis || n_fail || db_err) ? SB_EXIT_FAIL : SB_EXIT_OK;
+  rc = (t.mis || t.fail || t.db_err) ? SB_EXIT_FAIL : SB_EXIT_OK;
   if (be == DT_BACKEND_MPI) dt_mpi_finish(true);
   return rc;
 }

@@ -77,6 +77,10 @@ dt_status dt_plan_parse(dt_ctx *ctx, const char *text, const char *path, dt_plan
  * tp under sequence parallel). One-line DT_ERR_INVALID messages. */
 dt_status dt_plan_resolve(dt_ctx *ctx, dt_plan *p, int world, const dt_llama_config *cfg,
                           int seq_len);
+/* The part of dt_plan_resolve that needs no world: every entry's pattern
+ * matches some module fqn of cfg, and Colwise/Rowwise ones only Linear or
+ * Embedding modules. One-line DT_ERR_INVALID "FILE:LINE: pattern '...' ...". */
+dt_status dt_plan_check_modules(dt_ctx *ctx, const dt_plan *p, const dt_llama_config *cfg);
 /* Index of the dim named `name` ("tp", ...) in p->dim_names, or -1. */
 int dt_plan_dim(const dt_plan *p, const char *name);
 

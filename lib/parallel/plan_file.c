@@ -943,6 +943,31 @@ static dt_status rerr(dt_ctx *ctx, const dt_plan *p, int line, const char *fmt, 
   return dt_error(ctx, DT_ERR_INVALID, "dt_plan_resolve", "%s: %s", where, msg);
 }
 
+dt_status dt_plan_check_modules(dt_ctx *ctx, const dt_plan *p, const dt_llama_config *cfg) {
+  if (!p || !cfg) return dt_error(ctx, DT_ERR_INVALID, "dt_plan_check_modules", "no plan or config");
+  /* every pattern matches a module; Colwise/Rowwise only on Linear/Embedding */
+  int nf = n_fqns(cfg);
+  for (int e = 0; e < p->n_entries; e++) {
+    const dt_plan_entry *en = &p->entries[e];
+    const dt_style *st = &en->style;
+    bool hit = false;
+    for (int i = 0; i < nf; i++) {
+      char fqn[FQN_TOKEN_MAX];
+      fqn_kind k = fqn_at(cfg, i, fqn, sizeof fqn);
+      if (!dt_fqn_match(en->pattern, fqn)) continue;
+      hit = true;
+      if ((st->kind == DT_STYLE_COLWISE || st->kind == DT_STYLE_ROWWISE) && k != FQ_LINEAR &&
+          k != FQ_EMBEDDING)
+        return rerr(ctx, p, en->line, "pattern '%s' matches '%s', which is not a Linear or an "
+                    "Embedding (%s needs one)", en->pattern, fqn, k_style_names[st->kind]);
+    }
+    if (!hit)
+      return rerr(ctx, p, en->line, "pattern '%s' matches no module of %s (%d layers)",
+                  en->pattern, cfg->name[0] ? cfg->name : "the model", cfg->n_layers);
+  }
+  return DT_OK;
+}
+
 dt_status dt_plan_resolve(dt_ctx *ctx, dt_plan *p, int world, const dt_llama_config *cfg,
                           int seq_len) {
   if (!p || !cfg) return dt_error(ctx, DT_ERR_INVALID, "dt_plan_resolve", "no plan or config");
@@ -973,26 +998,11 @@ dt_status dt_plan_resolve(dt_ctx *ctx, dt_plan *p, int world, const dt_llama_con
   int tpi = dt_plan_dim(p, "tp"), cpi = dt_plan_dim(p, "cp");
   int tp = tpi >= 0 ? p->dim_sizes[tpi] : 1, cp = cpi >= 0 ? p->dim_sizes[cpi] : 1;
 
-  /* every pattern matches a module; Colwise/Rowwise only on Linear/Embedding */
-  int nf = n_fqns(cfg);
+  DT_CHECK(dt_plan_check_modules(ctx, p, cfg));
   bool sp = false;
   for (int e = 0; e < p->n_entries; e++) {
     const dt_plan_entry *en = &p->entries[e];
     const dt_style *st = &en->style;
-    bool hit = false;
-    for (int i = 0; i < nf; i++) {
-      char fqn[FQN_TOKEN_MAX];
-      fqn_kind k = fqn_at(cfg, i, fqn, sizeof fqn);
-      if (!dt_fqn_match(en->pattern, fqn)) continue;
-      hit = true;
-      if ((st->kind == DT_STYLE_COLWISE || st->kind == DT_STYLE_ROWWISE) && k != FQ_LINEAR &&
-          k != FQ_EMBEDDING)
-        return rerr(ctx, p, en->line, "pattern '%s' matches '%s', which is not a Linear or an "
-                    "Embedding (%s needs one)", en->pattern, fqn, k_style_names[st->kind]);
-    }
-    if (!hit)
-      return rerr(ctx, p, en->line, "pattern '%s' matches no module of %s (%d layers)",
-                  en->pattern, cfg->name[0] ? cfg->name : "the model", cfg->n_layers);
     if (en->dim == tpi &&
         (st->kind == DT_STYLE_SEQUENCE || is_seq_shard(st->input_layouts, st->n_in) ||
          is_seq_shard(st->desired_input_layouts, st->n_in) ||

@@ -1,0 +1,158 @@
+/* bench/harness/memory.c: how much memory a config will take, estimated before any
+ * work, and how much the machine has (declared in bench/harness/store.h).
+ *
+ * Per rank (the quantity results.peak_mem_bytes measures: the library's
+ * high-water mark of host bytes a rank allocated, ctx->mem.host_peak):
+ *
+ *   weights: every module weight of the Llama (tok_embeddings V x D; per layer
+ *     attention_norm D, wq QD x D, wk and wv KVD x D, wo D x QD, ffn_norm D, w1
+ *     and w3 F x D, w2 D x F; norm D; output V x D), split over tp when a [tp]
+ *     ColwiseParallel/RowwiseParallel entry of the plan matches its fqn, whole
+ *     otherwise; held 4 times (the weight, its gradient, AdamW's exp_avg and
+ *     exp_avg_sq: torch.optim.AdamW keeps two moments per parameter), plus one
+ *     more of the largest local weight for a transient (the update's temporary).
+ *   activations, per token on the rank (batch / dp_replicate x seq: attention is
+ *     a flash-style kernel that keeps one logsumexp per head and token, no
+ *     seq x seq scores, so nothing grows with seq^2):
+ *     per layer 8 D that no TP plan splits (the residual stream, the gathered
+ *     inputs of the column-parallel projections, row-parallel outputs before
+ *     their reduction) plus 8 D + 6 F + 2 H that TP splits when the layer's
+ *     projections are sharded (q, k, v and rope'd q, k; the attention output;
+ *     w1, w3, SiLU and product outputs with their gradients' transients; the
+ *     logsumexp), and outside the layers 4 D (embedding output, final norm) plus
+ *     2 V (the logits and their gradient, live together in the loss backward;
+ *     split over tp under loss parallel). Each term counts every tensor the
+ *     forward creates as saved for backward, which over-counts those that are
+ *     freed early: that is what makes it an upper bound.
+ *
+ * verify/badinput.sh checks measured peak <= estimate <= SB_MEM_EST_FACTOR x
+ * measured peak on small configs (debugmodel, every shipped plan, block and
+ * model, f32 and f64).
+ *
+ * The invocation (what the machine must hold; all ranks of the threads backend
+ * live in one process, and MPI ranks are assumed to share this machine): the
+ * larger of the reference job (one rank, the whole model, no plan) and world
+ * ranks of the sharded job, each plus the runner's comparison copies: every rank
+ * and the cached reference hold step 0's full weight gradients as f64 (8 bytes
+ * per parameter).
+ */
+#include "config.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "store.h"
+
+/* The verifier's copies (bench/harness/verdict.c): f64 per element. The
+ * reference snapshot keeps every parameter's gradient at every step plus the
+ * final parameters; a sharded rank gathers one tensor at a time (bounded here
+ * by the whole model, as the largest is not known without the plan's shapes). */
+enum { CMP_BYTES = 8 };
+
+/* Local elements of a [d0, d1] weight split over n ranks along one dim (the
+ * larger piece of an uneven torch.chunk). */
+static double split(double d0, double d1, int n) { return ceil(d0 / n) * d1; }
+
+/* True when a [tp] Colwise/Rowwise entry of the plan matches fqn. */
+static bool tp_sharded(const dt_plan *p, const char *fqn) {
+  if (!p) return false;
+  int tpi = dt_plan_dim(p, "tp");
+  for (int i = 0; i < p->n_entries; i++) {
+    const dt_plan_entry *e = &p->entries[i];
+    if (e->dim != tpi) continue;
+    if (e->style.kind != DT_STYLE_COLWISE && e->style.kind != DT_STYLE_ROWWISE) continue;
+    if (dt_fqn_match(e->pattern, fqn)) return true;
+  }
+  return false;
+}
+
+/* Bytes one rank of a config holds at its peak (see the header). */
+static double rank_bytes(const dt_llama_config *c, size_t elem, int tp, int dp, int batch, int seq,
+                         const dt_plan *plan, double *nparams) {
+  const double D = c->dim, V = c->vocab, H = c->n_heads, hd = (double)c->dim / c->n_heads;
+  const double F = dt_llama_ffn_hidden(c), QD = c->n_heads * hd;
+  const double KVD = (c->n_kv_heads > 0 ? c->n_kv_heads : c->n_heads) * hd;
+  if (tp <= 1) plan = NULL; /* TorchTitan applies TP only when tp > 1 */
+  double local = 0, largest = 0, total = 0;
+  char fqn[64];
+#define W(name, d0, d1)                                                             \
+  do {                                                                              \
+    double w_ = tp_sharded(plan, name) ? split((d0), (d1), tp) : (double)(d0) * (d1); \
+    local += w_;                                                                    \
+    total += (double)(d0) * (d1);                                                   \
+    if (w_ > largest) largest = w_;                                                 \
+  } while (0)
+  W("tok_embeddings", V, D);
+  bool layer_tp = false;
+  for (int l = 0; l < c->n_layers; l++) {
+    static const char *const lin[] = {"attention.wq", "attention.wk", "attention.wv",
+                                      "attention.wo", "feed_forward.w1", "feed_forward.w2",
+                                      "feed_forward.w3"};
+    const double d0[] = {QD, KVD, KVD, D, F, D, F}, d1[] = {D, D, D, QD, D, F, D};
+    snprintf(fqn, sizeof fqn, "layers.%d.attention_norm", l);
+    W(fqn, D, 1);
+    snprintf(fqn, sizeof fqn, "layers.%d.ffn_norm", l);
+    W(fqn, D, 1);
+    for (int k = 0; k < 7; k++) {
+      snprintf(fqn, sizeof fqn, "layers.%d.%s", l, lin[k]);
+      W(fqn, d0[k], d1[k]);
+      layer_tp |= tp_sharded(plan, fqn);
+    }
+  }
+  W("norm", D, 1);
+  W("output", V, D);
+#undef W
+  const int tpa = layer_tp ? tp : 1, tpl = plan && plan->loss_parallel ? tp : 1;
+  const double per_token = c->n_layers * (8 * D + (8 * D + 6 * F + 2 * H) / tpa) + 4 * D + 2 * V / tpl;
+  const double tokens = ceil((double)batch / dp) * seq;
+  if (nparams) *nparams = total;
+  return (double)elem * (4 * local + largest + tokens * per_token);
+}
+
+int sb_mem_estimate(const sb_opts *o, const dt_plan *plan, sb_mem_est *e) {
+  memset(e, 0, sizeof *e);
+  dt_llama_config c;
+  dt_dtype dt;
+  if (dt_llama_config_get(NULL, o->model, &c) != DT_OK || dt_dtype_parse(o->dtype, &dt) != DT_OK)
+    return -1;
+  if (!strcmp(o->workload, "block")) c.n_layers = 1; /* the runner's one-block model */
+  const size_t elem = dt_dtype_size(dt);
+  double P = 0;
+  e->rank_bytes = rank_bytes(&c, elem, o->dims[4], o->dims[1], o->batch, o->seq, plan, &P);
+  const double snap = CMP_BYTES * P * (o->warmup + o->steps + 1);
+  const double ref = rank_bytes(&c, elem, 1, 1, o->batch, o->seq, NULL, NULL) + snap;
+  const double sharded = o->world * (e->rank_bytes + CMP_BYTES * P) + snap;
+  e->need_bytes = ref > sharded ? ref : sharded;
+  return 0;
+}
+
+void sb_bytes_str(double bytes, char *buf, size_t n) {
+  const double mib = 1024.0 * 1024.0, gib = 1024.0 * mib;
+  if (bytes >= gib) snprintf(buf, n, "%.2f GiB", bytes / gib);
+  else snprintf(buf, n, "%.2f MiB", bytes / mib);
+}
+
+double sb_mem_available(char *src, size_t n) {
+  FILE *f = fopen("/proc/meminfo", "r");
+  if (f) {
+    char line[256];
+    unsigned long long kb = 0;
+    bool found = false;
+    while (!found && fgets(line, sizeof line, f))
+      found = sscanf(line, "MemAvailable: %llu kB", &kb) == 1;
+    fclose(f);
+    if (found) {
+      snprintf(src, n, "MemAvailable in /proc/meminfo");
+      return (double)kb * 1024.0;
+    }
+  }
+  long pages = sysconf(_SC_AVPHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+  if (pages > 0 && psz > 0) {
+    snprintf(src, n, "sysconf(_SC_AVPHYS_PAGES)");
+    return (double)pages * (double)psz;
+  }
+  snprintf(src, n, "unknown");
+  return NAN;
+}

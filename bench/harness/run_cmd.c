@@ -1,0 +1,438 @@
+/* bench/harness/run_cmd.c: `shardbench run` (flags, checks, the DB, printing), and what
+ * run and sweep share before a config runs: where plans live and which file a
+ * --plan names, the plan check, the MFU peak and the memory limit. The config
+ * runner itself is bench/harness/run.c's sb_execute.
+ *
+ * Order of `run`: flags; their checks (backend, dtype, workload, model, mesh
+ * against the world, the plan file parsed and its patterns matched against the
+ * model's modules); the config's checks and memory estimate (sb_execute's
+ * SB_STAGE_CHECK: a config over the memory limit is bad input here, exit 2);
+ * the DB opened (sb_store_open); the MFU peak measured once; the run; the
+ * summary and the DB rows. Everything up to the DB is refused with one line on
+ * stderr and exit 2 before any work; nothing is created.
+ */
+#include "config.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "store.h"
+
+/* The sgemm peak probe: n x n x n products (512: big enough to reach the BLAS
+ * kernel's steady rate, 0.27 GFLOP, a few ms), best of PEAK_REPS after one warm-up. */
+enum { PEAK_N = 512, PEAK_REPS = 5 };
+/* Most steps a run takes (warm-up + timed), as the runner's per-step arrays allow. */
+enum { RUN_MAX_STEPS = 1000 };
+
+/* ---- plans ------------------------------------------------------------------------ */
+
+static bool dir_has_plans(const char *dir) {
+  char p[1024];
+  snprintf(p, sizeof p, "%s/dp.plan", dir);
+  struct stat sb;
+  if (stat(p, &sb) == 0) return true;
+  snprintf(p, sizeof p, "%s/torchtitan-tp-sp.plan", dir);
+  return stat(p, &sb) == 0;
+}
+
+void sb_plans_dir(const char *flag, char *out, size_t n) {
+  const char *env = getenv("SHARDBENCH_PLANS");
+  if (flag && flag[0]) snprintf(out, n, "%s", flag);
+  else if (env && env[0]) snprintf(out, n, "%s", env);
+  else if (dir_has_plans("plans")) snprintf(out, n, "plans");
+  else snprintf(out, n, "%s/plans", SB_SRCDIR);
+}
+
+int sb_plan_locate(const char *dir, const char *arg, char *path, size_t pn, char *name, size_t nn,
+                   char *err, size_t errn) {
+  size_t l = strlen(arg);
+  bool is_path = strchr(arg, '/') || (l > 5 && !strcmp(arg + l - 5, ".plan"));
+  int w = is_path ? snprintf(path, pn, "%s", arg) : snprintf(path, pn, "%s/%s.plan", dir, arg);
+  if (w < 0 || (size_t)w >= pn) {
+    snprintf(err, errn, "path '%.64s...' is longer than %zu characters", arg, pn - 1);
+    return -1;
+  }
+  const char *base = strrchr(path, '/');
+  base = base ? base + 1 : path;
+  size_t bl = strlen(base);
+  if (bl > 5 && !strcmp(base + bl - 5, ".plan")) bl -= 5;
+  if (bl == 0 || bl >= nn) {
+    snprintf(err, errn, "plan name '%.*s' is empty or longer than %zu characters", (int)bl, base,
+             nn - 1);
+    return -1;
+  }
+  snprintf(name, nn, "%.*s", (int)bl, base);
+  return 0;
+}
+
+int sb_plan_validate(const char *cmd, const char *flag, const char *path, const char *const *models,
+                     int n) {
+  if (access(path, R_OK) != 0) return sb_usage_error(cmd, flag, "no plan file '%s'", path);
+  dt_ctx hc; /* a host context: for the library's messages */
+  dt_ctx_init(&hc, 0, 1);
+  dt_plan *plan = calloc(1, sizeof *plan);
+  int rc = 0;
+  if (!plan) {
+    rc = sb_usage_error(cmd, flag, "out of memory");
+  } else if (dt_plan_load(&hc, path, plan) != DT_OK) {
+    rc = sb_usage_error(cmd, flag, "%s", sb_strip_rank(dt_last_error(&hc)));
+  } else {
+    for (int i = 0; i < n && !rc; i++) {
+      dt_llama_config cfg;
+      if (dt_llama_config_get(&hc, models[i], &cfg) != DT_OK ||
+          dt_plan_check_modules(&hc, plan, &cfg) != DT_OK)
+        rc = sb_usage_error(cmd, flag, "%s", sb_strip_rank(dt_last_error(&hc)));
+    }
+  }
+  free(plan);
+  dt_ctx_release(&hc);
+  return rc;
+}
+
+/* ---- the MFU peak and the memory limit --------------------------------------------- */
+
+double sb_default_peak_tflops(int world, char *source, size_t n) {
+  float *a = malloc(sizeof(float) * PEAK_N * PEAK_N * 3);
+  snprintf(source, n, "none: no memory to measure it");
+  if (!a) return NAN;
+  for (long i = 0; i < 3L * PEAK_N * PEAK_N; i++) a[i] = (float)((i % 17) * 0.01);
+  int prev = dt_device_cpu_blas_threads(1);
+  double best = 1e30;
+  for (int r = 0; r <= PEAK_REPS; r++) {
+    double t0 = dt_now();
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, PEAK_N, PEAK_N, PEAK_N, 1.0f, a, PEAK_N,
+                a + PEAK_N * PEAK_N, PEAK_N, 0.0f, a + 2 * PEAK_N * PEAK_N, PEAK_N);
+    double t = dt_now() - t0;
+    if (r > 0 && t < best) best = t;
+  }
+  if (prev > 0) dt_device_cpu_blas_threads(prev);
+  free(a);
+  long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+  if (ncpu < 1) ncpu = 1;
+  const long cores = world < ncpu ? world : ncpu;
+  const double per_core = 2.0 * PEAK_N * PEAK_N * PEAK_N / best / 1e12;
+  snprintf(source, n, "measured: sgemm %d^3 on 1 core, %.4g TFLOP/s x %ld core%s", PEAK_N,
+           per_core, cores, cores == 1 ? "" : "s");
+  return per_core * (double)cores;
+}
+
+int sb_limits_from_flags(const char *cmd, const char *peak_s, const char *mem_s, bool no_mem_check,
+                         sb_opts *o) {
+  o->peak_tflops = 0;
+  o->peak_source[0] = '\0';
+  if (peak_s) {
+    char *end;
+    o->peak_tflops = strtod(peak_s, &end);
+    if (end == peak_s || *end || !(o->peak_tflops > 0) || !isfinite(o->peak_tflops))
+      return sb_usage_error(cmd, "--peak-tflops", "expected a positive number, got '%s'", peak_s);
+    snprintf(o->peak_source, sizeof o->peak_source, "--peak-tflops");
+  }
+  if (no_mem_check && mem_s)
+    return sb_usage_error(cmd, "--mem-limit", "give --mem-limit or --no-mem-check, not both");
+  o->mem_limit = 0;
+  if (no_mem_check) {
+    snprintf(o->mem_limit_src, sizeof o->mem_limit_src, "--no-mem-check");
+  } else if (mem_s) {
+    char err[SB_ERR_LEN];
+    size_t v;
+    if (sb_parse_bytes(mem_s, (size_t)1 << 50, &v, err, sizeof err) != DT_OK)
+      return sb_usage_error(cmd, "--mem-limit", "%s", err);
+    o->mem_limit = (double)v;
+    snprintf(o->mem_limit_src, sizeof o->mem_limit_src, "--mem-limit");
+  } else {
+    o->mem_limit = sb_mem_available(o->mem_limit_src, sizeof o->mem_limit_src);
+    if (!isfinite(o->mem_limit)) o->mem_limit = 0; /* unknown: no check */
+  }
+  return 0;
+}
+
+/* ---- shardbench run ------------------------------------------------------------------- */
+
+const char sb_run_usage[] =
+    "usage: shardbench run [--model debugmodel] [--workload model|block] [--plan NAME|PATH]\n"
+    "                      [--mesh dp_replicate:2,tp:4 | --pp N --dp-replicate N --dp-shard N\n"
+    "                       --cp N --tp N] [--dtype f32|f64] [--batch 8] [--seq 32]\n"
+    "                      [--steps 2] [--warmup 1] [--backend threads|mpi] [--world N]\n"
+    "                      [--peak-tflops X] [--mem-limit BYTES | --no-mem-check]\n"
+    "                      [--plans-dir DIR] [--db FILE] [--json]\n"
+    "\n"
+    "Runs one config: builds the mesh over TorchTitan's dims pp, dp_replicate, dp_shard,\n"
+    "cp, tp (only dims of size > 1, in that order), applies the plan (the [tp] entries on\n"
+    "tp; dp_replicate adds data parallel), trains warm-up + timed steps with AdamW, and\n"
+    "checks every step's loss and weight gradients and the final weights against the\n"
+    "same model on one rank (relative, normwise: 2^10 u before the first update, 2^17 u\n"
+    "after; f32 6.1e-5 / 7.8e-3, f64 1.1e-13 / 1.5e-11), naming the worst. Prints step\n"
+    "time (median), tokens/s, TFLOP/s (TorchTitan's flops_per_token), MFU, peak host\n"
+    "memory per rank (and its estimate) and comm per step. Unsupported configs (pp,\n"
+    "dp_shard, cp > 1; a plan that does not fit the mesh) are reported as skipped with\n"
+    "the reason.\n"
+    "\n"
+    "  --plan NAME|PATH NAME: PLANS_DIR/NAME.plan; a path (with a '/' or ending in .plan):\n"
+    "                   that file. Parsed, and its patterns matched against the model's\n"
+    "                   modules, before anything runs; the stored name is the file's\n"
+    "                   base name without .plan\n"
+    "  --world N        ranks (default: the mesh's product; alone: tp = N)\n"
+    "  --peak-tflops X  MFU denominator (default: measured once, 1-core sgemm x\n"
+    "                   min(world, CPUs)); stored with the run\n"
+    "  --mem-limit B    refuse a config whose estimated memory (every rank, the\n"
+    "                   reference) is over B bytes (64M, 8G; default: the machine's\n"
+    "                   available memory)\n"
+    "  --no-mem-check   run whatever the estimate says\n"
+    "  --plans-dir DIR  where NAME.plan lives (default: $SHARDBENCH_PLANS, ./plans, the\n"
+    "                   source tree's plans/)\n"
+    "  --db FILE        append runs/configs/results/comm rows (results/schema.sql)\n"
+    "  --json           one JSON object instead of the summary\n"
+    "\n"
+    "Exit: 0 ok or skipped, 1 mismatch or failure, 2 bad input (flags, plan, DB, memory).\n";
+
+/* "dp_replicate:2,tp:4" into dims (all others 1); "1" for one rank. */
+static int parse_mesh_named(const char *s, int dims[SB_NDIMS], char *err, size_t errn) {
+  for (int i = 0; i < SB_NDIMS; i++) dims[i] = 1;
+  if (!strcmp(s, "1")) return 0;
+  const char *p = s;
+  int last = -1;
+  for (;;) {
+    size_t l = strcspn(p, ":,");
+    int d = 0;
+    while (d < SB_NDIMS && (strlen(sb_dim_names[d]) != l || strncmp(p, sb_dim_names[d], l))) d++;
+    if (d == SB_NDIMS || p[l] != ':') {
+      snprintf(err, errn, "expected NAME:SIZE,... with names pp, dp_replicate, dp_shard, cp, tp "
+                          "(or 1), got '%s'", s);
+      return -1;
+    }
+    if (d <= last) {
+      snprintf(err, errn, "dims must be distinct, in the order pp, dp_replicate, dp_shard, cp, tp");
+      return -1;
+    }
+    last = d;
+    p += l + 1;
+    size_t v = strcspn(p, ",");
+    char num[16];
+    if (v == 0 || v >= sizeof num) {
+      snprintf(err, errn, "bad size in '%s'", s);
+      return -1;
+    }
+    memcpy(num, p, v);
+    num[v] = '\0';
+    long x;
+    if (sb_parse_long(num, 1, SB_MAX_WORLD, &x, err, errn) != DT_OK) return -1;
+    dims[d] = (int)x;
+    p += v;
+    if (!*p) return 0;
+    if (!*++p) { /* past the ',' */
+      snprintf(err, errn, "trailing ',' in '%s'", s);
+      return -1;
+    }
+  }
+}
+
+typedef struct run_args {
+  sb_opts o;
+  bool dims_given, mesh_given, json, no_mem_check;
+  long world;
+  const char *db, *plans_flag, *plan_arg, *peak_s, *mem_s;
+} run_args;
+
+enum { O_MODEL = 256, O_WORKLOAD, O_PLAN, O_MESH, O_PP, O_DPR, O_DPS, O_CP, O_TP, O_DTYPE,
+       O_BATCH, O_SEQ, O_STEPS, O_WARMUP, O_BACKEND, O_WORLD, O_PEAK, O_MEMLIM, O_NOMEM, O_PLANS,
+       O_DB, O_JSON, O_HELP };
+static const struct option run_lopts[] = {
+    {"model", required_argument, NULL, O_MODEL}, {"workload", required_argument, NULL, O_WORKLOAD},
+    {"plan", required_argument, NULL, O_PLAN},   {"mesh", required_argument, NULL, O_MESH},
+    {"pp", required_argument, NULL, O_PP},       {"dp-replicate", required_argument, NULL, O_DPR},
+    {"dp-shard", required_argument, NULL, O_DPS}, {"cp", required_argument, NULL, O_CP},
+    {"tp", required_argument, NULL, O_TP},       {"dtype", required_argument, NULL, O_DTYPE},
+    {"batch", required_argument, NULL, O_BATCH}, {"seq", required_argument, NULL, O_SEQ},
+    {"steps", required_argument, NULL, O_STEPS}, {"warmup", required_argument, NULL, O_WARMUP},
+    {"backend", required_argument, NULL, O_BACKEND}, {"world", required_argument, NULL, O_WORLD},
+    {"peak-tflops", required_argument, NULL, O_PEAK},
+    {"mem-limit", required_argument, NULL, O_MEMLIM},
+    {"no-mem-check", no_argument, NULL, O_NOMEM},
+    {"plans-dir", required_argument, NULL, O_PLANS}, {"db", required_argument, NULL, O_DB},
+    {"json", no_argument, NULL, O_JSON},         {"help", no_argument, NULL, O_HELP},
+    {NULL, 0, NULL, 0}};
+
+/* One flag into a; 0, -1 after --help, or SB_EXIT_USAGE (printed). */
+static int run_flag(int ch, run_args *a, char **argv) {
+  static const char CMD[] = "run";
+  sb_opts *o = &a->o;
+  char err[SB_ERR_LEN], flag[40];
+  long v;
+  snprintf(flag, sizeof flag, "--%s",
+           ch >= O_MODEL && ch <= O_HELP ? run_lopts[ch - O_MODEL].name : "?");
+  switch (ch) {
+  case O_MODEL: case O_WORKLOAD: case O_DTYPE: case O_BACKEND: {
+    char *dst = ch == O_MODEL ? o->model : ch == O_WORKLOAD ? o->workload
+                : ch == O_DTYPE ? o->dtype : o->backend;
+    size_t cap = ch == O_MODEL ? sizeof o->model : ch == O_WORKLOAD ? sizeof o->workload
+                 : ch == O_DTYPE ? sizeof o->dtype : sizeof o->backend;
+    if (strlen(optarg) >= cap || !optarg[0])
+      return sb_usage_error(CMD, flag, "value '%s' is empty or longer than %zu characters",
+                            optarg, cap - 1);
+    snprintf(dst, cap, "%s", optarg);
+    return 0;
+  }
+  case O_MESH:
+    if (parse_mesh_named(optarg, o->dims, err, sizeof err))
+      return sb_usage_error(CMD, "--mesh", "%s", err);
+    a->mesh_given = true;
+    return 0;
+  case O_PP: case O_DPR: case O_DPS: case O_CP: case O_TP:
+    if (sb_parse_long(optarg, 1, SB_MAX_WORLD, &v, err, sizeof err) != DT_OK)
+      return sb_usage_error(CMD, flag, "%s", err);
+    o->dims[ch - O_PP] = (int)v;
+    a->dims_given = true;
+    return 0;
+  case O_BATCH: case O_SEQ: case O_STEPS: case O_WARMUP: {
+    long lo = ch == O_WARMUP ? 0 : 1,
+         hi = ch == O_STEPS || ch == O_WARMUP ? RUN_MAX_STEPS / 2 : 1 << 20;
+    if (sb_parse_long(optarg, lo, hi, &v, err, sizeof err) != DT_OK)
+      return sb_usage_error(CMD, flag, "%s", err);
+    int *dst = ch == O_BATCH ? &o->batch : ch == O_SEQ ? &o->seq : ch == O_STEPS ? &o->steps
+                                                                                : &o->warmup;
+    *dst = (int)v;
+    return 0;
+  }
+  case O_WORLD:
+    if (sb_parse_long(optarg, 1, SB_MAX_WORLD, &a->world, err, sizeof err) != DT_OK)
+      return sb_usage_error(CMD, "--world", "%s", err);
+    return 0;
+  case O_PLAN: a->plan_arg = optarg; return 0;
+  case O_PEAK: a->peak_s = optarg; return 0;
+  case O_MEMLIM: a->mem_s = optarg; return 0;
+  case O_NOMEM: a->no_mem_check = true; return 0;
+  case O_PLANS: a->plans_flag = optarg; return 0;
+  case O_DB: a->db = optarg; return 0;
+  case O_JSON: a->json = true; return 0;
+  case O_HELP: fputs(sb_run_usage, stdout); return -1;
+  default: return sb_getopt_error(CMD, ch, argv, run_lopts);
+  }
+}
+
+/* The flags into a, with their defaults. */
+static int run_parse(int argc, char **argv, run_args *a) {
+  memset(a, 0, sizeof *a);
+  sb_opts *o = &a->o;
+  snprintf(o->model, sizeof o->model, "debugmodel");
+  snprintf(o->workload, sizeof o->workload, "model");
+  snprintf(o->dtype, sizeof o->dtype, "f32");
+  snprintf(o->backend, sizeof o->backend, "threads");
+  a->plan_arg = "torchtitan-tp-sp";
+  o->batch = 8;   /* debugmodel dims, a small batch: seconds per step on 2 cores */
+  o->seq = 32;
+  o->steps = 2;   /* a median of 2 timed steps */
+  o->warmup = 1;  /* the first step faults in pages and fills the caches */
+  for (int i = 0; i < SB_NDIMS; i++) o->dims[i] = 1;
+  int rc = sb_getopt_repeats("run", argc, argv, ":", run_lopts, NULL);
+  if (rc) return rc;
+  int ch;
+  while ((ch = getopt_long(argc, argv, ":", run_lopts, NULL)) != -1)
+    if ((rc = run_flag(ch, a, argv)) != 0) return rc;
+  if (optind < argc) return sb_usage_error("run", NULL, "unexpected argument '%s'", argv[optind]);
+  return 0;
+}
+
+/* The checks of the flags' values, before any work; under MPI it joins the job
+ * (rank). 0 or SB_EXIT_USAGE (printed). */
+static int run_check(run_args *a, int *argc, char ***argv, dt_backend *be, int *rank) {
+  static const char CMD[] = "run";
+  sb_opts *o = &a->o;
+  if (a->mesh_given && a->dims_given)
+    return sb_usage_error(CMD, NULL, "give --mesh or --pp/--dp-replicate/--dp-shard/--cp/--tp, "
+                                     "not both");
+  if (dt_backend_parse(o->backend, be) != DT_OK)
+    return sb_usage_error(CMD, "--backend", "expected threads or mpi, got '%s'", o->backend);
+  if (!dt_backend_available(*be))
+    return sb_usage_error(CMD, "--backend", "'%s' is not built into this shardbench", o->backend);
+  dt_dtype dtype;
+  if (dt_dtype_parse(o->dtype, &dtype) != DT_OK || (dtype != DT_F32 && dtype != DT_F64))
+    return sb_usage_error(CMD, "--dtype", "expected f32 or f64, got '%s'", o->dtype);
+  static const char *const wls[] = {"model", "block", "embedding", "attention", "feed_forward"};
+  bool wl_ok = false;
+  for (size_t i = 0; i < sizeof wls / sizeof wls[0]; i++) wl_ok |= !strcmp(o->workload, wls[i]);
+  if (!wl_ok)
+    return sb_usage_error(CMD, "--workload",
+                          "expected model, block, embedding, attention or feed_forward, got '%s'",
+                          o->workload);
+  dt_llama_config tmp;
+  if (dt_llama_config_get(NULL, o->model, &tmp) != DT_OK)
+    return sb_usage_error(CMD, "--model", "unknown model '%s' (known: debugmodel, 8B, 70B, 405B)",
+                          o->model);
+  char err[SB_ERR_LEN], dir[768];
+  sb_plans_dir(a->plans_flag, dir, sizeof dir);
+  if (sb_plan_locate(dir, a->plan_arg, o->plan_path, sizeof o->plan_path, o->plan, sizeof o->plan,
+                     err, sizeof err))
+    return sb_usage_error(CMD, "--plan", "%s", err);
+  const char *models[1] = {o->model};
+  int rc = sb_plan_validate(CMD, "--plan", o->plan_path, models, 1);
+  if (rc) return rc;
+  if ((rc = sb_limits_from_flags(CMD, a->peak_s, a->mem_s, a->no_mem_check, o))) return rc;
+  long world = a->world;
+  if (*be == DT_BACKEND_MPI) {
+    if (dt_mpi_init(argc, argv) != DT_OK)
+      return sb_usage_error(CMD, "--backend", "MPI could not be initialised");
+    *rank = dt_mpi_rank();
+    if (world && world != dt_mpi_size())
+      return sb_usage_error(CMD, "--world", "%ld, but mpirun started %d processes", world,
+                            dt_mpi_size());
+    world = dt_mpi_size();
+  }
+  int prod = 1;
+  for (int i = 0; i < SB_NDIMS; i++) prod *= o->dims[i];
+  if (!world) world = prod;
+  if (!a->mesh_given && !a->dims_given && prod == 1) o->dims[4] = (int)world, prod = (int)world;
+  if (prod != world)
+    return sb_usage_error(CMD, NULL, "the mesh has %d ranks but the world is %ld", prod, world);
+  o->world = (int)world;
+  if (sb_fault_check(CMD, *rank == 0)) return SB_EXIT_USAGE; /* TEST SWITCH (run.c) */
+  return 0;
+}
+
+/* Rank 0: the run's rows (runs with its peak, configs, results, comm). */
+static int run_store(sb_store *st, int argc, char **argv, const sb_opts *o, const sb_config *c,
+                     const sb_result *r) {
+  int rc = sb_store_begin_run(st, argc, argv, o->backend, o->world) ||
+           sb_store_set_peak(st, o->peak_tflops > 0 ? o->peak_tflops : NAN, o->peak_source) ||
+           sb_store_put(st, c, r) || sb_store_end_run(st);
+  sb_store_close(st);
+  return rc ? SB_EXIT_FAIL : SB_EXIT_OK;
+}
+
+int sb_cmd_run(int argc, char **argv) {
+  run_args a;
+  dt_backend be;
+  int rank = 0;
+  int rc = run_parse(argc, argv, &a);
+  if (rc) return rc < 0 ? SB_EXIT_OK : rc;
+  if ((rc = run_check(&a, &argc, &argv, &be, &rank))) return rc;
+  sb_opts *o = &a.o;
+  sb_result r;
+  sb_execute(o, NULL, SB_STAGE_CHECK, &r);
+  if (r.mem_refused) return sb_usage_error("run", NULL, "%s", r.reason);
+  sb_store st;
+  memset(&st, 0, sizeof st);
+  if (a.db && rank == 0 && (rc = sb_store_open(&st, a.db, "run"))) return rc;
+  if (rank == 0 && !(o->peak_tflops > 0))
+    o->peak_tflops = sb_default_peak_tflops(o->world, o->peak_source, sizeof o->peak_source);
+  sb_config c;
+  sb_config_fill(o, &c);
+  sb_ref ref;
+  memset(&ref, 0, sizeof ref);
+  sb_execute(o, &ref, SB_STAGE_RUN, &r);
+  sb_ref_free(&ref);
+  rc = SB_EXIT_OK;
+  if (rank == 0) {
+    sb_print_result(stdout, &c, &r, a.json);
+    if (a.db) rc = run_store(&st, argc, argv, o, &c, &r);
+  }
+  if (!strcmp(r.status, "mismatch") || !strcmp(r.status, "failed")) rc = SB_EXIT_FAIL;
+  free(r.comm);
+  /* a failed job may leave collectives pending: dt_mpi_finish(false) aborts */
+  if (be == DT_BACKEND_MPI) dt_mpi_finish(strcmp(r.status, "failed") != 0);
+  return rc;
+}
