@@ -252,8 +252,8 @@ static void blk_cmp_fn(int64_t li, int64_t gi, int64_t len, void *arg) {
     }
 }
 
-/* Independent reference of the shard geometry (dtensor-semantics.md 1.1):
- * torch.chunk per mesh dim, mesh dims applied left to right on the local piece,
+/* Independent reference of the shard geometry (PyTorch placement_types.py
+ * Shard._split_tensor): torch.chunk per mesh dim, mesh dims applied left to right on the local piece,
  * offsets adding up. Written here, apart from libdtensor, to check it. */
 static void ref_local_shape_offset(const ex_opts *o, const int *coords, const dt_placement *pl,
                                    int64_t *lshape, int64_t *goff) {

@@ -37,9 +37,10 @@ int sb_plan_view_make(int mesh_ndim, const int *mesh_shape, int ndim, const int6
     return SB_PLAN_BROKEN;
   }
   /* Per step estimate: the cost model's bytes before a step are the global
-   * bytes over the number of shards of the state before it (3.2). */
+   * bytes over the number of shards of the state before it (PyTorch
+   * _collective_utils.py redistribute_cost). */
   dt_topo topo;
-  dt_topo_build(mesh_ndim, mesh_shape, 1, &topo); /* CPU mesh: 1 device per host (3.2) */
+  dt_topo_build(mesh_ndim, mesh_shape, 1, &topo); /* CPU mesh: 1 device per host */
   dt_placement cur[DT_MAX_MESH_DIMS];
   memcpy(cur, src, sizeof cur[0] * (size_t)mesh_ndim);
   double gbytes = (double)dt_shape_numel(ndim, gshape) * (double)dt_dtype_size(dtype);

@@ -1,5 +1,6 @@
 /* bench/harness/explain_op.c: `shardbench explain --op NAME`, the look at one op's
- * sharding propagation (dtensor-semantics.md 3.1-3.3) before trusting it.
+ * sharding propagation (as PyTorch's _sharding_prop.py ShardingPropagator picks
+ * an op strategy) before trusting it.
  *
  *   shardbench explain --mesh 4 --op matmul --input '[8,8] S(0)' \
  *       --input '[8,32] S(0)' [--dim D | --dims D,D] [--keepdim] [--to 4,-1] \
@@ -949,8 +950,8 @@ static void print_text(const report *rp) {
   }
 
   const dt_op_report *rep = &rp->rep;
-  printf("\nstrategies: %d generated, %d after the shardability filter (3.1); cost = the "
-         "inputs' redistribute cost (3.2)\n", rep->n_generated, rep->n_candidates);
+  printf("\nstrategies: %d generated, %d after the shardability filter; cost = the "
+         "inputs' redistribute cost\n", rep->n_generated, rep->n_candidates);
   int listed = rep->n_candidates < rep->max_cand ? rep->n_candidates : rep->max_cand;
   int width = 0; /* the strategy column, sized to its widest entry */
   for (int pass = 0; pass < 2; pass++)

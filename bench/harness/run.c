@@ -5,8 +5,8 @@
  * A config is (model, workload, plan, mesh over TorchTitan's five dims pp,
  * dp_replicate, dp_shard, cp, tp, dtype, batch, seq, steps, backend, world).
  * The mesh keeps only the dims of size > 1, in that order, with their names
- * (torchtitan-llama.md 3.1). Workloads: `model` is the config's layers, `block`
- * the same model with one layer. The plan's [tp] entries go on the tp dim
+ * (TorchTitan's torchtitan/distributed/parallel_dims.py ParallelDims). Workloads:
+ * `model` is the config's layers, `block` the same model with one layer. The plan's [tp] entries go on the tp dim
  * (dt_parallelize_module); a dp_replicate dim adds data parallel
  * (dt_data_parallel_reduce_grads), as TorchTitan composes DDP with TP. Tokens are
  * Shard(0) on dp_replicate and Replicate on tp.
@@ -25,10 +25,11 @@
  * Measures (per timed step, after --warmup steps): step time = forward + loss +
  * backward + DP grad reduce + AdamW + end_step, the max over ranks, median over
  * the timed steps; tokens/s = batch*seq / step time; TFLOP/s by TorchTitan's
- * flops_per_token (torchtitan-llama.md 1.6) x tokens / step time; MFU = that /
- * --peak-tflops (default: a measured single-core sgemm rate x min(world, online
- * CPUs): what the ranks' cores could do on this machine; under MPI on several
- * nodes pass --peak-tflops); peak host memory = max over ranks of
+ * flops_per_token (torchtitan/models/utils.py get_dense_model_nparams_and_flops)
+ * x tokens / step time; MFU = that / the invocation's peak (o->peak_tflops:
+ * --peak-tflops, or a single-core sgemm rate x min(world, online CPUs) measured
+ * once per run or sweep and stored on its runs row; under MPI on several nodes
+ * pass --peak-tflops); peak host memory = max over ranks of
  * ctx->mem.host_peak; comm rows from rank 0's ledger over the timed steps,
  * per step.
  *

@@ -12,7 +12,8 @@
  *           grad-weight dY^T X (out,in,T); per layer and (batch, head) the six
  *           attention products (Q K^T, P V; backward dV, dP, dQ, dK), each of
  *           2 S S hd flops; each distinct shape timed for its count.
- * Model FLOPs are TorchTitan's formula (torchtitan-llama.md 1.6):
+ * Model FLOPs are TorchTitan's formula (torchtitan/models/utils.py
+ * get_dense_model_nparams_and_flops):
  *   6 (N - N_embedding) T + 12 L H hd S T,
  * the GEMM FLOPs are counted from the shapes (2 m n k each); they differ only
  * by the norm weights' 6 (2L + 1) D T. Rates are each count over the median
