@@ -49,6 +49,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "datadir.h"
 #include "store.h"
 #include "../stats.h"
 
@@ -89,21 +90,8 @@ void sb_ref_free(sb_ref *r) {
   memset(r, 0, sizeof *r);
 }
 
-static bool dir_has_plans(const char *dir) {
-  char p[1024];
-  snprintf(p, sizeof p, "%s/dp.plan", dir);
-  struct stat sb;
-  if (stat(p, &sb) == 0) return true;
-  snprintf(p, sizeof p, "%s/torchtitan-tp-sp.plan", dir);
-  return stat(p, &sb) == 0;
-}
-
 void sb_plans_dir(const char *flag, char *out, size_t n) {
-  const char *env = getenv("SHARDBENCH_PLANS");
-  if (flag && flag[0]) snprintf(out, n, "%s", flag);
-  else if (env && env[0]) snprintf(out, n, "%s", env);
-  else if (dir_has_plans("plans")) snprintf(out, n, "plans");
-  else snprintf(out, n, "%s/plans", SB_SRCDIR);
+  sb_data_dir(SB_DATA_PLANS, flag, out, n); /* none found: out names the installed one */
 }
 
 double sb_default_peak_tflops(int world) {
@@ -751,8 +739,8 @@ const char sb_run_usage[] =
     "\n"
     "  --world N        ranks (default: the mesh's product; alone: tp = N)\n"
     "  --peak-tflops X  MFU denominator (default: measured 1-core sgemm x min(world, CPUs))\n"
-    "  --plans-dir DIR  where NAME.plan lives (default: $SHARDBENCH_PLANS, ./plans, the\n"
-    "                   source tree's plans/)\n"
+    "  --plans-dir DIR  where NAME.plan lives (default: $SHARDBENCH_PLANS,\n"
+    "                   $SHARDBENCH_DATADIR/plans, ./plans, the installed plans/)\n"
     "  --db FILE        append runs/configs/results/comm rows (results/schema.sql)\n"
     "  --json           one JSON object instead of the summary\n"
     "\n"

@@ -133,8 +133,8 @@ void sb_config_fill(const sb_opts *o, sb_config *c);
 void sb_execute(const sb_opts *o, sb_ref *cache, bool prepare_only, sb_result *r);
 /* Prints a readable summary of a result (or JSON). */
 void sb_print_result(FILE *f, const sb_config *c, const sb_result *r, bool json);
-/* The plans directory: flag (may be NULL), $SHARDBENCH_PLANS, ./plans,
- * SB_SRCDIR/plans; the first that holds NAME.plan files. */
+/* The plans directory: flag (may be NULL), then bench/harness/datadir.h's
+ * rules; the installed one when none holds *.plan files. */
 void sb_plans_dir(const char *flag, char *out, size_t n);
 /* A measured single-core sgemm peak x min(world, online CPUs), TFLOP/s. */
 double sb_default_peak_tflops(int world);
