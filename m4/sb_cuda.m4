@@ -51,7 +51,8 @@ AC_DEFUN([SB_CHECK_CUDA], [
           AC_MSG_RESULT([$sb_have_nccl])
           AS_IF([test "x$sb_have_nccl" = xyes], [
             AS_IF([test "x$sb_nccl_prefix" != "x$sb_cuda_prefix"], [CUDA_CFLAGS="$CUDA_CFLAGS -I$sb_nccl_prefix/include"])
-            CUDA_LIBS="-L$sb_nccl_libdir -Wl,-rpath,$sb_nccl_libdir -lnccl $CUDA_LIBS"])
+            AS_IF([test "x$sb_nccl_libdir" = "x$sb_cuda_libdir"], [CUDA_LIBS="-lnccl $CUDA_LIBS"],
+              [CUDA_LIBS="-L$sb_nccl_libdir -Wl,-rpath,$sb_nccl_libdir -lnccl $CUDA_LIBS"])])
         ])
       ])
       CPPFLAGS="$sb_save_CPPFLAGS"

@@ -46,9 +46,12 @@ allowed_of() {
   esac
 }
 
-# The installed headers (paths under lib/; dtensor.h is the umbrella).
-PUBLIC="dtensor.h core/core.h device/device.h comm/comm.h launch/launch.h mesh/mesh.h
-dtensor/dtensor.h ops/ops.h autograd/autograd.h nn/nn.h parallel/parallel.h"
+# The installed headers (paths under lib/; dtensor.h is the umbrella): those
+# Makefile.am installs, the lib/ files of its dtensorinc*_HEADERS variables.
+AM="${srcdir:-.}/Makefile.am"
+PUBLIC=$(sed -e ':a' -e '/\\$/N' -e 's/\\\n//' -e 'ta' "$AM" 2>/dev/null |
+  sed -n 's/^dtensorinc[A-Za-z0-9_]*_HEADERS[[:space:]]*=//p' | tr ' \t' '\n\n' | sed -n 's|^lib/||p')
+[ -n "$PUBLIC" ] || { echo "layers: no dtensorinc*_HEADERS in $AM" >&2; exit 99; }
 
 # Private headers another layer may include: "header:layer ...".
 SHARED="comm/comm_job.h:launch"

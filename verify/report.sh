@@ -157,12 +157,14 @@ if command -v gnuplot >/dev/null 2>&1; then
     [ -s "$T/svgonly/error.svg" ] && [ ! -e "$T/svgonly/error.png" ] &&
     grep -q 'src="error.svg"' "$T/svgonly/index.html" &&
     pass "--format svg" || fail "--format svg"
-  # finding the scripts without --scripts: $SHARDBENCH_SCRIPTS, then the source tree
+  # finding the scripts without --scripts: $SHARDBENCH_SCRIPTS, then ./scripts
+  # run from the top of the source tree (the full order: verify/datadir.sh)
   SBABS="$(cd "$(dirname "$SB")" && pwd)/$(basename "$SB")"
   SCABS="$(cd "$SCRIPTS" && pwd)"
   (cd "$T" && SHARDBENCH_SCRIPTS="$SCABS" "$SBABS" report --db tmp.db --out env >/dev/null 2>&1) &&
     [ -s "$T/env/memory.png" ] && pass "scripts from SHARDBENCH_SCRIPTS" || fail "SHARDBENCH_SCRIPTS"
-  (cd "$T" && env -u SHARDBENCH_SCRIPTS "$SBABS" report --db tmp.db --out src >/dev/null 2>&1) &&
+  (cd "$SCABS/.." && env -u SHARDBENCH_SCRIPTS -u SHARDBENCH_DATADIR "$SBABS" report \
+    --db "$T/tmp.db" --out "$T/src" >/dev/null 2>&1) &&
     [ -s "$T/src/memory.png" ] && pass "scripts from the source tree" || fail "source-tree scripts"
 else
   echo "note: no gnuplot; chart checks skipped"

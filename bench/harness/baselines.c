@@ -24,6 +24,7 @@
 
 #include "baselines.h"
 #include "cli.h"
+#include "datadir.h"
 #include "store.h"
 
 const char sb_baselines_usage[] =
@@ -51,28 +52,27 @@ const char sb_baselines_usage[] =
     "  --db FILE            write the rows into the baselines table of a results DB\n"
     "                       (the one shardbench sweep writes; another application's\n"
     "                       SQLite file is refused) and load --published (default\n"
-    "                       results/published.csv there)\n"
+    "                       results/published.csv of $SHARDBENCH_DATADIR, ./ or the\n"
+    "                       installed data)\n"
     "  --plan NAME          read DIR/NAME.plan and add the baselines its settings select\n"
     "                       (styles on modules, sequence parallel, loss_parallel; the\n"
     "                       mesh's dp dims): the TP and DP parts and their sum,\n"
     "                       comm_bytes_per_step_combined; with --db the rows are linked\n"
     "                       to the configs row of this key (model= workload= plan= mesh=\n"
     "                       dtype= batch= seq= steps= backend= world=), else config_id NULL\n"
-    "  --plans-dir DIR      where NAME.plan lives (default: $SHARDBENCH_PLANS, ./plans,\n"
-    "                       the source tree's)\n"
+    "  --plans-dir DIR      where NAME.plan lives (default: $SHARDBENCH_PLANS,\n"
+    "                       $SHARDBENCH_DATADIR/plans, ./plans, the installed plans/)\n"
     "  --workload W         model (default) or block (one layer), with --plan\n"
     "  --steps N, --backend B   the rest of the configs key (1, threads)\n"
     "  --json               one JSON object instead of the table\n";
 
 static const char *const CMD = "baselines";
 
-/* Default data files: the source tree's when the build says where it is
- * (Makefile.am: SB_SRCDIR), else relative to the working directory. */
-#ifdef SB_SRCDIR
-#define DEFAULT_PUBLISHED SB_SRCDIR "/results/published.csv"
-#else
-#define DEFAULT_PUBLISHED "results/published.csv"
-#endif
+/* The default --published: results/published.csv as bench/harness/datadir.h
+ * finds it. The path is written into a compound literal, which lives as long
+ * as the block of the initializer that uses the macro. */
+#define DEFAULT_PUBLISHED \
+  sb_data_file(SB_DATA_RESULTS, "published.csv", (char[SB_DATA_PATH]){0}, SB_DATA_PATH)
 
 /* Mesh dims in the order of results/schema.sql's configs columns. */
 enum { D_PP = 0, D_DPR, D_DPS, D_CP, D_TP, D_N };

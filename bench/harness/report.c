@@ -25,7 +25,8 @@
  * with no rows is not drawn; the index says so.
  *
  * gnuplot is found as $GNUPLOT or `gnuplot` on PATH; the scripts as --scripts,
- * $SHARDBENCH_SCRIPTS, ./scripts, or the source tree's scripts/ (SB_SRCDIR).
+ * $SHARDBENCH_SCRIPTS, $SHARDBENCH_DATADIR/scripts, ./scripts, or the installed
+ * scripts/ (bench/harness/datadir.h).
  * Without gnuplot the data files and the index are still written, one line says
  * that charts need gnuplot, and the exit code is 0. Exit codes: 0 written,
  * 1 a file could not be written or gnuplot failed, 2 bad input.
@@ -49,6 +50,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "datadir.h"
 #include "store.h"
 
 extern char **environ;
@@ -70,8 +72,8 @@ const char sb_report_usage[] =
     "\n"
     "  --db FILE        the results DB (default results/shardbench.db)\n"
     "  --out DIR        where to write (default report; created if missing)\n"
-    "  --scripts DIR    the .gp scripts (default $SHARDBENCH_SCRIPTS, ./scripts, or\n"
-    "                   the source tree's scripts/)\n"
+    "  --scripts DIR    the .gp scripts (default $SHARDBENCH_SCRIPTS,\n"
+    "                   $SHARDBENCH_DATADIR/scripts, ./scripts, the installed scripts/)\n"
     "  --format LIST    png, svg or png,svg (default png,svg)\n"
     "  --run WHICH      a run id, latest (default), or all (the newest result of\n"
     "                   each config over every run)\n"
@@ -709,22 +711,10 @@ static const char *find_gnuplot(char *buf, size_t n) {
   return NULL;
 }
 
-/* The scripts directory: --scripts, $SHARDBENCH_SCRIPTS, ./scripts, SB_SRCDIR/scripts. */
+/* The scripts directory: --scripts, then bench/harness/datadir.h's rules; NULL
+ * when no directory holds comm.gp. */
 static const char *find_scripts(const rp_report *r, char *buf, size_t n) {
-  if (r->scripts) return r->scripts;
-  const char *env = getenv("SHARDBENCH_SCRIPTS");
-  if (env && *env) return env;
-  if (is_file("scripts/comm.gp")) return "scripts";
-#ifdef SB_SRCDIR
-  if (snprintf(buf, n, "%s/scripts", SB_SRCDIR) < (int)n) {
-    char probe[RP_PATH];
-    if (path_join(probe, sizeof probe, buf, "comm.gp") && is_file(probe)) return buf;
-  }
-#else
-  (void)buf;
-  (void)n;
-#endif
-  return NULL;
+  return sb_data_dir(SB_DATA_SCRIPTS, r->scripts, buf, n) ? buf : NULL;
 }
 
 /* A gnuplot single-quoted string: '' stands for one quote. */

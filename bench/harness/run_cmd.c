@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "datadir.h"
 #include "store.h"
 
 /* The sgemm peak probe: n x n x n products (512: big enough to reach the BLAS
@@ -31,21 +32,8 @@ enum { RUN_MAX_STEPS = 1000 };
 
 /* ---- plans ------------------------------------------------------------------------ */
 
-static bool dir_has_plans(const char *dir) {
-  char p[1024];
-  snprintf(p, sizeof p, "%s/dp.plan", dir);
-  struct stat sb;
-  if (stat(p, &sb) == 0) return true;
-  snprintf(p, sizeof p, "%s/torchtitan-tp-sp.plan", dir);
-  return stat(p, &sb) == 0;
-}
-
 void sb_plans_dir(const char *flag, char *out, size_t n) {
-  const char *env = getenv("SHARDBENCH_PLANS");
-  if (flag && flag[0]) snprintf(out, n, "%s", flag);
-  else if (env && env[0]) snprintf(out, n, "%s", env);
-  else if (dir_has_plans("plans")) snprintf(out, n, "plans");
-  else snprintf(out, n, "%s/plans", SB_SRCDIR);
+  sb_data_dir(SB_DATA_PLANS, flag, out, n); /* none found: out names the installed one */
 }
 
 int sb_plan_locate(const char *dir, const char *arg, char *path, size_t pn, char *name, size_t nn,
@@ -183,8 +171,8 @@ const char sb_run_usage[] =
     "                   reference) is over B bytes (64M, 8G; default: the machine's\n"
     "                   available memory)\n"
     "  --no-mem-check   run whatever the estimate says\n"
-    "  --plans-dir DIR  where NAME.plan lives (default: $SHARDBENCH_PLANS, ./plans, the\n"
-    "                   source tree's plans/)\n"
+    "  --plans-dir DIR  where NAME.plan lives (default: $SHARDBENCH_PLANS,\n"
+    "                   $SHARDBENCH_DATADIR/plans, ./plans, the installed plans/)\n"
     "  --db FILE        append runs/configs/results/comm rows (results/schema.sql)\n"
     "  --json           one JSON object instead of the summary\n"
     "\n"

@@ -162,8 +162,8 @@ int sb_fault_check(const char *cmd, bool warn);
 void sb_print_result(FILE *f, const sb_config *c, const sb_result *r, bool json);
 /* ---- plans, peak and memory (bench/harness/run_cmd.c, memory.c), shared by run and sweep ---- */
 
-/* The plans directory: flag (may be NULL), $SHARDBENCH_PLANS, ./plans,
- * SB_SRCDIR/plans; the first that holds NAME.plan files. */
+/* The plans directory: flag (may be NULL), then bench/harness/datadir.h's
+ * rules; the installed one when none holds *.plan files. */
 void sb_plans_dir(const char *flag, char *out, size_t n);
 /* The file of --plan ARG: ARG itself when it is a path (contains a '/' or ends
  * in .plan), else DIR/ARG.plan; name gets the file's base name without .plan.
