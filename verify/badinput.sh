@@ -24,40 +24,17 @@
 # shellcheck disable=SC2086
 # Skips (77) when the sqlite3 CLI is missing (scripts/install-deps installs it).
 
-SB="${top_builddir:-.}/bench/shardbench"
-PLANS="${srcdir:-.}/plans"
+NAME=badinput.sh
+. "$(dirname "$0")/harness-common.sh"
 SCRIPTS="${srcdir:-.}/scripts"
-if [ ! -x "$SB" ]; then
-  echo "badinput.sh: $SB is not built" >&2
-  exit 99
-fi
-if ! command -v sqlite3 >/dev/null 2>&1; then
-  echo "badinput.sh: the sqlite3 CLI is missing (scripts/install-deps); skipping"
-  exit 77
-fi
 SBABS=$(cd "$(dirname "$SB")" && pwd)/$(basename "$SB")
 SCRIPTSABS=$(cd "$SCRIPTS" && pwd)
-
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/badinput.XXXXXX") || exit 99
-# shellcheck disable=SC2317 # called by the trap
-cleanup() {
-  chmod -R u+w "$tmp" 2>/dev/null
-  rm -rf "$tmp"
-}
-trap cleanup EXIT INT TERM
-fails=0
-checks=0
-fail() {
-  fails=$((fails + 1))
-  echo "FAIL: $*"
-}
 ok() { # ok NAME COND...: one check
   checks=$((checks + 1))
   name=$1
   shift
   "$@" || fail "$name"
 }
-q() { sqlite3 "$1" "$2"; }
 
 # refused NAME PATTERN CMD...: exit 2, one stderr line matching PATTERN, no stdout
 refused_rc=0
@@ -256,6 +233,4 @@ ok "report in a read-only directory: exit 0 ($(head -c 200 "$tmp/e"))" test $? -
 ok "report in a read-only directory: nothing created" test "$(ls -A "$RO")" = "s.db"
 ok "report in a read-only directory: the results" grep -q "2 ok" "$tmp/rout/r/index.html"
 
-echo "badinput.sh: $checks checks, $fails failed"
-[ $fails -eq 0 ] || exit 1
-exit 0
+finish

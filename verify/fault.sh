@@ -24,31 +24,9 @@
 # Program: ${top_builddir:-.}/bench/shardbench; plans: ${srcdir:-.}/plans.
 # Skips (77) when the sqlite3 CLI is missing (scripts/install-deps installs it).
 
-SB="${top_builddir:-.}/bench/shardbench"
-PLANS="${srcdir:-.}/plans"
-if [ ! -x "$SB" ]; then
-  echo "fault.sh: $SB is not built" >&2
-  exit 99
-fi
-if ! command -v sqlite3 >/dev/null 2>&1; then
-  echo "fault.sh: the sqlite3 CLI is missing (scripts/install-deps); skipping"
-  exit 77
-fi
+NAME=fault.sh
+. "$(dirname "$0")/harness-common.sh"
 unset SHARDBENCH_FAULT
-
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/fault.XXXXXX") || exit 99
-trap 'rm -rf "$tmp"' EXIT INT TERM
-fails=0
-checks=0
-fail() {
-  fails=$((fails + 1))
-  echo "FAIL: $*"
-}
-check() { # check NAME ACTUAL EXPECTED
-  checks=$((checks + 1))
-  if [ "$2" != "$3" ]; then fail "$1: got '$2', expected '$3'"; fi
-}
-q() { sqlite3 "$1" "$2"; }
 json() { # json FIELD FILE: a string field of the one-line JSON ("null" when null)
   v=$(sed -n 's/.*"'"$1"'": "\([^"]*\)".*/\1/p' "$2")
   if [ -n "$v" ]; then echo "$v"; else sed -n 's/.*"'"$1"'": \(null\).*/\1/p' "$2"; fi
@@ -144,6 +122,4 @@ case "$(q "$tmp/sweep.db" "$ROW")" in "mismatch output.weight "*) ;;
   *) fail "sweep fault: dp_replicate:2 row '$(q "$tmp/sweep.db" "$ROW")'" ;; esac
 check "sweep fault: one warning line" "$(grep -c "SHARDBENCH_FAULT=skip-reduce:output.weight" "$tmp/e")" 1
 
-echo "fault.sh: $checks checks, $fails failed"
-[ $fails -eq 0 ] || exit 1
-exit 0
+finish

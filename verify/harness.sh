@@ -16,37 +16,10 @@
 # Program: ${top_builddir:-.}/bench/shardbench; plans: ${srcdir:-.}/plans.
 # Skips (77) when the sqlite3 CLI is missing (scripts/install-deps installs it).
 
-SB="${top_builddir:-.}/bench/shardbench"
-PLANS="${srcdir:-.}/plans"
-if [ ! -x "$SB" ]; then
-  echo "harness.sh: $SB is not built" >&2
-  exit 99
-fi
-if ! command -v sqlite3 >/dev/null 2>&1; then
-  echo "harness.sh: the sqlite3 CLI is missing (scripts/install-deps); skipping"
-  exit 77
-fi
-
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/harness.XXXXXX") || exit 99
+NAME=harness.sh
+. "$(dirname "$0")/harness-common.sh"
 bgpid=
-# shellcheck disable=SC2317 # called by the trap
-cleanup() {
-  [ -n "$bgpid" ] && kill -9 "$bgpid" 2>/dev/null
-  rm -rf "$tmp"
-}
-trap cleanup EXIT INT TERM
-fails=0
-checks=0
-
-fail() {
-  fails=$((fails + 1))
-  echo "FAIL: $*"
-}
-check() { # check NAME ACTUAL EXPECTED
-  checks=$((checks + 1))
-  if [ "$2" != "$3" ]; then fail "$1: got '$2', expected '$3'"; fi
-}
-q() { sqlite3 "$1" "$2"; }
+on_exit '[ -n "$bgpid" ] && kill -9 "$bgpid" 2>/dev/null'
 
 # The tiny sweep: 15 mesh shapes x 4 plans x 1 workload (block) x 2 dtypes = 120 configs,
 # 14 of which run (tp:4 and dp_replicate:2,tp:2 for the 3 TP plans, dp_replicate:4
@@ -232,6 +205,4 @@ check "v1 upgraded: new columns" "$(q "$V1" 'SELECT count(*) FROM pragma_table_i
 check "run --db exit" "$?" 0
 check "run --db appended a result" "$(q "$A" 'SELECT count(*) FROM results')" $((TOTAL + 1))
 
-echo "harness.sh: $checks checks, $fails failed"
-[ $fails -eq 0 ] || exit 1
-exit 0
+finish
