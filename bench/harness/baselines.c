@@ -30,7 +30,7 @@
 const char sb_baselines_usage[] =
     "usage: shardbench baselines --model debugmodel|8B|70B|405B [mesh] --batch B --seq S\n"
     "                            [--dtype f32|f64|bf16] [--microbatches M] [--virtual-stages V]\n"
-    "                            [--plan NAME [--plans-dir DIR] [--workload W]]\n"
+    "                            [--plan NAME|PATH [--plans-dir DIR] [--workload W]]\n"
     "                            [--db FILE [--steps N] [--backend B] [--published CSV]]\n"
     "                            [--json]\n"
     "\n"
@@ -54,7 +54,8 @@ const char sb_baselines_usage[] =
     "                       SQLite file is refused) and load --published (default\n"
     "                       results/published.csv of $SHARDBENCH_DATADIR, ./ or the\n"
     "                       installed data)\n"
-    "  --plan NAME          read DIR/NAME.plan and add the baselines its settings select\n"
+    "  --plan NAME|PATH     read DIR/NAME.plan (or the file PATH, as run takes it) and\n"
+    "                       add the baselines its settings select\n"
     "                       (styles on modules, sequence parallel, loss_parallel; the\n"
     "                       mesh's dp dims): the TP and DP parts and their sum,\n"
     "                       comm_bytes_per_step_combined; with --db the rows are linked\n"
@@ -477,15 +478,10 @@ static void print_text(const sb_baseline_in *in, const char *dtype, const tp_sum
            rows[i].unit, rows[i].formula);
 }
 
-/* Reads DIR/NAME.plan into the traits of the model config cfg. 0, or -1 with a
- * one-line reason in err. */
-static int read_plan_traits(const char *dir, const char *name, const dt_llama_config *cfg,
-                            sb_plan_traits *tr, char *err, size_t errn) {
-  char path[1024];
-  if (snprintf(path, sizeof path, "%s/%s.plan", dir, name) >= (int)sizeof path) {
-    snprintf(err, errn, "plan path too long");
-    return -1;
-  }
+/* Reads the plan file at path into the traits of the model config cfg. 0, or -1
+ * with a one-line reason in err. */
+static int read_plan_traits(const char *path, const dt_llama_config *cfg, sb_plan_traits *tr,
+                            char *err, size_t errn) {
   dt_plan *plan = calloc(1, sizeof *plan);
   if (!plan) {
     snprintf(err, errn, "out of memory");
@@ -495,7 +491,7 @@ static int read_plan_traits(const char *dir, const char *name, const dt_llama_co
   dt_ctx_init(&hc, 0, 1);
   int rc = 0;
   if (dt_plan_load(&hc, path, plan) != DT_OK) {
-    snprintf(err, errn, "%s", dt_last_error(&hc));
+    snprintf(err, errn, "%s", sb_strip_rank(dt_last_error(&hc)));
     rc = -1;
   } else {
     sb_plan_traits_get(plan, cfg, tr);
@@ -507,7 +503,22 @@ static int read_plan_traits(const char *dir, const char *name, const dt_llama_co
 
 /* ---- the command ---- */
 
-int sb_cmd_baselines(int argc, char **argv) {
+/* The flags as given. */
+typedef struct bl_args {
+  const char *model, *mesh, *plans_flag;
+  long dims[D_N], batch, seq, mbs, vs;
+  dt_dtype dt;
+  bool json;
+  db_args da;
+  char plan_name[64], plan_path[1024];
+} bl_args;
+
+/* Sizes up to 2^20 ranks per dim, batch/seq up to 2^30: beyond any real run, and
+ * their products stay exact in double. */
+static const long DIM_MAX = 1L << 20, TOK_MAX = 1L << 30;
+
+/* The flags into a; 0, -1 after --help, or the one-line error's exit code. */
+static int parse_flags(int argc, char **argv, bl_args *a) {
   enum {
     O_MODEL = 1000, O_MESH, O_PP, O_DPR, O_DPS, O_CP, O_TP, O_BATCH, O_SEQ, O_DTYPE, O_MB, O_VS,
     O_DB, O_PLAN, O_WORKLOAD, O_STEPS, O_BACKEND, O_PUB, O_JSON, O_HELP, O_PLANS_DIR
@@ -535,128 +546,151 @@ int sb_cmd_baselines(int argc, char **argv) {
       {"plans-dir", required_argument, NULL, O_PLANS_DIR},
       {"help", no_argument, NULL, O_HELP},
       {NULL, 0, NULL, 0}};
-  const char *model = NULL, *mesh = NULL, *plans_flag = NULL;
-  long dims[D_N] = {-1, -1, -1, -1, -1}, batch = -1, seq = -1, mbs = -1, vs = 1;
-  dt_dtype dt = DT_BF16;
-  bool json = false;
-  db_args da = {NULL, DEFAULT_PUBLISHED, NULL, "model", "threads", NULL, 1};
   char err[SB_ERR_LEN];
-  /* sizes up to 2^20 ranks per dim, batch/seq up to 2^30: beyond any real run, and
-   * their products stay exact in double */
-  const long DIM_MAX = 1L << 20, TOK_MAX = 1L << 30;
   int ch = sb_getopt_repeats(CMD, argc, argv, ":h", lopts, NULL);
   if (ch) return ch;
   while ((ch = getopt_long(argc, argv, ":h", lopts, NULL)) != -1) {
     long *dst = NULL, hi = DIM_MAX;
     const char *flag = NULL;
     switch (ch) {
-    case O_MODEL: model = optarg; break;
-    case O_MESH: mesh = optarg; break;
-    case O_PP: dst = &dims[D_PP]; flag = "--pp"; break;
-    case O_DPR: dst = &dims[D_DPR]; flag = "--dp-replicate"; break;
-    case O_DPS: dst = &dims[D_DPS]; flag = "--dp-shard"; break;
-    case O_CP: dst = &dims[D_CP]; flag = "--cp"; break;
-    case O_TP: dst = &dims[D_TP]; flag = "--tp"; break;
-    case O_BATCH: dst = &batch; flag = "--batch"; hi = TOK_MAX; break;
-    case O_SEQ: dst = &seq; flag = "--seq"; hi = TOK_MAX; break;
-    case O_MB: dst = &mbs; flag = "--microbatches"; hi = TOK_MAX; break;
-    case O_VS: dst = &vs; flag = "--virtual-stages"; break;
-    case O_STEPS: dst = &da.steps; flag = "--steps"; hi = TOK_MAX; break;
+    case O_MODEL: a->model = optarg; break;
+    case O_MESH: a->mesh = optarg; break;
+    case O_PP: dst = &a->dims[D_PP]; flag = "--pp"; break;
+    case O_DPR: dst = &a->dims[D_DPR]; flag = "--dp-replicate"; break;
+    case O_DPS: dst = &a->dims[D_DPS]; flag = "--dp-shard"; break;
+    case O_CP: dst = &a->dims[D_CP]; flag = "--cp"; break;
+    case O_TP: dst = &a->dims[D_TP]; flag = "--tp"; break;
+    case O_BATCH: dst = &a->batch; flag = "--batch"; hi = TOK_MAX; break;
+    case O_SEQ: dst = &a->seq; flag = "--seq"; hi = TOK_MAX; break;
+    case O_MB: dst = &a->mbs; flag = "--microbatches"; hi = TOK_MAX; break;
+    case O_VS: dst = &a->vs; flag = "--virtual-stages"; break;
+    case O_STEPS: dst = &a->da.steps; flag = "--steps"; hi = TOK_MAX; break;
     case O_DTYPE:
-      if (sb_parse_dtype(optarg, &dt, err, sizeof err) != DT_OK || dt == DT_I64)
+      if (sb_parse_dtype(optarg, &a->dt, err, sizeof err) != DT_OK || a->dt == DT_I64)
         return sb_usage_error(CMD, "--dtype", "expected f32, f64 or bf16, got '%s'", optarg);
       break;
-    case O_DB: da.path = optarg; break;
-    case O_PLAN: da.plan = optarg; break;
-    case O_WORKLOAD: da.workload = optarg; break;
-    case O_BACKEND: da.backend = optarg; break;
-    case O_PUB: da.published = optarg; break;
-    case O_JSON: json = true; break;
-    case O_PLANS_DIR: plans_flag = optarg; break;
+    case O_DB: a->da.path = optarg; break;
+    case O_PLAN: a->da.plan = optarg; break;
+    case O_WORKLOAD: a->da.workload = optarg; break;
+    case O_BACKEND: a->da.backend = optarg; break;
+    case O_PUB: a->da.published = optarg; break;
+    case O_JSON: a->json = true; break;
+    case O_PLANS_DIR: a->plans_flag = optarg; break;
     case O_HELP:
-    case 'h': fputs(sb_baselines_usage, stdout); return SB_EXIT_OK;
+    case 'h': fputs(sb_baselines_usage, stdout); return -1;
     default: return sb_getopt_error(CMD, ch, argv, lopts);
     }
     if (dst && sb_parse_long(optarg, 1, hi, dst, err, sizeof err) != DT_OK)
       return sb_usage_error(CMD, flag, "%s", err);
   }
   if (optind < argc) return sb_usage_error(CMD, NULL, "unexpected argument '%s'", argv[optind]);
-  if (!model) return sb_usage_error(CMD, "--model", "required (debugmodel, 8B, 70B or 405B)");
-  if (batch < 0) return sb_usage_error(CMD, "--batch", "required");
-  if (seq < 0) return sb_usage_error(CMD, "--seq", "required");
-  sb_baseline_in in;
-  memset(&in, 0, sizeof in);
-  if (dt_llama_config_get(NULL, model, &in.model) != DT_OK)
-    return sb_usage_error(CMD, "--model", "unknown model '%s' (debugmodel, 8B, 70B, 405B)", model);
+  return 0;
+}
+
+/* The config the flags describe into in, checked; 0 or the one-line error's code. */
+static int make_input(bl_args *a, sb_baseline_in *in) {
+  char err[SB_ERR_LEN];
+  if (!a->model) return sb_usage_error(CMD, "--model", "required (debugmodel, 8B, 70B or 405B)");
+  if (a->batch < 0) return sb_usage_error(CMD, "--batch", "required");
+  if (a->seq < 0) return sb_usage_error(CMD, "--seq", "required");
+  memset(in, 0, sizeof *in);
+  if (dt_llama_config_get(NULL, a->model, &in->model) != DT_OK)
+    return sb_usage_error(CMD, "--model", "unknown model '%s' (debugmodel, 8B, 70B, 405B)",
+                          a->model);
   int sz[D_N] = {1, 1, 1, 1, 1};
-  if (mesh && parse_named_mesh(mesh, sz, err, sizeof err))
+  if (a->mesh && parse_named_mesh(a->mesh, sz, err, sizeof err))
     return sb_usage_error(CMD, "--mesh", "%s", err);
   for (int i = 0; i < D_N; i++) {
-    if (dims[i] < 0) continue;
-    if (mesh && sz[i] != dims[i])
+    if (a->dims[i] < 0) continue;
+    if (a->mesh && sz[i] != a->dims[i])
       return sb_usage_error(CMD, NULL, "--%s %ld disagrees with --mesh %s:%d", dim_names[i],
-                            dims[i], dim_names[i], sz[i]);
-    sz[i] = (int)dims[i];
+                            a->dims[i], dim_names[i], sz[i]);
+    sz[i] = (int)a->dims[i];
   }
-  in.pp = sz[D_PP];
-  in.dp_replicate = sz[D_DPR];
-  in.dp_shard = sz[D_DPS];
-  in.cp = sz[D_CP];
-  in.tp = sz[D_TP];
-  in.batch = batch;
-  in.seq = seq;
-  in.elem_bytes = (int)dt_dtype_size(dt);
-  in.microbatches = mbs > 0 ? (int)mbs : in.pp; /* default: one micro-batch per stage */
-  in.virtual_stages = (int)vs;
-  if (sb_baseline_check(&in, err, sizeof err)) return sb_usage_error(CMD, NULL, "%s", err);
-  if (!da.path && da.steps != 1) return sb_usage_error(CMD, "--steps", "needs --db");
-  if (!da.plan && (plans_flag || strcmp(da.workload, "model")))
-    return sb_usage_error(CMD, plans_flag ? "--plans-dir" : "--workload", "needs --plan");
-  if (strcmp(da.workload, "model") && strcmp(da.workload, "block"))
-    return sb_usage_error(CMD, "--workload", "expected model or block, got '%s'", da.workload);
-  if (da.plan && !strcmp(da.workload, "block")) in.model.n_layers = 1; /* one TransformerBlock */
-  if (sb_baseline_check(&in, err, sizeof err)) return sb_usage_error(CMD, NULL, "%s", err);
-  plan_summary ps;
-  memset(&ps, 0, sizeof ps);
-  if (da.plan) {
-    char dir[768];
-    sb_plans_dir(plans_flag, dir, sizeof dir);
-    if (read_plan_traits(dir, da.plan, &in.model, &ps.tr, err, sizeof err))
-      return sb_usage_error(CMD, "--plan", "%s", err);
-    ps.name = da.plan;
-    if (sb_framework_comm_compute(&in, &ps.tr, &ps.c))
-      return sb_usage_error(CMD, NULL, "bad config");
-  }
-  da.dtype = dt_dtype_name(dt);
-  sb_baseline_row rows[SB_BASELINE_MAX_ROWS];
-  int n = sb_baseline_compute(&in, rows, SB_BASELINE_MAX_ROWS);
-  tp_summary tp[2];
-  memset(tp, 0, sizeof tp);
+  in->pp = sz[D_PP];
+  in->dp_replicate = sz[D_DPR];
+  in->dp_shard = sz[D_DPS];
+  in->cp = sz[D_CP];
+  in->tp = sz[D_TP];
+  in->batch = a->batch;
+  in->seq = a->seq;
+  in->elem_bytes = (int)dt_dtype_size(a->dt);
+  in->microbatches = a->mbs > 0 ? (int)a->mbs : in->pp; /* default: one micro-batch per stage */
+  in->virtual_stages = (int)a->vs;
+  if (!a->da.path && a->da.steps != 1) return sb_usage_error(CMD, "--steps", "needs --db");
+  if (!a->da.plan && (a->plans_flag || strcmp(a->da.workload, "model")))
+    return sb_usage_error(CMD, a->plans_flag ? "--plans-dir" : "--workload", "needs --plan");
+  if (strcmp(a->da.workload, "model") && strcmp(a->da.workload, "block"))
+    return sb_usage_error(CMD, "--workload", "expected model or block, got '%s'",
+                          a->da.workload);
+  if (a->da.plan && !strcmp(a->da.workload, "block")) in->model.n_layers = 1; /* one block */
+  if (sb_baseline_check(in, err, sizeof err)) return sb_usage_error(CMD, NULL, "%s", err);
+  a->da.dtype = dt_dtype_name(a->dt);
+  return 0;
+}
+
+/* --plan NAME|PATH (as `run` takes it): the framework baselines its settings
+ * select into ps; the stored plan name is the file's base name. */
+static int plan_part(bl_args *a, const sb_baseline_in *in, plan_summary *ps) {
+  memset(ps, 0, sizeof *ps);
+  if (!a->da.plan) return 0;
+  char dir[768], err[SB_ERR_LEN];
+  sb_plans_dir(a->plans_flag, dir, sizeof dir);
+  if (sb_plan_locate(dir, a->da.plan, a->plan_path, sizeof a->plan_path, a->plan_name,
+                     sizeof a->plan_name, err, sizeof err) ||
+      read_plan_traits(a->plan_path, &in->model, &ps->tr, err, sizeof err))
+    return sb_usage_error(CMD, "--plan", "%s", err);
+  a->da.plan = a->plan_name;
+  ps->name = a->plan_name;
+  if (sb_framework_comm_compute(in, &ps->tr, &ps->c)) return sb_usage_error(CMD, NULL, "bad config");
+  return 0;
+}
+
+/* Every formula's row, Megatron-LM's own layouts, and the plan's sum (its parts
+ * repeat rows of the table) into rows (n) and tp; 0 or the error's code. */
+static int compute(const sb_baseline_in *in, const plan_summary *ps, sb_baseline_row *rows,
+                   int *n, tp_summary tp[2]) {
+  *n = sb_baseline_compute(in, rows, SB_BASELINE_MAX_ROWS);
+  memset(tp, 0, 2 * sizeof *tp);
   tp[0].name = "megatron-tp";
   tp[1].name = "megatron-tp-sp";
   sb_plan_traits tm, ts;
-  sb_plan_traits_megatron(&in.model, false, &tm);
-  sb_plan_traits_megatron(&in.model, true, &ts);
-  if (n < 0 || sb_framework_comm_compute(&in, &tm, &tp[0].c) ||
-      sb_framework_comm_compute(&in, &ts, &tp[1].c))
+  sb_plan_traits_megatron(&in->model, false, &tm);
+  sb_plan_traits_megatron(&in->model, true, &ts);
+  if (*n < 0 || sb_framework_comm_compute(in, &tm, &tp[0].c) ||
+      sb_framework_comm_compute(in, &ts, &tp[1].c))
     return sb_usage_error(CMD, NULL, "bad config");
-  if (ps.name) {
-    /* the plan's selection: only its sum is new (the parts repeat rows above) */
+  if (ps->name) {
     sb_baseline_row pr[3];
-    int k = sb_baseline_plan_rows(&in, &ps.tr, pr, 3);
-    for (int i = 0; i < k && n < SB_BASELINE_MAX_ROWS; i++)
-      if (!strcmp(pr[i].quantity, "comm_bytes_per_step_combined")) rows[n++] = pr[i];
+    int k = sb_baseline_plan_rows(in, &ps->tr, pr, 3);
+    for (int i = 0; i < k && *n < SB_BASELINE_MAX_ROWS; i++)
+      if (!strcmp(pr[i].quantity, "comm_bytes_per_step_combined")) rows[(*n)++] = pr[i];
   }
+  return 0;
+}
+
+int sb_cmd_baselines(int argc, char **argv) {
+  bl_args a = {.dims = {-1, -1, -1, -1, -1}, .batch = -1, .seq = -1, .mbs = -1, .vs = 1,
+               .dt = DT_BF16, .da = {NULL, DEFAULT_PUBLISHED, NULL, "model", "threads", NULL, 1}};
+  sb_baseline_in in;
+  plan_summary ps;
+  sb_baseline_row rows[SB_BASELINE_MAX_ROWS];
+  tp_summary tp[2];
+  int n = 0;
+  int rc = parse_flags(argc, argv, &a);
+  if (rc) return rc < 0 ? SB_EXIT_OK : rc;
+  if ((rc = make_input(&a, &in)) || (rc = plan_part(&a, &in, &ps)) ||
+      (rc = compute(&in, &ps, rows, &n, tp)))
+    return rc;
   sb_store st;
-  if (da.path) {
-    if (access(da.published, R_OK) != 0)
-      return sb_usage_error(CMD, "--published", "cannot read '%s': %s", da.published,
+  if (a.da.path) { /* checked before anything is printed */
+    if (access(a.da.published, R_OK) != 0)
+      return sb_usage_error(CMD, "--published", "cannot read '%s': %s", a.da.published,
                             strerror(errno));
-    int rc = sb_store_open(&st, da.path, CMD);
-    if (rc) return rc;
+    if ((rc = sb_store_open(&st, a.da.path, CMD))) return rc;
   }
-  if (json) print_json(&in, da.dtype, tp, &ps, rows, n);
-  else print_text(&in, da.dtype, tp, &ps, rows, n);
-  if (da.path) return write_db(&st, &in, &da, rows, n);
+  if (a.json) print_json(&in, a.da.dtype, tp, &ps, rows, n);
+  else print_text(&in, a.da.dtype, tp, &ps, rows, n);
+  if (a.da.path) return write_db(&st, &in, &a.da, rows, n);
   return SB_EXIT_OK;
 }
