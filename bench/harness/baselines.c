@@ -491,7 +491,7 @@ static int read_plan_traits(const char *path, const dt_llama_config *cfg, sb_pla
   dt_ctx_init(&hc, 0, 1);
   int rc = 0;
   if (dt_plan_load(&hc, path, plan) != DT_OK) {
-    snprintf(err, errn, "%s", sb_strip_rank(dt_last_error(&hc)));
+    snprintf(err, errn, "%s", sb_plan_msg(dt_last_error(&hc)));
     rc = -1;
   } else {
     sb_plan_traits_get(plan, cfg, tr);

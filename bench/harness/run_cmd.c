@@ -58,6 +58,15 @@ int sb_plan_locate(const char *dir, const char *arg, char *path, size_t pn, char
   return 0;
 }
 
+const char *sb_plan_msg(const char *m) {
+  m = sb_strip_rank(m);
+  if (!strncmp(m, "dt_plan_", 8)) {
+    const char *c = strstr(m, ": ");
+    if (c) m = c + 2;
+  }
+  return m;
+}
+
 int sb_plan_validate(const char *cmd, const char *flag, const char *path, const char *const *models,
                      int n) {
   if (access(path, R_OK) != 0) return sb_usage_error(cmd, flag, "no plan file '%s'", path);
@@ -68,13 +77,13 @@ int sb_plan_validate(const char *cmd, const char *flag, const char *path, const 
   if (!plan) {
     rc = sb_usage_error(cmd, flag, "out of memory");
   } else if (dt_plan_load(&hc, path, plan) != DT_OK) {
-    rc = sb_usage_error(cmd, flag, "%s", sb_strip_rank(dt_last_error(&hc)));
+    rc = sb_usage_error(cmd, flag, "%s", sb_plan_msg(dt_last_error(&hc)));
   } else {
     for (int i = 0; i < n && !rc; i++) {
       dt_llama_config cfg;
       if (dt_llama_config_get(&hc, models[i], &cfg) != DT_OK ||
           dt_plan_check_modules(&hc, plan, &cfg) != DT_OK)
-        rc = sb_usage_error(cmd, flag, "%s", sb_strip_rank(dt_last_error(&hc)));
+        rc = sb_usage_error(cmd, flag, "%s", sb_plan_msg(dt_last_error(&hc)));
     }
   }
   free(plan);

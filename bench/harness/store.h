@@ -170,6 +170,9 @@ void sb_plans_dir(const char *flag, char *out, size_t n);
  * -1 (reason in err) when a name or path is too long or the name is empty. */
 int sb_plan_locate(const char *dir, const char *arg, char *path, size_t pn, char *name, size_t nn,
                    char *err, size_t errn);
+/* A plan error for the user: the library's "rank R: dt_plan_xxx: " prefix off,
+ * so that it starts with FILE:LINE. Points into m. */
+const char *sb_plan_msg(const char *m);
 /* Loads the plan file and checks it against the module fqns of every model in
  * models (n of them; full depth): "FILE:LINE:COL: ..." for a syntax error,
  * "FILE:LINE: pattern '...' matches no module" for a typo. 0, or the one-line

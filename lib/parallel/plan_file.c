@@ -930,8 +930,10 @@ static bool is_seq_shard(const dt_style_layout *l, int n) {
   return false;
 }
 
-static dt_status rerr(dt_ctx *ctx, const dt_plan *p, int line, const char *fmt, ...) DT_PRINTF(4, 5);
-static dt_status rerr(dt_ctx *ctx, const dt_plan *p, int line, const char *fmt, ...) {
+static dt_status rerr(dt_ctx *ctx, const char *call, const dt_plan *p, int line, const char *fmt,
+                      ...) DT_PRINTF(5, 6);
+static dt_status rerr(dt_ctx *ctx, const char *call, const dt_plan *p, int line, const char *fmt,
+                      ...) {
   char msg[DT_ERRMSG_LEN];
   va_list ap;
   va_start(ap, fmt);
@@ -939,8 +941,8 @@ static dt_status rerr(dt_ctx *ctx, const dt_plan *p, int line, const char *fmt, 
   va_end(ap);
   const char *where = p->path[0] ? p->path : p->name;
   if (line > 0)
-    return dt_error(ctx, DT_ERR_INVALID, "dt_plan_resolve", "%s:%d: %s", where, line, msg);
-  return dt_error(ctx, DT_ERR_INVALID, "dt_plan_resolve", "%s: %s", where, msg);
+    return dt_error(ctx, DT_ERR_INVALID, call, "%s:%d: %s", where, line, msg);
+  return dt_error(ctx, DT_ERR_INVALID, call, "%s: %s", where, msg);
 }
 
 dt_status dt_plan_check_modules(dt_ctx *ctx, const dt_plan *p, const dt_llama_config *cfg) {
@@ -958,11 +960,11 @@ dt_status dt_plan_check_modules(dt_ctx *ctx, const dt_plan *p, const dt_llama_co
       hit = true;
       if ((st->kind == DT_STYLE_COLWISE || st->kind == DT_STYLE_ROWWISE) && k != FQ_LINEAR &&
           k != FQ_EMBEDDING)
-        return rerr(ctx, p, en->line, "pattern '%s' matches '%s', which is not a Linear or an "
+        return rerr(ctx, "dt_plan_check_modules", p, en->line, "pattern '%s' matches '%s', which is not a Linear or an "
                     "Embedding (%s needs one)", en->pattern, fqn, k_style_names[st->kind]);
     }
     if (!hit)
-      return rerr(ctx, p, en->line, "pattern '%s' matches no module of %s (%d layers)",
+      return rerr(ctx, "dt_plan_check_modules", p, en->line, "pattern '%s' matches no module of %s (%d layers)",
                   en->pattern, cfg->name[0] ? cfg->name : "the model", cfg->n_layers);
   }
   return DT_OK;
@@ -971,9 +973,9 @@ dt_status dt_plan_check_modules(dt_ctx *ctx, const dt_plan *p, const dt_llama_co
 dt_status dt_plan_resolve(dt_ctx *ctx, dt_plan *p, int world, const dt_llama_config *cfg,
                           int seq_len) {
   if (!p || !cfg) return dt_error(ctx, DT_ERR_INVALID, "dt_plan_resolve", "no plan or config");
-  if (world < 1) return rerr(ctx, p, 0, "world size %d must be >= 1", world);
+  if (world < 1) return rerr(ctx, "dt_plan_resolve", p, 0, "world size %d must be >= 1", world);
   if (cfg->n_layers < 0 || cfg->n_heads < 1)
-    return rerr(ctx, p, 0, "config '%s' has %d layers and %d heads", cfg->name, cfg->n_layers,
+    return rerr(ctx, "dt_plan_resolve", p, 0, "config '%s' has %d layers and %d heads", cfg->name, cfg->n_layers,
                 cfg->n_heads);
 
   /* dims: infer the -1 (ParallelDims: product == world) */
@@ -989,11 +991,11 @@ dt_status dt_plan_resolve(dt_ctx *ctx, dt_plan *p, int world, const dt_llama_con
   }
   if (neg >= 0) {
     if (world % known)
-      return rerr(ctx, p, 0, "world %d is not divisible by the other dims (%s: %lld) to infer %s",
+      return rerr(ctx, "dt_plan_resolve", p, 0, "world %d is not divisible by the other dims (%s: %lld) to infer %s",
                   world, dims, known, p->dim_names[neg]);
     p->dim_sizes[neg] = (int)(world / known);
   } else if (known != world) {
-    return rerr(ctx, p, 0, "dims %s = %lld ranks do not match the world of %d", dims, known, world);
+    return rerr(ctx, "dt_plan_resolve", p, 0, "dims %s = %lld ranks do not match the world of %d", dims, known, world);
   }
   int tpi = dt_plan_dim(p, "tp"), cpi = dt_plan_dim(p, "cp");
   int tp = tpi >= 0 ? p->dim_sizes[tpi] : 1, cp = cpi >= 0 ? p->dim_sizes[cpi] : 1;
@@ -1016,16 +1018,16 @@ dt_status dt_plan_resolve(dt_ctx *ctx, dt_plan *p, int world, const dt_llama_con
    * replication: TorchTitan fails in a reshape otherwise). */
   int kv = cfg->n_kv_heads > 0 ? cfg->n_kv_heads : cfg->n_heads;
   if (cfg->n_heads % tp)
-    return rerr(ctx, p, 0, "n_heads %d of %s is not divisible by tp %d", cfg->n_heads, cfg->name,
+    return rerr(ctx, "dt_plan_resolve", p, 0, "n_heads %d of %s is not divisible by tp %d", cfg->n_heads, cfg->name,
                 tp);
   if (kv % tp)
-    return rerr(ctx, p, 0, "n_kv_heads %d of %s is not divisible by tp %d (no KV-head "
+    return rerr(ctx, "dt_plan_resolve", p, 0, "n_kv_heads %d of %s is not divisible by tp %d (no KV-head "
                 "replication)", kv, cfg->name, tp);
   /* ParallelDims.seq_len_divisor: tp under sequence parallel, times 2*cp (load-balanced CP) */
   if (seq_len > 0) {
     long long div = (sp ? tp : 1) * (cp > 1 ? 2LL * cp : 1);
     if (seq_len % div)
-      return rerr(ctx, p, 0, "seq_len %d is not divisible by %lld (%s%s%s)", seq_len, div,
+      return rerr(ctx, "dt_plan_resolve", p, 0, "seq_len %d is not divisible by %lld (%s%s%s)", seq_len, div,
                   sp && tp > 1 ? "tp under sequence parallel" : "",
                   sp && tp > 1 && cp > 1 ? " x " : "", cp > 1 ? "2 x cp" : "");
   }
