@@ -16,6 +16,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -131,26 +132,6 @@ static int parse_named_mesh(const char *s, int sz[D_N], char *err, size_t errn) 
     }
   }
   return 0;
-}
-
-/* The configs key, in results/schema.sql's example format: mesh lists the dims
- * of size > 1 in column order (all 1: tp:1). */
-static void config_key(const sb_baseline_in *in, const char *workload, const char *plan,
-                       const char *dtype, long steps, const char *backend, char *key, size_t n,
-                       char *mesh, size_t mn) {
-  const int sz[D_N] = {in->pp, in->dp_replicate, in->dp_shard, in->cp, in->tp};
-  size_t off = 0;
-  mesh[0] = '\0';
-  for (int i = 0; i < D_N; i++)
-    if (sz[i] > 1 && off < mn)
-      off += (size_t)snprintf(mesh + off, mn - off, "%s%s:%d", off ? "," : "", dim_names[i], sz[i]);
-  if (!off) snprintf(mesh, mn, "tp:1");
-  long world = (long)in->pp * in->dp_replicate * in->dp_shard * in->cp * in->tp;
-  snprintf(key, n,
-           "model=%s workload=%s plan=%s mesh=%s dtype=%s batch=%lld seq=%lld steps=%ld "
-           "backend=%s world=%ld",
-           in->model.name, workload, plan, mesh, dtype, (long long)in->batch, (long long)in->seq,
-           steps, backend, world);
 }
 
 /* ---- SQLite ---- */
@@ -282,40 +263,31 @@ typedef struct db_args {
   long steps;
 } db_args;
 
-/* Finds or creates the configs row of the key; *id = its id. */
-static int config_row(sqlite3 *db, const sb_baseline_in *in, const db_args *da, sqlite3_int64 *id) {
-  char key[512], mesh[128];
-  config_key(in, da->workload, da->plan, da->dtype, da->steps, da->backend, key, sizeof key, mesh,
-             sizeof mesh);
-  sqlite3_stmt *st = NULL;
-  if (sqlite3_prepare_v2(db,
-                         "INSERT OR IGNORE INTO configs (key, workload, model, plan, pp, "
-                         "dp_replicate, dp_shard, cp, tp, dtype, batch, seq, steps, backend, world) "
-                         "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
-                         -1, &st, NULL) != SQLITE_OK)
-    return db_fail(db, "prepare configs insert");
+/* The configs row of the config (as run and sweep key it: sb_config_fill),
+ * inserted when new; *id = its id. Inside the write transaction. */
+static int config_row(sb_store *st, const sb_baseline_in *in, const db_args *da, int64_t *id) {
+  sb_opts o;
+  memset(&o, 0, sizeof o);
+  snprintf(o.model, sizeof o.model, "%s", in->model.name);
+  snprintf(o.workload, sizeof o.workload, "%s", da->workload);
+  snprintf(o.plan, sizeof o.plan, "%s", da->plan);
   const int sz[D_N] = {in->pp, in->dp_replicate, in->dp_shard, in->cp, in->tp};
-  sqlite3_bind_text(st, 1, key, -1, SQLITE_TRANSIENT);
-  sqlite3_bind_text(st, 2, da->workload, -1, SQLITE_STATIC);
-  sqlite3_bind_text(st, 3, in->model.name, -1, SQLITE_TRANSIENT);
-  sqlite3_bind_text(st, 4, da->plan, -1, SQLITE_STATIC);
-  for (int i = 0; i < D_N; i++) sqlite3_bind_int(st, 5 + i, sz[i]);
-  sqlite3_bind_text(st, 10, da->dtype, -1, SQLITE_STATIC);
-  sqlite3_bind_int64(st, 11, in->batch);
-  sqlite3_bind_int64(st, 12, in->seq);
-  sqlite3_bind_int64(st, 13, da->steps);
-  sqlite3_bind_text(st, 14, da->backend, -1, SQLITE_STATIC);
-  sqlite3_bind_int64(st, 15, (sqlite3_int64)in->pp * in->dp_replicate * in->dp_shard * in->cp * in->tp);
-  int r = sqlite3_step(st);
-  sqlite3_finalize(st);
-  if (r != SQLITE_DONE) return db_fail(db, "insert configs");
-  if (sqlite3_prepare_v2(db, "SELECT id FROM configs WHERE key = ?1", -1, &st, NULL) != SQLITE_OK)
-    return db_fail(db, "prepare configs select");
-  sqlite3_bind_text(st, 1, key, -1, SQLITE_TRANSIENT);
-  r = sqlite3_step(st);
-  if (r == SQLITE_ROW) *id = sqlite3_column_int64(st, 0);
-  sqlite3_finalize(st);
-  return r == SQLITE_ROW ? SB_EXIT_OK : db_fail(db, "select configs");
+  int64_t world = 1;
+  for (int i = 0; i < D_N; i++) world *= o.dims[i] = sz[i];
+  if (world > INT_MAX) {
+    fprintf(stderr, "shardbench %s: --db: a world of %lld ranks does not fit a configs row\n", CMD,
+            (long long)world);
+    return SB_EXIT_FAIL;
+  }
+  o.world = (int)world;
+  snprintf(o.dtype, sizeof o.dtype, "%s", da->dtype);
+  o.batch = (int)in->batch;
+  o.seq = (int)in->seq;
+  o.steps = (int)da->steps;
+  snprintf(o.backend, sizeof o.backend, "%s", da->backend);
+  sb_config c;
+  sb_config_fill(&o, &c);
+  return sb_store_config_id(st, &c, id) ? SB_EXIT_FAIL : SB_EXIT_OK;
 }
 
 /* Writes the rows (and the published table) into the DB opened by
@@ -329,48 +301,11 @@ static int write_db(sb_store *sto, const sb_baseline_in *in, const db_args *da,
     rc = db_fail(db, "begin");
     goto out;
   }
-  sqlite3_int64 cid = 0;
-  bool have_cid = false;
-  if (da->plan) {
-    if ((rc = config_row(db, in, da, &cid)) != SB_EXIT_OK) goto rollback;
-    have_cid = true;
-    /* idempotent per config: the rows of an earlier call are replaced */
-    sqlite3_stmt *st = NULL;
-    if (sqlite3_prepare_v2(db, "DELETE FROM baselines WHERE config_id = ?1", -1, &st, NULL) !=
-        SQLITE_OK) {
-      rc = db_fail(db, "prepare delete");
-      goto rollback;
-    }
-    sqlite3_bind_int64(st, 1, cid);
-    int r = sqlite3_step(st);
-    sqlite3_finalize(st);
-    if (r != SQLITE_DONE) {
-      rc = db_fail(db, "delete baselines");
-      goto rollback;
-    }
-  }
-  {
-    sqlite3_stmt *st = NULL;
-    if (sqlite3_prepare_v2(db,
-                           "INSERT INTO baselines (config_id, framework, quantity, value, unit, "
-                           "formula) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-                           -1, &st, NULL) != SQLITE_OK) {
-      rc = db_fail(db, "prepare baselines insert");
-      goto rollback;
-    }
-    for (int i = 0; i < n && rc == SB_EXIT_OK; i++) {
-      sqlite3_reset(st);
-      if (have_cid) sqlite3_bind_int64(st, 1, cid);
-      else sqlite3_bind_null(st, 1);
-      sqlite3_bind_text(st, 2, rows[i].framework, -1, SQLITE_STATIC);
-      sqlite3_bind_text(st, 3, rows[i].quantity, -1, SQLITE_STATIC);
-      sqlite3_bind_double(st, 4, rows[i].value);
-      sqlite3_bind_text(st, 5, rows[i].unit, -1, SQLITE_STATIC);
-      sqlite3_bind_text(st, 6, rows[i].formula, -1, SQLITE_STATIC);
-      if (sqlite3_step(st) != SQLITE_DONE) rc = db_fail(db, "insert baselines");
-    }
-    sqlite3_finalize(st);
-    if (rc != SB_EXIT_OK) goto rollback;
+  int64_t cid = 0; /* 0: rows linked to no config */
+  if (da->plan && (rc = config_row(sto, in, da, &cid)) != SB_EXIT_OK) goto rollback;
+  if (sb_store_put_baselines(sto, cid, rows, n)) {
+    rc = SB_EXIT_FAIL;
+    goto rollback;
   }
   int added = 0;
   if ((rc = load_published(db, da->published, &added)) != SB_EXIT_OK) goto rollback;
@@ -379,7 +314,7 @@ static int write_db(sb_store *sto, const sb_baseline_in *in, const db_args *da,
     goto rollback;
   }
   fprintf(stderr, "shardbench %s: wrote %d baselines rows (config_id %s) and %d new published rows to %s\n",
-          CMD, n, have_cid ? "set" : "NULL", added, da->path);
+          CMD, n, cid > 0 ? "set" : "NULL", added, da->path);
   goto out;
 rollback:
   sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
@@ -623,7 +558,7 @@ static int make_input(bl_args *a, sb_baseline_in *in) {
   if (strcmp(a->da.workload, "model") && strcmp(a->da.workload, "block"))
     return sb_usage_error(CMD, "--workload", "expected model or block, got '%s'",
                           a->da.workload);
-  if (a->da.plan && !strcmp(a->da.workload, "block")) in->model.n_layers = 1; /* one block */
+  (void)sb_workload_config(NULL, a->model, a->da.workload, &in->model); /* known model */
   if (sb_baseline_check(in, err, sizeof err)) return sb_usage_error(CMD, NULL, "%s", err);
   a->da.dtype = dt_dtype_name(a->dt);
   return 0;

@@ -81,6 +81,11 @@ void sb_plan_traits_get(const dt_plan *plan, const dt_llama_config *cfg, sb_plan
 /* Megatron-LM's published layout (Shoeybi et al. 2019, sec. 3): every attention
  * and MLP block split, vocabulary-parallel embedding and output, the output fused
  * with the cross-entropy; sequence parallel as given. */
+/* The model a harness workload trains: `model` is the named config, `block` the
+ * same with one TransformerBlock. DT_ERR_INVALID (recorded on ctx, which may be
+ * NULL) for an unknown model. */
+dt_status sb_workload_config(dt_ctx *ctx, const char *model, const char *workload,
+                             dt_llama_config *out);
 void sb_plan_traits_megatron(const dt_llama_config *cfg, bool sequence_parallel,
                              sb_plan_traits *out);
 /* Parameters on one rank under the traits' tp split: tp_params/tp + rep_params,
@@ -131,6 +136,10 @@ typedef struct sb_runtime_comm {
 /* Returns 0, or -1 when the layout is not one the model covers or the input is bad. */
 int sb_runtime_comm_compute(const sb_baseline_in *in, const sb_plan_traits *tr,
                             sb_runtime_comm *out);
+/* The same total as the DB row framework "runtime-model" (quantity
+ * comm_bytes_per_step_runtime_model) the regression checks read; 0 or -1. */
+int sb_runtime_comm_row(const sb_baseline_in *in, const sb_plan_traits *tr,
+                        sb_baseline_row *row);
 
 /* Every framework baseline for the config (Megatron-LM's own layout for the TP
  * rows) into rows[0..max); returns how many were written (<= max), or -1 for a

@@ -117,6 +117,13 @@ static mod_sizes sizes_of(const dt_llama_config *c) {
   return z;
 }
 
+dt_status sb_workload_config(dt_ctx *ctx, const char *model, const char *workload,
+                             dt_llama_config *out) {
+  DT_CHECK(dt_llama_config_get(ctx, model, out));
+  if (!strcmp(workload, "block")) out->n_layers = 1;
+  return DT_OK;
+}
+
 void sb_plan_traits_get(const dt_plan *plan, const dt_llama_config *cfg, sb_plan_traits *out) {
   memset(out, 0, sizeof *out);
   const int tpi = dt_plan_dim(plan, "tp");
@@ -287,6 +294,16 @@ static int add(sb_baseline_row *rows, int *n, int max, const char *fw, const cha
   return 0;
 }
 
+int sb_runtime_comm_row(const sb_baseline_in *in, const sb_plan_traits *tr,
+                        sb_baseline_row *row) {
+  sb_runtime_comm rt;
+  if (sb_runtime_comm_compute(in, tr, &rt)) return -1;
+  int n = 0;
+  return add(row, &n, 1, "runtime-model", "comm_bytes_per_step_runtime_model", rt.total, "bytes",
+             "this runtime's own closed form (bench/harness/baselines_model.c sb_runtime_comm): "
+             "a regression model, not a framework baseline");
+}
+
 int sb_baseline_plan_rows(const sb_baseline_in *in, const sb_plan_traits *tr,
                           sb_baseline_row *rows, int max) {
   sb_framework_comm fw;
@@ -321,7 +338,6 @@ int sb_baseline_compute(const sb_baseline_in *in, sb_baseline_row *rows, int max
   const double h = mc->dim, a = mc->n_heads, V = mc->vocab;
   const double hkv = (double)mc->n_kv_heads * (mc->dim / mc->n_heads);
   const double Lr = (double)((mc->n_layers + p - 1) / p); /* layers on the busiest stage */
-  const double N = (double)dt_llama_nparams(mc);
   sb_plan_traits tm, ts;
   sb_plan_traits_megatron(mc, false, &tm);
   sb_plan_traits_megatron(mc, true, &ts);
@@ -434,7 +450,7 @@ int sb_baseline_compute(const sb_baseline_in *in, sb_baseline_row *rows, int max
   ADD("ring-cp", "comm_bytes_per_step", Lr * cp_layer, "bytes", "L/p x per layer");
 
   /* ---- FLOPs ---- */
-  const double fpt = 6 * (N - V * h) + 12.0 * mc->n_layers * h * (double)in->seq;
+  const double fpt = dt_llama_flops_per_token(mc, in->seq);
   ADD("torchtitan", "flops_per_token", fpt, "flop",
       "torchtitan get_dense_model_nparams_and_flops: 6 N_matmul + 12 L h s (N_matmul = N - Vh; "
       "no causal discount)");

@@ -115,9 +115,9 @@ int sb_mem_estimate(const sb_opts *o, const dt_plan *plan, sb_mem_est *e) {
   memset(e, 0, sizeof *e);
   dt_llama_config c;
   dt_dtype dt;
-  if (dt_llama_config_get(NULL, o->model, &c) != DT_OK || dt_dtype_parse(o->dtype, &dt) != DT_OK)
+  if (sb_workload_config(NULL, o->model, o->workload, &c) != DT_OK ||
+      dt_dtype_parse(o->dtype, &dt) != DT_OK)
     return -1;
-  if (!strcmp(o->workload, "block")) c.n_layers = 1; /* the runner's one-block model */
   const size_t elem = dt_dtype_size(dt);
   double P = 0;
   e->rank_bytes = rank_bytes(&c, elem, o->dims[4], o->dims[1], o->batch, o->seq, plan, &P);

@@ -586,9 +586,7 @@ static void sharded_mesh(const sb_opts *o, job *j) {
 static void result_of(const sb_opts *o, const job *j, sb_result *r) {
   const double tokens = (double)o->batch * o->seq;
   const dt_llama_config *c = &j->cfg;
-  const double n_embed = (double)c->vocab * c->dim;
-  const double fpt = 6.0 * ((double)dt_llama_nparams(c) - n_embed) +
-                     12.0 * c->n_layers * c->n_heads * (double)(c->dim / c->n_heads) * o->seq;
+  const double fpt = dt_llama_flops_per_token(c, o->seq);
   r->step_time_s = j->step_time_s;
   r->tokens_per_s = tokens / j->step_time_s;
   r->tflops = fpt * tokens / j->step_time_s / 1e12;
@@ -637,11 +635,10 @@ void sb_execute(const sb_opts *o, sb_ref *cache, sb_stage stage, sb_result *r) {
     goto done;
   }
   j->o = o;
-  if (dt_llama_config_get(&hc, o->model, &j->cfg) != DT_OK) {
+  if (sb_workload_config(&hc, o->model, o->workload, &j->cfg) != DT_OK) {
     failed(r, "%s", dt_last_error(&hc));
     goto done;
   }
-  if (!strcmp(o->workload, "block")) j->cfg.n_layers = 1; /* one TransformerBlock */
   if (dt_dtype_parse(o->dtype, &j->dtype) != DT_OK || (j->dtype != DT_F32 && j->dtype != DT_F64)) {
     skip(r, "dtype '%s': the harness verifies f32 and f64 only", o->dtype);
     goto done;

@@ -456,8 +456,7 @@ fail:
 static int put_baselines(sb_store *st, const sb_config *c, const sb_result *r, int64_t config_id) {
   if (!r->plan_traits.valid) return 0; /* no plan settings: nothing to select by */
   dt_llama_config cfg;
-  if (dt_llama_config_get(NULL, c->model, &cfg) != DT_OK) return 0; /* custom: none */
-  if (!strcmp(c->workload, "block")) cfg.n_layers = 1;  /* the sweep's one-block model */
+  if (sb_workload_config(NULL, c->model, c->workload, &cfg) != DT_OK) return 0; /* custom: none */
   dt_dtype dt;
   if (dt_dtype_parse(c->dtype, &dt) != DT_OK) return 0;
   sb_baseline_in in = {.model = cfg, .pp = c->pp, .dp_replicate = c->dp_replicate,
@@ -468,49 +467,45 @@ static int put_baselines(sb_store *st, const sb_config *c, const sb_result *r, i
   sb_baseline_row rows[MAX_ROWS];
   int n = sb_baseline_plan_rows(&in, &r->plan_traits, rows, MAX_ROWS - 1);
   if (n < 0) n = 0;
-  sb_runtime_comm rt;
-  if (sb_runtime_comm_compute(&in, &r->plan_traits, &rt) == 0) {
-    sb_baseline_row *b = &rows[n++];
-    memset(b, 0, sizeof *b);
-    snprintf(b->framework, sizeof b->framework, "runtime-model");
-    snprintf(b->quantity, sizeof b->quantity, "comm_bytes_per_step_runtime_model");
-    b->value = rt.total;
-    snprintf(b->unit, sizeof b->unit, "bytes");
-    snprintf(b->formula, sizeof b->formula,
-             "this runtime's own closed form (bench/harness/baselines_model.c sb_runtime_comm): "
-             "a regression model, not a framework baseline");
-  }
+  if (sb_runtime_comm_row(&in, &r->plan_traits, &rows[n]) == 0) n++;
+  return sb_store_put_baselines(st, config_id, rows, n);
+}
+
+int sb_store_put_baselines(sb_store *st, int64_t config_id, const sb_baseline_row *rows, int n) {
   sqlite3_stmt *q = NULL;
-  if (sqlite3_prepare_v2(st->db, "DELETE FROM baselines WHERE config_id = ?", -1, &q, NULL) != SQLITE_OK)
-    goto fail;
-  sqlite3_bind_int64(q, 1, config_id);
-  if (sqlite3_step(q) != SQLITE_DONE) goto fail;
-  sqlite3_finalize(q);
-  q = NULL;
-  if (sqlite3_prepare_v2(st->db,
-                         "INSERT INTO baselines(config_id, framework, quantity, value, unit, formula) "
-                         "VALUES (?, ?, ?, ?, ?, ?)", -1, &q, NULL) != SQLITE_OK)
-    goto fail;
+  if (config_id > 0) {
+    SB_SQL(st, sqlite3_prepare_v2(st->db, "DELETE FROM baselines WHERE config_id = ?", -1, &q, NULL),
+           "prepare baselines delete");
+    sqlite3_bind_int64(q, 1, config_id);
+    SB_SQL(st, sqlite3_step(q), "delete baselines");
+    sqlite3_finalize(q);
+    q = NULL;
+  }
+  SB_SQL(st,
+         sqlite3_prepare_v2(st->db,
+                            "INSERT INTO baselines(config_id, framework, quantity, value, unit, "
+                            "formula) VALUES (?, ?, ?, ?, ?, ?)",
+                            -1, &q, NULL),
+         "prepare baselines");
   for (int i = 0; i < n; i++) {
     sqlite3_reset(q);
-    sqlite3_bind_int64(q, 1, config_id);
+    if (config_id > 0) sqlite3_bind_int64(q, 1, config_id);
+    else sqlite3_bind_null(q, 1);
     sqlite3_bind_text(q, 2, rows[i].framework, -1, SQLITE_TRANSIENT);
     sqlite3_bind_text(q, 3, rows[i].quantity, -1, SQLITE_TRANSIENT);
     sqlite3_bind_double(q, 4, rows[i].value);
     sqlite3_bind_text(q, 5, rows[i].unit, -1, SQLITE_TRANSIENT);
     sqlite3_bind_text(q, 6, rows[i].formula, -1, SQLITE_TRANSIENT);
-    if (sqlite3_step(q) != SQLITE_DONE) goto fail;
+    SB_SQL(st, sqlite3_step(q), "insert baselines");
   }
   sqlite3_finalize(q);
   return 0;
 fail:
-  fprintf(stderr, "shardbench: DB '%s': baselines: %s\n", st->path, sqlite3_errmsg(st->db));
   sqlite3_finalize(q);
   return 1;
 }
 
-/* The configs row of c (inserted when new); its id into *id. Inside a transaction. */
-static int put_config(sb_store *st, const sb_config *c, int64_t *id) {
+int sb_store_config_id(sb_store *st, const sb_config *c, int64_t *id) {
   sqlite3_stmt *q = NULL;
   SB_SQL(st,
          sqlite3_prepare_v2(st->db,
@@ -624,7 +619,7 @@ fail:
 int sb_store_put(sb_store *st, const sb_config *c, const sb_result *r) {
   int64_t config_id = 0, result_id = 0;
   SB_SQL(st, sqlite3_exec(st->db, "BEGIN IMMEDIATE", NULL, NULL, NULL), "BEGIN");
-  if (put_config(st, c, &config_id) || put_result(st, config_id, r, &result_id) ||
+  if (sb_store_config_id(st, c, &config_id) || put_result(st, config_id, r, &result_id) ||
       put_comm(st, result_id, r) || (!strcmp(r->status, "ok") && put_baselines(st, c, r, config_id))) {
     sqlite3_exec(st->db, "ROLLBACK", NULL, NULL, NULL);
     return 1;

@@ -104,6 +104,12 @@ int sb_store_has_result(sb_store *st, const char *key, bool *has);
 
 /* Writes config (upsert by key), its result and comm rows in one transaction. */
 int sb_store_put(sb_store *st, const sb_config *c, const sb_result *r);
+/* Inside a write transaction the caller holds: the configs row of c, inserted
+ * when new; its id into *id. */
+int sb_store_config_id(sb_store *st, const sb_config *c, int64_t *id);
+/* Inside a write transaction the caller holds: the baselines rows of config_id
+ * replaced by rows (config_id <= 0: rows linked to no config, added). */
+int sb_store_put_baselines(sb_store *st, int64_t config_id, const sb_baseline_row *rows, int n);
 
 /* "sqlite 3.40.1; mpi yes; cuda yes; ..." for runs.versions. */
 void sb_versions_str(char *buf, size_t n);

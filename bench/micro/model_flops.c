@@ -139,9 +139,7 @@ static dt_status body(dt_ctx *ctx, void *arg) {
   add_shape(gs, &ns, S, hd, S, false, false, 2 * heads); /* P V, dQ = dS K */
   add_shape(gs, &ns, S, hd, S, true, false, 2 * heads);  /* dV = P^T dO, dK = dS^T Q */
   J->flops_gemm = gemm_flops(gs, ns);
-  const double n_embed = (double)cfg.vocab * cfg.dim;
-  J->flops_model = (6.0 * ((double)dt_llama_nparams(&cfg) - n_embed) +
-                    12.0 * L * cfg.n_heads * hd * (double)S) * T;
+  J->flops_model = dt_llama_flops_per_token(&cfg, S) * T;
   size_t maxe = 0;
   for (int i = 0; i < ns; i++) {
     size_t a = (size_t)gs[i].m * gs[i].k, b = (size_t)gs[i].k * gs[i].n, c = (size_t)gs[i].m * gs[i].n;

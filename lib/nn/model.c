@@ -111,6 +111,12 @@ int64_t dt_llama_nparams(const dt_llama_config *c) {
   return V * D + (int64_t)c->n_layers * layer + D + V * D; /* embedding, layers, norm, output */
 }
 
+double dt_llama_flops_per_token(const dt_llama_config *c, int64_t seq) {
+  const double n_embed = (double)c->vocab * c->dim, hd = (double)(c->dim / c->n_heads);
+  return 6.0 * ((double)dt_llama_nparams(c) - n_embed) +
+         12.0 * c->n_layers * c->n_heads * hd * (double)seq;
+}
+
 dt_status dt_llama_config_check(dt_ctx *ctx, const dt_llama_config *c) {
   const char *who = "dt_llama_config_check";
   if (!c) return dt_error(ctx, DT_ERR_INVALID, who, "NULL config");

@@ -34,6 +34,10 @@ dt_status dt_llama_config_get(dt_ctx *ctx, const char *name, dt_llama_config *ou
 /* TorchTitan's FeedForward hidden size (multiple_of, ffn_dim_multiplier). */
 int dt_llama_ffn_hidden(const dt_llama_config *c);
 int64_t dt_llama_nparams(const dt_llama_config *c);
+/* Training FLOPs per token at sequence length seq, TorchTitan's count
+ * (torchtitan/models/utils.py get_dense_model_nparams_and_flops):
+ * 6 (N - N_embedding) + 12 L H hd seq, attention counted full (no causal discount). */
+double dt_llama_flops_per_token(const dt_llama_config *c, int64_t seq);
 /* Checks a config (dims divide into heads, kv heads divide heads, ...). */
 dt_status dt_llama_config_check(dt_ctx *ctx, const dt_llama_config *c);
 
