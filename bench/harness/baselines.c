@@ -501,8 +501,8 @@ static int parse_flags(int argc, char **argv, bl_args *a) {
     case O_VS: dst = &a->vs; flag = "--virtual-stages"; break;
     case O_STEPS: dst = &a->da.steps; flag = "--steps"; hi = TOK_MAX; break;
     case O_DTYPE:
-      if (sb_parse_dtype(optarg, &a->dt, err, sizeof err) != DT_OK || a->dt == DT_I64)
-        return sb_usage_error(CMD, "--dtype", "expected f32, f64 or bf16, got '%s'", optarg);
+      if (sb_parse_dtype(optarg, &a->dt, err, sizeof err) != DT_OK)
+        return sb_usage_error(CMD, "--dtype", "%s", err);
       break;
     case O_DB: a->da.path = optarg; break;
     case O_PLAN: a->da.plan = optarg; break;

@@ -137,6 +137,8 @@ typedef struct sb_ledger_total {
   uint64_t calls, payload;
   double wire;
 } sb_ledger_total;
+/* A malloc'd copy of the rank's ledger rows (*rows untouched and *n 0 when empty). */
+dt_status sb_ledger_copy(dt_ctx *ctx, dt_ledger_row **rows, size_t *n);
 void sb_ledger_total_add(sb_ledger_total *t, size_t *n, const dt_ledger_row *rows, size_t nrows);
 /* Text tables (indented 4) of a rank's rows and of the totals over world ranks. */
 void sb_print_ledger_rows(const dt_ledger_row *rows, size_t n);

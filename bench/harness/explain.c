@@ -476,15 +476,7 @@ static dt_status run_rank(dt_ctx *ctx, void *argp) {
   dt_ledger_enable(ctx, true);
   DT_CHECK_GOTO(dt_redistribute(ctx, &src, o->dst, o->planner, &out), s, done);
   have_out = true;
-  if (dt_ledger_of(ctx)->n) {
-    ro->rows = malloc(dt_ledger_of(ctx)->n * sizeof *ro->rows);
-    if (!ro->rows) {
-      s = dt_error(ctx, DT_ERR_NOMEM, "explain", "cannot copy the ledger");
-      goto done;
-    }
-    memcpy(ro->rows, dt_ledger_of(ctx)->rows, dt_ledger_of(ctx)->n * sizeof *ro->rows);
-    ro->nrows = dt_ledger_of(ctx)->n;
-  }
+  DT_CHECK_GOTO(sb_ledger_copy(ctx, &ro->rows, &ro->nrows), s, done);
   dt_ledger_enable(ctx, false); /* full_tensor below is the check, not the plan */
 
   /* The target shard: where the table says, and (no Partial) the global's slice. */

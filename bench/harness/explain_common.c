@@ -121,6 +121,17 @@ void sb_json_plan_fields(const sb_plan_view *v, const sb_mesh_names names, int m
   sb_json_num(v->plan.cost_us);
 }
 
+dt_status sb_ledger_copy(dt_ctx *ctx, dt_ledger_row **rows, size_t *n) {
+  const dt_ledger *l = dt_ledger_of(ctx);
+  *n = 0;
+  if (!l->n) return DT_OK;
+  *rows = malloc(l->n * sizeof **rows);
+  if (!*rows) return dt_error(ctx, DT_ERR_NOMEM, "explain", "cannot copy the ledger");
+  memcpy(*rows, l->rows, l->n * sizeof **rows);
+  *n = l->n;
+  return DT_OK;
+}
+
 void sb_ledger_total_add(sb_ledger_total *t, size_t *n, const dt_ledger_row *rows, size_t nrows) {
   for (size_t i = 0; i < nrows; i++) {
     const dt_ledger_row *row = &rows[i];

@@ -669,16 +669,6 @@ static void make_redists(const eo_opts *o, report *rp) {
 
 /* ---- the run (one call per rank; the reference is a run of world 1) ---- */
 
-static dt_status copy_rows(dt_ctx *ctx, dt_ledger_row **rows, size_t *n) {
-  *n = 0;
-  if (!dt_ledger_of(ctx)->n) return DT_OK;
-  *rows = malloc(dt_ledger_of(ctx)->n * sizeof **rows);
-  if (!*rows) return dt_error(ctx, DT_ERR_NOMEM, "explain", "cannot copy the ledger");
-  memcpy(*rows, dt_ledger_of(ctx)->rows, dt_ledger_of(ctx)->n * sizeof **rows);
-  *n = dt_ledger_of(ctx)->n;
-  return DT_OK;
-}
-
 /* Records t's layout, gathers it, and stores (reference) or compares it. */
 static dt_status check_tensor(dt_ctx *ctx, const job *jb, const dt_tensor *t, tcheck *c,
                               const tcheck *want) {
@@ -794,7 +784,7 @@ static dt_status run_rank(dt_ctx *ctx, void *argp) {
   out_made = true;
   dt_ledger_enable(ctx, false);
   if (!rep.cached) rr->chosen = rep.chosen;
-  DT_CHECK_GOTO(copy_rows(ctx, &rr->fw, &rr->nfw), s, done);
+  DT_CHECK_GOTO(sb_ledger_copy(ctx, &rr->fw, &rr->nfw), s, done);
   for (int j = 0; j < op->n_out; j++)
     DT_CHECK_GOTO(check_tensor(ctx, jb, &out[j], &rr->out[j],
                                jb->ref ? NULL : &jb->refres->out[j]), s, done);
@@ -820,7 +810,7 @@ static dt_status run_rank(dt_ctx *ctx, void *argp) {
     DT_CHECK_GOTO(op->backward(ctx, &o->attrs, inp, outc, goutp, ginp), s, done);
     for (int j = 0; j < o->n_in; j++) gin_made[j] = ginp[j] != NULL;
     dt_ledger_enable(ctx, false);
-    DT_CHECK_GOTO(copy_rows(ctx, &rr->bw, &rr->nbw), s, done);
+    DT_CHECK_GOTO(sb_ledger_copy(ctx, &rr->bw, &rr->nbw), s, done);
     for (int j = 0; j < o->n_in; j++)
       if (gin_made[j])
         DT_CHECK_GOTO(check_tensor(ctx, jb, &gin[j], &rr->gin[j],

@@ -25,16 +25,16 @@
  *     forward creates as saved for backward, which over-counts those that are
  *     freed early: that is what makes it an upper bound.
  *
- * verify/badinput.sh checks measured peak <= estimate <= SB_MEM_EST_FACTOR x
+ * verify/badinput.sh checks measured peak <= estimate <= EST_FACTOR x
  * measured peak on small configs (debugmodel, every shipped plan, block and
  * model, f32 and f64).
  *
  * The invocation (what the machine must hold; all ranks of the threads backend
  * live in one process, and MPI ranks are assumed to share this machine): the
  * larger of the reference job (one rank, the whole model, no plan) and world
- * ranks of the sharded job, each plus the runner's comparison copies: every rank
- * and the cached reference hold step 0's full weight gradients as f64 (8 bytes
- * per parameter).
+ * ranks of the sharded job, plus the verifier's f64 copies: the cached reference
+ * snapshot (every step's gradients and the final weights: 8 bytes per parameter
+ * per step, plus one) and, per sharded rank, the tensor it gathers to compare.
  */
 #include "config.h"
 

@@ -46,8 +46,6 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "cli.h"
 #include "store.h"
@@ -61,8 +59,6 @@ static const uint64_t SEED = 20260101;
 /* A collective waiting longer than this fails the config instead of hanging the
  * sweep: a debugmodel step on 2 cores takes seconds. */
 static const double LAUNCH_TIMEOUT_S = 300;
-/* Most steps a run takes (warm-up + timed): the per-step arrays are fixed. */
-enum { SB_MAX_STEPS = 1000 };
 /* Most comm rows (op x group x phase) kept per config. */
 enum { MAX_COMM = 64 };
 
@@ -388,7 +384,6 @@ static dt_status train(dt_ctx *ctx, dt_mesh *mesh, job *j) {
   if (s == DT_OK) s = collect(ctx, m, j, NULL, -1, total - 1, &c);
   if (s == DT_OK && !j->reference) s = sb_cmp_merge(ctx->world, &c);
   if (s == DT_OK && !j->reference && (ctx->rank == 0 || j->per_process)) j->cmp = c;
-  dt_ledger_enable(ctx, false);
   dt_ctx_set_phase(ctx, "");
   free(times);
   if (m) {

@@ -17,7 +17,6 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -27,8 +26,6 @@
 /* The sgemm peak probe: n x n x n products (512: big enough to reach the BLAS
  * kernel's steady rate, 0.27 GFLOP, a few ms), best of PEAK_REPS after one warm-up. */
 enum { PEAK_N = 512, PEAK_REPS = 5 };
-/* Most steps a run takes (warm-up + timed), as the runner's per-step arrays allow. */
-enum { RUN_MAX_STEPS = 1000 };
 
 /* ---- plans ------------------------------------------------------------------------ */
 
@@ -287,7 +284,7 @@ static int run_flag(int ch, run_args *a, char **argv) {
     return 0;
   case O_BATCH: case O_SEQ: case O_STEPS: case O_WARMUP: {
     long lo = ch == O_WARMUP ? 0 : 1,
-         hi = ch == O_STEPS || ch == O_WARMUP ? RUN_MAX_STEPS / 2 : 1 << 20;
+         hi = ch == O_STEPS || ch == O_WARMUP ? SB_MAX_STEPS : 1 << 20;
     if (sb_parse_long(optarg, lo, hi, &v, err, sizeof err) != DT_OK)
       return sb_usage_error(CMD, flag, "%s", err);
     int *dst = ch == O_BATCH ? &o->batch : ch == O_SEQ ? &o->seq : ch == O_STEPS ? &o->steps
@@ -393,8 +390,8 @@ static int run_check(run_args *a, int *argc, char ***argv, dt_backend *be, int *
 /* Rank 0: the run's rows (runs with its peak, configs, results, comm). */
 static int run_store(sb_store *st, int argc, char **argv, const sb_opts *o, const sb_config *c,
                      const sb_result *r) {
-  int rc = sb_store_begin_run(st, argc, argv, o->backend, o->world) ||
-           sb_store_set_peak(st, o->peak_tflops > 0 ? o->peak_tflops : NAN, o->peak_source) ||
+  int rc = sb_store_begin_run(st, argc, argv, o->backend, o->world, o->peak_tflops,
+                              o->peak_source) ||
            sb_store_put(st, c, r) || sb_store_end_run(st);
   sb_store_close(st);
   return rc ? SB_EXIT_FAIL : SB_EXIT_OK;

@@ -28,7 +28,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "baselines.h"
 #include "cli.h"
 #include "store.h"
 
@@ -346,7 +345,8 @@ void sb_store_close(sb_store *st) {
   st->db = NULL;
 }
 
-int sb_store_begin_run(sb_store *st, int argc, char **argv, const char *backend, int world) {
+int sb_store_begin_run(sb_store *st, int argc, char **argv, const char *backend, int world,
+                       double peak_tflops, const char *peak_source) {
   char now[32], host[256] = "unknown", vers[256];
   sb_utc_now(now, sizeof now);
   if (gethostname(host, sizeof host) != 0) snprintf(host, sizeof host, "unknown");
@@ -368,7 +368,7 @@ int sb_store_begin_run(sb_store *st, int argc, char **argv, const char *backend,
   SB_SQL(st,
          sqlite3_prepare_v2(st->db,
                             "INSERT INTO runs(started, host, version, versions, argv, backend, "
-                            "world) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                            "world, peak_tflops, peak_source) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                             -1, &q, NULL),
          "prepare runs");
   sqlite3_bind_text(q, 1, now, -1, SQLITE_TRANSIENT);
@@ -378,6 +378,8 @@ int sb_store_begin_run(sb_store *st, int argc, char **argv, const char *backend,
   sqlite3_bind_text(q, 5, args, -1, SQLITE_TRANSIENT);
   sqlite3_bind_text(q, 6, backend, -1, SQLITE_TRANSIENT);
   sqlite3_bind_int(q, 7, world);
+  bind_real(q, 8, peak_tflops > 0 ? peak_tflops : NAN);
+  sqlite3_bind_text(q, 9, peak_source, -1, SQLITE_TRANSIENT);
   SB_SQL(st, sqlite3_step(q), "insert runs");
   st->run_id = sqlite3_last_insert_rowid(st->db);
   sqlite3_finalize(q);
@@ -386,23 +388,6 @@ int sb_store_begin_run(sb_store *st, int argc, char **argv, const char *backend,
 fail:
   sqlite3_finalize(q);
   free(args);
-  return 1;
-}
-
-int sb_store_set_peak(sb_store *st, double peak_tflops, const char *source) {
-  sqlite3_stmt *q = NULL;
-  SB_SQL(st,
-         sqlite3_prepare_v2(st->db, "UPDATE runs SET peak_tflops = ?, peak_source = ? WHERE id = ?",
-                            -1, &q, NULL),
-         "prepare peak");
-  bind_real(q, 1, peak_tflops);
-  sqlite3_bind_text(q, 2, source, -1, SQLITE_TRANSIENT);
-  sqlite3_bind_int64(q, 3, st->run_id);
-  SB_SQL(st, sqlite3_step(q), "set peak");
-  sqlite3_finalize(q);
-  return 0;
-fail:
-  sqlite3_finalize(q);
   return 1;
 }
 

@@ -91,11 +91,11 @@ int sb_store_open(sb_store *st, const char *path, const char *cmd);
 int sb_store_open_read(sb_store *st, const char *path, const char *cmd);
 void sb_store_close(sb_store *st);
 
-/* Inserts this invocation's runs row (finished NULL). argv joined by spaces. */
-int sb_store_begin_run(sb_store *st, int argc, char **argv, const char *backend, int world);
-/* Sets this run's MFU denominator (runs.peak_tflops, NaN = NULL) and where it
- * came from (runs.peak_source). */
-int sb_store_set_peak(sb_store *st, double peak_tflops, const char *source);
+/* Inserts this invocation's runs row (finished NULL): argv joined by spaces, the
+ * MFU denominator of all its results (peak_tflops <= 0 or NaN: NULL) and where
+ * it came from. */
+int sb_store_begin_run(sb_store *st, int argc, char **argv, const char *backend, int world,
+                       double peak_tflops, const char *peak_source);
 /* Sets runs.finished. */
 int sb_store_end_run(sb_store *st);
 
@@ -122,6 +122,9 @@ void sb_utc_now(char *buf, size_t n);
 /* TorchTitan's mesh dims in mesh order (torchtitan/distributed/parallel_dims.py,
  * ParallelDims.build_mesh: pp, dp_replicate, dp_shard, cp, tp). */
 enum { SB_NDIMS = 5 };
+/* Most timed (and most warm-up) steps of a config: a sanity bound on a flag; the
+ * memory check bounds what the reference keeps per step. */
+enum { SB_MAX_STEPS = 500 };
 extern const char *const sb_dim_names[SB_NDIMS]; /* pp dp_replicate dp_shard cp tp */
 
 typedef struct sb_opts {

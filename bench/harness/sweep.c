@@ -25,7 +25,7 @@
  * Before any config runs: every flag, every selected plan (parsed, its patterns
  * matched against each model's modules) and the DB are checked (bad input: one
  * line, exit 2, nothing written); the MFU peak is measured once and stored on
- * the run's row (sb_store_set_peak). A config whose estimated memory is over the
+ * the run's row (sb_store_begin_run). A config whose estimated memory is over the
  * limit is recorded as skipped with both numbers.
  *
  * Progress on stderr: one line redrawn with \r when stderr is a terminal, else
@@ -345,9 +345,9 @@ static int sweep_parse(int argc, char **argv, sweep_args *a) {
   while ((ch = getopt_long(argc, argv, ":", sweep_lopts, NULL)) != -1) {
     switch (ch) {
     case O_WORLD: case O_BATCH: case O_SEQ: case O_STEPS: case O_WARMUP: {
-      /* steps/warm-up: a sweep of hundreds of configs wants a handful; 500 bounds it */
       long lo = ch == O_WARMUP ? 0 : 1, v,
-           hi = ch == O_WORLD ? SB_MAX_WORLD : ch == O_STEPS || ch == O_WARMUP ? 500 : 1 << 20;
+           hi = ch == O_WORLD ? SB_MAX_WORLD : ch == O_STEPS || ch == O_WARMUP ? SB_MAX_STEPS
+                                                                               : 1 << 20;
       char flag[40];
       snprintf(flag, sizeof flag, "--%s", sweep_lopts[ch - O_WORLD].name);
       if (sb_parse_long(optarg, lo, hi, &v, err, sizeof err) != DT_OK)
@@ -470,8 +470,8 @@ static int sweep_open(const sweep_args *a, sb_store *st, sb_opts *lim, int argc,
   if (!(lim->peak_tflops > 0))
     lim->peak_tflops = sb_default_peak_tflops((int)a->world, lim->peak_source,
                                               sizeof lim->peak_source);
-  if (sb_store_begin_run(st, argc, argv, a->backend_s, (int)a->world) ||
-      sb_store_set_peak(st, lim->peak_tflops > 0 ? lim->peak_tflops : NAN, lim->peak_source)) {
+  if (sb_store_begin_run(st, argc, argv, a->backend_s, (int)a->world, lim->peak_tflops,
+                         lim->peak_source)) {
     sb_store_close(st);
     return SB_EXIT_FAIL;
   }

@@ -157,7 +157,7 @@ dt_status sb_snap_init(dt_ctx *ctx, const dt_model *m, int n_steps, sb_snap *s) 
     const dt_module *md = &m->mods[i];
     if (md->wndim == 0) continue;
     snprintf(s->name[i], sizeof s->name[i], "%s.weight", md->fqn);
-    s->numel[i] = md->wshape[0] * (md->wndim > 1 ? md->wshape[1] : 1);
+    s->numel[i] = dt_shape_numel(md->wndim, md->wshape);
   }
   return DT_OK;
 }
