@@ -6,6 +6,10 @@
 #   fail MSG          counts a failure and prints it
 #   check NAME ACTUAL EXPECTED   one check: ACTUAL = EXPECTED
 #   q DB SQL          sqlite3 query
+#   refused NAME PATTERN CMD...  one check: CMD is bad input (exit 2, one stderr
+#                     line matching PATTERN, nothing on stdout); $refused_rc is
+#                     0 when it was, 1 when not
+#   make_v1_db SRC DST  DST = the version 2 DB SRC taken back to schema version 1
 #   finish            "NAME: N checks, N failed"; exit 1 on a failure or when no
 #                     check ran, else 0
 # It exits 99 when the program is not built and 77 (SKIP) without the sqlite3 CLI,
@@ -45,6 +49,29 @@ check() { # check NAME ACTUAL EXPECTED
   if [ "$2" != "$3" ]; then fail "$1: got '$2', expected '$3'"; fi
 }
 q() { sqlite3 "$1" "$2"; }
+refused_rc=0
+refused() {
+  name=$1
+  pat=$2
+  shift 2
+  "$@" >"$tmp/o" 2>"$tmp/e"
+  rc=$?
+  checks=$((checks + 1))
+  if [ $rc -ne 2 ] || [ "$(wc -l <"$tmp/e")" -ne 1 ] || [ -s "$tmp/o" ] ||
+    ! grep -q -e "$pat" "$tmp/e"; then
+    fail "$name: exit $rc, $(wc -l <"$tmp/e") stderr lines, stdout $(wc -c <"$tmp/o") bytes: $(head -c 300 "$tmp/e")"
+    refused_rc=1
+    return 1
+  fi
+  refused_rc=0
+}
+# Version 1 is version 2 less the columns results/schema.sql's header lists.
+make_v1_db() {
+  cp "$1" "$2" &&
+    sqlite3 "$2" "ALTER TABLE runs DROP COLUMN peak_tflops; ALTER TABLE runs DROP COLUMN peak_source;
+      ALTER TABLE results DROP COLUMN worst; UPDATE schema_version SET version = 1;
+      PRAGMA journal_mode = delete;" >/dev/null
+}
 finish() {
   echo "$NAME: $checks checks, $fails failed"
   [ "$fails" -eq 0 ] || exit 1

@@ -71,12 +71,6 @@ void ot_fd_grad(double *x, int64_t n, double h, ot_loss_fn loss, void *arg, doub
   }
 }
 
-static int64_t numel_of(int ndim, const int64_t *sh) {
-  int64_t n = 1;
-  for (int d = 0; d < ndim; d++) n *= sh[d];
-  return n;
-}
-
 void ot_grad_check(ot_rank *R, const char *what, const dt_op *op, const dt_op_attrs *a, int n_in,
                    ot_arr *in, dt_placement pl[][DT_MAX_MESH_DIMS], const ot_arr *G, ot_loss_fn loss,
                    void *arg, double h, double tol) {
@@ -103,7 +97,7 @@ void ot_grad_check(ot_rank *R, const char *what, const dt_op *op, const dt_op_at
   dt_tensor *gp[3] = {&gin[0], n > 1 ? &gin[1] : NULL, n > 2 ? &gin[2] : NULL};
   DT_CHECK_GOTO(op->backward(ctx, a, ip, yo, go, gp), s, fail);
   for (int j = 0; j < n; j++) {
-    int64_t ne = numel_of(in[j].ndim, in[j].sh);
+    int64_t ne = dt_shape_numel(in[j].ndim, in[j].sh);
     double *want = malloc((size_t)(ne > 0 ? ne : 1) * sizeof *want);
     if (!want) {
       tu_fail(__FILE__, __LINE__, "%s, rank %d: out of memory", what, ctx->rank);

@@ -47,13 +47,15 @@
 #include <string.h>
 
 #include "../bench/harness/baselines.h"
+#include "../bench/harness/verdict.h"
 #include "testutil.h"
 
 enum { BATCH = 4, SEQ = 8, DIM = 64, VOCAB = 128 }; /* as verify/test_parallel.c */
 static const uint64_t SEED = 20260101;              /* any fixed seed */
 /* Measured and closed-form bytes are both sums of exact binary fractions of
- * integers (group sizes 2 and 4), so their ratio is 1 exactly; 1e-12 only leaves
- * room for a non-power-of-two group's rounding (about 1e-16 per term). */
+ * integers (group sizes 2 and 4, the only ones run here), so their ratio is 1
+ * exactly (measured: 0); 1e-12 leaves room for a non-power-of-two group's
+ * rounding (about 1e-16 per term over a few thousand terms) should one be added. */
 static const double RATIO_TOL = 1e-12;
 
 static dt_llama_config tiny_config(int layers) {
@@ -88,9 +90,9 @@ static sb_baseline_in tiny_in(int layers, int tp, int dp_replicate, int dp_shard
 }
 
 static const char *plan_path(const char *plan, char *buf, size_t n) {
-  const char *dir = getenv("srcdir"); /* set by the Automake test harness */
-  snprintf(buf, n, "%s/plans/%s.plan", dir && dir[0] ? dir : ".", plan);
-  return buf;
+  char file[96];
+  snprintf(file, sizeof file, "%s.plan", plan);
+  return tu_plan_path(file, buf, n);
 }
 
 /* Parses plan text (a file's, maybe edited) into *p with a host context. */
@@ -103,20 +105,10 @@ static int parse_plan(const char *text, const char *path, dt_plan *p) {
   return s == DT_OK ? 0 : -1;
 }
 
-static char *slurp(const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  char *buf = calloc(1, 1 << 16); /* the shipped plans are under 4 KiB */
-  size_t n = buf ? fread(buf, 1, (1 << 16) - 1, f) : 0;
-  fclose(f);
-  if (buf) buf[n] = '\0';
-  return buf;
-}
-
 /* The traits of a shipped plan for the tiny model with L layers. */
 static int shipped_traits(const char *plan, int layers, sb_plan_traits *tr) {
   char path[512];
-  char *text = slurp(plan_path(plan, path, sizeof path));
+  char *text = tu_slurp(plan_path(plan, path, sizeof path));
   TU_CHECK(text != NULL, "cannot read %s", path);
   dt_plan *p = calloc(1, sizeof *p);
   int rc = -1;
@@ -219,6 +211,8 @@ static void framework_checks(void) {
   pp.microbatches = 8;
   pp.virtual_stages = 2;
   n = sb_baseline_compute(&pp, rows, SB_BASELINE_MAX_ROWS);
+  /* (p-1)/(m+p-1) and its /v form: one division of small integers each side,
+   * correctly rounded both times, so equal to within an ulp of 0.27 (5.6e-17). */
   TU_CHECK(fabs(row_value(rows, n, "gpipe", "bubble_fraction") - 3.0 / 11.0) < 1e-15, "gpipe");
   TU_CHECK(fabs(row_value(rows, n, "1f1b", "bubble_fraction") - 3.0 / 11.0) < 1e-15, "1f1b");
   TU_CHECK(fabs(row_value(rows, n, "interleaved", "bubble_fraction") - 3.0 / 19.0) < 1e-15,
@@ -239,7 +233,7 @@ static void name_checks(void) {
                 {"tp-no-loss-parallel", "my-megatron-copy", "megatron-tp-sp"}};
   for (int k = 0; k < 3; k++) {
     char path[512];
-    char *text = slurp(plan_path(cases[k].plan, path, sizeof path));
+    char *text = tu_slurp(plan_path(cases[k].plan, path, sizeof path));
     TU_CHECK(text != NULL, "cannot read %s", path);
     if (!text) continue;
     char *renamed = calloc(1, strlen(text) + 256);
@@ -279,14 +273,6 @@ static void name_checks(void) {
 /* ---- 2 and 3: runs with the ledger on ---- */
 
 /* Token ids: a fixed LCG (Knuth's MMIX constants), the same on every rank. */
-static void make_ids(int which, int64_t *ids) {
-  uint64_t x = 0x9E3779B97F4A7C15ull * (uint64_t)(which + 1);
-  for (int i = 0; i < BATCH * SEQ; i++) {
-    x = x * 6364136223846793005ull + 1442695040888963407ull;
-    ids[i] = (int64_t)((x >> 33) % (uint64_t)VOCAB);
-  }
-}
-
 /* Rank 0's ledger rows summed (wire bytes) by class:
  *   act        forward/backward rows on a b*s*h tensor: the blocks plus the
  *              embedding / output boundary (the same size, told apart by the
@@ -304,16 +290,6 @@ typedef struct job {
   int layers;
   double sum[C_N];    /* rank 0's wire bytes per class */
 } job;
-
-static dt_status ids_tensor(dt_ctx *ctx, dt_mesh *mesh, int which, dt_tensor *out) {
-  int64_t ids[BATCH * SEQ];
-  make_ids(which, ids);
-  const int64_t shape[2] = {BATCH, SEQ};
-  dt_array a;
-  DT_CHECK(dt_array_wrap(ctx, DT_DEV_CPU, DT_I64, 2, shape, ids, &a));
-  dt_placement pl[1] = {dt_replicate()};
-  return dt_tensor_distribute(ctx, mesh, &a, pl, out);
-}
 
 static void classify(const dt_ctx *ctx, double sum[C_N]) {
   const uint64_t act = (uint64_t)BATCH * SEQ * DIM, logits = (uint64_t)BATCH * SEQ * VOCAB,
@@ -354,8 +330,8 @@ static dt_status run_rank(dt_ctx *ctx, void *arg) {
   DT_CHECK_GOTO(dt_model_create(ctx, mesh, &cfg, DT_F64, SEED, &m), s, done);
   DT_CHECK_GOTO(dt_parallelize_module(ctx, m, 0, p->entries, p->n_entries), s, done);
   DT_CHECK_GOTO(dt_model_materialize(ctx, m), s, done);
-  DT_CHECK_GOTO(ids_tensor(ctx, mesh, 0, &tok), s, done);
-  DT_CHECK_GOTO(ids_tensor(ctx, mesh, 1, &tgt), s, done);
+  DT_CHECK_GOTO(sb_token_tensor(ctx, mesh, BATCH, SEQ, VOCAB, -1, 0, 0, &tok), s, done);
+  DT_CHECK_GOTO(sb_token_tensor(ctx, mesh, BATCH, SEQ, VOCAB, -1, 0, 1, &tgt), s, done);
   dt_ledger_clear(ctx);
   dt_ledger_enable(ctx, true);
   dt_ctx_set_phase(ctx, "forward");

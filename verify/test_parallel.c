@@ -225,9 +225,9 @@ static dt_status get_entries(dt_ctx *ctx, plan_kind k, dt_plan_entry *e, int *n)
     return DT_OK;
   }
   plan_kind fk = k == P_NOPREP ? P_TORCHTITAN : k; /* filtered by the caller */
-  const char *dir = getenv("srcdir"); /* set by the Automake test harness */
-  char path[512];
-  snprintf(path, sizeof path, "%s/plans/%s.plan", dir && dir[0] ? dir : ".", plan_names[fk]);
+  char path[512], file[96];
+  snprintf(file, sizeof file, "%s.plan", plan_names[fk]);
+  tu_plan_path(file, path, sizeof path);
   dt_plan *p = malloc(sizeof *p);
   if (!p) return dt_error(ctx, DT_ERR_NOMEM, "get_entries", "no memory");
   dt_status s = dt_plan_load(ctx, path, p);

@@ -19,7 +19,7 @@
 #include "testutil.h"
 
 /* debugmodel (llama3_args["debugmodel"] in torchtitan/models/llama3/__init__.py,
- * TorchTitan v0.2.0), filled here so the test does not need lib/nn. */
+ * TorchTitan v0.2.0), written out here apart from lib/nn's table. */
 static dt_llama_config debugmodel(void) {
   dt_llama_config c;
   memset(&c, 0, sizeof c);
@@ -33,27 +33,6 @@ static dt_llama_config debugmodel(void) {
   c.norm_eps = 1e-5;
   c.rope_theta = 500000;
   return c;
-}
-
-static char *slurp(const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *b = malloc((size_t)n + 1);
-  if (b && fread(b, 1, (size_t)n, f) != (size_t)n) {
-    free(b);
-    b = NULL;
-  }
-  if (b) b[n] = '\0';
-  fclose(f);
-  return b;
-}
-
-static void plan_path(const char *name, char *buf, size_t n) {
-  const char *src = getenv("srcdir");
-  snprintf(buf, n, "%s/plans/%s", src && *src ? src : ".", name);
 }
 
 static bool style_eq(const dt_style *a, const dt_style *b) {
@@ -185,7 +164,7 @@ static void check_shipped(dt_ctx *ctx) {
   char path[512];
   dt_plan p;
 
-  plan_path("torchtitan-tp-sp.plan", path, sizeof path);
+  tu_plan_path("torchtitan-tp-sp.plan", path, sizeof path);
   TU_OK(ctx, dt_plan_load(ctx, path, &p));
   TU_CHECK(!strcmp(p.name, "torchtitan-tp-sp"), "name %s", p.name);
   TU_CHECK(p.n_dims == 1 && !strcmp(p.dim_names[0], "tp") && p.dim_sizes[0] == -1, "dims");
@@ -196,7 +175,7 @@ static void check_shipped(dt_ctx *ctx) {
   want nolp[N_TITAN];
   memcpy(nolp, k_titan, sizeof nolp);
   nolp[2].str = "ColwiseParallel(input_layouts=Shard(1), output_layouts=Replicate())";
-  plan_path("tp-no-loss-parallel.plan", path, sizeof path);
+  tu_plan_path("tp-no-loss-parallel.plan", path, sizeof path);
   TU_OK(ctx, dt_plan_load(ctx, path, &p));
   TU_CHECK(!strcmp(p.name, "tp-no-loss-parallel") && !p.loss_parallel, "no-lp header");
   check_entries(&p, nolp, N_TITAN);
@@ -217,14 +196,14 @@ static void check_shipped(dt_ctx *ctx) {
       {"layers.*.feed_forward.w2", "RowwiseParallel()"},
       {"layers.*.feed_forward.w3", "ColwiseParallel()"},
   };
-  plan_path("megatron-tp.plan", path, sizeof path);
+  tu_plan_path("megatron-tp.plan", path, sizeof path);
   TU_OK(ctx, dt_plan_load(ctx, path, &p));
   TU_CHECK(!strcmp(p.name, "megatron-tp") && !p.loss_parallel, "megatron header");
   check_entries(&p, k_megatron, (int)(sizeof k_megatron / sizeof k_megatron[0]));
   const dt_plan_entry *e = find_entry(&p, "layers.*.attention.wo");
   TU_CHECK(e && dt_placement_eq(e->style.output_layouts[0].pl, dt_replicate()), "megatron wo R");
 
-  plan_path("dp.plan", path, sizeof path);
+  tu_plan_path("dp.plan", path, sizeof path);
   TU_OK(ctx, dt_plan_load(ctx, path, &p));
   TU_CHECK(!strcmp(p.name, "dp") && p.n_dims == 1 && !strcmp(p.dim_names[0], "dp_replicate") &&
                p.dim_sizes[0] == -1 && p.n_entries == 0 && !p.loss_parallel,
@@ -243,7 +222,7 @@ static void check_round_trip(dt_ctx *ctx) {
   for (size_t f = 0; f < sizeof files / sizeof files[0]; f++) {
     char path[512];
     dt_plan p, q;
-    plan_path(files[f], path, sizeof path);
+    tu_plan_path(files[f], path, sizeof path);
     TU_OK(ctx, dt_plan_load(ctx, path, &p));
     for (int i = 0; i < p.n_entries; i++) {
       char s[256], text[512];
@@ -330,8 +309,8 @@ static void check_fnmatch(void) {
 /* The shipped plan's text with its dims line replaced. */
 static dt_status load_with_dims(dt_ctx *ctx, const char *file, const char *dims, dt_plan *p) {
   char path[512];
-  plan_path(file, path, sizeof path);
-  char *t = slurp(path);
+  tu_plan_path(file, path, sizeof path);
+  char *t = tu_slurp(path);
   if (!t) return DT_ERR_IO;
   char *d = strstr(t, "dims = tp:-1");
   dt_status st = DT_ERR_INVALID;
@@ -357,7 +336,7 @@ static void check_resolve(dt_ctx *ctx) {
     for (size_t w = 0; w < sizeof worlds / sizeof worlds[0]; w++) {
       dt_plan p;
       char path[512];
-      plan_path(files[f], path, sizeof path);
+      tu_plan_path(files[f], path, sizeof path);
       /* pure TP: tp = world */
       TU_OK(ctx, dt_plan_load(ctx, path, &p));
       TU_OK(ctx, dt_plan_resolve(ctx, &p, worlds[w], &cfg, 2048));
@@ -394,7 +373,7 @@ static void check_resolve(dt_ctx *ctx) {
            "cp seq: %s", dt_last_error(ctx));
   /* megatron (no SP) does not need seq % tp; torchtitan (SP) does */
   char path[512];
-  plan_path("megatron-tp.plan", path, sizeof path);
+  tu_plan_path("megatron-tp.plan", path, sizeof path);
   TU_OK(ctx, dt_plan_load(ctx, path, &p));
   TU_OK(ctx, dt_plan_resolve(ctx, &p, 4, &cfg, 2046));
 }
@@ -533,7 +512,7 @@ static void check_errors(dt_ctx *ctx) {
   /* the shipped SP plan with seq not divisible */
   dt_plan p;
   char path[512];
-  plan_path("torchtitan-tp-sp.plan", path, sizeof path);
+  tu_plan_path("torchtitan-tp-sp.plan", path, sizeof path);
   TU_OK(ctx, dt_plan_load(ctx, path, &p));
   TU_CHECK(dt_plan_resolve(ctx, &p, 8, &cfg, 2044) == DT_ERR_INVALID &&
                strstr(dt_last_error(ctx), "torchtitan-tp-sp.plan") &&

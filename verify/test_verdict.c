@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "../bench/harness/verdict.h"
+#include "optest.h"
 #include "testutil.h"
 
 static void test_known_worst(void) {
@@ -163,21 +164,6 @@ static dt_status gather_rank(dt_ctx *ctx, void *arg) {
   return s;
 }
 
-static void launch(int world, dt_spmd_fn fn, const char *what) {
-  dt_launch_opts o;
-  memset(&o, 0, sizeof o);
-  o.backend = DT_BACKEND_THREADS;
-  o.world = world;
-  o.timeout_s = 60; /* a hang is a failure */
-  o.device = DT_DEV_CPU;
-  dt_launch_report rep;
-  memset(&rep, 0, sizeof rep);
-  dt_status s = dt_launch(&o, fn, NULL, &rep);
-  TU_CHECK(s == DT_OK, "%s: dt_launch -> %s: rank %d: %s", what, dt_status_str(s),
-           rep.failed_rank, rep.failed_msg);
-  dt_launch_report_free(&rep);
-}
-
 int main(int argc, char **argv) {
   tu_opts o;
   tu_parse(argc, argv, &o);
@@ -185,7 +171,7 @@ int main(int argc, char **argv) {
   test_nan();
   test_zero_ref();
   test_length();
-  launch(3, merge_rank, "merge");
-  launch(2, gather_rank, "gather");
+  ot_launch(DT_BACKEND_THREADS, "merge", 1, (const int[]){3}, merge_rank, NULL);
+  ot_launch(DT_BACKEND_THREADS, "gather", 1, (const int[]){2}, gather_rank, NULL);
   return tu_finish("test_verdict");
 }

@@ -12,7 +12,6 @@
 /* Test programs are processes of their own: a process-wide counter is fine here
  * (it is not lib/). Atomic, because the ranks of a threads job are threads. */
 static atomic_long failures;
-static atomic_long printed;
 static atomic_long checks;
 
 void tu_count(void) { atomic_fetch_add(&checks, 1); }
@@ -22,7 +21,6 @@ void tu_fail(const char *file, int line, const char *fmt, ...) {
   long n = atomic_fetch_add(&failures, 1);
   /* Print the first 50 failures; the count says how many more. */
   if (n >= 50) return;
-  atomic_fetch_add(&printed, 1);
   char buf[1024];
   va_list ap;
   va_start(ap, fmt);
@@ -54,6 +52,27 @@ void tu_parse(int argc, char **argv, tu_opts *o) {
     printf("SKIP: backend %s is not built\n", dt_backend_name(o->backend));
     exit(SB_SKIP);
   }
+}
+
+const char *tu_plan_path(const char *file, char *buf, size_t n) {
+  const char *src = getenv("srcdir");
+  snprintf(buf, n, "%s/plans/%s", src && *src ? src : ".", file);
+  return buf;
+}
+
+char *tu_slurp(const char *path) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  char *b = NULL;
+  long n = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
+  if (n >= 0 && fseek(f, 0, SEEK_SET) == 0 && (b = malloc((size_t)n + 1)) &&
+      fread(b, 1, (size_t)n, f) != (size_t)n) {
+    free(b);
+    b = NULL;
+  }
+  if (b) b[n] = '\0';
+  fclose(f);
+  return b;
 }
 
 int tu_finish(const char *name) {

@@ -39,6 +39,11 @@ typedef struct tu_opts {
 } tu_opts;
 void tu_parse(int argc, char **argv, tu_opts *o);
 
+/* srcdir/plans/FILE into buf (srcdir as the Automake harness sets it, else "."). */
+const char *tu_plan_path(const char *file, char *buf, size_t n);
+/* The whole file as a malloc'd NUL-terminated string; NULL when unreadable. */
+char *tu_slurp(const char *path);
+
 /* Ends a test program: prints a summary line and returns the exit code: 0 when
  * at least one check ran and none failed; 1 on a failure, or when no check ran
  * ("ran no check": a test that verified nothing must not pass). The counts are
