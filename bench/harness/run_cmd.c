@@ -88,6 +88,21 @@ int sb_plan_validate(const char *cmd, const char *flag, const char *path, const 
   return rc;
 }
 
+int sb_check_model(const char *cmd, const char *flag, const char *model) {
+  dt_llama_config tmp;
+  if (dt_llama_config_get(NULL, model, &tmp) != DT_OK)
+    return sb_usage_error(cmd, flag, "unknown model '%s' (known: debugmodel, 8B, 70B, 405B)", model);
+  return 0;
+}
+
+int sb_check_workload(const char *cmd, const char *flag, const char *w) {
+  static const char *const known[] = {"model", "block", "embedding", "attention", "feed_forward"};
+  for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
+    if (!strcmp(w, known[i])) return 0;
+  return sb_usage_error(cmd, flag,
+                        "expected model, block, embedding, attention or feed_forward, got '%s'", w);
+}
+
 /* ---- the MFU peak and the memory limit --------------------------------------------- */
 
 double sb_default_peak_tflops(int world, char *source, size_t n) {
@@ -346,24 +361,16 @@ static int run_check(run_args *a, int *argc, char ***argv, dt_backend *be, int *
   dt_dtype dtype;
   if (dt_dtype_parse(o->dtype, &dtype) != DT_OK || (dtype != DT_F32 && dtype != DT_F64))
     return sb_usage_error(CMD, "--dtype", "expected f32 or f64, got '%s'", o->dtype);
-  static const char *const wls[] = {"model", "block", "embedding", "attention", "feed_forward"};
-  bool wl_ok = false;
-  for (size_t i = 0; i < sizeof wls / sizeof wls[0]; i++) wl_ok |= !strcmp(o->workload, wls[i]);
-  if (!wl_ok)
-    return sb_usage_error(CMD, "--workload",
-                          "expected model, block, embedding, attention or feed_forward, got '%s'",
-                          o->workload);
-  dt_llama_config tmp;
-  if (dt_llama_config_get(NULL, o->model, &tmp) != DT_OK)
-    return sb_usage_error(CMD, "--model", "unknown model '%s' (known: debugmodel, 8B, 70B, 405B)",
-                          o->model);
+  int rc = sb_check_workload(CMD, "--workload", o->workload);
+  if (!rc) rc = sb_check_model(CMD, "--model", o->model);
+  if (rc) return rc;
   char err[SB_ERR_LEN], dir[768];
   sb_plans_dir(a->plans_flag, dir, sizeof dir);
   if (sb_plan_locate(dir, a->plan_arg, o->plan_path, sizeof o->plan_path, o->plan, sizeof o->plan,
                      err, sizeof err))
     return sb_usage_error(CMD, "--plan", "%s", err);
   const char *models[1] = {o->model};
-  int rc = sb_plan_validate(CMD, "--plan", o->plan_path, models, 1);
+  rc = sb_plan_validate(CMD, "--plan", o->plan_path, models, 1);
   if (rc) return rc;
   if ((rc = sb_limits_from_flags(CMD, a->peak_s, a->mem_s, a->no_mem_check, o))) return rc;
   long world = a->world;

@@ -179,6 +179,10 @@ void sb_plans_dir(const char *flag, char *out, size_t n);
  * -1 (reason in err) when a name or path is too long or the name is empty. */
 int sb_plan_locate(const char *dir, const char *arg, char *path, size_t pn, char *name, size_t nn,
                    char *err, size_t errn);
+/* The --model / --workload names run and sweep take: 0, or the one-line error
+ * (cmd, flag) printed and SB_EXIT_USAGE. */
+int sb_check_model(const char *cmd, const char *flag, const char *model);
+int sb_check_workload(const char *cmd, const char *flag, const char *workload);
 /* A plan error for the user: the library's "rank R: dt_plan_xxx: " prefix off,
  * so that it starts with FILE:LINE. Points into m. */
 const char *sb_plan_msg(const char *m);

@@ -381,22 +381,12 @@ static int sweep_lists(const sweep_args *a, sweep_space *sp) {
   char err[SB_ERR_LEN];
   if (split_list(a->models_s, &sp->models, err, sizeof err))
     return sb_usage_error(CMD, "--models", "%s", err);
-  for (int i = 0; i < sp->models.n; i++) {
-    dt_llama_config tmp;
-    if (dt_llama_config_get(NULL, sp->models.v[i], &tmp) != DT_OK)
-      return sb_usage_error(CMD, "--models", "unknown model '%s' (known: debugmodel, 8B, 70B, 405B)",
-                            sp->models.v[i]);
-  }
+  for (int i = 0; i < sp->models.n; i++)
+    if (sb_check_model(CMD, "--models", sp->models.v[i])) return SB_EXIT_USAGE;
   if (split_list(a->workloads_s, &sp->workloads, err, sizeof err))
     return sb_usage_error(CMD, "--workloads", "%s", err);
-  for (int i = 0; i < sp->workloads.n; i++) {
-    const char *w = sp->workloads.v[i];
-    if (strcmp(w, "model") && strcmp(w, "block") && strcmp(w, "embedding") &&
-        strcmp(w, "attention") && strcmp(w, "feed_forward"))
-      return sb_usage_error(CMD, "--workloads",
-                            "expected model, block, embedding, attention or feed_forward, got '%s'",
-                            w);
-  }
+  for (int i = 0; i < sp->workloads.n; i++)
+    if (sb_check_workload(CMD, "--workloads", sp->workloads.v[i])) return SB_EXIT_USAGE;
   if (split_list(a->dtypes_s, &sp->dtypes, err, sizeof err))
     return sb_usage_error(CMD, "--dtypes", "%s", err);
   for (int i = 0; i < sp->dtypes.n; i++)
