@@ -529,9 +529,9 @@ static int make_input(bl_args *a, sb_baseline_in *in) {
   if (a->batch < 0) return sb_usage_error(CMD, "--batch", "required");
   if (a->seq < 0) return sb_usage_error(CMD, "--seq", "required");
   memset(in, 0, sizeof *in);
-  if (dt_llama_config_get(NULL, a->model, &in->model) != DT_OK)
-    return sb_usage_error(CMD, "--model", "unknown model '%s' (debugmodel, 8B, 70B, 405B)",
-                          a->model);
+  int rc = sb_check_model(CMD, "--model", a->model);
+  if (rc) return rc;
+  dt_llama_config_get(NULL, a->model, &in->model);
   int sz[D_N] = {1, 1, 1, 1, 1};
   if (a->mesh && parse_named_mesh(a->mesh, sz, err, sizeof err))
     return sb_usage_error(CMD, "--mesh", "%s", err);

@@ -100,6 +100,8 @@ const char *sb_op_name(int op);
 const char *sb_red_name(int reduce);
 void sb_json_num(double v);
 const char *sb_strip_rank(const char *msg);
+/* msg without "rank N: " and a leading library call name ("dt_st_open: "). */
+const char *sb_strip_call(const char *msg);
 /* --mesh (required; `example` shows one), --world (must equal the mesh's product
  * when given) and --names: fills the mesh fields, or prints the one-line error
  * and returns SB_EXIT_USAGE; 0 on success. */

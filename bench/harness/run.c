@@ -220,6 +220,7 @@ typedef struct job {
   double step_time_s;
   int64_t peak_mem;
   sb_cmp cmp;                   /* sharded job: the verdict, worst over every rank */
+  bool weights_saved;           /* sharded job: o->save_weights written */
   int n_comm;
   sb_comm_row comm[MAX_COMM];
 } job;
@@ -270,6 +271,7 @@ static dt_status build_model(dt_ctx *ctx, dt_mesh *mesh, const job *j, dt_model 
                    j->fault.rank, ctx->world_size);
   }
   if (s == DT_OK) s = dt_model_materialize(ctx, m);
+  if (s == DT_OK && j->o->load_weights[0]) s = dt_model_load_weights(ctx, m, j->o->load_weights);
   if (s != DT_OK) {
     dt_parallelize_release(ctx, m);
     dt_model_free(ctx, m);
@@ -277,6 +279,20 @@ static dt_status build_model(dt_ctx *ctx, dt_mesh *mesh, const job *j, dt_model 
   }
   *out = m;
   return DT_OK;
+}
+
+/* The sharded job's initial weights to o->save_weights (gathered one at a time,
+ * the ledger off). The gathers' buffers are not the run's: the peak memory
+ * measure restarts after them. */
+static dt_status save_weights(dt_ctx *ctx, dt_model *m, const job *j) {
+  const char *keys[] = {"format", "producer", "model", "names"};
+  const char *vals[] = {"pt", "shardbench " PACKAGE_VERSION, j->o->model,
+                        j->o->weights_names == DT_NAMES_HF ? "huggingface" : "torchtitan"};
+  dt_ledger_enable(ctx, false);
+  dt_status s = dt_model_save_weights(ctx, m, j->o->save_weights, j->o->weights_dtype,
+                                      j->o->weights_names, 4, keys, vals);
+  ctx->mem.host_peak = ctx->mem.host_cur;
+  return s;
 }
 
 /* One step's forward, loss, backward and data-parallel reduce, timed: *secs.
@@ -368,6 +384,10 @@ static dt_status train(dt_ctx *ctx, dt_mesh *mesh, job *j) {
   double *times = calloc((size_t)total, sizeof *times);
   if (!times) return dt_error(ctx, DT_ERR_NOMEM, "train", "no memory");
   dt_status s = build_model(ctx, mesh, j, &m);
+  if (s == DT_OK && !j->reference && j->o->save_weights[0]) {
+    s = save_weights(ctx, m, j);
+    if (s == DT_OK && ctx->rank == 0) j->weights_saved = true;
+  }
   if (s == DT_OK && j->reference && ctx->rank == 0) s = sb_snap_init(ctx, m, total, &j->out);
   if (s == DT_OK) dt_ledger_clear(ctx);
   for (int step = 0; step < total && s == DT_OK; step++) {
@@ -536,9 +556,9 @@ static bool over_memory(const sb_opts *o, const dt_plan *plan, sb_result *r) {
  * holds the one of the same model, workload, dtype, batch, seq and steps).
  * False (r failed) when it could not be computed. */
 static bool reference(const sb_opts *o, job *j, sb_ref *cache, sb_result *r) {
-  char rkey[256];
-  snprintf(rkey, sizeof rkey, "%s/%s/%s/%d/%d/%d", o->model, o->workload, o->dtype, o->batch,
-           o->seq, o->warmup + o->steps);
+  char rkey[sizeof cache->key];
+  snprintf(rkey, sizeof rkey, "%s/%s/%s/%d/%d/%d/%s", o->model, o->workload, o->dtype, o->batch,
+           o->seq, o->warmup + o->steps, o->load_weights);
   if (!strcmp(cache->key, rkey)) return true;
   char why[DT_ERRMSG_LEN + 64];
   sb_ref_free(cache);
@@ -589,6 +609,7 @@ static void result_of(const sb_opts *o, const job *j, sb_result *r) {
   r->mfu = r->tflops / r->peak_tflops;
   snprintf(r->peak_source, sizeof r->peak_source, "%s", o->peak_source);
   r->peak_mem_bytes = j->peak_mem;
+  r->weights_saved = j->weights_saved;
   r->max_abs_err = j->cmp.max_abs;
   r->max_rel_err = j->cmp.worst_rel;
   r->tolerance = j->cmp.worst_tol;

@@ -90,9 +90,13 @@ int sb_plan_validate(const char *cmd, const char *flag, const char *path, const 
 
 int sb_check_model(const char *cmd, const char *flag, const char *model) {
   dt_llama_config tmp;
-  if (dt_llama_config_get(NULL, model, &tmp) != DT_OK)
-    return sb_usage_error(cmd, flag, "unknown model '%s' (known: debugmodel, 8B, 70B, 405B)", model);
-  return 0;
+  dt_ctx hc;
+  dt_ctx_init(&hc, 0, 1);
+  int rc = 0;
+  if (dt_llama_config_get(&hc, model, &tmp) != DT_OK)
+    rc = sb_usage_error(cmd, flag, "%s", sb_strip_call(dt_last_error(&hc)));
+  dt_ctx_release(&hc);
+  return rc;
 }
 
 int sb_check_workload(const char *cmd, const char *flag, const char *w) {
@@ -169,6 +173,8 @@ const char sb_run_usage[] =
     "                      [--steps 2] [--warmup 1] [--backend threads|mpi] [--world N]\n"
     "                      [--peak-tflops X] [--mem-limit BYTES | --no-mem-check]\n"
     "                      [--plans-dir DIR] [--db FILE] [--json]\n"
+    "                      [--load-weights FILE] [--save-weights FILE [--weights-dtype f32|f64|bf16]\n"
+    "                       [--weights-names torchtitan|hf]] [--save-trace FILE]\n"
     "\n"
     "Runs one config: builds the mesh over TorchTitan's dims pp, dp_replicate, dp_shard,\n"
     "cp, tp (only dims of size > 1, in that order), applies the plan (the [tp] entries on\n"
@@ -182,9 +188,10 @@ const char sb_run_usage[] =
     "the reason.\n"
     "\n"
     "  --plan NAME|PATH NAME: PLANS_DIR/NAME.plan; a path (with a '/' or ending in .plan):\n"
-    "                   that file. Parsed, and its patterns matched against the model's\n"
-    "                   modules, before anything runs; the stored name is the file's\n"
-    "                   base name without .plan\n"
+    "                   that file (default: torchtitan-tp-sp with tp > 1, else dp).\n"
+    "                   Parsed, and its patterns matched against the model's modules,\n"
+    "                   before anything runs; the stored name is the file's base name\n"
+    "                   without .plan\n"
     "  --world N        ranks (default: the mesh's product; alone: tp = N)\n"
     "  --peak-tflops X  MFU denominator (default: measured once, 1-core sgemm x\n"
     "                   min(world, CPUs)); stored with the run\n"
@@ -196,6 +203,18 @@ const char sb_run_usage[] =
     "                   $SHARDBENCH_DATADIR/plans, ./plans, the installed plans/)\n"
     "  --db FILE        append runs/configs/results/comm rows (results/schema.sql)\n"
     "  --json           one JSON object instead of the summary\n"
+    "  --model M        debugmodel, 8B, 70B, 405B, each with optional :KEY=VALUE\n"
+    "                   overrides (debugmodel:n_layers=2:n_kv_heads=4; keys: dim,\n"
+    "                   n_layers, n_heads, n_kv_heads, vocab, multiple_of,\n"
+    "                   ffn_dim_multiplier, norm_eps, rope_theta, rope_scaling, depth_init)\n"
+    "  --load-weights F start both the reference and the sharded job from safetensors\n"
+    "                   file F (TorchTitan or Hugging Face names, told by the file; F64,\n"
+    "                   F32, BF16 or F16), checked against the model before any work\n"
+    "  --save-weights F write the sharded job's initial weights (gathered) to F\n"
+    "  --weights-dtype  F's dtype (default: --dtype); --weights-names: its names\n"
+    "                   (torchtitan, default; hf: Hugging Face Llama, wq/wk rows permuted)\n"
+    "  --save-trace F   write the unsharded reference's tokens, losses, every step's\n"
+    "                   gradients and the final weights (F64) to safetensors file F\n"
     "\n"
     "Exit: 0 ok or skipped, 1 mismatch or failure, 2 bad input (flags, plan, DB, memory).\n";
 
@@ -245,11 +264,12 @@ typedef struct run_args {
   bool dims_given, mesh_given, json, no_mem_check;
   long world;
   const char *db, *plans_flag, *plan_arg, *peak_s, *mem_s;
+  const char *load_w, *save_w, *wdtype_s, *wnames_s, *trace;
 } run_args;
 
 enum { O_MODEL = 256, O_WORKLOAD, O_PLAN, O_MESH, O_PP, O_DPR, O_DPS, O_CP, O_TP, O_DTYPE,
        O_BATCH, O_SEQ, O_STEPS, O_WARMUP, O_BACKEND, O_WORLD, O_PEAK, O_MEMLIM, O_NOMEM, O_PLANS,
-       O_DB, O_JSON, O_HELP };
+       O_DB, O_JSON, O_LOADW, O_SAVEW, O_WDTYPE, O_WNAMES, O_TRACE, O_HELP };
 static const struct option run_lopts[] = {
     {"model", required_argument, NULL, O_MODEL}, {"workload", required_argument, NULL, O_WORKLOAD},
     {"plan", required_argument, NULL, O_PLAN},   {"mesh", required_argument, NULL, O_MESH},
@@ -263,7 +283,13 @@ static const struct option run_lopts[] = {
     {"mem-limit", required_argument, NULL, O_MEMLIM},
     {"no-mem-check", no_argument, NULL, O_NOMEM},
     {"plans-dir", required_argument, NULL, O_PLANS}, {"db", required_argument, NULL, O_DB},
-    {"json", no_argument, NULL, O_JSON},         {"help", no_argument, NULL, O_HELP},
+    {"json", no_argument, NULL, O_JSON},
+    {"load-weights", required_argument, NULL, O_LOADW},
+    {"save-weights", required_argument, NULL, O_SAVEW},
+    {"weights-dtype", required_argument, NULL, O_WDTYPE},
+    {"weights-names", required_argument, NULL, O_WNAMES},
+    {"save-trace", required_argument, NULL, O_TRACE},
+    {"help", no_argument, NULL, O_HELP},
     {NULL, 0, NULL, 0}};
 
 /* One flag into a; 0, -1 after --help, or SB_EXIT_USAGE (printed). */
@@ -318,6 +344,11 @@ static int run_flag(int ch, run_args *a, char **argv) {
   case O_PLANS: a->plans_flag = optarg; return 0;
   case O_DB: a->db = optarg; return 0;
   case O_JSON: a->json = true; return 0;
+  case O_LOADW: a->load_w = optarg; return 0;
+  case O_SAVEW: a->save_w = optarg; return 0;
+  case O_WDTYPE: a->wdtype_s = optarg; return 0;
+  case O_WNAMES: a->wnames_s = optarg; return 0;
+  case O_TRACE: a->trace = optarg; return 0;
   case O_HELP: fputs(sb_run_usage, stdout); return -1;
   default: return sb_getopt_error(CMD, ch, argv, run_lopts);
   }
@@ -331,7 +362,6 @@ static int run_parse(int argc, char **argv, run_args *a) {
   snprintf(o->workload, sizeof o->workload, "model");
   snprintf(o->dtype, sizeof o->dtype, "f32");
   snprintf(o->backend, sizeof o->backend, "threads");
-  a->plan_arg = "torchtitan-tp-sp";
   o->batch = 8;   /* debugmodel dims, a small batch: seconds per step on 2 cores */
   o->seq = 32;
   o->steps = 2;   /* a median of 2 timed steps */
@@ -344,6 +374,75 @@ static int run_parse(int argc, char **argv, run_args *a) {
     if ((rc = run_flag(ch, a, argv)) != 0) return rc;
   if (optind < argc) return sb_usage_error("run", NULL, "unexpected argument '%s'", argv[optind]);
   return 0;
+}
+
+/* A file the run will write: its directory exists and is writable, and the name
+ * fits. 0 or SB_EXIT_USAGE (printed). */
+static int out_path(const char *flag, const char *path, char *dst, size_t n) {
+  if (!path[0] || strlen(path) + 5 >= n) /* room for ".tmp" */
+    return sb_usage_error("run", flag, "path '%.64s' is empty or longer than %zu characters",
+                          path, n - 6);
+  char dir[1024];
+  snprintf(dir, sizeof dir, "%s", path);
+  char *slash = strrchr(dir, '/');
+  if (slash) slash[slash == dir ? 1 : 0] = '\0';
+  else snprintf(dir, sizeof dir, ".");
+  if (access(dir, W_OK) != 0)
+    return sb_usage_error("run", flag, "cannot write in directory '%s' of '%s'", dir, path);
+  snprintf(dst, n, "%s", path);
+  return 0;
+}
+
+/* --load-weights (opened and checked against the model), --save-weights,
+ * --weights-dtype, --weights-names, --save-trace. 0 or SB_EXIT_USAGE (printed). */
+static int weights_check(run_args *a, dt_dtype run_dtype) {
+  static const char CMD[] = "run";
+  sb_opts *o = &a->o;
+  o->weights_dtype = run_dtype;
+  o->weights_names = DT_NAMES_TORCHTITAN;
+  if (a->wdtype_s && (dt_dtype_parse(a->wdtype_s, &o->weights_dtype) != DT_OK ||
+                      o->weights_dtype == DT_I64))
+    return sb_usage_error(CMD, "--weights-dtype", "expected f32, f64 or bf16, got '%s'",
+                          a->wdtype_s);
+  if (a->wnames_s) {
+    if (!strcmp(a->wnames_s, "hf")) o->weights_names = DT_NAMES_HF;
+    else if (strcmp(a->wnames_s, "torchtitan"))
+      return sb_usage_error(CMD, "--weights-names", "expected torchtitan or hf, got '%s'",
+                            a->wnames_s);
+  }
+  if ((a->wdtype_s || a->wnames_s) && !a->save_w)
+    return sb_usage_error(CMD, a->wdtype_s ? "--weights-dtype" : "--weights-names",
+                          "applies to --save-weights, which is not given");
+  int rc = 0;
+  if (a->save_w && (rc = out_path("--save-weights", a->save_w, o->save_weights,
+                                  sizeof o->save_weights)))
+    return rc;
+  char trace[sizeof o->save_weights];
+  if (a->trace && (rc = out_path("--save-trace", a->trace, trace, sizeof trace))) return rc;
+  if (a->trace && a->save_w && !strcmp(a->trace, a->save_w))
+    return sb_usage_error(CMD, "--save-trace", "is the same file as --save-weights ('%s')",
+                          a->trace);
+  if (!a->load_w) return 0;
+  if (strlen(a->load_w) >= sizeof o->load_weights)
+    return sb_usage_error(CMD, "--load-weights", "path is longer than %zu characters",
+                          sizeof o->load_weights - 1);
+  snprintf(o->load_weights, sizeof o->load_weights, "%s", a->load_w);
+  dt_ctx hc;
+  dt_ctx_init(&hc, 0, 1);
+  dt_llama_config cfg;
+  dt_model *m = NULL;
+  dt_st_file f;
+  dt_weight_names names;
+  bool open = false;
+  dt_status s = sb_workload_config(&hc, o->model, o->workload, &cfg);
+  if (s == DT_OK) s = dt_model_create(&hc, NULL, &cfg, run_dtype, 0, &m);
+  if (s == DT_OK) open = (s = dt_st_open(&hc, o->load_weights, &f)) == DT_OK;
+  if (s == DT_OK) s = dt_model_weights_check(&hc, m, &f, &names);
+  if (s != DT_OK) rc = sb_usage_error(CMD, "--load-weights", "%s", sb_strip_call(dt_last_error(&hc)));
+  if (open) dt_st_close(&hc, &f);
+  dt_model_free(&hc, m);
+  dt_ctx_release(&hc);
+  return rc;
 }
 
 /* The checks of the flags' values, before any work; under MPI it joins the job
@@ -364,15 +463,8 @@ static int run_check(run_args *a, int *argc, char ***argv, dt_backend *be, int *
   int rc = sb_check_workload(CMD, "--workload", o->workload);
   if (!rc) rc = sb_check_model(CMD, "--model", o->model);
   if (rc) return rc;
-  char err[SB_ERR_LEN], dir[768];
-  sb_plans_dir(a->plans_flag, dir, sizeof dir);
-  if (sb_plan_locate(dir, a->plan_arg, o->plan_path, sizeof o->plan_path, o->plan, sizeof o->plan,
-                     err, sizeof err))
-    return sb_usage_error(CMD, "--plan", "%s", err);
-  const char *models[1] = {o->model};
-  rc = sb_plan_validate(CMD, "--plan", o->plan_path, models, 1);
-  if (rc) return rc;
   if ((rc = sb_limits_from_flags(CMD, a->peak_s, a->mem_s, a->no_mem_check, o))) return rc;
+  if ((rc = weights_check(a, dtype))) return rc;
   long world = a->world;
   if (*be == DT_BACKEND_MPI) {
     if (dt_mpi_init(argc, argv) != DT_OK)
@@ -390,6 +482,16 @@ static int run_check(run_args *a, int *argc, char ***argv, dt_backend *be, int *
   if (prod != world)
     return sb_usage_error(CMD, NULL, "the mesh has %d ranks but the world is %ld", prod, world);
   o->world = (int)world;
+  /* no --plan: TorchTitan's TP recipe when there is a tp dim, else plain data parallel
+   * (a 1-rank run: the unsharded model) */
+  if (!a->plan_arg) a->plan_arg = o->dims[4] > 1 ? "torchtitan-tp-sp" : "dp";
+  char err[SB_ERR_LEN], dir[768];
+  sb_plans_dir(a->plans_flag, dir, sizeof dir);
+  if (sb_plan_locate(dir, a->plan_arg, o->plan_path, sizeof o->plan_path, o->plan, sizeof o->plan,
+                     err, sizeof err))
+    return sb_usage_error(CMD, "--plan", "%s", err);
+  const char *models[1] = {o->model};
+  if ((rc = sb_plan_validate(CMD, "--plan", o->plan_path, models, 1))) return rc;
   if (sb_fault_check(CMD, *rank == 0)) return SB_EXIT_USAGE; /* TEST SWITCH (run.c) */
   return 0;
 }
@@ -402,6 +504,27 @@ static int run_store(sb_store *st, int argc, char **argv, const sb_opts *o, cons
            sb_store_put(st, c, r) || sb_store_end_run(st);
   sb_store_close(st);
   return rc ? SB_EXIT_FAIL : SB_EXIT_OK;
+}
+
+/* Rank 0, after the run: --save-trace written from the reference; a file that
+ * was asked for but not written (the config skipped or failed before it) is an
+ * error. The exit code. */
+static int saved_files(const run_args *a, const sb_ref *ref, const sb_result *r, int rc) {
+  char err[SB_ERR_LEN];
+  if (a->trace && !ref->key[0]) {
+    fprintf(stderr, "shardbench run: --save-trace: not written: the config is %s%s%s\n",
+            r->status, r->reason[0] ? ": " : "", r->reason);
+    rc = SB_EXIT_FAIL;
+  } else if (a->trace && sb_trace_write(&a->o, &ref->snap, a->trace, err, sizeof err)) {
+    fprintf(stderr, "shardbench run: --save-trace: %s\n", err);
+    rc = SB_EXIT_FAIL;
+  }
+  if (a->save_w && !r->weights_saved) {
+    fprintf(stderr, "shardbench run: --save-weights: not written: the config is %s%s%s\n",
+            r->status, r->reason[0] ? ": " : "", r->reason);
+    rc = SB_EXIT_FAIL;
+  }
+  return rc;
 }
 
 int sb_cmd_run(int argc, char **argv) {
@@ -425,12 +548,13 @@ int sb_cmd_run(int argc, char **argv) {
   sb_ref ref;
   memset(&ref, 0, sizeof ref);
   sb_execute(o, &ref, SB_STAGE_RUN, &r);
-  sb_ref_free(&ref);
   rc = SB_EXIT_OK;
   if (rank == 0) {
     sb_print_result(stdout, &c, &r, a.json);
     if (a.db) rc = run_store(&st, argc, argv, o, &c, &r);
+    rc = saved_files(&a, &ref, &r, rc);
   }
+  sb_ref_free(&ref);
   if (!strcmp(r.status, "mismatch") || !strcmp(r.status, "failed")) rc = SB_EXIT_FAIL;
   free(r.comm);
   /* a failed job may leave collectives pending: dt_mpi_finish(false) aborts */

@@ -451,6 +451,15 @@ const char *sb_strip_rank(const char *msg) {
   return msg;
 }
 
+const char *sb_strip_call(const char *msg) {
+  msg = sb_strip_rank(msg);
+  if (!strncmp(msg, "dt_", 3)) {
+    size_t k = strspn(msg, "abcdefghijklmnopqrstuvwxyz_0123456789");
+    if (!strncmp(msg + k, ": ", 2)) return msg + k + 2;
+  }
+  return msg;
+}
+
 int sb_parse_mesh_flags(const char *cmd, const char *mesh_s, const char *world_s,
                         const char *names_s, const char *example, int *mesh_ndim, int *mesh_shape,
                         int *world, char names[DT_MESH_MAX_DIMS][DT_MESH_NAME_LEN]) {

@@ -51,7 +51,7 @@ typedef struct sb_comm_row {
 /* What a config is: its canonical key and the configs columns. */
 typedef struct sb_config {
   char key[512];
-  char workload[32], model[32], plan[64], dtype[8], backend[16];
+  char workload[32], model[96], plan[64], dtype[8], backend[16];
   int pp, dp_replicate, dp_shard, cp, tp;
   int batch, seq, steps, world;
 } sb_config;
@@ -68,6 +68,7 @@ typedef struct sb_result {
   double est_mem_bytes;          /* estimated peak per rank (sb_mem_estimate; NaN: none) */
   double est_need_bytes;         /* estimated memory of the whole invocation (NaN: none) */
   bool mem_refused;              /* skipped: est_need_bytes over sb_opts.mem_limit */
+  bool weights_saved;            /* sb_opts.save_weights written */
   double max_abs_err, max_rel_err, tolerance;
   int n_comm;
   sb_comm_row *comm;             /* n_comm rows (borrowed) */
@@ -128,7 +129,7 @@ enum { SB_MAX_STEPS = 500 };
 extern const char *const sb_dim_names[SB_NDIMS]; /* pp dp_replicate dp_shard cp tp */
 
 typedef struct sb_opts {
-  char model[32], workload[32];
+  char model[96], workload[32];
   char plan[64];                 /* the plan's name (its file's base name without .plan) */
   char plan_path[1024];          /* its file (sb_plan_locate) */
   int dims[SB_NDIMS];            /* pp, dp_replicate, dp_shard, cp, tp */
@@ -140,16 +141,28 @@ typedef struct sb_opts {
   char peak_source[96];          /* "--peak-tflops" or how it was measured */
   double mem_limit;              /* bytes a config may need (sb_mem_estimate); 0: no check */
   char mem_limit_src[64];        /* where mem_limit came from, for messages */
+  /* weights files (run only; "" = none): both jobs start from load_weights
+   * (checked up front); the sharded job writes its initial weights to
+   * save_weights as weights_dtype under weights_names */
+  char load_weights[1024], save_weights[1024];
+  dt_dtype weights_dtype;
+  dt_weight_names weights_names;
 } sb_opts;
 
 /* The unsharded reference of one (model, workload, dtype, batch, seq, steps):
  * cached by the sweep across configs (same seed and data for every plan). What
  * it keeps and what that costs: bench/harness/verdict.h. */
 typedef struct sb_ref {
-  char key[256];                 /* "" = empty */
+  char key[1400];                /* "" = empty */
   sb_snap snap;                  /* every step's loss and gradients, the final weights */
 } sb_ref;
 void sb_ref_free(sb_ref *r);
+
+/* `run --save-trace`: the reference snapshot snap of config o (its token batches
+ * regenerated) to path as safetensors (bench/harness/trace.c says what is in it).
+ * 0, or -1 with the reason in err (nothing left at path). */
+int sb_trace_write(const sb_opts *o, const sb_snap *snap, const char *path, char *err,
+                   size_t errn);
 
 /* The canonical key and configs columns of o. */
 void sb_config_fill(const sb_opts *o, sb_config *c);

@@ -40,8 +40,10 @@
  */
 #include "config.h"
 
+#include <errno.h>
 #include <float.h>
 #include <math.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -71,28 +73,95 @@ static const flavour FLAVOURS[] = {
 };
 enum { N_FLAVOURS = sizeof FLAVOURS / sizeof FLAVOURS[0] };
 
-dt_status dt_llama_config_get(dt_ctx *ctx, const char *name, dt_llama_config *out) {
-  if (!name || !out) return dt_error(ctx, DT_ERR_INVALID, "dt_llama_config_get", "NULL argument");
-  for (int i = 0; i < N_FLAVOURS; i++) {
-    const flavour *f = &FLAVOURS[i];
-    if (strcmp(name, f->name) != 0) continue;
-    memset(out, 0, sizeof *out);
-    snprintf(out->name, sizeof out->name, "%s", f->name);
-    out->dim = f->dim;
-    out->n_layers = f->n_layers;
-    out->n_heads = f->n_heads;
-    out->n_kv_heads = f->n_kv_heads;
-    out->vocab = f->vocab;
-    out->multiple_of = f->multiple_of;
-    out->ffn_dim_multiplier = f->ffn_mult;
-    out->norm_eps = LLAMA_NORM_EPS;
-    out->rope_theta = LLAMA3_ROPE_THETA;
-    out->rope_scaling = true;
-    out->depth_init = true;
-    return DT_OK;
+/* One override "KEY=VALUE" onto c; DT_ERR_INVALID naming it otherwise. */
+static dt_status config_override(dt_ctx *ctx, const char *kv, size_t len, dt_llama_config *c) {
+  static const char WHO[] = "dt_llama_config_get";
+  char buf[64];
+  if (len >= sizeof buf)
+    return dt_error(ctx, DT_ERR_INVALID, WHO, "override '%.*s...' is too long", 20, kv);
+  memcpy(buf, kv, len);
+  buf[len] = '\0';
+  char *eq = strchr(buf, '=');
+  if (!eq || eq == buf || !eq[1])
+    return dt_error(ctx, DT_ERR_INVALID, WHO, "override '%s' is not KEY=VALUE", buf);
+  *eq = '\0';
+  const char *key = buf, *val = eq + 1;
+  char *end;
+  errno = 0;
+  double d = strtod(val, &end);
+  if (*end || errno || !isfinite(d))
+    return dt_error(ctx, DT_ERR_INVALID, WHO, "override %s: '%s' is not a number", key, val);
+  int *ip = !strcmp(key, "dim")           ? &c->dim
+            : !strcmp(key, "n_layers")    ? &c->n_layers
+            : !strcmp(key, "n_heads")     ? &c->n_heads
+            : !strcmp(key, "n_kv_heads")  ? &c->n_kv_heads
+            : !strcmp(key, "vocab")       ? &c->vocab
+            : !strcmp(key, "multiple_of") ? &c->multiple_of
+                                          : NULL;
+  bool *bp = !strcmp(key, "rope_scaling") ? &c->rope_scaling
+             : !strcmp(key, "depth_init") ? &c->depth_init
+                                          : NULL;
+  double *dp = !strcmp(key, "ffn_dim_multiplier") ? &c->ffn_dim_multiplier
+               : !strcmp(key, "norm_eps")         ? &c->norm_eps
+               : !strcmp(key, "rope_theta")       ? &c->rope_theta
+                                                  : NULL;
+  if (ip) {
+    if (d != (double)(int)d || d < 1 || d > 1 << 30)
+      return dt_error(ctx, DT_ERR_INVALID, WHO, "override %s: '%s' is not an integer in [1, 2^30]",
+                      key, val);
+    *ip = (int)d;
+  } else if (bp) {
+    if (d != 0 && d != 1)
+      return dt_error(ctx, DT_ERR_INVALID, WHO, "override %s: '%s' is not 0 or 1", key, val);
+    *bp = d == 1;
+  } else if (dp) {
+    *dp = d;
+  } else {
+    return dt_error(ctx, DT_ERR_INVALID, WHO,
+                    "unknown override '%s' (known: dim, n_layers, n_heads, n_kv_heads, vocab, "
+                    "multiple_of, ffn_dim_multiplier, norm_eps, rope_theta, rope_scaling, "
+                    "depth_init)", key);
   }
-  return dt_error(ctx, DT_ERR_INVALID, "dt_llama_config_get",
-                  "unknown model \"%s\" (known: debugmodel, 8B, 70B, 405B)", name);
+  return DT_OK;
+}
+
+dt_status dt_llama_config_get(dt_ctx *ctx, const char *name, dt_llama_config *out) {
+  static const char WHO[] = "dt_llama_config_get";
+  if (!name || !out) return dt_error(ctx, DT_ERR_INVALID, WHO, "NULL argument");
+  const size_t base_len = strcspn(name, ":");
+  if (strlen(name) >= sizeof out->name)
+    return dt_error(ctx, DT_ERR_INVALID, WHO, "model '%.40s...' is longer than %zu characters",
+                    name, sizeof out->name - 1);
+  const flavour *f = NULL;
+  for (int i = 0; i < N_FLAVOURS && !f; i++)
+    if (strlen(FLAVOURS[i].name) == base_len && !strncmp(name, FLAVOURS[i].name, base_len))
+      f = &FLAVOURS[i];
+  if (!f)
+    return dt_error(ctx, DT_ERR_INVALID, WHO,
+                    "unknown model \"%.*s\" (known: debugmodel, 8B, 70B, 405B, each optionally "
+                    "with :KEY=VALUE overrides)", (int)base_len, name);
+  dt_llama_config c;
+  memset(&c, 0, sizeof c);
+  snprintf(c.name, sizeof c.name, "%s", name);
+  c.dim = f->dim;
+  c.n_layers = f->n_layers;
+  c.n_heads = f->n_heads;
+  c.n_kv_heads = f->n_kv_heads;
+  c.vocab = f->vocab;
+  c.multiple_of = f->multiple_of;
+  c.ffn_dim_multiplier = f->ffn_mult;
+  c.norm_eps = LLAMA_NORM_EPS;
+  c.rope_theta = LLAMA3_ROPE_THETA;
+  c.rope_scaling = true;
+  c.depth_init = true;
+  for (const char *p = name + base_len; *p == ':';) {
+    size_t len = strcspn(p + 1, ":");
+    DT_CHECK(config_override(ctx, p + 1, len, &c));
+    p += 1 + len;
+  }
+  if (base_len != strlen(name)) DT_CHECK(dt_llama_config_check(ctx, &c));
+  *out = c;
+  return DT_OK;
 }
 
 int dt_llama_ffn_hidden(const dt_llama_config *c) {
@@ -194,7 +263,7 @@ static void add_norm(dt_model *m, const char *fqn, int64_t dim) {
 dt_status dt_model_create(dt_ctx *ctx, dt_mesh *mesh, const dt_llama_config *cfg, dt_dtype dtype,
                           uint64_t seed, dt_model **out) {
   const char *who = "dt_model_create";
-  if (!ctx || !mesh || !cfg || !out) return dt_error(ctx, DT_ERR_INVALID, who, "NULL argument");
+  if (!ctx || !cfg || !out) return dt_error(ctx, DT_ERR_INVALID, who, "NULL argument");
   *out = NULL;
   DT_CHECK(dt_llama_config_check(ctx, cfg));
   if (dtype != DT_F32 && dtype != DT_F64)
@@ -367,6 +436,8 @@ static void adam_state_free(dt_ctx *ctx, dt_model *m) {
 
 dt_status dt_model_materialize(dt_ctx *ctx, dt_model *m) {
   if (!ctx || !m) return dt_error(ctx, DT_ERR_INVALID, "dt_model_materialize", "NULL argument");
+  if (!m->mesh)
+    return dt_error(ctx, DT_ERR_INVALID, "dt_model_materialize", "the model has no mesh");
   /* a second call regenerates every weight (e.g. after new placements) */
   dt_tape_free(m->step_tape);
   m->step_tape = NULL;

@@ -14,13 +14,14 @@
 #define DT_NN_H
 
 #include "../autograd/autograd.h"
+#include "safetensors.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
 typedef struct dt_llama_config {
-  char name[32];
+  char name[96];              /* the flavour, with its overrides as given */
   int dim, n_layers, n_heads, n_kv_heads, vocab, multiple_of;
   double ffn_dim_multiplier;  /* 0: none */
   double norm_eps;            /* 1e-5 */
@@ -29,7 +30,12 @@ typedef struct dt_llama_config {
   bool depth_init;            /* wo/w2/w3 std 0.02/sqrt(2(layer+1)) */
 } dt_llama_config;
 
-/* "debugmodel", "8B", "70B", "405B"; DT_ERR_INVALID naming the known ones otherwise. */
+/* "debugmodel", "8B", "70B", "405B", optionally followed by overrides
+ * ":KEY=VALUE" (dim, n_layers, n_heads, n_kv_heads, vocab, multiple_of,
+ * ffn_dim_multiplier, norm_eps, rope_theta, rope_scaling 0|1, depth_init 0|1),
+ * e.g. "debugmodel:n_layers=2:n_kv_heads=4" (TorchTitan's TransformerModelArgs
+ * fields); the result is checked (dt_llama_config_check). DT_ERR_INVALID naming
+ * the flavour, key or value otherwise. */
 dt_status dt_llama_config_get(dt_ctx *ctx, const char *name, dt_llama_config *out);
 /* TorchTitan's FeedForward hidden size (multiple_of, ffn_dim_multiplier). */
 int dt_llama_ffn_hidden(const dt_llama_config *c);
@@ -93,7 +99,8 @@ typedef struct dt_model {
   int adam_step;
 } dt_model;
 
-/* Builds the module tree (no weights yet). seq_len bounds the rope positions. */
+/* Builds the module tree (no weights yet). mesh may be NULL for a model that is
+ * only described (names, shapes: dt_model_weights_check), never materialized. */
 dt_status dt_model_create(dt_ctx *ctx, dt_mesh *mesh, const dt_llama_config *cfg, dt_dtype dtype,
                           uint64_t seed, dt_model **out);
 void dt_model_free(dt_ctx *ctx, dt_model *m);
@@ -112,6 +119,35 @@ dt_status dt_model_loss(dt_ctx *ctx, dt_model *m, dt_var *logits, const dt_tenso
 dt_status dt_model_backward(dt_ctx *ctx, dt_model *m, dt_var *loss);
 /* Drops the step's graph (activations, non-leaf vars), keeping weights and grads. */
 dt_status dt_model_end_step(dt_ctx *ctx, dt_model *m);
+
+/* ---- weights in safetensors files (lib/nn/safetensors.h) ---- */
+
+/* How a file names the weights: TorchTitan's fqns ("layers.0.attention.wq.weight",
+ * the model's state_dict) or Hugging Face Llama's ("model.layers.0.self_attn.q_proj.weight",
+ * wq and wk rows permuted for HF's rotate-half rope), as TorchTitan's
+ * Llama3StateDictAdapter maps them (torchtitan/models/llama3/model/state_dict_adapter.py). */
+typedef enum dt_weight_names { DT_NAMES_TORCHTITAN = 0, DT_NAMES_HF = 1 } dt_weight_names;
+
+/* The file name of module md's weight under names; buf of n bytes. */
+void dt_weight_name(const dt_module *md, dt_weight_names names, char *buf, size_t n);
+/* Checks f against m (no data read): the naming (TorchTitan's or HF's, told by
+ * the embedding's name) into *names, every weight present once with its shape
+ * and a float dtype (F64, F32, BF16, F16), no other tensor. DT_ERR_INVALID
+ * naming the file and the tensor otherwise. */
+dt_status dt_model_weights_check(dt_ctx *ctx, const dt_model *m, const dt_st_file *f,
+                                 dt_weight_names *names);
+/* Replaces every weight's values by path's (checked first, as above; converted
+ * to the model's dtype): each rank reads only the rows of its own shard. Call
+ * after dt_model_materialize, before the first step; resets AdamW's state. On
+ * an I/O error after the check the weights are partly replaced: free the model. */
+dt_status dt_model_load_weights(dt_ctx *ctx, dt_model *m, const char *path);
+/* Writes the global weights (gathered one at a time: collective on the mesh) to
+ * path as dtype (F32, F64 or BF16) under names, with the metadata pairs (n_meta,
+ * keys, vals; may be 0). The rank at mesh coordinates 0 writes (PATH.tmp, then
+ * renamed); the others return DT_OK once they took part in the gathers. */
+dt_status dt_model_save_weights(dt_ctx *ctx, dt_model *m, const char *path, dt_dtype dtype,
+                                dt_weight_names names, int n_meta, const char *const *keys,
+                                const char *const *vals);
 
 typedef struct dt_adamw {
   double lr, beta1, beta2, eps, weight_decay;

@@ -1,0 +1,99 @@
+#!/bin/sh
+# verify/golden.sh: shardbench's unsharded Llama reference against PyTorch's numbers,
+# without torch: verify/golden/debugmodel.json holds what verify/torch/oracle.py
+# computed with PyTorch from shardbench's own initial weights and token batches
+# (losses, every gradient, the updated weights, as checksums and samples), and
+# PyTorch's DTensor collective counts for the shipped TP plans. Checks:
+#   1. each golden run: `shardbench run --world 1 ... --save-trace` then
+#      `golden_check check` (tolerances and their reasons: verify/golden_check.c);
+#   2. it can fail: the same run from weights with one element of
+#      layers.0.attention.wq.weight scaled by 1.01 (--load-weights), and the same
+#      run with RoPE base 10000 instead of Llama 3's 500000, must both be off;
+#   3. each (plan, tp) of the golden's comm rows: `shardbench run --json` ledger
+#      counts per op and phase equal PyTorch's (a reduction shardbench defers is
+#      matched in the phase the row names); megatron-tp's ledger against
+#      torchtitan-tp-sp's rows must be off.
+# Regenerating the golden file (needs torch): make check-torch GOLDEN=1.
+NAME=golden
+. "${srcdir:-.}/verify/harness-common.sh"
+
+GC="${top_builddir:-.}/verify/golden_check"
+GOLDEN="${srcdir:-.}/verify/golden/debugmodel.json"
+[ -x "$GC" ] || { echo "$NAME: $GC is not built" >&2; exit 99; }
+[ -r "$GOLDEN" ] || { echo "$NAME: no $GOLDEN" >&2; exit 99; }
+
+"$GC" list "$GOLDEN" >"$tmp/runs" || { echo "$NAME: cannot read $GOLDEN" >&2; exit 99; }
+[ -s "$tmp/runs" ] || fail "the golden file has no runs"
+
+trace() { # trace OUT MODEL DTYPE BATCH SEQ STEPS [extra run flags]
+  out=$1 model=$2 dtype=$3 batch=$4 seq=$5 steps=$6
+  shift 6
+  "$SB" run --world 1 --plans-dir "$PLANS" --model "$model" --dtype "$dtype" --batch "$batch" \
+    --seq "$seq" --warmup 0 --steps "$steps" --save-trace "$out" "$@" >"$tmp/run.out" 2>&1
+}
+
+# 1. every golden run
+while read -r i model dtype batch seq steps; do
+  checks=$((checks + 1))
+  extra=""
+  [ "$i" = 0 ] && extra="--save-weights $tmp/w0.st"
+  # shellcheck disable=SC2086 # extra is one flag and a path without spaces
+  if ! trace "$tmp/t$i.st" "$model" "$dtype" "$batch" "$seq" "$steps" $extra; then
+    fail "run $i ($model $dtype): $(tail -3 "$tmp/run.out")"
+    continue
+  fi
+  "$GC" check "$GOLDEN" "$i" "$tmp/t$i.st" >"$tmp/gc.out" 2>&1 || fail "run $i: $(cat "$tmp/gc.out")"
+  sed 's/^/  /' "$tmp/gc.out"
+done <"$tmp/runs"
+
+# 2. the check can fail: a planted wrong weight, a wrong RoPE base (golden run 0)
+read -r i model dtype batch seq steps <"$tmp/runs"
+if [ -s "$tmp/w0.st" ]; then
+  checks=$((checks + 1))
+  if "$GC" perturb "$tmp/w0.st" "$tmp/wp.st" layers.0.attention.wq.weight 0 1.01 &&
+    trace "$tmp/tp.st" "$model" "$dtype" "$batch" "$seq" "$steps" --load-weights "$tmp/wp.st"; then
+    "$GC" check "$GOLDEN" 0 "$tmp/tp.st" >"$tmp/gc.out" 2>&1
+    rc=$?
+    [ $rc -eq 1 ] || fail "a perturbed wq weight: golden_check exit $rc, expected 1: $(cat "$tmp/gc.out")"
+    echo "  perturbed weight: $(tail -1 "$tmp/gc.out")"
+  else
+    fail "could not run from the perturbed weights: $(tail -3 "$tmp/run.out")"
+  fi
+else
+  fail "run 0 wrote no weights"
+fi
+checks=$((checks + 1))
+if trace "$tmp/tr.st" "$model:rope_theta=10000" "$dtype" "$batch" "$seq" "$steps"; then
+  "$GC" check "$GOLDEN" 0 "$tmp/tr.st" >"$tmp/gc.out" 2>&1
+  rc=$?
+  [ $rc -eq 1 ] || fail "RoPE base 10000: golden_check exit $rc, expected 1: $(cat "$tmp/gc.out")"
+  echo "  RoPE base 10000: $(tail -1 "$tmp/gc.out")"
+else
+  fail "could not run with rope_theta=10000: $(tail -3 "$tmp/run.out")"
+fi
+
+# 3. collective counts against PyTorch's
+comm_run() { # comm_run PLAN TP OUT
+  "$SB" run --plans-dir "$PLANS" --plan "$1" --tp "$2" --dtype f32 --batch 8 --seq 32 --warmup 0 \
+    --steps 1 --json >"$3" 2>"$tmp/run.err"
+}
+"$GC" comm-list "$GOLDEN" >"$tmp/comm" || fail "the golden file's comm rows are unreadable"
+[ -s "$tmp/comm" ] || fail "the golden file has no comm rows"
+while read -r plan tp; do
+  checks=$((checks + 1))
+  if ! comm_run "$plan" "$tp" "$tmp/c.json"; then
+    fail "$plan tp $tp: $(cat "$tmp/run.err")"
+    continue
+  fi
+  "$GC" comm "$GOLDEN" "$plan" "$tp" "$tmp/c.json" >"$tmp/gc.out" 2>&1 || fail "$(cat "$tmp/gc.out")"
+  sed 's/^/  /' "$tmp/gc.out"
+done <"$tmp/comm"
+checks=$((checks + 1))
+if comm_run megatron-tp 2 "$tmp/m.json"; then
+  "$GC" comm "$GOLDEN" torchtitan-tp-sp 2 "$tmp/m.json" >"$tmp/gc.out" 2>&1
+  rc=$?
+  [ $rc -eq 1 ] || fail "megatron-tp's ledger passed as torchtitan-tp-sp's (exit $rc)"
+else
+  fail "megatron-tp tp 2: $(cat "$tmp/run.err")"
+fi
+finish

@@ -1,0 +1,378 @@
+/* verify/golden_check.c: shardbench's unsharded reference against PyTorch's numbers.
+ *
+ * The golden file (verify/golden/debugmodel.json, written by verify/torch/oracle.py
+ * with the torch version it names) holds, for a few runs (model, dtype, batch,
+ * seq, steps), checksums of what PyTorch computed from shardbench's initial
+ * weights and token batches: each step's loss, each weight's gradient at each
+ * step and each weight after the last AdamW update, as numel, sum, sum |x|,
+ * sum x^2, max |x| and sampled elements. This program recomputes the same
+ * checksums from a `shardbench run --save-trace` file and compares them: the
+ * oracle is PyTorch, not this library.
+ *
+ *   golden_check list GOLDEN                  one line per run: "I MODEL DTYPE BATCH SEQ STEPS"
+ *   golden_check comm-list GOLDEN             one line per (plan, tp) of the comm rows
+ *   golden_check check GOLDEN I TRACE         run I against TRACE; exit 0 ok, 1 off
+ *   golden_check perturb IN OUT NAME INDEX F  OUT = IN with element INDEX of NAME times F
+ *   golden_check comm GOLDEN PLAN TP RUNJSON  PyTorch's collective counts per op and
+ *                                             phase against `shardbench run --json`'s
+ *
+ * Comparison of one quantity (its errors normwise, as the sharded verdict
+ * measures them): the samples and max |x| by |got - ref| / max |ref|; the sum by
+ * |got - ref| / sum |ref| (a sum's rounding is bounded relative to sum |x|, not
+ * to the sum, which may cancel); sum |x| and sum x^2 relatively. Tolerances:
+ * TOL below, with the measured spread they were set from.
+ */
+#include "config.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dtensor.h"
+
+/* Measured (verify/torch/oracle.py runs, and this program on the committed
+ * golden file): the largest relative difference between shardbench's reference
+ * and PyTorch (TorchTitan's model transcribed) over every quantity of a kind.
+ * The tolerance of a kind is 8x that, rounded up to a power of two of the unit
+ * roundoff u (f64 1.1e-16, f32 6.0e-8): summation orders differ (BLAS
+ * blocking, reductions), so errors are a small multiple of u times a
+ * dimension-dependent growth; after the first AdamW update the update
+ * lr * m / (sqrt(v) + eps) turns a gradient element near zero into a full
+ * +-lr step whose sign rounding decides, so the weights and later gradients
+ * differ by more. */
+typedef struct tol {
+  double before;  /* step 0 losses and gradients */
+  double after;   /* later steps' losses and gradients, the final weights */
+} tol;
+static const tol TOL_F64 = {0x1p-40, 0x1p-30};
+static const tol TOL_F32 = {0x1p-14, 0x1p-8};
+
+static int usage(void) {
+  fprintf(stderr, "usage: golden_check list GOLDEN | comm-list GOLDEN | check GOLDEN I TRACE | "
+                  "perturb IN OUT NAME INDEX FACTOR | comm GOLDEN PLAN TP RUNJSON\n");
+  return 2;
+}
+
+static json_t *load_json(const char *path) {
+  json_error_t e;
+  json_t *j = json_load_file(path, JSON_REJECT_DUPLICATES, &e);
+  if (!j) fprintf(stderr, "golden_check: %s:%d: %s\n", path, e.line, e.text);
+  return j;
+}
+
+static json_t *golden_runs(json_t *g, const char *path) {
+  json_t *runs = json_object_get(g, "runs");
+  const char *fmt = json_string_value(json_object_get(g, "format"));
+  if (!fmt || strcmp(fmt, "shardbench-golden") || !json_is_array(runs)) {
+    fprintf(stderr, "golden_check: %s: not a shardbench-golden file with runs\n", path);
+    return NULL;
+  }
+  return runs;
+}
+
+static int cmd_list(const char *path) {
+  json_t *g = load_json(path), *runs = g ? golden_runs(g, path) : NULL;
+  if (!runs) return 2;
+  size_t i;
+  json_t *r;
+  json_array_foreach(runs, i, r) {
+    printf("%zu %s %s %lld %lld %lld\n", i, json_string_value(json_object_get(r, "model")),
+           json_string_value(json_object_get(r, "dtype")),
+           (long long)json_integer_value(json_object_get(r, "batch")),
+           (long long)json_integer_value(json_object_get(r, "seq")),
+           (long long)json_integer_value(json_object_get(r, "steps")));
+  }
+  json_decref(g);
+  return 0;
+}
+
+/* The trace tensor behind a golden quantity name: "loss step S" (one element of
+ * "loss"), "NAME grad step S" -> grad.stepS.NAME, "NAME param after step S" ->
+ * param.final.NAME. Returns the tensor, *elem = the loss element or -1. */
+static const dt_st_tensor *trace_tensor(const dt_st_file *f, const char *q, int64_t *elem) {
+  char name[DT_ST_NAME_LEN], buf[DT_ST_NAME_LEN + 32];
+  int s, k = 0;
+  *elem = -1;
+  if (sscanf(q, "loss step %d%n", &s, &k) == 1 && !q[k]) {
+    *elem = s;
+    return dt_st_find(f, "loss");
+  }
+  const char *g = strstr(q, " grad step "), *p = strstr(q, " param after step ");
+  if (g && (size_t)(g - q) < sizeof name && sscanf(g, " grad step %d%n", &s, &k) == 1 && !g[k]) {
+    snprintf(name, sizeof name, "%.*s", (int)(g - q), q);
+    snprintf(buf, sizeof buf, "grad.step%d.%s", s, name);
+    return dt_st_find(f, buf);
+  }
+  if (p && (size_t)(p - q) < sizeof name) {
+    snprintf(name, sizeof name, "%.*s", (int)(p - q), q);
+    snprintf(buf, sizeof buf, "param.final.%s", name);
+    return dt_st_find(f, buf);
+  }
+  return NULL;
+}
+
+/* Whether quantity q comes after the first optimizer update. */
+static bool after_update(const char *q) {
+  const char *s = strstr(q, "step ");
+  return strstr(q, " param after step ") || (s && atoi(s + 5) > 0);
+}
+
+typedef struct worst {
+  double ratio;   /* error / tolerance */
+  char what[256];
+} worst;
+
+static void note(worst *w, const char *q, const char *which, double err, double tl) {
+  double r = isnan(err) ? INFINITY : err / tl;
+  if (r > w->ratio || !w->what[0]) {
+    w->ratio = r;
+    snprintf(w->what, sizeof w->what, "%s (%s): error %.3g, tolerance %.3g", q, which, err, tl);
+  }
+}
+
+static double num(json_t *o, const char *k) {
+  json_t *v = json_object_get(o, k);
+  return json_is_number(v) ? json_number_value(v) : NAN;
+}
+
+static int cmd_check(const char *path, const char *idx_s, const char *trace) {
+  json_t *g = load_json(path), *runs = g ? golden_runs(g, path) : NULL;
+  if (!runs) return 2;
+  json_t *run = json_array_get(runs, (size_t)atoi(idx_s));
+  json_t *qs = json_object_get(run, "quantities");
+  if (!json_is_object(qs)) {
+    fprintf(stderr, "golden_check: %s: no run %s with quantities\n", path, idx_s);
+    json_decref(g);
+    return 2;
+  }
+  const char *dts = json_string_value(json_object_get(run, "dtype"));
+  const tol t = dts && !strcmp(dts, "f32") ? TOL_F32 : TOL_F64;
+  dt_ctx hc;
+  dt_ctx_init(&hc, 0, 1);
+  dt_st_file f;
+  if (dt_st_open(&hc, trace, &f) != DT_OK) {
+    fprintf(stderr, "golden_check: %s\n", dt_last_error(&hc));
+    json_decref(g);
+    dt_ctx_release(&hc);
+    return 2;
+  }
+  const char *tm = dt_st_meta(&f, "model"), *gm = json_string_value(json_object_get(run, "model"));
+  if (tm && gm && strcmp(tm, gm))
+    printf("note: the trace is of model %s, the golden run of %s\n", tm, gm);
+  worst w = {0, ""};
+  long n = 0, over = 0, missing = 0;
+  const char *q;
+  json_t *gq;
+  double *buf = NULL;
+  int64_t cap = 0;
+  json_object_foreach(qs, q, gq) {
+    int64_t elem;
+    const dt_st_tensor *tt = trace_tensor(&f, q, &elem);
+    int64_t numel = elem >= 0 ? 1 : tt ? tt->numel : 0;
+    if (!tt || (elem >= 0 && elem >= tt->numel) || numel != (int64_t)num(gq, "numel")) {
+      printf("MISSING or differently sized in the trace: %s\n", q);
+      missing++;
+      continue;
+    }
+    if (tt->numel > cap) {
+      free(buf);
+      cap = tt->numel;
+      buf = malloc(sizeof *buf * (size_t)cap);
+      if (!buf) {
+        fprintf(stderr, "golden_check: out of memory\n");
+        return 2;
+      }
+    }
+    if (dt_st_read(&hc, &f, tt, DT_F64, buf) != DT_OK) {
+      fprintf(stderr, "golden_check: %s\n", dt_last_error(&hc));
+      return 2;
+    }
+    const double *x = elem >= 0 ? buf + elem : buf;
+    double sum = 0, sabs = 0, ssq = 0, mabs = 0;
+    for (int64_t i = 0; i < numel; i++) {
+      sum += x[i];
+      sabs += fabs(x[i]);
+      ssq += x[i] * x[i];
+      mabs = fmax(mabs, fabs(x[i]));
+    }
+    const double tl = after_update(q) ? t.after : t.before;
+    const double rmax = num(gq, "max_abs"), rabs = num(gq, "sum_abs");
+    double e[4] = {fabs(sum - num(gq, "sum")) / rabs, fabs(sabs - rabs) / rabs,
+                   fabs(ssq - num(gq, "sumsq")) / num(gq, "sumsq"), fabs(mabs - rmax) / rmax};
+    static const char *const what[4] = {"sum", "sum |x|", "sum x^2", "max |x|"};
+    double qe = 0;
+    for (int k = 0; k < 4; k++) {
+      if (rabs == 0) e[k] = mabs == 0 ? 0 : INFINITY;
+      note(&w, q, what[k], e[k], tl);
+      qe = isnan(e[k]) || e[k] > qe ? e[k] : qe;
+    }
+    size_t si;
+    json_t *smp;
+    json_array_foreach(json_object_get(gq, "samples"), si, smp) {
+      int64_t i = (int64_t)json_integer_value(json_array_get(smp, 0));
+      double ref = json_number_value(json_array_get(smp, 1));
+      double err = i >= 0 && i < numel ? fabs(x[i] - ref) / (rmax > 0 ? rmax : 1) : INFINITY;
+      char which[48];
+      snprintf(which, sizeof which, "element %lld", (long long)i);
+      note(&w, q, which, err, tl);
+      qe = isnan(err) || err > qe ? err : qe;
+    }
+    n++;
+    if (!(qe <= tl)) over++;
+  }
+  free(buf);
+  dt_st_close(&hc, &f);
+  dt_ctx_release(&hc);
+  printf("golden run %s (%s): %ld quantities compared, %ld over tolerance, %ld missing; worst: %s "
+         "(%.3g of its tolerance)\n", idx_s, dts ? dts : "?", n, over, missing, w.what, w.ratio);
+  json_decref(g);
+  return n > 0 && over == 0 && missing == 0 ? 0 : 1;
+}
+
+/* OUT = IN with one element scaled: the test's way to plant a wrong weight. */
+static int cmd_perturb(const char *in, const char *out, const char *name, const char *idx_s,
+                       const char *fac_s) {
+  dt_ctx hc;
+  dt_ctx_init(&hc, 0, 1);
+  dt_st_file f;
+  if (dt_st_open(&hc, in, &f) != DT_OK) {
+    fprintf(stderr, "golden_check: %s\n", dt_last_error(&hc));
+    return 2;
+  }
+  dt_st_spec *sp = calloc((size_t)f.n, sizeof *sp);
+  const char **keys = calloc((size_t)f.n_meta + 1, sizeof *keys);
+  const char **vals = calloc((size_t)f.n_meta + 1, sizeof *vals);
+  int rc = 2;
+  dt_st_writer *w = NULL;
+  if (!sp || !keys || !vals) goto done;
+  for (int i = 0; i < f.n_meta; i++) keys[i] = f.meta_key[i], vals[i] = f.meta_val[i];
+  for (int i = 0; i < f.n; i++) {
+    dt_dtype d;
+    if (strcmp(f.t[i].dtype, "F64") && strcmp(f.t[i].dtype, "F32")) {
+      fprintf(stderr, "golden_check: %s: '%s' is %s (F64 or F32 only)\n", in, f.t[i].name,
+              f.t[i].dtype);
+      goto done;
+    }
+    d = strcmp(f.t[i].dtype, "F64") ? DT_F32 : DT_F64;
+    sp[i] = (dt_st_spec){f.t[i].name, d, f.t[i].ndim, f.t[i].shape};
+  }
+  if (!dt_st_find(&f, name)) {
+    fprintf(stderr, "golden_check: %s: no tensor '%s'\n", in, name);
+    goto done;
+  }
+  if (dt_st_write_begin(&hc, out, f.n, sp, f.n_meta, keys, vals, &w) != DT_OK) goto fail;
+  for (int i = 0; i < f.n; i++) {
+    double *x = malloc(sizeof *x * (size_t)(f.t[i].numel ? f.t[i].numel : 1));
+    if (!x || dt_st_read(&hc, &f, &f.t[i], DT_F64, x) != DT_OK) {
+      free(x);
+      goto fail;
+    }
+    long long at = atoll(idx_s);
+    if (!strcmp(f.t[i].name, name) && at >= 0 && at < f.t[i].numel) x[at] *= atof(fac_s);
+    dt_status s = dt_st_write_next(&hc, w, x, DT_F64);
+    free(x);
+    if (s != DT_OK) goto fail;
+  }
+  if (dt_st_write_end(&hc, w) != DT_OK) {
+    w = NULL;
+    goto fail;
+  }
+  w = NULL;
+  rc = 0;
+  goto done;
+fail:
+  fprintf(stderr, "golden_check: %s\n", dt_last_error(&hc));
+done:
+  dt_st_write_abort(&hc, w);
+  free(sp);
+  free(keys);
+  free(vals);
+  dt_st_close(&hc, &f);
+  dt_ctx_release(&hc);
+  return rc;
+}
+
+/* PyTorch's collective counts (the golden's "comm" rows of PLAN at TP) against the
+ * run's ledger (RUNJSON: `shardbench run --json` of the same config, steps 1). A
+ * row's PyTorch count must equal shardbench's count in the same phase, or, for a
+ * row whose golden "shardbench_phase" names another phase, there: the placements
+ * a deferred reduction moves (the note of that row says why the result is equal). */
+static int cmd_comm(const char *path, const char *plan, const char *tp_s, const char *runjson) {
+  json_t *g = load_json(path), *r = load_json(runjson);
+  if (!g || !r) return 2;
+  json_t *rows = json_object_get(g, "comm"), *sc = json_object_get(r, "comm");
+  if (!json_is_array(rows) || !json_is_array(sc)) {
+    fprintf(stderr, "golden_check: no comm rows in %s or %s\n", path, runjson);
+    return 2;
+  }
+  long checked = 0, bad = 0;
+  size_t i, k;
+  json_t *row, *c;
+  long long sb_total = 0, pt_total = 0;
+  json_array_foreach(sc, k, c) sb_total += json_integer_value(json_object_get(c, "calls"));
+  json_array_foreach(rows, i, row) {
+    const char *p = json_string_value(json_object_get(row, "plan"));
+    if (!p || strcmp(p, plan) || json_integer_value(json_object_get(row, "tp")) != atoi(tp_s))
+      continue;
+    const char *op = json_string_value(json_object_get(row, "op"));
+    const char *ph = json_string_value(json_object_get(row, "phase"));
+    const char *sph = json_string_value(json_object_get(row, "shardbench_phase"));
+    long long want = json_integer_value(json_object_get(row, "pytorch")), got = 0;
+    pt_total += want;
+    if (!op || !ph) continue;
+    json_array_foreach(sc, k, c) {
+      if (!strcmp(json_string_value(json_object_get(c, "op")), op) &&
+          !strcmp(json_string_value(json_object_get(c, "phase")), sph ? sph : ph))
+        got += json_integer_value(json_object_get(c, "calls"));
+    }
+    checked++;
+    if (got != want) {
+      bad++;
+      printf("FAIL: %s tp %s %s %s: PyTorch %lld, shardbench %lld (in %s)\n", plan, tp_s, op, ph,
+             want, got, sph ? sph : ph);
+    }
+  }
+  /* every shardbench call is accounted for by a PyTorch row */
+  checked++;
+  if (sb_total != pt_total) {
+    bad++;
+    printf("FAIL: %s tp %s: shardbench makes %lld collective calls per step, PyTorch %lld\n", plan,
+           tp_s, sb_total, pt_total);
+  }
+  printf("comm %s tp %s: %ld checks, %ld failed\n", plan, tp_s, checked, bad);
+  json_decref(g);
+  json_decref(r);
+  return checked > 1 && !bad ? 0 : 1;
+}
+
+static int cmd_comm_list(const char *path) {
+  json_t *g = load_json(path);
+  if (!g) return 2;
+  json_t *rows = json_object_get(g, "comm"), *row;
+  size_t i, k;
+  json_array_foreach(rows, i, row) { /* each (plan, tp) once, in first-seen order */
+    const char *p = json_string_value(json_object_get(row, "plan"));
+    json_int_t tp = json_integer_value(json_object_get(row, "tp"));
+    bool seen = false;
+    for (k = 0; k < i && !seen; k++) {
+      json_t *o = json_array_get(rows, k);
+      const char *q = json_string_value(json_object_get(o, "plan"));
+      seen = p && q && !strcmp(p, q) && json_integer_value(json_object_get(o, "tp")) == tp;
+    }
+    if (p && !seen) printf("%s %lld\n", p, (long long)tp);
+  }
+  json_decref(g);
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  if (argc == 3 && !strcmp(argv[1], "list")) return cmd_list(argv[2]);
+  if (argc == 3 && !strcmp(argv[1], "comm-list")) return cmd_comm_list(argv[2]);
+  if (argc == 5 && !strcmp(argv[1], "check")) return cmd_check(argv[2], argv[3], argv[4]);
+  if (argc == 7 && !strcmp(argv[1], "perturb"))
+    return cmd_perturb(argv[2], argv[3], argv[4], argv[5], argv[6]);
+  if (argc == 6 && !strcmp(argv[1], "comm")) return cmd_comm(argv[2], argv[3], argv[4], argv[5]);
+  return usage();
+}
