@@ -10,9 +10,10 @@
 #      layers.0.attention.wq.weight scaled by 1.01 (--load-weights), and the same
 #      run with RoPE base 10000 instead of Llama 3's 500000, must both be off;
 #   3. each (plan, tp) of the golden's comm rows: `shardbench run --json` ledger
-#      counts per op and phase equal PyTorch's (a reduction shardbench defers is
-#      matched in the phase the row names); megatron-tp's ledger against
-#      torchtitan-tp-sp's rows must be off.
+#      counts per op and phase equal PyTorch's CommDebugMode counts (over the
+#      row's pytorch_calls_per_reduction where PyTorch repeats one reduction; the
+#      row's note says why); megatron-tp's ledger against torchtitan-tp-sp's rows
+#      must be off.
 # Regenerating the golden file (needs torch): make check-torch GOLDEN=1.
 NAME=golden
 . "${srcdir:-.}/verify/harness-common.sh"
