@@ -22,16 +22,23 @@ import st_io  # noqa: E402
 
 ADAMW = {"lr": 8e-4, "beta1": 0.9, "beta2": 0.95, "eps": 1e-8, "weight_decay": 0.1}
 
-# name -> what it breaks; each must make oracle.py exit 1.
+# name -> (what it breaks, a line the oracle must print for it); each must make oracle.py exit 1.
+# The moved values are about 3x the oracle's f64 tolerance for their kind (oracle.TOL_U).
 PLANTS = {
-    "grad": "one element of layers.0.attention.wq's step-1 gradient moved by 1e-9 of the tensor's max",
-    "loss": "the step-0 loss moved by 1e-10 relative",
-    "param": "one element of output.weight after the last step moved by 1e-8 of its max",
-    "init-depth": "wo/w2/w3 drawn with std 0.02/sqrt(2 n_layers) (depth_init off) instead of 0.02/sqrt(2(layer+1))",
-    "init-uniform": "layers.0.feed_forward.w1 drawn uniform with std 0.02 instead of a normal",
-    "rope-halves": "rope rotates (x[i], x[i+d/2]) pairs (rotate-half) instead of adjacent pairs",
-    "gqa-tile": "repeat_kv tiles the kv heads (head h uses kv h % n_kv) instead of repeat_interleave",
-    "metadata": "the trace's metadata says seq is one longer than the run's",
+    "grad": ("one element of layers.0.attention.wq's step-1 gradient moved by 1e-11 of the tensor's max",
+             "FAIL layers.0.attention.wq.weight grad step 1:"),
+    "loss": ("the step-0 loss moved by 1e-14 relative", "FAIL loss step 0:"),
+    "param": ("one element of output.weight after the last step moved by 4e-11 of its max",
+              "FAIL output.weight param after step 1:"),
+    "init-depth": ("wo/w2/w3 drawn with std 0.02/sqrt(2 n_layers) (depth_init off) instead of "
+                   "0.02/sqrt(2(layer+1))", "FAIL init layers.0.attention.wo.weight: std/std_spec"),
+    "init-uniform": ("layers.0.feed_forward.w1 drawn uniform with std 0.02 instead of a normal",
+                     "FAIL init layers.0.feed_forward.w1.weight: kurtosis"),
+    "rope-halves": ("rope rotates (x[i], x[i+d/2]) pairs (rotate-half) instead of adjacent pairs",
+                    "FAIL layers.0.attention.wq.weight grad step 0:"),
+    "gqa-tile": ("repeat_kv tiles the kv heads (head h uses kv h % n_kv) instead of repeat_interleave",
+                 "FAIL layers.0.attention.wk.weight grad step 0:"),
+    "metadata": ("the trace's metadata says seq is one longer than the run's", "trace metadata"),
 }
 
 
@@ -61,6 +68,7 @@ def main():
     p.add_argument("--save-weights", required=True)
     p.add_argument("--save-trace", required=True)
     p.add_argument("--no-mem-check", action="store_true")
+    p.add_argument("--plans-dir")
     o = p.parse_args()
     plant = os.environ.get("SB_FAKE_PLANT", "")
     if plant and plant not in PLANTS:
@@ -107,12 +115,12 @@ def main():
     trace["loss"] = torch.tensor(losses, dtype=torch.float64)
     if plant == "grad":
         g = trace["grad.step1.layers.0.attention.wq.weight"]
-        g.view(-1)[7] += 1e-9 * g.abs().max()
+        g.view(-1)[7] += 1e-11 * g.abs().max()
     if plant == "loss":
-        trace["loss"][0] *= 1 + 1e-10
+        trace["loss"][0] *= 1 + 1e-14
     if plant == "param":
         w = trace["param.final.output.weight"]
-        w.view(-1)[11] += 1e-8 * w.abs().max()
+        w.view(-1)[11] += 4e-11 * w.abs().max()
     meta = {"model": o.model, "dtype": o.dtype, "batch": o.batch, "seq": o.seq + (plant == "metadata"),
             "steps": o.steps, "dim": a.dim, "n_layers": a.n_layers, "n_heads": a.n_heads,
             "n_kv_heads": a.kv_heads, "vocab": a.vocab, "ffn_hidden": a.ffn_hidden,
