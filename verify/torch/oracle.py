@@ -51,8 +51,8 @@ RUNS = [
      "warmup": 0, "steps": 2},
 ]
 
-# The comm configs: both shipped plans that build a 1-D tp mesh, at tp 2 and 4.
-COMM_PLANS = ("torchtitan-tp-sp", "megatron-tp")
+# The comm configs: the shipped plans that build a 1-D tp mesh, at tp 2 and 4.
+COMM_PLANS = ("torchtitan-tp-sp", "megatron-tp", "tp-no-loss-parallel")
 COMM_TPS = (2, 4)
 COMM_CFG = {"model": "debugmodel", "batch": 8, "seq": 32}
 

@@ -3,7 +3,8 @@
 # PyTorch, so a clean run must pass) and against each planted bug of the fake (a moved
 # gradient, loss or weight just above the tolerance, a wrong init law, rope on the wrong
 # pairs, GQA heads tiled instead of interleaved, wrong metadata), each of which must make
-# it exit 1; then a stale golden file and two bad flags (exit 2, one line).
+# it exit 1; then a stale golden file, the comm table's verdicts, and two bad flags
+# (exit 2, one line).
 # Each failure must also print the line that names what was planted.
 # Uses the GQA run (RUNS[2], f64, 2 layers): quick, and the only one where gqa-tile shows.
 # Exit 0 all as expected, 1 otherwise, 77 without torch.
@@ -45,6 +46,18 @@ rm -f "$log.plants"
 # The committed golden holds PyTorch's numbers on shardbench's weights; the fake's differ.
 SB_FAKE_PLANT= expect 1 "STALE" "stale golden" run_fake --check-only \
   --golden "$repo/verify/golden/debugmodel.json"
+# The comm table's verdict: equal counts pass, the one explained difference passes only with
+# its exact numbers, anything else is unexplained.
+expect 0 "comm verdicts ok" "comm verdicts" "$py" -c "
+import sys; sys.path.insert(0, '$here'); import oracle
+f = lambda p, s, n=13: oracle.comm_rows('x', 2, p, s, n)[1]
+assert not f({'forward': {'all_gather': 13}}, {'forward': {'all_gather': 13}})
+assert f({'forward': {'all_gather': 13}}, {'forward': {'all_gather': 12}})
+assert f({'backward': {'all_reduce': 1}}, {})
+assert not f({'optimizer': {'all_reduce': 39}}, {'optimizer': {'all_reduce': 13}})
+assert f({'optimizer': {'all_reduce': 39}}, {'optimizer': {'all_reduce': 13}}, 12)
+assert f({'optimizer': {'all_reduce': 13}}, {'optimizer': {'all_reduce': 13}, 'backward': {'all_reduce': 13}})
+print('comm verdicts ok')"
 expect 2 "--runs 7" "bad --runs" "$py" "$oracle" --shardbench "$fake" --runs 7
 [ "$(wc -l <"$log")" -eq 1 ] || { echo "FAIL bad --runs: not one line"; bad=1; }
 expect 2 "not an executable" "missing --shardbench" "$py" "$oracle" --shardbench "$repo/no/such/shardbench"
