@@ -7,7 +7,8 @@
  *   grad.step{S}.{NAME}               F64, every weight's gradient at step S
  *   param.final.{NAME}                F64, the weights after the last update
  * (NAME: "layers.0.attention.wq.weight"; an f32 run's values widened exactly),
- * with the config, the model's dims and AdamW's settings as __metadata__ strings.
+ * with the config, the model's dims (ffn_dim_multiplier 0: none) and AdamW's
+ * settings as __metadata__ strings.
  */
 #include "config.h"
 
@@ -18,7 +19,7 @@
 #include "cli.h"
 #include "store.h"
 
-enum { META_N = 24, META_LEN = 96 };
+enum { META_N = 28, META_LEN = 96 };
 
 int sb_trace_write(const sb_opts *o, const sb_snap *snap, const char *path, char *err,
                    size_t errn) {
@@ -83,6 +84,8 @@ int sb_trace_write(const sb_opts *o, const sb_snap *snap, const char *path, char
   META("norm_eps", "%.17g", cfg.norm_eps);
   META("rope_theta", "%.17g", cfg.rope_theta);
   META("rope_scaling", "%d", cfg.rope_scaling ? 1 : 0);
+  META("depth_init", "%d", cfg.depth_init ? 1 : 0);
+  META("ffn_dim_multiplier", "%.17g", cfg.ffn_dim_multiplier);
   META("lr", "%.17g", opt.lr);
   META("beta1", "%.17g", opt.beta1);
   META("beta2", "%.17g", opt.beta2);

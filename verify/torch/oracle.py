@@ -419,7 +419,7 @@ def comm_rows(plan_name, tp, pt, sb, n_sp):
             p, s = pt.get(ph, {}).get(op, 0), sb.get(ph, {}).get(op, 0)
             if p == 0 and s == 0:
                 continue
-            note = "same"
+            note, per = "same", 1
             if p != s:
                 if op == "all_reduce" and ph == "optimizer" and s == n_sp and p == 3 * n_sp:
                     note = (f"both keep the Partial gradients of the {n_sp} SequenceParallel norm "
@@ -427,11 +427,15 @@ def comm_rows(plan_name, tp, pt, sb, n_sp):
                             "once each; PyTorch's _single_tensor_adam reads each grad 3 times "
                             "(exp_avg.lerp_(grad), exp_avg_sq.addcmul_(grad, grad)) and DTensor "
                             "redistributes Partial->Replicate at every read. Same sums, same update")
+                    per = 3
                 else:
                     note = "UNEXPLAINED difference"
                     bad.append(f"{plan_name} tp {tp}: {op} {ph}: pytorch {p}, shardbench {s}")
-            rows.append({"plan": plan_name, "tp": tp, "op": op, "phase": ph, "pytorch": p,
-                         "shardbench": s, "note": note})
+            row = {"plan": plan_name, "tp": tp, "op": op, "phase": ph, "pytorch": p,
+                   "shardbench": s, "note": note}
+            if per != 1:  # verify/golden_check.c divides PyTorch's count by it
+                row["pytorch_calls_per_reduction"] = per
+            rows.append(row)
     return rows, bad
 
 
