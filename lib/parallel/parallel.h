@@ -18,7 +18,9 @@ extern "C" {
 
 typedef enum dt_style_kind {
   DT_STYLE_COLWISE = 0, DT_STYLE_ROWWISE, DT_STYLE_SEQUENCE, DT_STYLE_PREPARE_INPUT,
-  DT_STYLE_PREPARE_OUTPUT
+  DT_STYLE_PREPARE_OUTPUT,
+  DT_STYLE_FULLY_SHARD  /* FSDP2's fully_shard (torch/distributed/fsdp/_fully_shard/_fully_shard.py),
+                         * only under [dp_shard] */
 } dt_style_kind;
 
 enum { DT_STYLE_MAX_ARGS = 4 };
@@ -39,6 +41,8 @@ typedef struct dt_style {
   dt_style_layout desired_output_layouts[DT_STYLE_MAX_ARGS];
   bool use_local_output;
   int sequence_dim;                           /* SequenceParallel (1) */
+  int reshard_after_forward;                  /* fully_shard: 1 True, 0 False, -1 not given
+                                               * (FSDP2's None: True, except the root) */
 } dt_style;
 
 /* A style with PyTorch's defaults for its kind. */
@@ -47,7 +51,9 @@ void dt_style_default(dt_style_kind kind, dt_style *out);
 int dt_style_str(const dt_style *s, char *buf, size_t n);
 
 typedef struct dt_plan_entry {
-  char pattern[96];                           /* fqn pattern, fnmatch per '.' token */
+  char pattern[96];                           /* fqn pattern, fnmatch per '.' token; a
+                                               * fully_shard group: patterns joined by ','
+                                               * ("norm,output"); the model itself: "root" */
   dt_style style;
   int line;                                   /* where it came from (plan files) */
   int dim;                                    /* index into dt_plan.dim_names ([dim] section) */
@@ -63,6 +69,12 @@ typedef struct dt_plan {
   char dim_names[DT_PLAN_MAX_DIMS][32];       /* e.g. dp_replicate, tp */
   int dim_sizes[DT_PLAN_MAX_DIMS];            /* -1: inferred from the world */
   bool loss_parallel;
+  /* FSDP / ZeRO ([dp_shard] fully_shard entries) and DDP settings */
+  int zero;                                   /* 0: not given (3 with fully_shard entries); 1, 2, 3 */
+  dt_dtype param_dtype;                       /* mixed_precision_param; DT_DTYPE_COUNT: not
+                                               * given (the model's dtype) */
+  dt_dtype reduce_dtype;                      /* mixed_precision_reduce; DT_DTYPE_COUNT: not given */
+  double bucket_cap_mb;                       /* DDP's bucket_cap_mb; 0: not given (DDP's 25) */
   int n_entries;
   dt_plan_entry entries[DT_PLAN_MAX_ENTRIES];
 } dt_plan;
@@ -81,6 +93,9 @@ dt_status dt_plan_resolve(dt_ctx *ctx, dt_plan *p, int world, const dt_llama_con
  * matches some module fqn of cfg, and Colwise/Rowwise ones only Linear or
  * Embedding modules. One-line DT_ERR_INVALID "FILE:LINE: pattern '...' ...". */
 dt_status dt_plan_check_modules(dt_ctx *ctx, const dt_plan *p, const dt_llama_config *cfg);
+/* The patterns of an entry into out (at most max): one, or each of a fully_shard
+ * group's ("norm,output" -> "norm", "output"). Returns how many. */
+int dt_plan_entry_patterns(const dt_plan_entry *e, char (*out)[96], int max);
 /* Index of the dim named `name` ("tp", ...) in p->dim_names, or -1. */
 int dt_plan_dim(const dt_plan *p, const char *name);
 

@@ -29,7 +29,7 @@
 /* Indexed by dt_style_kind. */
 static const char *const k_style_names[] = {"ColwiseParallel", "RowwiseParallel",
                                             "SequenceParallel", "PrepareModuleInput",
-                                            "PrepareModuleOutput"};
+                                            "PrepareModuleOutput", "fully_shard"};
 enum { N_STYLES = (int)(sizeof k_style_names / sizeof k_style_names[0]) };
 
 /* TorchTitan's mesh dims in mesh order (ParallelDims.build_mesh,
@@ -180,6 +180,7 @@ void dt_style_default(dt_style_kind kind, dt_style *out) {
   memset(out, 0, sizeof *out);
   out->kind = kind;
   out->sequence_dim = 1; /* SequenceParallel's default: dim 1 of (bs, seq, dim) */
+  out->reshard_after_forward = -1; /* fully_shard's None */
   switch (kind) {
     case DT_STYLE_COLWISE:
       out->n_in = out->n_out = 1;
@@ -208,6 +209,7 @@ void dt_style_default(dt_style_kind kind, dt_style *out) {
       break;
     case DT_STYLE_PREPARE_INPUT: out->use_local_output = false; break;
     case DT_STYLE_PREPARE_OUTPUT: out->use_local_output = true; break;
+    case DT_STYLE_FULLY_SHARD: break;
   }
 }
 
@@ -262,6 +264,11 @@ int dt_style_str(const dt_style *s, char *buf, size_t n) {
       app_tuple(&a, s->desired_output_layouts, s->n_out);
       sep = ", ";
       break;
+    case DT_STYLE_FULLY_SHARD:
+      if (s->reshard_after_forward >= 0)
+        app(&a, "reshard_after_forward=%s", s->reshard_after_forward ? "True" : "False");
+      app(&a, ")");
+      return (int)a.len;
   }
   if (s->use_local_output != d.use_local_output)
     app(&a, "%suse_local_output=%s", sep, s->use_local_output ? "True" : "False");
@@ -289,6 +296,17 @@ bool dt_fqn_match(const char *pattern, const char *fqn) {
     p = pe + 1;
     f = fe + 1;
   }
+}
+
+int dt_plan_entry_patterns(const dt_plan_entry *e, char (*out)[96], int max) {
+  int n = 0;
+  for (const char *p = e->pattern; *p && n < max;) {
+    size_t l = strcspn(p, ",");
+    snprintf(out[n++], sizeof out[0], "%.*s", (int)l, p);
+    p += l;
+    if (*p == ',') p++;
+  }
+  return n;
 }
 
 int dt_plan_dim(const dt_plan *p, const char *name) {
@@ -820,6 +838,7 @@ dt_status dt_plan_parse(dt_ctx *ctx, const char *text, const char *path, dt_plan
   const char *shown = path && *path ? path : "<plan>";
   if (!text) return dt_error(ctx, DT_ERR_INVALID, "dt_plan_parse", "%s: no text", shown);
   snprintf(out->path, sizeof out->path, "%s", shown);
+  out->param_dtype = out->reduce_dtype = DT_DTYPE_COUNT; /* not given */
   pstate s = {.ctx = ctx, .path = shown, .plan = out, .cur_dim = -1};
   const char *t = text;
   while (*t) {

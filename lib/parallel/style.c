@@ -109,6 +109,7 @@ static dt_status style_pre(dt_ctx *ctx, dt_module *m, struct dt_tape *tape, dt_v
     }
     return DT_OK;
   case DT_STYLE_PREPARE_OUTPUT:
+  case DT_STYLE_FULLY_SHARD: /* refused by dt_parallelize_module */
     return DT_OK;
   }
   return DT_OK;
@@ -138,6 +139,7 @@ static dt_status style_post(dt_ctx *ctx, dt_module *m, struct dt_tape *tape, dt_
     return DT_OK;
   case DT_STYLE_SEQUENCE: /* the output stays S(sequence_dim) */
   case DT_STYLE_PREPARE_INPUT:
+  case DT_STYLE_FULLY_SHARD:
     return DT_OK;
   }
   return DT_OK;
@@ -152,6 +154,7 @@ static const char *kind_name(dt_style_kind k) {
   case DT_STYLE_SEQUENCE: return "SequenceParallel";
   case DT_STYLE_PREPARE_INPUT: return "PrepareModuleInput";
   case DT_STYLE_PREPARE_OUTPUT: return "PrepareModuleOutput";
+  case DT_STYLE_FULLY_SHARD: return "fully_shard";
   }
   return "?";
 }
@@ -185,6 +188,7 @@ static dt_status weight_placement(dt_ctx *ctx, const dt_module *md, const dt_sty
     return DT_OK;
   case DT_STYLE_PREPARE_INPUT:
   case DT_STYLE_PREPARE_OUTPUT:
+  case DT_STYLE_FULLY_SHARD:
     return DT_OK;
   }
   return dt_error(ctx, DT_ERR_INVALID, "dt_parallelize_module", "unknown style kind %d",
@@ -216,6 +220,10 @@ dt_status dt_parallelize_module(dt_ctx *ctx, dt_model *m, int mesh_dim,
                       "the model is materialized already; parallelize before dt_model_materialize");
   for (int e = 0; e < n_entries; e++) {
     const dt_style *s = &entries[e].style;
+    if (s->kind == DT_STYLE_FULLY_SHARD)
+      return dt_error(ctx, DT_ERR_INVALID, "dt_parallelize_module",
+                      "entry '%s': fully_shard is applied by dt_fully_shard, not here",
+                      entries[e].pattern);
     if (s->n_in < 0 || s->n_in > DT_STYLE_MAX_ARGS || s->n_out < 0 || s->n_out > DT_STYLE_MAX_ARGS)
       return dt_error(ctx, DT_ERR_INVALID, "dt_parallelize_module",
                       "entry '%s': %d inputs, %d outputs (at most %d)", entries[e].pattern,
