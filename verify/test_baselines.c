@@ -330,8 +330,8 @@ static dt_status run_rank(dt_ctx *ctx, void *arg) {
   DT_CHECK_GOTO(dt_model_create(ctx, mesh, &cfg, DT_F64, SEED, &m), s, done);
   DT_CHECK_GOTO(dt_parallelize_module(ctx, m, 0, p->entries, p->n_entries), s, done);
   DT_CHECK_GOTO(dt_model_materialize(ctx, m), s, done);
-  DT_CHECK_GOTO(sb_token_tensor(ctx, mesh, BATCH, SEQ, VOCAB, -1, 0, 0, &tok), s, done);
-  DT_CHECK_GOTO(sb_token_tensor(ctx, mesh, BATCH, SEQ, VOCAB, -1, 0, 1, &tgt), s, done);
+  DT_CHECK_GOTO(sb_token_tensor(ctx, mesh, BATCH, SEQ, VOCAB, 0u, 0, 0, &tok), s, done);
+  DT_CHECK_GOTO(sb_token_tensor(ctx, mesh, BATCH, SEQ, VOCAB, 0u, 0, 1, &tgt), s, done);
   dt_ledger_clear(ctx);
   dt_ledger_enable(ctx, true);
   dt_ctx_set_phase(ctx, "forward");

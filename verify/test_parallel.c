@@ -458,13 +458,14 @@ static dt_status train(dt_ctx *ctx, dt_mesh *mesh, const run_cfg *rc, const char
   const dt_adamw opt = DT_ADAMW_DEFAULT;
   counts first;
   memset(&first, 0, sizeof first);
+  const unsigned dp_dims = rc->dp_dim >= 0 ? 1u << rc->dp_dim : 0u;
   for (int step = 0; step < N_STEPS; step++) {
     dt_tensor tok, tgt;
     memset(&tok, 0, sizeof tok);
     memset(&tgt, 0, sizeof tgt);
-    DT_CHECK_GOTO(sb_token_tensor(ctx, mesh, BATCH, SEQ, cfg.vocab, rc->dp_dim, step, 0, &tok), s,
+    DT_CHECK_GOTO(sb_token_tensor(ctx, mesh, BATCH, SEQ, cfg.vocab, dp_dims, step, 0, &tok), s,
                   done);
-    s = sb_token_tensor(ctx, mesh, BATCH, SEQ, cfg.vocab, rc->dp_dim, step, 1, &tgt);
+    s = sb_token_tensor(ctx, mesh, BATCH, SEQ, cfg.vocab, dp_dims, step, 1, &tgt);
     if (s != DT_OK) {
       dt_tensor_free(ctx, &tok);
       goto done;

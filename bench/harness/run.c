@@ -108,10 +108,13 @@ void sb_config_fill(const sb_opts *o, sb_config *c) {
  * the verdict fail end to end. Never set it in normal use; when set, the program
  * says so on stderr (sb_fault_check). PARAM is a parameter as `worst` names it
  * ("layers.0.attention.wq.weight"):
- *   skip-reduce:PARAM        PARAM's gradient skips the data-parallel all-reduce:
+ *   skip-reduce:PARAM        PARAM's gradient skips the data-parallel reduction:
  *                            each dp_replicate replica keeps its own partial
  *                            gradient as the whole one (DDP with that parameter's
- *                            bucket never reduced). No effect without dp_replicate.
+ *                            bucket never reduced); under FSDP each dp_shard rank
+ *                            keeps its own chunk of its partial gradient (the
+ *                            unit's reduce_scatter skipped for it). No effect
+ *                            without dp_replicate or dp_shard.
  *   perturb-grad:PARAM:RANK  after the reduce, world rank RANK's local shard of
  *                            PARAM's gradient gets 1e-3 x the shard's largest
  *                            magnitude added to every element (a small bug: 16x
@@ -211,6 +214,8 @@ typedef struct job {
   int mesh_shape[SB_NDIMS];
   char mesh_names[SB_NDIMS][DT_MESH_NAME_LEN];
   int dp_dim, tp_dim;           /* mesh dims, -1: none */
+  int dps_dim;                  /* the dp_shard mesh dim, -1: none */
+  bool tp_before_dps;           /* mesh dims ordered ..., tp, dp_shard (FSDP + TP) */
   dt_plan *plan;                /* NULL: no entries */
   const sb_ref *ref;            /* compare against (sharded job) */
   fault fault;                  /* TEST SWITCH (sharded job only) */
@@ -264,6 +269,24 @@ static dt_status build_model(dt_ctx *ctx, dt_mesh *mesh, const job *j, dt_model 
     if (s == DT_OK) s = dt_parallelize_module(ctx, m, j->tp_dim, e, n);
     free(e);
   }
+  if (s == DT_OK && j->plan && j->dps_dim >= 0) {
+    const dt_plan *p = j->plan;
+    int pds = dt_plan_dim(p, "dp_shard"), n = 0;
+    dt_plan_entry *e = malloc(sizeof(dt_plan_entry) * DT_PLAN_MAX_ENTRIES);
+    if (!e) s = dt_error(ctx, DT_ERR_NOMEM, "train", "no memory");
+    for (int i = 0; e && i < p->n_entries; i++)
+      if (p->entries[i].dim == pds) e[n++] = p->entries[i];
+    dt_fsdp_opts fo = {j->dps_dim, j->dp_dim, p->zero ? p->zero : 3, p->param_dtype,
+                       p->reduce_dtype, ""};
+    if (j->fault.kind == FAULT_SKIP_REDUCE) { /* TEST SWITCH: the unit skips its reduction */
+      const char *dot = strrchr(j->fault.param, '.');
+      if (dot && !strcmp(dot, ".weight"))
+        snprintf(fo.fault_no_reduce, sizeof fo.fault_no_reduce, "%.*s",
+                 (int)(dot - j->fault.param), j->fault.param);
+    }
+    if (s == DT_OK) s = dt_fully_shard(ctx, m, e, n, &fo);
+    free(e);
+  }
   if (s == DT_OK && j->fault.kind != FAULT_NONE) { /* TEST SWITCH: refuse a bad target early */
     if (!fault_module(ctx, m, &j->fault)) s = DT_ERR_INVALID;
     else if (j->fault.rank >= ctx->world_size)
@@ -299,14 +322,16 @@ static dt_status save_weights(dt_ctx *ctx, dt_model *m, const job *j) {
  * *loss lives until dt_model_end_step. */
 static dt_status step_grads(dt_ctx *ctx, dt_mesh *mesh, dt_model *m, const job *j, int step,
                             bool timed, dt_var **loss, double *secs) {
-  const int dp = j->reference ? -1 : j->dp_dim;
+  const int dp = j->reference ? -1 : j->dp_dim, dps = j->reference ? -1 : j->dps_dim;
+  const unsigned dp_dims = (dp >= 0 ? 1u << dp : 0u) | (dps >= 0 ? 1u << dps : 0u);
   dt_tensor tok, tgt;
   memset(&tok, 0, sizeof tok);
   memset(&tgt, 0, sizeof tgt);
   dt_ledger_enable(ctx, false);
-  dt_status s = sb_token_tensor(ctx, mesh, j->o->batch, j->o->seq, j->cfg.vocab, dp, step, 0, &tok);
+  dt_status s = sb_token_tensor(ctx, mesh, j->o->batch, j->o->seq, j->cfg.vocab, dp_dims, step, 0,
+                                &tok);
   if (s == DT_OK)
-    s = sb_token_tensor(ctx, mesh, j->o->batch, j->o->seq, j->cfg.vocab, dp, step, 1, &tgt);
+    s = sb_token_tensor(ctx, mesh, j->o->batch, j->o->seq, j->cfg.vocab, dp_dims, step, 1, &tgt);
   if (s == DT_OK) s = dt_comm_barrier(ctx->world); /* every rank starts the step together */
   dt_ledger_enable(ctx, timed);
   dt_ctx_set_phase(ctx, "forward");
@@ -315,7 +340,7 @@ static dt_status step_grads(dt_ctx *ctx, dt_mesh *mesh, dt_model *m, const job *
   if (s == DT_OK) s = dt_model_forward(ctx, m, &tok, &logits);
   if (s == DT_OK) s = dt_model_loss(ctx, m, logits, &tgt, loss);
   if (s == DT_OK) s = dt_model_backward(ctx, m, *loss);
-  if (s == DT_OK && dp >= 0) {
+  if (s == DT_OK && dp >= 0 && dps < 0) { /* DDP; under FSDP (HSDP) the units reduce */
     fault_skip_reduce(m, &j->fault, dp); /* TEST SWITCH */
     s = dt_data_parallel_reduce_grads(ctx, m, dp);
   }
@@ -413,14 +438,29 @@ static dt_status train(dt_ctx *ctx, dt_mesh *mesh, job *j) {
   return s;
 }
 
+/* This rank's index in the mesh when its last two dims (tp, dp_shard) are swapped
+ * relative to TorchTitan's order (..., dp_shard, tp): the same groups, with tp's
+ * shards nested before dp_shard's. */
+static int swapped_index(const job *j, int rank) {
+  const int nd = j->mesh_ndim, t = j->mesh_shape[nd - 2], d = j->mesh_shape[nd - 1];
+  const int outer = rank / (t * d), in = rank % (t * d); /* TorchTitan: in = s * t + tp */
+  return outer * (t * d) + (in % t) * d + in / t;
+}
+
 static dt_status job_rank(dt_ctx *ctx, void *arg) {
   job *j = arg;
   dt_mesh *mesh = NULL;
+  dt_comm *world = ctx->world, *perm = NULL;
   const char *names[SB_NDIMS];
   for (int i = 0; i < j->mesh_ndim; i++) names[i] = j->mesh_names[i];
-  DT_CHECK(dt_mesh_create(ctx, ctx->world, j->mesh_ndim, j->mesh_shape, names, &mesh));
-  dt_status s = train(ctx, mesh, j);
+  if (j->tp_before_dps) {
+    DT_CHECK(dt_comm_split(ctx->world, 0, swapped_index(j, ctx->rank), "world_tp_dps", &perm));
+    world = perm;
+  }
+  dt_status s = dt_mesh_create(ctx, world, j->mesh_ndim, j->mesh_shape, names, &mesh);
+  if (s == DT_OK) s = train(ctx, mesh, j);
   dt_mesh_free(mesh);
+  if (perm) dt_comm_destroy(perm);
   return s;
 }
 
@@ -468,9 +508,6 @@ static void failed(sb_result *r, const char *fmt, ...) {
 static bool unsupported(const sb_opts *o, sb_result *r) {
   if (o->dims[0] > 1)
     skip(r, "pp=%d: pipeline parallel is not implemented in libdtensor", o->dims[0]);
-  else if (o->dims[2] > 1)
-    skip(r, "dp_shard=%d: FSDP (sharded data parallel) is not implemented in libdtensor",
-         o->dims[2]);
   else if (o->dims[3] > 1)
     skip(r, "cp=%d: context parallel is not implemented in libdtensor", o->dims[3]);
   else if (strcmp(o->workload, "model") && strcmp(o->workload, "block"))
@@ -485,15 +522,19 @@ static bool unsupported(const sb_opts *o, sb_result *r) {
  * True when skipped. */
 static bool plan_unfit(const sb_opts *o, dt_ctx *hc, dt_plan *plan, const dt_llama_config *cfg,
                        sb_result *r) {
-  int ptp = dt_plan_dim(plan, "tp");
-  bool has_tp = false;
+  int ptp = dt_plan_dim(plan, "tp"), pds = dt_plan_dim(plan, "dp_shard");
+  bool has_tp = false, has_fsdp = false;
   for (int i = 0; i < plan->n_entries; i++) {
     if (plan->entries[i].dim == ptp) {
       has_tp = true;
       continue;
     }
-    skip(r, "plan '%s' has entries on [%s]; the harness applies [tp] entries only", o->plan,
-         plan->dim_names[plan->entries[i].dim]);
+    if (plan->entries[i].dim == pds && plan->entries[i].style.kind == DT_STYLE_FULLY_SHARD) {
+      has_fsdp = true;
+      continue;
+    }
+    skip(r, "plan '%s' has entries on [%s]; the harness applies [tp] and [dp_shard] entries only",
+         o->plan, plan->dim_names[plan->entries[i].dim]);
     return true;
   }
   for (int d = 0; d < SB_NDIMS; d++) {
@@ -512,6 +553,24 @@ static bool plan_unfit(const sb_opts *o, dt_ctx *hc, dt_plan *plan, const dt_lla
   if (has_tp && o->dims[4] == 1) {
     skip(r, "tp=1: the plan's [tp] entries would not apply (TorchTitan applies TP only when "
             "tp > 1); the run equals plan dp's");
+    return true;
+  }
+  if (has_fsdp && o->dims[2] == 1) {
+    skip(r, "dp_shard=1: the plan's fully_shard entries would not apply (TorchTitan applies "
+            "FSDP only when dp_shard > 1); the run equals plan dp's");
+    return true;
+  }
+  if (o->dims[2] > 1 && !has_fsdp) {
+    skip(r, "dp_shard=%d: plan '%s' has no fully_shard entries to shard over it", o->dims[2],
+         o->plan);
+    return true;
+  }
+  if (has_fsdp && plan->zero == 1) {
+    skip(r, "zero = 1 (optimizer-state sharding only) is not implemented yet");
+    return true;
+  }
+  if (has_fsdp && plan->param_dtype == DT_BF16) {
+    skip(r, "mixed_precision_param = bf16: the verifier has no bf16 tolerance yet");
     return true;
   }
   int plan_world = 1;
@@ -566,7 +625,8 @@ static bool reference(const sb_opts *o, job *j, sb_ref *cache, sb_result *r) {
   j->mesh_ndim = 1;
   j->mesh_shape[0] = 1;
   snprintf(j->mesh_names[0], DT_MESH_NAME_LEN, "ref");
-  j->dp_dim = j->tp_dim = -1;
+  j->dp_dim = j->tp_dim = j->dps_dim = -1;
+  j->tp_before_dps = false;
   if (launch(DT_BACKEND_THREADS, 1, j, why, sizeof why) != DT_OK) {
     sb_snap_free(&j->out);
     failed(r, "reference: %s", why);
@@ -581,15 +641,22 @@ static bool reference(const sb_opts *o, job *j, sb_ref *cache, sb_result *r) {
 /* The sharded job's mesh: the dims of size > 1 in TorchTitan's order. */
 static void sharded_mesh(const sb_opts *o, job *j) {
   j->mesh_ndim = 0;
-  j->dp_dim = j->tp_dim = -1;
-  for (int d = 0; d < SB_NDIMS; d++)
+  j->dp_dim = j->tp_dim = j->dps_dim = -1;
+  /* FSDP + TP: tp before dp_shard, so that FSDP splits TP's blocks (fsdp.c) */
+  j->tp_before_dps = o->dims[2] > 1 && o->dims[4] > 1 && o->dims[3] == 1;
+  static const int ORDER[SB_NDIMS] = {0, 1, 2, 3, 4}, SWAPPED[SB_NDIMS] = {0, 1, 3, 4, 2};
+  const int *order = j->tp_before_dps ? SWAPPED : ORDER;
+  for (int k = 0; k < SB_NDIMS; k++) {
+    const int d = order[k];
     if (o->dims[d] > 1) {
       if (d == 1) j->dp_dim = j->mesh_ndim;
+      if (d == 2) j->dps_dim = j->mesh_ndim;
       if (d == 4) j->tp_dim = j->mesh_ndim;
       j->mesh_shape[j->mesh_ndim] = o->dims[d];
       snprintf(j->mesh_names[j->mesh_ndim], DT_MESH_NAME_LEN, "%s", sb_dim_names[d]);
       j->mesh_ndim++;
     }
+  }
   if (j->mesh_ndim == 0) { /* world 1 */
     j->mesh_ndim = 1;
     j->mesh_shape[0] = 1;

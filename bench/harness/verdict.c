@@ -18,8 +18,8 @@ void sb_token_ids(int step, int which, int64_t n, int vocab, int64_t *ids) {
   }
 }
 
-dt_status sb_token_tensor(dt_ctx *ctx, dt_mesh *mesh, int batch, int seq, int vocab, int dp_dim,
-                          int step, int which, dt_tensor *out) {
+dt_status sb_token_tensor(dt_ctx *ctx, dt_mesh *mesh, int batch, int seq, int vocab,
+                          unsigned dp_dims, int step, int which, dt_tensor *out) {
   const int64_t n = (int64_t)batch * seq;
   int64_t *ids = malloc((size_t)(n ? n : 1) * sizeof *ids);
   if (!ids) return dt_error(ctx, DT_ERR_NOMEM, "sb_token_tensor", "no memory");
@@ -30,7 +30,8 @@ dt_status sb_token_tensor(dt_ctx *ctx, dt_mesh *mesh, int batch, int seq, int vo
   if (s == DT_OK) {
     dt_placement pl[DT_MAX_MESH_DIMS];
     for (int i = 0; i < dt_mesh_ndim(mesh); i++) pl[i] = dt_replicate();
-    if (dp_dim >= 0) pl[dp_dim] = dt_shard(0);
+    for (int i = 0; i < dt_mesh_ndim(mesh); i++)
+      if (dp_dims & (1u << i)) pl[i] = dt_shard(0);
     s = dt_tensor_distribute(ctx, mesh, &a, pl, out);
   }
   free(ids);

@@ -40,10 +40,11 @@
 /* Token ids of a step: a fixed LCG (Knuth's MMIX constants), so every rank and
  * the reference see the same batch. which 0: inputs, 1: targets. ids in [0, vocab). */
 void sb_token_ids(int step, int which, int64_t n, int vocab, int64_t *ids);
-/* The [batch, seq] i64 token tensor of (step, which) on mesh: Shard(0) on mesh dim
- * dp_dim (the batch split over data parallel; -1: none), Replicate elsewhere. */
-dt_status sb_token_tensor(dt_ctx *ctx, dt_mesh *mesh, int batch, int seq, int vocab, int dp_dim,
-                          int step, int which, dt_tensor *out);
+/* The [batch, seq] i64 token tensor of (step, which) on mesh: Shard(0) on each mesh
+ * dim in the bit mask dp_dims (the batch split over the data-parallel dims, nested
+ * in mesh order as TorchTitan's flattened dp mesh; 0: none), Replicate elsewhere. */
+dt_status sb_token_tensor(dt_ctx *ctx, dt_mesh *mesh, int batch, int seq, int vocab,
+                          unsigned dp_dims, int step, int which, dt_tensor *out);
 
 /* ---- gathering ---- */
 

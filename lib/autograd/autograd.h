@@ -23,6 +23,12 @@
  * During dt_backward and dt_var_grad_reduce the context's phase is "backward"
  * (ledger rows say so); the previous phase is restored after.
  *
+ * Custom functions (dt_ad_custom, PyTorch's torch.autograd.Function): the
+ * caller computes the outputs (any communication included) and gives a
+ * backward callback; the tape records it like an op, with any number of
+ * inputs and outputs. FSDP's parameter all-gather (whose backward is the
+ * gradient reduce-scatter) is one.
+ *
  * What it is not: no higher-order gradients (backward is not recorded), no
  * in-place ops, no hooks; a tape is used by one rank (one dt_ctx) only.
  */
@@ -70,6 +76,20 @@ dt_status dt_ad_op(dt_tape *t, const dt_op *op, const dt_op_attrs *attrs, dt_var
 /* Redistributes x's value to dst (greedy planner) into a new variable *out,
  * recorded as described above (backward: Redistribute.backward's rule, above). */
 dt_status dt_ad_redistribute(dt_tape *t, dt_var *x, const dt_placement *dst, dt_var **out);
+
+/* A custom function's backward: the outputs' gradients gout[0..n_out) (NULL: that
+ * output got none) into the inputs' gin[0..n_in) (gin[j] NULL: not needed; leave
+ * gin[j]->mesh NULL for "no gradient"). state: what dt_ad_custom was given. */
+typedef dt_status (*dt_ad_backward_fn)(dt_ctx *ctx, void *state, int n_out,
+                                       const dt_tensor *const *gout, int n_in,
+                                       dt_tensor *const *gin);
+/* Records a custom function: outputs out[0..n_out) made from values[0..n_out)
+ * (moved in, as dt_var_leaf does), computed by the caller from in[0..n_in). When
+ * any input requires a gradient the outputs do too and backward is called in
+ * dt_backward; state is borrowed (it must outlive the tape's backward). On error
+ * nothing is recorded and every value is freed. */
+dt_status dt_ad_custom(dt_tape *t, const char *name, dt_ad_backward_fn backward, void *state,
+                       int n_in, dt_var *const *in, int n_out, dt_tensor *values, dt_var **out);
 
 /* Backpropagates from root. seed: the gradient of root (copied; same mesh and
  * global shape as root's value, any placements), or NULL: ones, with root's

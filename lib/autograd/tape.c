@@ -27,7 +27,7 @@ struct dt_var {
   bool leaf;
 };
 
-typedef enum node_kind { NODE_OP = 0, NODE_REDIST = 1 } node_kind;
+typedef enum node_kind { NODE_OP = 0, NODE_REDIST = 1, NODE_CUSTOM = 2 } node_kind;
 
 typedef struct node {
   node_kind kind;
@@ -37,6 +37,10 @@ typedef struct node {
   dt_var *in[DT_OP_MAX_IN];
   dt_var *out[DT_OP_MAX_OUT];
   dt_placement src[DT_MAX_MESH_DIMS];   /* NODE_REDIST: the source placements */
+  /* NODE_CUSTOM: any arity, arrays owned by the tape */
+  dt_var **cin, **cout;
+  dt_ad_backward_fn backward;
+  void *state;
 } node;
 
 struct dt_tape {
@@ -91,6 +95,11 @@ void dt_tape_free(dt_tape *t) {
     var_drop_grad(ctx, v);
     dt_host_free(ctx, v);
   }
+  for (size_t i = 0; i < t->n_nodes; i++)
+    if (t->nodes[i].kind == NODE_CUSTOM) {
+      dt_host_free(ctx, t->nodes[i].cin);
+      dt_host_free(ctx, t->nodes[i].cout);
+    }
   dt_host_free(ctx, t->vars);
   dt_host_free(ctx, t->nodes);
   dt_host_free(ctx, t);
@@ -202,6 +211,51 @@ dt_status dt_ad_redistribute(dt_tape *t, dt_var *x, const dt_placement *dst, dt_
   return DT_OK;
 }
 
+dt_status dt_ad_custom(dt_tape *t, const char *name, dt_ad_backward_fn backward, void *state,
+                       int n_in, dt_var *const *in, int n_out, dt_tensor *values, dt_var **out) {
+  static const char WHO[] = "dt_ad_custom";
+  dt_ctx *ctx = t ? t->ctx : NULL;
+  dt_status s = DT_OK;
+  bool need = false;
+  if (!t || !backward || n_in < 0 || n_out < 1 || (n_in && !in) || !values || !out)
+    s = dt_error(ctx, DT_ERR_INVALID, WHO, "%s: bad arguments", name ? name : "?");
+  for (int j = 0; s == DT_OK && j < n_in; j++) {
+    if (!in[j]) s = dt_error(ctx, DT_ERR_INVALID, WHO, "%s: input %d is NULL", name, j);
+    else need = need || in[j]->requires_grad;
+  }
+  dt_var **cin = NULL, **cout = NULL;
+  if (s == DT_OK && need) {
+    s = grow(ctx, (void **)&t->nodes, &t->cap_nodes, t->n_nodes, sizeof *t->nodes);
+    cin = s == DT_OK ? dt_host_alloc(ctx, sizeof *cin * (size_t)(n_in ? n_in : 1)) : NULL;
+    cout = s == DT_OK ? dt_host_alloc(ctx, sizeof *cout * (size_t)n_out) : NULL;
+    if (s == DT_OK && (!cin || !cout)) s = dt_error(ctx, DT_ERR_NOMEM, WHO, "no memory");
+  }
+  for (int j = 0; j < n_out; j++) {
+    if (out) out[j] = NULL;
+    if (s == DT_OK && !(out[j] = new_var(t, &values[j], need, false))) s = DT_ERR_NOMEM;
+    else if (s != DT_OK && values) dt_tensor_free(ctx, &values[j]);
+  }
+  if (s != DT_OK) {
+    dt_host_free(ctx, cin);
+    dt_host_free(ctx, cout);
+    return s;
+  }
+  if (need) {
+    node *n = &t->nodes[t->n_nodes++];
+    memset(n, 0, sizeof *n);
+    n->kind = NODE_CUSTOM;
+    n->n_in = n_in;
+    n->n_out = n_out;
+    for (int j = 0; j < n_in; j++) cin[j] = in[j];
+    for (int j = 0; j < n_out; j++) cout[j] = out[j];
+    n->cin = cin;
+    n->cout = cout;
+    n->backward = backward;
+    n->state = state;
+  }
+  return DT_OK;
+}
+
 static bool any_partial(const dt_tensor *g) {
   for (int i = 0; i < g->mesh_ndim; i++)
     if (g->pl[i].kind == DT_PL_PARTIAL) return true;
@@ -261,8 +315,43 @@ static dt_status redist_backward(dt_tape *t, const node *n, const dt_tensor *g, 
   return dt_redistribute(t->ctx, g, dst, DT_PLANNER_GREEDY, gin);
 }
 
+/* A custom node: its callback fills the inputs' gradients, which accumulate. */
+static dt_status run_custom(dt_tape *t, const node *n) {
+  dt_ctx *ctx = t->ctx;
+  bool any = false;
+  for (int j = 0; j < n->n_out; j++) any = any || n->cout[j]->has_grad;
+  if (!any) return DT_OK;
+  dt_status s = DT_OK;
+  const size_t ni = (size_t)(n->n_in ? n->n_in : 1);
+  const dt_tensor **gout = dt_host_alloc(ctx, sizeof *gout * (size_t)n->n_out);
+  dt_tensor *gbuf = dt_host_calloc(ctx, sizeof *gbuf * ni);
+  dt_tensor **gin = dt_host_calloc(ctx, sizeof *gin * ni);
+  if (!gout || !gbuf || !gin) s = dt_error(ctx, DT_ERR_NOMEM, "dt_backward", "no memory");
+  if (s == DT_OK) {
+    for (int j = 0; j < n->n_out; j++) gout[j] = n->cout[j]->has_grad ? &n->cout[j]->grad : NULL;
+    for (int j = 0; j < n->n_in; j++) gin[j] = n->cin[j]->requires_grad ? &gbuf[j] : NULL;
+    s = n->backward(ctx, n->state, n->n_out, gout, n->n_in, gin);
+  }
+  for (int j = 0; gin && j < n->n_in; j++) {
+    if (!gin[j]) continue;
+    if (s != DT_OK || !gbuf[j].mesh) {
+      dt_tensor_free(ctx, &gbuf[j]);
+      continue;
+    }
+    dt_status s2 = accumulate(t, n->cin[j], &gbuf[j]);
+    if (s == DT_OK) s = s2;
+  }
+  for (int j = 0; j < n->n_out; j++)
+    if (!n->cout[j]->leaf) var_drop_grad(ctx, n->cout[j]);
+  dt_host_free(ctx, gout);
+  dt_host_free(ctx, gbuf);
+  dt_host_free(ctx, gin);
+  return s;
+}
+
 static dt_status run_node(dt_tape *t, const node *n) {
   dt_ctx *ctx = t->ctx;
+  if (n->kind == NODE_CUSTOM) return run_custom(t, n);
   bool any = false;
   for (int j = 0; j < n->n_out; j++) any = any || n->out[j]->has_grad;
   if (!any) return DT_OK;

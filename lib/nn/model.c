@@ -314,6 +314,7 @@ dt_status dt_model_create(dt_ctx *ctx, dt_mesh *mesh, const dt_llama_config *cfg
 
 void dt_model_free(dt_ctx *ctx, dt_model *m) {
   if (!m) return;
+  if (m->param_state && m->param_free) m->param_free(ctx, m->param_state);
   dt_tape_free(m->step_tape);
   dt_tape_free(m->tape);
   for (int i = 0; i < m->n_mods; i++) {
@@ -460,10 +461,15 @@ dt_status dt_model_materialize(dt_ctx *ctx, dt_model *m) {
 /* ---- forward ----------------------------------------------------------------------- */
 
 static dt_status hook(dt_ctx *ctx, dt_model *m, dt_module *md, bool pre, dt_var **io, int n) {
+  if (pre && m->param_pre) DT_CHECK(m->param_pre(ctx, md, m->step_tape, io, n, m->param_state));
   dt_module_hook h = pre ? md->pre : md->post;
-  if (!h) return DT_OK;
-  return h(ctx, md, m->step_tape, io, n, md->hook_state);
+  if (h) DT_CHECK(h(ctx, md, m->step_tape, io, n, md->hook_state));
+  if (!pre && m->param_post) DT_CHECK(m->param_post(ctx, md, m->step_tape, io, n, m->param_state));
+  return DT_OK;
 }
+
+/* The variable a module's forward computes with (FSDP's unsharded copy or the weight). */
+static dt_var *wvar(const dt_module *md) { return md->compute ? md->compute : md->weight; }
 
 static dt_status op1(dt_model *m, const dt_op *op, const dt_op_attrs *a, dt_var *x, dt_var **y) {
   dt_var *in[1] = {x};
@@ -481,7 +487,7 @@ static dt_status run_weighted(dt_ctx *ctx, dt_model *m, dt_module *md, const dt_
                               const dt_op_attrs *a, dt_var *x, dt_var **y) {
   dt_var *io[1] = {x};
   DT_CHECK(hook(ctx, m, md, true, io, 1));
-  DT_CHECK(op2(m, op, a, io[0], md->weight, y));
+  DT_CHECK(op2(m, op, a, io[0], wvar(md), y));
   io[0] = *y;
   DT_CHECK(hook(ctx, m, md, false, io, 1));
   *y = io[0];
@@ -581,11 +587,12 @@ dt_status dt_model_forward(dt_ctx *ctx, dt_model *m, const dt_tensor *tokens, dt
   int mi = 1; /* after the model root */
   dt_var *io[1];
   DT_CHECK(const_leaf(ctx, m, tokens, &io[0]));
+  if (m->param_pre) DT_CHECK(m->param_pre(ctx, &mods[0], m->step_tape, io, 1, m->param_state));
   dt_var *h;
   {
     dt_module *emb = &mods[mi++];
     DT_CHECK(hook(ctx, m, emb, true, io, 1));
-    DT_CHECK(op2(m, &dt_op_embedding, NULL, emb->weight, io[0], &h));
+    DT_CHECK(op2(m, &dt_op_embedding, NULL, wvar(emb), io[0], &h));
     io[0] = h;
     DT_CHECK(hook(ctx, m, emb, false, io, 1));
     h = io[0];
@@ -609,6 +616,11 @@ dt_status dt_model_forward(dt_ctx *ctx, dt_model *m, const dt_tensor *tokens, dt
   }
   DT_CHECK(rmsnorm(ctx, m, &mods[mi], h, &h));
   DT_CHECK(linear(ctx, m, &mods[mi + 1], h, logits));
+  if (m->param_post) {
+    io[0] = *logits;
+    DT_CHECK(m->param_post(ctx, &mods[0], m->step_tape, io, 1, m->param_state));
+    *logits = io[0];
+  }
   return DT_OK;
 }
 
@@ -641,6 +653,7 @@ dt_status dt_model_end_step(dt_ctx *ctx, dt_model *m) {
   if (!ctx || !m) return dt_error(ctx, DT_ERR_INVALID, "dt_model_end_step", "NULL argument");
   dt_tape_free(m->step_tape);
   m->step_tape = NULL;
+  for (int i = 0; i < m->n_mods; i++) m->mods[i].compute = NULL;
   return DT_OK;
 }
 

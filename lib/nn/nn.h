@@ -76,6 +76,9 @@ struct dt_module {
                                     * [-2, 2], i.e. 2 / init_std) */
   dt_placement wpl[DT_MAX_MESH_DIMS]; /* the weight's placements (R unless a style says) */
   dt_var *weight;                  /* on the model's tape; NULL before materialize */
+  dt_var *compute;                 /* what this step's forward computes with instead of
+                                    * weight (FSDP's unsharded copy, on the step tape);
+                                    * NULL: weight. end_step resets it. */
   dt_module_hook pre, post;        /* installed by lib/parallel; NULL: none */
   void *hook_state;                /* owned by whoever installed the hooks */
   void (*hook_free)(dt_ctx *ctx, void *hook_state); /* dt_model_free calls it; NULL: none */
@@ -94,6 +97,12 @@ typedef struct dt_model {
                                     * of its own whose ops read the weight vars of `tape`;
                                     * made by the first forward, freed by end_step. Hooks
                                     * receive this tape. */
+  /* Parameter hooks (FSDP, lib/parallel/fsdp.c): at every module boundary, before
+   * the module's own pre hook and after its post hook; for the model root
+   * (mods[0]) at the start (io: the tokens) and end (io: the logits) of forward. */
+  dt_module_hook param_pre, param_post;
+  void *param_state;
+  void (*param_free)(dt_ctx *ctx, void *param_state); /* dt_model_free calls it */
   /* AdamW state per module weight (same placements as the weight) */
   dt_tensor *adam_m, *adam_v;
   int adam_step;

@@ -124,6 +124,37 @@ void dt_parallelize_release(dt_ctx *ctx, dt_model *m);
  * DT_ERR_INVALID for a bad dim or a model not materialized. */
 dt_status dt_data_parallel_reduce_grads(dt_ctx *ctx, dt_model *m, int dp_dim);
 
+/* ---- FSDP2 (fully_shard), HSDP, ZeRO: lib/parallel/fsdp.c ---- */
+
+typedef struct dt_fsdp_opts {
+  int shard_dim;        /* the dp_shard mesh dim */
+  int replicate_dim;    /* HSDP: the dp_replicate mesh dim (gradients all-reduced there
+                         * after the reduce_scatter); -1: none */
+  int zero;             /* 3: FSDP (reshard after forward as each entry says); 2: never
+                         * reshard after forward */
+  dt_dtype param_dtype; /* the all-gathered copy's dtype (FSDP2's MixedPrecisionPolicy
+                         * param_dtype; DT_BF16 rounds the copy, which is computed on in
+                         * the model's dtype); DT_DTYPE_COUNT: the model's */
+  dt_dtype reduce_dtype;/* the reduce_scatter's dtype; DT_DTYPE_COUNT: the model's */
+  /* Fault injection for tests that must see the verification fail: the weight of
+   * this module fqn ("" none) skips the reduction (each rank keeps its own chunk
+   * of its partial gradient, as if the unit's reduce_scatter never ran for it). */
+  char fault_no_reduce[64];
+} dt_fsdp_opts;
+
+/* Applies fully_shard entries (DT_STYLE_FULLY_SHARD: patterns, groups, "root") to
+ * the model: every weight goes to Shard(0) on shard_dim, the units gather their
+ * weights before their forward (one all_gather each) and reduce-scatter their
+ * gradients in backward (one reduce_scatter each, plus one all_reduce over
+ * replicate_dim for HSDP), as fsdp.c describes. Call after dt_parallelize_module
+ * and before dt_model_materialize. Every weight must fall in some unit; a mesh
+ * dim after shard_dim must not shard dim 0 of a weight (put tp before dp_shard).
+ * DT_ERR_INVALID naming the entry or module otherwise. dt_model_free releases it. */
+dt_status dt_fully_shard(dt_ctx *ctx, dt_model *m, const dt_plan_entry *entries, int n_entries,
+                         const dt_fsdp_opts *o);
+/* Removes FSDP from the model (its state and hooks); no-op when not applied. */
+void dt_fsdp_release(dt_ctx *ctx, dt_model *m);
+
 #ifdef __cplusplus
 }
 #endif

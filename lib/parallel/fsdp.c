@@ -1,0 +1,510 @@
+/* lib/parallel/fsdp.c: FSDP2's fully_shard over a dp_shard mesh dim, HSDP over
+ * dp_replicate x dp_shard, and ZeRO-2/3 (PyTorch's torch/distributed/fsdp/
+ * _fully_shard/: _fsdp_param.py FSDPParam, _fsdp_collectives.py
+ * foreach_all_gather / foreach_reduce, _fsdp_param_group.py FSDPParamGroup;
+ * TorchTitan v0.2.0 torchtitan/models/llama3/infra/parallelize.py apply_fsdp).
+ *
+ * Units: each fully_shard entry (in plan order) claims the weights of the
+ * modules its patterns match and of their descendants that no earlier entry
+ * claimed; "root" claims whatever is left. A unit opens at the pre hook of the
+ * first of its matched modules to run and closes at the post hook of the last
+ * (the model root: the start and end of forward).
+ *
+ * Sharding one weight: its placement on the dp_shard dim becomes Shard(0). The
+ * tensor FSDP splits is the weight as the other mesh dims leave it (TP's local
+ * block when TP shards it): L rows, chunked over the W dp_shard ranks with
+ * torch.chunk's sizes (c = ceil(L / W) rows, short or empty chunks at the end),
+ * as FSDPParam._init_sharded_param does. No mesh dim after dp_shard may shard
+ * dim 0 too: DTensor nests shards left to right, so TP must come before
+ * dp_shard in the mesh for a rank's rows to be a chunk of TP's block (what
+ * PyTorch expresses with _StridedShard on a [dp, tp] mesh).
+ *
+ * One all_gather per unit: every member's shard, padded to c rows, packed into
+ * one flat segment of P = sum c x rest elements per rank; the [W, P] result is
+ * copied out into each member's unsharded tensor (its dp_shard placement
+ * Replicate), recorded on the step tape as one custom function
+ * (fsdp_all_gather) whose backward is the unit's one reduce_scatter: each
+ * member's gradient (Partial(sum) over dp_shard, the batch being sharded there)
+ * is chunked the same way into a [W, P] buffer, reduce-scattered (sum), and for
+ * HSDP all-reduced over dp_replicate (one call); the result is the sharded
+ * weight's gradient, Shard(0) on dp_shard. The loss is the global mean, so sums
+ * are the average TorchTitan's AVG reduction of per-rank means gives.
+ * A gradient Replicate on dp_shard (not batch-dependent) is contributed by
+ * coordinate 0 only, so the sum is exact; other mesh dims keep their
+ * placements (a Partial there, like the SequenceParallel norms' tp Partial,
+ * is reduced by the optimizer).
+ *
+ * reshard_after_forward (ZeRO-3): after the unit's forward its unsharded
+ * values are freed and the unit's output goes through an identity custom
+ * function (fsdp_pre_backward) whose backward gathers them again before the
+ * unit's backward runs (FSDP2's pre-backward hook on the outputs). Without it
+ * (ZeRO-2, and TorchTitan's last group) they stay until the reduce_scatter.
+ * After the reduce_scatter they are freed (reshard after backward).
+ */
+#include "config.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "parallel/parallel.h"
+
+typedef struct fsdp_member {
+  int mod;                  /* module index */
+  int64_t rows, rest;       /* L and the elements per row of the tensor FSDP splits */
+  int64_t c;                /* ceil(L / W): padded rows per rank */
+  int64_t off;              /* this member's offset in a rank's flat segment */
+  dt_placement upl[DT_MAX_MESH_DIMS]; /* the unsharded placements (dp_shard: Replicate) */
+  dt_var *unsharded;        /* this step's unsharded variable, NULL before the unit opens */
+} fsdp_member;
+
+struct fsdp;
+
+typedef struct fsdp_unit {
+  char name[96];
+  int first, last;          /* the modules whose pre / post hooks open and close it */
+  bool raf;                 /* reshard after forward */
+  int n;
+  fsdp_member *mem;
+  int64_t P;                /* a rank's flat segment (elements) */
+  struct fsdp *f;
+} fsdp_unit;
+
+typedef struct fsdp {
+  dt_fsdp_opts o;
+  dt_model *m;
+  int W, coord;             /* dp_shard size, this rank's coordinate */
+  int n_units;
+  fsdp_unit *u;
+} fsdp;
+
+static const char WHO[] = "dt_fully_shard";
+
+static dt_dtype comm_dtype(const fsdp *f, bool reduce) {
+  dt_dtype d = reduce ? f->o.reduce_dtype : f->o.param_dtype;
+  return d == DT_DTYPE_COUNT ? f->m->dtype : d;
+}
+
+static double get(const void *p, dt_dtype t, int64_t i) {
+  switch (t) {
+  case DT_F64: return ((const double *)p)[i];
+  case DT_F32: return ((const float *)p)[i];
+  case DT_BF16: return dt_bf16_to_f32(((const dt_bf16 *)p)[i]);
+  default: return 0;
+  }
+}
+
+static void put(void *p, dt_dtype t, int64_t i, double v) {
+  switch (t) {
+  case DT_F64: ((double *)p)[i] = v; break;
+  case DT_F32: ((float *)p)[i] = (float)v; break;
+  case DT_BF16: ((dt_bf16 *)p)[i] = dt_f32_to_bf16((float)v); break;
+  default: break;
+  }
+}
+
+/* n elements from src (ts) to dst (td), converted; a plain copy when equal. */
+static void convert(void *dst, dt_dtype td, const void *src, dt_dtype ts, int64_t n) {
+  if (td == ts) {
+    memcpy(dst, src, (size_t)n * dt_dtype_size(td));
+    return;
+  }
+  for (int64_t i = 0; i < n; i++) put(dst, td, i, get(src, ts, i));
+}
+
+/* ---- all_gather (forward, and again before backward) ------------------------------ */
+
+/* The unit's unsharded values into vals[k] (already allocated, right local shape). */
+static dt_status gather_into(dt_ctx *ctx, fsdp_unit *u, dt_tensor *const *vals) {
+  fsdp *f = u->f;
+  const dt_dtype pd = comm_dtype(f, false), md = f->m->dtype;
+  const size_t es = dt_dtype_size(pd);
+  char *send = dt_host_calloc(ctx, (size_t)u->P * es);
+  char *recv = dt_host_alloc(ctx, (size_t)u->P * es * (size_t)f->W);
+  dt_status s = send && recv ? DT_OK : dt_error(ctx, DT_ERR_NOMEM, WHO, "no memory");
+  for (int k = 0; s == DT_OK && k < u->n; k++) {
+    const fsdp_member *mb = &u->mem[k];
+    const dt_tensor *w = dt_var_value(f->m->mods[mb->mod].weight);
+    convert(send + (size_t)mb->off * es, pd, w->local.data, md, w->local.numel);
+  }
+  if (s == DT_OK)
+    s = dt_comm_all_gather(dt_mesh_comm(f->m->mesh, f->o.shard_dim), send, recv, (size_t)u->P, pd);
+  for (int k = 0; s == DT_OK && k < u->n; k++) {
+    const fsdp_member *mb = &u->mem[k];
+    for (int r = 0; r < f->W; r++) {
+      int64_t size, off;
+      dt_chunk(mb->rows, f->W, r, &size, &off);
+      convert((char *)vals[k]->local.data + (size_t)(off * mb->rest) * dt_dtype_size(md), md,
+              recv + ((size_t)r * (size_t)u->P + (size_t)mb->off) * es, pd, size * mb->rest);
+    }
+  }
+  dt_host_free(ctx, send);
+  dt_host_free(ctx, recv);
+  return s;
+}
+
+static dt_tensor *value_of(dt_var *v) { return (dt_tensor *)dt_var_value(v); } /* FSDP owns them */
+
+/* Frees the unit's unsharded data (the variables and their shapes stay). */
+static void reshard(dt_ctx *ctx, fsdp_unit *u) {
+  for (int k = 0; k < u->n; k++)
+    if (u->mem[k].unsharded) dt_array_free(ctx, &value_of(u->mem[k].unsharded)->local);
+}
+
+/* Gathers the unit again into its variables (freed by reshard). */
+static dt_status regather(dt_ctx *ctx, fsdp_unit *u) {
+  dt_tensor *vals[64];
+  if (u->n > 64) return dt_error(ctx, DT_ERR_UNSUPPORTED, WHO, "%s: more than 64 weights", u->name);
+  for (int k = 0; k < u->n; k++) {
+    dt_tensor *v = value_of(u->mem[k].unsharded);
+    if (!v->local.data) {
+      v->local.data = dt_host_alloc(ctx, dt_array_bytes(&v->local) ? dt_array_bytes(&v->local) : 1);
+      if (!v->local.data) return dt_error(ctx, DT_ERR_NOMEM, WHO, "no memory");
+      v->local.owns = true;
+    }
+    vals[k] = v;
+  }
+  return gather_into(ctx, u, vals);
+}
+
+/* ---- reduce_scatter (the all_gather's backward) ----------------------------------- */
+
+static dt_status ag_backward(dt_ctx *ctx, void *state, int n_out, const dt_tensor *const *gout,
+                             int n_in, dt_tensor *const *gin) {
+  fsdp_unit *u = state;
+  fsdp *f = u->f;
+  dt_model *m = f->m;
+  const int sd = f->o.shard_dim, rd = f->o.replicate_dim, nd = dt_mesh_ndim(m->mesh);
+  const dt_dtype rt = comm_dtype(f, true), md = m->dtype;
+  const size_t es = dt_dtype_size(rt);
+  if (n_out != u->n || n_in != u->n)
+    return dt_error(ctx, DT_ERR_INTERNAL, WHO, "%s: %d/%d gradients for %d weights", u->name,
+                    n_out, n_in, u->n);
+  char *send = dt_host_calloc(ctx, (size_t)u->P * es * (size_t)f->W);
+  char *recv = dt_host_alloc(ctx, (size_t)u->P * es);
+  dt_tensor *g = dt_host_calloc(ctx, sizeof *g * (size_t)u->n); /* each gradient, redistributed */
+  bool *partial_rep = dt_host_calloc(ctx, sizeof *partial_rep * (size_t)u->n);
+  dt_status s = send && recv && g && partial_rep ? DT_OK : dt_error(ctx, DT_ERR_NOMEM, WHO, "no memory");
+  bool any_rep = false;
+  for (int k = 0; s == DT_OK && k < u->n; k++) {
+    const fsdp_member *mb = &u->mem[k];
+    const dt_tensor *go = gout[k];
+    if (!go) continue; /* no gradient: zeros */
+    /* the gradient's layout on the other dims made the unsharded weight's (a Partial
+     * where the weight is Replicate stays Partial) */
+    dt_placement tgt[DT_MAX_MESH_DIMS];
+    bool same = true;
+    for (int d = 0; d < nd; d++) {
+      bool keep = d == sd || d == rd ||
+                  (go->pl[d].kind == DT_PL_PARTIAL && mb->upl[d].kind == DT_PL_REPLICATE);
+      tgt[d] = keep ? go->pl[d] : mb->upl[d];
+      if ((d == sd || d == rd) && go->pl[d].kind == DT_PL_SHARD) tgt[d] = dt_replicate();
+      same = same && dt_placement_eq(tgt[d], go->pl[d]);
+    }
+    s = same ? dt_tensor_from_local(ctx, go->mesh, &go->local, go->pl, go->ndim, go->gshape, &g[k])
+             : dt_redistribute(ctx, go, tgt, DT_PLANNER_GREEDY, &g[k]);
+    if (s != DT_OK) break;
+    const bool p_shard = g[k].pl[sd].kind == DT_PL_PARTIAL;
+    partial_rep[k] = rd >= 0 && g[k].pl[rd].kind == DT_PL_PARTIAL;
+    any_rep = any_rep || partial_rep[k];
+    if ((p_shard && g[k].pl[sd].op != DT_RED_SUM) ||
+        (partial_rep[k] && g[k].pl[rd].op != DT_RED_SUM)) {
+      s = dt_error(ctx, DT_ERR_UNSUPPORTED, WHO, "%s: a Partial gradient that is not a sum",
+                   m->mods[mb->mod].fqn);
+      break;
+    }
+    /* a Replicate gradient (not batch-dependent) counts once: from coordinate 0 */
+    if (!p_shard && f->coord != 0) continue;
+    for (int r = 0; r < f->W; r++) {
+      int64_t size, off;
+      dt_chunk(mb->rows, f->W, r, &size, &off);
+      convert(send + ((size_t)r * (size_t)u->P + (size_t)mb->off) * es, rt,
+              (const char *)g[k].local.data + (size_t)(off * mb->rest) * dt_dtype_size(md), md,
+              size * mb->rest);
+    }
+  }
+  if (s == DT_OK)
+    s = dt_comm_reduce_scatter(dt_mesh_comm(m->mesh, sd), send, recv, (size_t)u->P, rt,
+                               DT_RED_SUM);
+  for (int k = 0; s == DT_OK && f->o.fault_no_reduce[0] && k < u->n; k++) {
+    const fsdp_member *mb = &u->mem[k];
+    if (!g[k].mesh || strcmp(m->mods[mb->mod].fqn, f->o.fault_no_reduce)) continue;
+    int64_t size, off; /* the fault: this rank's own chunk of its partial gradient */
+    dt_chunk(mb->rows, f->W, f->coord, &size, &off);
+    convert(recv + (size_t)mb->off * es, rt,
+            (const char *)g[k].local.data + (size_t)(off * mb->rest) * dt_dtype_size(md), md,
+            size * mb->rest);
+  }
+  if (s == DT_OK && any_rep) { /* HSDP: the shard's sum over the replicas */
+    for (int k = 0; k < u->n; k++) /* a gradient Replicate over dp_replicate counts once */
+      if (g[k].mesh && !partial_rep[k] && dt_mesh_coord(m->mesh, rd) != 0)
+        memset(recv + (size_t)u->mem[k].off * es, 0, (size_t)(u->mem[k].c * u->mem[k].rest) * es);
+    s = dt_comm_all_reduce(dt_mesh_comm(m->mesh, rd), recv, recv, (size_t)u->P, rt, DT_RED_SUM);
+  }
+  for (int k = 0; s == DT_OK && k < u->n; k++) {
+    if (!gin[k] || !g[k].mesh) continue;
+    const fsdp_member *mb = &u->mem[k];
+    const dt_tensor *w = dt_var_value(m->mods[mb->mod].weight);
+    dt_placement pl[DT_MAX_MESH_DIMS];
+    for (int d = 0; d < nd; d++)
+      pl[d] = d == sd                                   ? w->pl[d]
+              : d == rd                                 ? (any_rep ? dt_replicate() : g[k].pl[d])
+              : g[k].pl[d].kind == DT_PL_PARTIAL        ? g[k].pl[d]
+                                                        : w->pl[d];
+    dt_array a;
+    s = dt_array_create(ctx, DT_DEV_CPU, md, w->local.ndim, w->local.shape, &a);
+    if (s != DT_OK) break;
+    convert(a.data, md, recv + (size_t)mb->off * es, rt, w->local.numel);
+    s = dt_tensor_from_local(ctx, w->mesh, &a, pl, w->ndim, w->gshape, gin[k]);
+    dt_array_free(ctx, &a);
+  }
+  for (int k = 0; g && k < u->n; k++) dt_tensor_free(ctx, &g[k]);
+  dt_host_free(ctx, g);
+  dt_host_free(ctx, partial_rep);
+  dt_host_free(ctx, send);
+  dt_host_free(ctx, recv);
+  if (s == DT_OK) reshard(ctx, u); /* reshard after backward */
+  return s;
+}
+
+/* ---- the unit's boundaries --------------------------------------------------------- */
+
+static dt_status open_unit(dt_ctx *ctx, fsdp_unit *u, dt_tape *tape) {
+  fsdp *f = u->f;
+  dt_model *m = f->m;
+  dt_var *in[64], *out[64];
+  dt_tensor vals[64];
+  if (u->n > 64) return dt_error(ctx, DT_ERR_UNSUPPORTED, WHO, "%s: more than 64 weights", u->name);
+  memset(vals, 0, sizeof vals);
+  dt_status s = DT_OK;
+  for (int k = 0; s == DT_OK && k < u->n; k++) {
+    const dt_module *md = &m->mods[u->mem[k].mod];
+    in[k] = md->weight;
+    s = dt_tensor_rand(ctx, m->mesh, md->wndim, md->wshape, m->dtype, u->mem[k].upl, 0, 0,
+                       DT_RNG_UNIFORM, 0.0, 0.0, &vals[k]);
+  }
+  dt_tensor *vp[64];
+  for (int k = 0; k < u->n; k++) vp[k] = &vals[k];
+  if (s == DT_OK) s = gather_into(ctx, u, vp);
+  if (s != DT_OK) {
+    for (int k = 0; k < u->n; k++) dt_tensor_free(ctx, &vals[k]);
+    return s;
+  }
+  DT_CHECK(dt_ad_custom(tape, "fsdp_all_gather", ag_backward, u, u->n, in, u->n, vals, out));
+  for (int k = 0; k < u->n; k++) {
+    u->mem[k].unsharded = out[k];
+    m->mods[u->mem[k].mod].compute = out[k];
+  }
+  return DT_OK;
+}
+
+/* Identity on the unit's output; its backward gathers the unit again first. */
+static dt_status pre_backward(dt_ctx *ctx, void *state, int n_out, const dt_tensor *const *gout,
+                              int n_in, dt_tensor *const *gin) {
+  fsdp_unit *u = state;
+  if (n_out != 1 || n_in != 1) return dt_error(ctx, DT_ERR_INTERNAL, WHO, "fsdp_pre_backward");
+  DT_CHECK(regather(ctx, u));
+  if (!gin[0] || !gout[0]) return DT_OK;
+  const dt_tensor *g = gout[0];
+  return dt_tensor_from_local(ctx, g->mesh, &g->local, g->pl, g->ndim, g->gshape, gin[0]);
+}
+
+static dt_status close_unit(dt_ctx *ctx, fsdp_unit *u, dt_tape *tape, dt_var **io, int n) {
+  if (!u->raf || !u->mem[0].unsharded) return DT_OK;
+  reshard(ctx, u);
+  if (n < 1 || !io[0]) return DT_OK;
+  const dt_tensor *x = dt_var_value(io[0]);
+  dt_tensor y;
+  DT_CHECK(dt_tensor_from_local(ctx, x->mesh, &x->local, x->pl, x->ndim, x->gshape, &y));
+  dt_var *out;
+  DT_CHECK(dt_ad_custom(tape, "fsdp_pre_backward", pre_backward, u, 1, io, 1, &y, &out));
+  io[0] = out;
+  return DT_OK;
+}
+
+static dt_status param_pre(dt_ctx *ctx, dt_module *md, struct dt_tape *tape, dt_var **io, int n,
+                           void *state) {
+  (void)io;
+  (void)n;
+  fsdp *f = state;
+  for (int i = 0; i < f->n_units; i++)
+    if (f->u[i].first == md->index && f->u[i].n > 0) DT_CHECK(open_unit(ctx, &f->u[i], tape));
+  return DT_OK;
+}
+
+static dt_status param_post(dt_ctx *ctx, dt_module *md, struct dt_tape *tape, dt_var **io, int n,
+                            void *state) {
+  fsdp *f = state;
+  for (int i = 0; i < f->n_units; i++)
+    if (f->u[i].last == md->index && f->u[i].n > 0) DT_CHECK(close_unit(ctx, &f->u[i], tape, io, n));
+  return DT_OK;
+}
+
+static void fsdp_free(dt_ctx *ctx, void *state) {
+  fsdp *f = state;
+  for (int i = 0; i < f->n_units; i++) dt_host_free(ctx, f->u[i].mem);
+  dt_host_free(ctx, f->u);
+  dt_host_free(ctx, f);
+}
+
+/* ---- setup ---------------------------------------------------------------------------- */
+
+/* Whether module i is md or below it ("layers.0.attention.wq" under "layers.0"). */
+static bool under(const dt_module *top, const dt_module *md) {
+  size_t l = strlen(top->fqn);
+  if (!l) return true; /* the model root */
+  return !strncmp(md->fqn, top->fqn, l) && (md->fqn[l] == '\0' || md->fqn[l] == '.');
+}
+
+/* One member's geometry on this rank's mesh coordinates. */
+static dt_status member_layout(dt_ctx *ctx, fsdp *f, dt_module *md, fsdp_member *mb) {
+  dt_model *m = f->m;
+  const int sd = f->o.shard_dim;
+  int nd, shape[DT_MAX_MESH_DIMS], coords[DT_MAX_MESH_DIMS];
+  dt_tensor_mesh_info(m->mesh, &nd, shape, coords);
+  for (int d = sd + 1; d < nd; d++)
+    if (md->wpl[d].kind == DT_PL_SHARD && md->wpl[d].dim == 0)
+      return dt_error(ctx, DT_ERR_INVALID, WHO,
+                      "%s: mesh dim %d (%s) after dp_shard also shards dim 0: put it before "
+                      "dp_shard in the mesh (FSDP splits the rows that dim leaves)",
+                      md->fqn, d, dt_mesh_name(m->mesh, d));
+  if (md->wpl[sd].kind != DT_PL_REPLICATE)
+    return dt_error(ctx, DT_ERR_INVALID, WHO, "%s: already placed on the dp_shard dim", md->fqn);
+  if (f->o.replicate_dim >= 0 && md->wpl[f->o.replicate_dim].kind != DT_PL_REPLICATE)
+    return dt_error(ctx, DT_ERR_INVALID, WHO, "%s: not Replicate on the dp_replicate dim", md->fqn);
+  for (int d = 0; d < nd; d++) mb->upl[d] = md->wpl[d];
+  int64_t lshape[DT_MAX_DIMS], goff[DT_MAX_DIMS];
+  dt_local_shape_offset(md->wndim, md->wshape, nd, shape, coords, mb->upl, lshape, goff);
+  mb->mod = md->index;
+  mb->rows = lshape[0];
+  mb->rest = md->wndim > 1 ? lshape[1] : 1;
+  mb->c = (mb->rows + f->W - 1) / f->W;
+  md->wpl[sd] = dt_shard(0);
+  return DT_OK;
+}
+
+/* A unit over the modules matched[0..nm) (their weights and their descendants' not
+ * claimed yet); root: every weight not claimed yet. */
+static dt_status add_unit(dt_ctx *ctx, fsdp *f, const char *name, const int *matched, int nm,
+                          bool root, bool raf, bool *claimed) {
+  dt_model *m = f->m;
+  fsdp_unit *u = &f->u[f->n_units];
+  snprintf(u->name, sizeof u->name, "%s", name);
+  u->f = f;
+  u->raf = raf;
+  u->first = root ? 0 : m->n_mods;
+  u->last = root ? 0 : -1;
+  u->mem = dt_host_calloc(ctx, sizeof *u->mem * (size_t)m->n_mods);
+  if (!u->mem) return dt_error(ctx, DT_ERR_NOMEM, WHO, "no memory");
+  f->n_units++;
+  for (int q = 0; q < nm; q++) {
+    const int i = matched[q];
+    if (i < u->first) u->first = i;
+    if (i > u->last) u->last = i;
+    for (int j = i; j < m->n_mods; j++) {
+      dt_module *md = &m->mods[j];
+      if (!under(&m->mods[i], md) || !md->wndim || claimed[j]) continue;
+      claimed[j] = true;
+      DT_CHECK(member_layout(ctx, f, md, &u->mem[u->n++]));
+    }
+  }
+  for (int j = 0; root && j < m->n_mods; j++) {
+    if (!m->mods[j].wndim || claimed[j]) continue;
+    claimed[j] = true;
+    DT_CHECK(member_layout(ctx, f, &m->mods[j], &u->mem[u->n++]));
+  }
+  for (int k = 0; k < u->n; k++) {
+    u->mem[k].off = u->P;
+    u->P += u->mem[k].c * u->mem[k].rest;
+  }
+  return DT_OK;
+}
+
+/* The units of one entry: "root"; a group (one unit over every match); or one
+ * unit per matched module (TorchTitan's fully_shard of each block). */
+static dt_status entry_units(dt_ctx *ctx, fsdp *f, const dt_plan_entry *en, bool *claimed,
+                             int *matched) {
+  dt_model *m = f->m;
+  if (en->style.kind != DT_STYLE_FULLY_SHARD)
+    return dt_error(ctx, DT_ERR_INVALID, WHO, "entry '%s' is not fully_shard", en->pattern);
+  char pats[8][96];
+  const int np = dt_plan_entry_patterns(en, pats, 8);
+  const bool root = np == 1 && !strcmp(pats[0], "root");
+  /* FSDP2's default (None): True, except the root, which is never resharded */
+  const bool raf = f->o.zero == 2 ? false
+                   : en->style.reshard_after_forward >= 0 ? en->style.reshard_after_forward == 1
+                                                          : !root;
+  if (root) return add_unit(ctx, f, "root", NULL, 0, true, raf, claimed);
+  int nm = 0, hits = 0;
+  for (int i = 1; i < m->n_mods; i++) {
+    bool hit = false;
+    for (int p = 0; p < np && !hit; p++) hit = dt_fqn_match(pats[p], m->mods[i].fqn);
+    if (!hit) continue;
+    hits++;
+    if (np > 1) matched[nm++] = i;
+    else DT_CHECK(add_unit(ctx, f, m->mods[i].fqn, &i, 1, false, raf, claimed));
+  }
+  if (!hits) return dt_error(ctx, DT_ERR_INVALID, WHO, "entry '%s' matches no module", en->pattern);
+  if (np > 1) return add_unit(ctx, f, en->pattern, matched, nm, false, raf, claimed);
+  return DT_OK;
+}
+
+dt_status dt_fully_shard(dt_ctx *ctx, dt_model *m, const dt_plan_entry *entries, int n_entries,
+                         const dt_fsdp_opts *o) {
+  if (!ctx || !m || !o || (n_entries && !entries) || n_entries < 0)
+    return dt_error(ctx, DT_ERR_INVALID, WHO, "NULL argument");
+  const int nd = dt_mesh_ndim(m->mesh);
+  if (o->shard_dim < 0 || o->shard_dim >= nd || o->replicate_dim == o->shard_dim ||
+      o->replicate_dim >= nd || o->replicate_dim < -1)
+    return dt_error(ctx, DT_ERR_INVALID, WHO, "bad mesh dims (shard %d, replicate %d; %d dims)",
+                    o->shard_dim, o->replicate_dim, nd);
+  if (o->zero != 2 && o->zero != 3)
+    return dt_error(ctx, DT_ERR_UNSUPPORTED, WHO, "ZeRO stage %d (2 and 3 are implemented)",
+                    o->zero);
+  if (m->param_state) return dt_error(ctx, DT_ERR_INVALID, WHO, "the model is fully_shard'ed already");
+  for (int i = 0; i < m->n_mods; i++)
+    if (m->mods[i].weight)
+      return dt_error(ctx, DT_ERR_INVALID, WHO, "apply fully_shard before dt_model_materialize");
+  fsdp *f = dt_host_calloc(ctx, sizeof *f);
+  if (f) f->u = dt_host_calloc(ctx, sizeof *f->u * (size_t)(m->n_mods + n_entries + 1));
+  bool *claimed = dt_host_calloc(ctx, sizeof *claimed * (size_t)m->n_mods);
+  int *matched = dt_host_alloc(ctx, sizeof *matched * (size_t)m->n_mods);
+  if (!f || !f->u || !claimed || !matched) {
+    if (f) dt_host_free(ctx, f->u);
+    dt_host_free(ctx, f);
+    dt_host_free(ctx, claimed);
+    dt_host_free(ctx, matched);
+    return dt_error(ctx, DT_ERR_NOMEM, WHO, "no memory");
+  }
+  f->o = *o;
+  f->m = m;
+  f->W = dt_mesh_size(m->mesh, o->shard_dim);
+  f->coord = dt_mesh_coord(m->mesh, o->shard_dim);
+  dt_status s = DT_OK;
+  for (int e = 0; s == DT_OK && e < n_entries; e++)
+    s = entry_units(ctx, f, &entries[e], claimed, matched);
+  for (int j = 0; s == DT_OK && j < m->n_mods; j++)
+    if (m->mods[j].wndim && !claimed[j])
+      s = dt_error(ctx, DT_ERR_INVALID, WHO, "%s is in no fully_shard unit", m->mods[j].fqn);
+  dt_host_free(ctx, claimed);
+  dt_host_free(ctx, matched);
+  if (s != DT_OK) {
+    for (int i = 0; i < f->n_units; i++) /* placements back to what they were */
+      for (int k = 0; k < f->u[i].n; k++)
+        m->mods[f->u[i].mem[k].mod].wpl[o->shard_dim] = dt_replicate();
+    fsdp_free(ctx, f);
+    return s;
+  }
+  m->param_pre = param_pre;
+  m->param_post = param_post;
+  m->param_state = f;
+  m->param_free = fsdp_free;
+  return DT_OK;
+}
+
+void dt_fsdp_release(dt_ctx *ctx, dt_model *m) {
+  if (!m || m->param_free != fsdp_free) return;
+  fsdp_free(ctx, m->param_state);
+  m->param_pre = m->param_post = NULL;
+  m->param_state = NULL;
+  m->param_free = NULL;
+}
