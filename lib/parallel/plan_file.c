@@ -798,7 +798,7 @@ static dt_status bucket_setting(pstate *s) {
   char num[WORD_MAX];
   size_t l = (size_t)(s->p - b);
   double v = 0;
-  bool ok = digits > 0 && dots <= 1 && l < sizeof num;
+  bool ok = digits > 0 && dots <= 1 && l < sizeof num && !(s->p < s->end && is_ident(*s->p));
   if (ok) {
     memcpy(num, b, l);
     num[l] = '\0';
