@@ -9,6 +9,10 @@
  * matches each token with fnmatch; test/distributed/tensor/parallel/test_parallelize_api.py);
  * dt_plan_resolve on debugmodel for several worlds and tp sizes; and every
  * error class, each with DT_ERR_INVALID and a message naming where and what.
+ * The FSDP plans (fsdp, hsdp, fsdp-tp-sp, zero1, zero2) against TorchTitan's
+ * apply_fsdp units written out here; fully_shard round trips; the zero /
+ * mixed_precision_* / bucket_cap_mb settings; fully_shard units that leave a
+ * weight out or claim one twice (dt_plan_check_modules).
  */
 #include "config.h"
 

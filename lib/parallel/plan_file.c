@@ -1,18 +1,23 @@
 /* lib/parallel/plan_file.c: plan files (plans/NAME.plan, format in plans/README.md),
  * ParallelStyle defaults and printing, fqn matching and plan resolution.
  *
- * A plan file holds settings (name, dims, loss_parallel) and, under [dim] headers,
+ * A plan file holds settings (name, dims, loss_parallel; zero, mixed_precision_param,
+ * mixed_precision_reduce for FSDP; bucket_cap_mb for DDP) and, under [dim] headers,
  * entries "pattern = Style(kwarg=value, ...)" written as PyTorch writes them
  * (torch/distributed/tensor/parallel/style.py: ColwiseParallel, RowwiseParallel,
- * SequenceParallel, PrepareModuleInput, PrepareModuleOutput). Styles take
- * PyTorch's defaults for omitted kwargs.
+ * SequenceParallel, PrepareModuleInput, PrepareModuleOutput; under [dp_shard] only
+ * FSDP2's fully_shard, torch/distributed/fsdp/_fully_shard/_fully_shard.py, whose
+ * left-hand side may be a group "norm, output" (one unit of several modules) or
+ * "root", the model itself). Styles take PyTorch's defaults for omitted kwargs.
  * Every error is found before any work: syntax errors name FILE:LINE:COLUMN and
  * what was expected; semantic errors are one-line DT_ERR_INVALID messages that
  * name FILE:LINE. dt_plan_resolve infers a -1 dim from the world (TorchTitan's
  * ParallelDims._validate, torchtitan/distributed/parallel_dims.py: dp_shard = -1)
  * and checks the plan against a Llama config whose fqns it generates itself
  * (the module tree of torchtitan/models/llama3/model/model.py), so this file
- * does not depend on lib/nn code. No state outside the caller's structs.
+ * does not depend on lib/nn code; there it also checks that fully_shard units
+ * claim every weight once (TorchTitan's apply_fsdp units never overlap; a root
+ * entry takes what no unit took). No state outside the caller's structs.
  */
 #include "config.h"
 #include "parallel/parallel.h"
