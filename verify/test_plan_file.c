@@ -9,6 +9,10 @@
  * matches each token with fnmatch; test/distributed/tensor/parallel/test_parallelize_api.py);
  * dt_plan_resolve on debugmodel for several worlds and tp sizes; and every
  * error class, each with DT_ERR_INVALID and a message naming where and what.
+ * The FSDP plans (fsdp, hsdp, fsdp-tp-sp, zero1, zero2) against TorchTitan's
+ * apply_fsdp units written out here; fully_shard round trips; the zero /
+ * mixed_precision_* / bucket_cap_mb settings; fully_shard units that leave a
+ * weight out or claim one twice (dt_plan_check_modules).
  */
 #include "config.h"
 
@@ -37,7 +41,8 @@ static dt_llama_config debugmodel(void) {
 
 static bool style_eq(const dt_style *a, const dt_style *b) {
   if (a->kind != b->kind || a->n_in != b->n_in || a->n_out != b->n_out ||
-      a->use_local_output != b->use_local_output || a->sequence_dim != b->sequence_dim)
+      a->use_local_output != b->use_local_output || a->sequence_dim != b->sequence_dim ||
+      a->reshard_after_forward != b->reshard_after_forward)
     return false;
   for (int i = 0; i < a->n_in; i++) {
     const dt_style_layout *x = &a->input_layouts[i], *y = &b->input_layouts[i];
@@ -86,22 +91,36 @@ static const want k_titan[] = {
 };
 enum { N_TITAN = (int)(sizeof k_titan / sizeof k_titan[0]) };
 
+/* The [tp] entry with this pattern (plans with [dp_shard] units repeat module names). */
 static const dt_plan_entry *find_entry(const dt_plan *p, const char *pat) {
   for (int i = 0; i < p->n_entries; i++)
-    if (!strcmp(p->entries[i].pattern, pat)) return &p->entries[i];
+    if (p->entries[i].dim == dt_plan_dim(p, "tp") && !strcmp(p->entries[i].pattern, pat))
+      return &p->entries[i];
   return NULL;
+}
+
+/* The entries under [dim], in file order, against w. */
+static void check_section(const dt_plan *p, const char *dim, const want *w, int n) {
+  int d = dt_plan_dim(p, dim), k = 0;
+  TU_CHECK(d >= 0, "%s: no dim %s", p->name, dim);
+  for (int i = 0; i < p->n_entries; i++) {
+    if (p->entries[i].dim != d) continue;
+    if (k < n) {
+      char buf[256];
+      dt_style_str(&p->entries[i].style, buf, sizeof buf);
+      TU_CHECK(!strcmp(p->entries[i].pattern, w[k].pattern), "%s [%s] entry %d: pattern %s want %s",
+               p->name, dim, k, p->entries[i].pattern, w[k].pattern);
+      TU_CHECK(!strcmp(buf, w[k].str), "%s [%s] %s: %s want %s", p->name, dim, w[k].pattern, buf,
+               w[k].str);
+    }
+    k++;
+  }
+  TU_CHECK(k == n, "%s: %d entries under [%s], want %d", p->name, k, dim, n);
 }
 
 static void check_entries(const dt_plan *p, const want *w, int n) {
   TU_CHECK(p->n_entries == n, "%s: %d entries, want %d", p->name, p->n_entries, n);
-  for (int i = 0; i < n && i < p->n_entries; i++) {
-    char buf[256];
-    dt_style_str(&p->entries[i].style, buf, sizeof buf);
-    TU_CHECK(!strcmp(p->entries[i].pattern, w[i].pattern), "%s entry %d: pattern %s want %s",
-             p->name, i, p->entries[i].pattern, w[i].pattern);
-    TU_CHECK(!strcmp(buf, w[i].str), "%s %s: %s want %s", p->name, w[i].pattern, buf, w[i].str);
-    TU_CHECK(p->entries[i].dim == dt_plan_dim(p, "tp"), "%s: entry not on tp", p->name);
-  }
+  check_section(p, "tp", w, n);
 }
 
 /* The exact structs behind TorchTitan's plan: styles and defaults. */
@@ -208,6 +227,10 @@ static void check_shipped(dt_ctx *ctx) {
   TU_CHECK(!strcmp(p.name, "dp") && p.n_dims == 1 && !strcmp(p.dim_names[0], "dp_replicate") &&
                p.dim_sizes[0] == -1 && p.n_entries == 0 && !p.loss_parallel,
            "dp plan");
+  /* apply_ddp: replicate(model, device_mesh=dp_mesh, bucket_cap_mb=100) */
+  TU_CHECK(p.bucket_cap_mb == 100 && p.zero == 0 && p.param_dtype == DT_DTYPE_COUNT &&
+               p.reduce_dtype == DT_DTYPE_COUNT,
+           "dp settings: bucket_cap_mb %g zero %d", p.bucket_cap_mb, p.zero);
   dt_llama_config cfg = debugmodel();
   TU_OK(ctx, dt_plan_resolve(ctx, &p, 8, &cfg, 2048));
   TU_CHECK(p.dim_sizes[0] == 8, "dp inferred %d", p.dim_sizes[0]);
@@ -215,10 +238,110 @@ static void check_shipped(dt_ctx *ctx) {
   TU_CHECK(dt_plan_load(ctx, "/nonexistent/x.plan", &p) == DT_ERR_IO, "missing file -> IO");
 }
 
+/* TorchTitan's apply_fsdp (torchtitan/models/llama3/infra/parallelize.py, v0.2.0) with
+ * reshard_after_forward_policy "default" and no pipeline parallel, call by call:
+ *   fully_shard(model.tok_embeddings, reshard_after_forward=R)         R = not pp_enabled
+ *   for block in model.layers.values(): fully_shard(block, reshard_after_forward=R)
+ *   fully_shard([model.norm, model.output],
+ *               reshard_after_forward=reshard_after_forward_policy == "always")
+ *   fully_shard(model)                                                   (FSDP2's default)
+ * The group is stored with its patterns joined by ','. */
+static const want k_apply_fsdp[] = {
+    {"tok_embeddings", "fully_shard(reshard_after_forward=True)"},
+    {"layers.*", "fully_shard(reshard_after_forward=True)"},
+    {"norm,output", "fully_shard(reshard_after_forward=False)"},
+    {"root", "fully_shard()"},
+};
+/* The same units with policy "never" (every unit reshard_after_forward=False: ZeRO-2). */
+static const want k_apply_fsdp_never[] = {
+    {"tok_embeddings", "fully_shard(reshard_after_forward=False)"},
+    {"layers.*", "fully_shard(reshard_after_forward=False)"},
+    {"norm,output", "fully_shard(reshard_after_forward=False)"},
+    {"root", "fully_shard()"},
+};
+/* ZeRO-1: the units without reshard_after_forward (parameters are never resharded). */
+static const want k_units_plain[] = {
+    {"tok_embeddings", "fully_shard()"},
+    {"layers.*", "fully_shard()"},
+    {"norm,output", "fully_shard()"},
+    {"root", "fully_shard()"},
+};
+enum { N_UNITS = 4 };
+
+/* The reshard_after_forward fields themselves (1 True, 0 False, -1 not given), apart from
+ * dt_style_str, for the units of w. */
+static void check_raf(const dt_plan *p, const want *w) {
+  int d = dt_plan_dim(p, "dp_shard"), k = 0;
+  for (int i = 0; i < p->n_entries; i++) {
+    const dt_plan_entry *e = &p->entries[i];
+    if (e->dim != d || k >= N_UNITS) continue;
+    int raf = strstr(w[k].str, "=True") ? 1 : strstr(w[k].str, "=False") ? 0 : -1;
+    TU_CHECK(e->style.kind == DT_STYLE_FULLY_SHARD && e->style.reshard_after_forward == raf &&
+                 e->style.n_in == 0 && e->style.n_out == 0,
+             "%s %s: kind %d raf %d want %d", p->name, e->pattern, (int)e->style.kind,
+             e->style.reshard_after_forward, raf);
+    k++;
+  }
+}
+
+static void check_shipped_fsdp(dt_ctx *ctx) {
+  static const struct {
+    const char *file, *name;
+    int n_dims;
+    const char *dims[2];
+    int sizes[2];
+    bool loss_parallel;
+    int zero;
+    const want *units;
+  } k[] = {
+      {"fsdp.plan", "fsdp", 1, {"dp_shard"}, {-1}, false, 0, k_apply_fsdp},
+      {"hsdp.plan", "hsdp", 2, {"dp_replicate", "dp_shard"}, {-1, 2}, false, 0, k_apply_fsdp},
+      {"fsdp-tp-sp.plan", "fsdp-tp-sp", 2, {"dp_shard", "tp"}, {-1, 2}, true, 0, k_apply_fsdp},
+      {"zero2.plan", "zero2", 1, {"dp_shard"}, {-1}, false, 2, k_apply_fsdp_never},
+      {"zero1.plan", "zero1", 1, {"dp_shard"}, {-1}, false, 1, k_units_plain},
+  };
+  for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
+    char path[512];
+    dt_plan p;
+    tu_plan_path(k[i].file, path, sizeof path);
+    TU_OK(ctx, dt_plan_load(ctx, path, &p));
+    TU_CHECK(!strcmp(p.name, k[i].name), "%s: name %s", k[i].file, p.name);
+    TU_CHECK(p.n_dims == k[i].n_dims, "%s: %d dims", k[i].file, p.n_dims);
+    for (int d = 0; d < k[i].n_dims && d < p.n_dims; d++)
+      TU_CHECK(!strcmp(p.dim_names[d], k[i].dims[d]) && p.dim_sizes[d] == k[i].sizes[d],
+               "%s: dim %d is %s:%d want %s:%d", k[i].file, d, p.dim_names[d], p.dim_sizes[d],
+               k[i].dims[d], k[i].sizes[d]);
+    TU_CHECK(p.loss_parallel == k[i].loss_parallel && p.zero == k[i].zero &&
+                 p.param_dtype == DT_DTYPE_COUNT && p.reduce_dtype == DT_DTYPE_COUNT &&
+                 p.bucket_cap_mb == 0,
+             "%s: settings lp %d zero %d mp %d/%d bucket %g", k[i].file, p.loss_parallel, p.zero,
+             (int)p.param_dtype, (int)p.reduce_dtype, p.bucket_cap_mb);
+    check_section(&p, "dp_shard", k[i].units, N_UNITS);
+    check_raf(&p, k[i].units);
+    if (k[i].loss_parallel) { /* apply_tp before apply_fsdp: torchtitan-tp-sp's entries */
+      check_section(&p, "tp", k_titan, N_TITAN);
+      check_titan_structs(&p, true);
+      TU_CHECK(p.n_entries == N_TITAN + N_UNITS, "%s: %d entries", k[i].file, p.n_entries);
+    } else {
+      TU_CHECK(p.n_entries == N_UNITS, "%s: %d entries", k[i].file, p.n_entries);
+    }
+    /* the group's patterns */
+    const dt_plan_entry *g = NULL;
+    for (int e = 0; e < p.n_entries; e++)
+      if (p.entries[e].style.kind == DT_STYLE_FULLY_SHARD && strchr(p.entries[e].pattern, ','))
+        g = &p.entries[e];
+    char pats[4][96];
+    int np = g ? dt_plan_entry_patterns(g, pats, 4) : 0;
+    TU_CHECK(np == 2 && !strcmp(pats[0], "norm") && !strcmp(pats[1], "output"),
+             "%s: the [norm, output] group has %d patterns", k[i].file, np);
+  }
+}
+
 /* Every style of every shipped plan prints and parses back to the same struct. */
 static void check_round_trip(dt_ctx *ctx) {
   static const char *const files[] = {"torchtitan-tp-sp.plan", "tp-no-loss-parallel.plan",
-                                      "megatron-tp.plan"};
+                                      "megatron-tp.plan", "fsdp.plan", "hsdp.plan",
+                                      "fsdp-tp-sp.plan", "zero1.plan", "zero2.plan"};
   for (size_t f = 0; f < sizeof files / sizeof files[0]; f++) {
     char path[512];
     dt_plan p, q;
@@ -228,7 +351,8 @@ static void check_round_trip(dt_ctx *ctx) {
       char s[256], text[512];
       int n = dt_style_str(&p.entries[i].style, s, sizeof s);
       TU_CHECK(n == (int)strlen(s), "length %d", n);
-      snprintf(text, sizeof text, "dims = tp:2\n[tp]\nx = %s\n", s);
+      const char *dim = p.entries[i].style.kind == DT_STYLE_FULLY_SHARD ? "dp_shard" : "tp";
+      snprintf(text, sizeof text, "dims = %s:2\n[%s]\nx = %s\n", dim, dim, s);
       TU_OK(ctx, dt_plan_parse(ctx, text, "rt", &q));
       TU_CHECK(q.n_entries == 1 && style_eq(&q.entries[0].style, &p.entries[i].style),
                "round trip of %s", s);
@@ -251,16 +375,22 @@ static void check_round_trip(dt_ctx *ctx) {
        "use_local_output=True )",
        "PrepareModuleInput(input_layouts=(Shard(1), None), desired_input_layouts=(Replicate(), "
        "None), use_local_output=True)"},
+      /* fully_shard: reshard_after_forward True / False / None (FSDP2's default) */
+      {"fully_shard()", "fully_shard()"},
+      {"fully_shard( reshard_after_forward = true )", "fully_shard(reshard_after_forward=True)"},
+      {"fully_shard(reshard_after_forward=False,)", "fully_shard(reshard_after_forward=False)"},
+      {"fully_shard(reshard_after_forward=None)", "fully_shard()"},
   };
   for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
     char text[512], s[256];
     dt_plan p, q;
-    snprintf(text, sizeof text, "dims = tp:2\n[tp]\nx = %s   # comment\n", k[i].in);
+    const char *dim = strncmp(k[i].in, "fully_shard", 11) ? "tp" : "dp_shard";
+    snprintf(text, sizeof text, "dims = %s:2\n[%s]\nx = %s   # comment\n", dim, dim, k[i].in);
     TU_OK(ctx, dt_plan_parse(ctx, text, "rt", &p));
     if (p.n_entries != 1) continue;
     dt_style_str(&p.entries[0].style, s, sizeof s);
     TU_CHECK(!strcmp(s, k[i].out), "%s printed %s want %s", k[i].in, s, k[i].out);
-    snprintf(text, sizeof text, "dims = tp:2\n[tp]\nx = %s\n", s);
+    snprintf(text, sizeof text, "dims = %s:2\n[%s]\nx = %s\n", dim, dim, s);
     TU_OK(ctx, dt_plan_parse(ctx, text, "rt", &q));
     TU_CHECK(q.n_entries == 1 && style_eq(&q.entries[0].style, &p.entries[0].style), "rt %s", s);
   }
@@ -520,14 +650,286 @@ static void check_errors(dt_ctx *ctx) {
            "shipped SP seq: %s", dt_last_error(ctx));
 }
 
+/* Settings and groups that parse, with the values they must give. */
+static void check_fsdp_syntax(dt_ctx *ctx) {
+  dt_plan p;
+  TU_OK(ctx, dt_plan_parse(ctx,
+                           "dims = dp_replicate:2, dp_shard:-1\nzero = 3\n"
+                           "mixed_precision_param = bfloat16   # TorchTitan's spelling\n"
+                           "mixed_precision_reduce = f64\n"
+                           "[dp_shard]\n"
+                           "tok_embeddings ,\tnorm,output = fully_shard(reshard_after_forward=False)\n"
+                           "layers.[0-2] = fully_shard()\nlayers.[3-5]=fully_shard()\n",
+                           "s.plan", &p));
+  TU_CHECK(p.zero == 3 && p.param_dtype == DT_BF16 && p.reduce_dtype == DT_F64 &&
+               p.bucket_cap_mb == 0,
+           "settings: zero %d param %d reduce %d", p.zero, (int)p.param_dtype, (int)p.reduce_dtype);
+  TU_CHECK(p.n_entries == 3 && !strcmp(p.entries[0].pattern, "tok_embeddings,norm,output") &&
+               p.entries[0].line == 6 && p.entries[0].dim == 1,
+           "a group of three: '%s'", p.n_entries ? p.entries[0].pattern : "");
+  char pats[4][96];
+  int np = dt_plan_entry_patterns(&p.entries[0], pats, 4);
+  TU_CHECK(np == 3 && !strcmp(pats[0], "tok_embeddings") && !strcmp(pats[1], "norm") &&
+               !strcmp(pats[2], "output"),
+           "group split: %d", np);
+  np = dt_plan_entry_patterns(&p.entries[0], pats, 2);
+  TU_CHECK(np == 2, "group split is bounded by max: %d", np);
+  dt_llama_config cfg = debugmodel();
+  TU_OK(ctx, dt_plan_check_modules(ctx, &p, &cfg)); /* every weight in exactly one unit */
+  TU_OK(ctx, dt_plan_resolve(ctx, &p, 8, &cfg, 2048));
+  TU_CHECK(p.dim_sizes[0] == 2 && p.dim_sizes[1] == 4, "HSDP 2 x %d", p.dim_sizes[1]);
+
+  /* DDP x TP with a bucket size (25.5 is exact in binary) */
+  TU_OK(ctx, dt_plan_parse(ctx, "dims = dp_replicate:-1, tp:2\nbucket_cap_mb = 25.5\n",
+                           "b.plan", &p));
+  TU_CHECK(p.bucket_cap_mb == 25.5 && p.zero == 0 && p.param_dtype == DT_DTYPE_COUNT,
+           "bucket_cap_mb %g", p.bucket_cap_mb);
+  TU_OK(ctx, dt_plan_parse(ctx, "dims = dp_replicate:-1\nbucket_cap_mb=1048576\n", "b.plan", &p));
+  TU_CHECK(p.bucket_cap_mb == 1048576, "the largest bucket_cap_mb %g", p.bucket_cap_mb);
+  /* zero = 3 and zero = 2 with reshard_after_forward=False: no contradiction */
+  TU_OK(ctx, dt_plan_parse(ctx, "dims = dp_shard:-1\nzero = 3\n[dp_shard]\nroot = "
+                           "fully_shard(reshard_after_forward=True)\n", "z.plan", &p));
+  TU_OK(ctx, dt_plan_parse(ctx, "dims = dp_shard:-1\nzero = 2\n[dp_shard]\nroot = "
+                           "fully_shard(reshard_after_forward=False)\n", "z.plan", &p));
+  TU_CHECK(p.zero == 2 && p.entries[0].style.reshard_after_forward == 0, "zero 2 raf False");
+}
+
+/* dt_plan_check_modules / dt_plan_resolve on the FSDP plans and on units that
+ * leave a module out or claim one twice. */
+static void check_fsdp_modules(dt_ctx *ctx) {
+  static const char *const files[] = {"fsdp.plan", "hsdp.plan", "fsdp-tp-sp.plan", "zero1.plan",
+                                      "zero2.plan"};
+  dt_llama_config cfg = debugmodel();
+  dt_llama_config one = cfg, deep = cfg;
+  one.n_layers = 1;
+  deep.n_layers = 32;
+  for (size_t f = 0; f < sizeof files / sizeof files[0]; f++) {
+    char path[512];
+    dt_plan p;
+    tu_plan_path(files[f], path, sizeof path);
+    TU_OK(ctx, dt_plan_load(ctx, path, &p));
+    TU_OK(ctx, dt_plan_check_modules(ctx, &p, &cfg));
+    TU_OK(ctx, dt_plan_check_modules(ctx, &p, &one));
+    TU_OK(ctx, dt_plan_check_modules(ctx, &p, &deep));
+  }
+  /* resolve: the -1 dim from the world */
+  static const struct {
+    const char *file;
+    int world, want[2]; /* 0: resolve fails ("not divisible") */
+  } r[] = {
+      {"fsdp.plan", 8, {8}},          {"fsdp.plan", 3, {3}},
+      {"hsdp.plan", 8, {4, 2}},       {"hsdp.plan", 4, {2, 2}},
+      {"hsdp.plan", 2, {1, 2}},       {"hsdp.plan", 6, {3, 2}},
+      {"hsdp.plan", 3, {0}},          {"fsdp-tp-sp.plan", 8, {4, 2}},
+      {"fsdp-tp-sp.plan", 2, {1, 2}}, {"fsdp-tp-sp.plan", 1, {0}},
+      {"zero1.plan", 4, {4}},         {"zero2.plan", 4, {4}},
+  };
+  for (size_t i = 0; i < sizeof r / sizeof r[0]; i++) {
+    char path[512];
+    dt_plan p;
+    tu_plan_path(r[i].file, path, sizeof path);
+    TU_OK(ctx, dt_plan_load(ctx, path, &p));
+    dt_status st = dt_plan_resolve(ctx, &p, r[i].world, &cfg, 2048);
+    if (!r[i].want[0]) {
+      TU_CHECK(st == DT_ERR_INVALID && strstr(dt_last_error(ctx), "not divisible"),
+               "%s world %d: %s", r[i].file, r[i].world, dt_last_error(ctx));
+      continue;
+    }
+    TU_CHECK(st == DT_OK, "%s world %d: %s", r[i].file, r[i].world, dt_last_error(ctx));
+    for (int d = 0; d < p.n_dims; d++)
+      TU_CHECK(p.dim_sizes[d] == r[i].want[d], "%s world %d: %s = %d want %d", r[i].file,
+               r[i].world, p.dim_names[d], p.dim_sizes[d], r[i].want[d]);
+  }
+  /* a root entry takes every weight no unit claimed; fully_shard fits any module kind */
+  dt_plan p;
+  TU_OK(ctx, dt_plan_parse(ctx, "dims = dp_shard:-1\n[dp_shard]\nroot = fully_shard()\n",
+                           "r.plan", &p));
+  TU_OK(ctx, dt_plan_check_modules(ctx, &p, &cfg));
+  TU_OK(ctx, dt_plan_parse(ctx, "dims = dp_shard:-1\n[dp_shard]\nlayers.*.attention_norm = "
+                           "fully_shard()\nlayers.*.feed_forward.w? = fully_shard()\nroot = "
+                           "fully_shard()\n", "k.plan", &p));
+  TU_OK(ctx, dt_plan_check_modules(ctx, &p, &cfg));
+  /* units nested in one group are one unit, not an overlap */
+  TU_OK(ctx, dt_plan_parse(ctx, "dims = dp_shard:-1\n[dp_shard]\nlayers.*, layers.*.attention = "
+                           "fully_shard()\nroot = fully_shard()\n", "n.plan", &p));
+  TU_OK(ctx, dt_plan_check_modules(ctx, &p, &cfg));
+  /* "*" matches the one-token modules (tok_embeddings, norm, output), not the blocks: "layers"
+   * alone is no module of the model (lib/nn lists no ModuleDict), so it claims nothing */
+  TU_OK(ctx, dt_plan_parse(ctx, "dims = dp_shard:-1\n[dp_shard]\n* = fully_shard()\nlayers.* = "
+                           "fully_shard()\n", "s.plan", &p));
+  TU_OK(ctx, dt_plan_check_modules(ctx, &p, &cfg));
+  /* dp_shard without [dp_shard] entries: no unit to check (the existing pure-dims plans) */
+  TU_OK(ctx, dt_plan_parse(ctx, "dims = dp_shard:-1\n", "d.plan", &p));
+  TU_OK(ctx, dt_plan_check_modules(ctx, &p, &cfg));
+}
+
+static void expect_modules_err(dt_ctx *ctx, const char *what, const char *text,
+                               const char *const *parts) {
+  dt_plan p;
+  dt_llama_config cfg = debugmodel();
+  TU_OK(ctx, dt_plan_parse(ctx, text, "bad.plan", &p));
+  dt_status st = dt_plan_check_modules(ctx, &p, &cfg);
+  TU_CHECK(st == DT_ERR_INVALID, "%s: status %s", what, dt_status_str(st));
+  for (; *parts; parts++)
+    TU_CHECK(strstr(dt_last_error(ctx), *parts), "%s: '%s' not in: %s", what, *parts,
+             dt_last_error(ctx));
+}
+#define EXPECT_MODULES_ERR(ctx, what, text, ...) \
+  expect_modules_err(ctx, what, text, (const char *const[]){__VA_ARGS__, NULL})
+
+#define FS "dims = dp_shard:-1\n[dp_shard]\n" /* entries start at line 3 */
+
+static void check_fsdp_errors(dt_ctx *ctx) {
+  /* fully_shard only under [dp_shard], and only fully_shard there */
+  EXPECT_ERR(ctx, "fully_shard under tp", "dims = dp_shard:2, tp:2\n[tp]\nnorm = fully_shard()\n",
+             "bad.plan:3:8: fully_shard belongs under [dp_shard], not [tp]");
+  EXPECT_ERR(ctx, "colwise under dp_shard", FS "output = ColwiseParallel()\n",
+             "bad.plan:3:10: [dp_shard] holds fully_shard entries only, not ColwiseParallel");
+  /* groups and root: fully_shard only, root alone, no repeats, no dangling comma */
+  EXPECT_ERR(ctx, "group under tp", "dims = tp:2\n[tp]\nnorm, output = SequenceParallel()\n",
+             "bad.plan:3:1: a group of patterns ('norm, output') is one fully_shard unit");
+  EXPECT_ERR(ctx, "root under tp", "dims = tp:2\n[tp]\nroot = ColwiseParallel()\n",
+             "bad.plan:3:1: 'root' (the model itself) is for fully_shard only");
+  EXPECT_ERR(ctx, "root in a group", FS "norm, root = fully_shard()\n",
+             "bad.plan:3:7: 'root' (the model itself) cannot be in a group");
+  EXPECT_ERR(ctx, "twice in a group", FS "norm,  norm = fully_shard()\n",
+             "bad.plan:3:8: pattern 'norm' twice in one group");
+  EXPECT_ERR(ctx, "dangling comma", FS "norm, = fully_shard()\n",
+             "bad.plan:3:7: expected a pattern after ','");
+  EXPECT_ERR(ctx, "empty token in a group", FS "norm, layers..x = fully_shard()\n",
+             "bad.plan:3:7: bad pattern 'layers..x': an empty token");
+  EXPECT_ERR(ctx, "group without =", FS "norm, output fully_shard()\n",
+             "bad.plan:3:14: expected '=' after 'norm, output'");
+  EXPECT_ERR(ctx, "duplicate group", FS "norm, output = fully_shard()\nnorm,output = fully_shard()\n",
+             "bad.plan:4:1: duplicate pattern", "(first at line 3)");
+  EXPECT_ERR(ctx, "group before header", "dims = dp_shard:2\nnorm, output = fully_shard()\n",
+             "bad.plan:2:1: entry 'norm, output' comes before a [dim] header");
+  /* fully_shard's kwargs and values */
+  EXPECT_ERR(ctx, "raf typo", FS "x = fully_shard(reshard_after_forwards=True)\n",
+             "bad.plan:3:17: unknown keyword argument 'reshard_after_forwards' for fully_shard "
+             "(did you mean reshard_after_forward?)");
+  EXPECT_ERR(ctx, "mp_policy kwarg", FS "x = fully_shard(mp_policy=None)\n",
+             "bad.plan:3:17: unknown keyword argument 'mp_policy' for fully_shard (expected "
+             "reshard_after_forward)");
+  EXPECT_ERR(ctx, "raf value", FS "x = fully_shard(reshard_after_forward=yes)\n",
+             "bad.plan:3:39: expected True, False or None after 'reshard_after_forward='");
+  EXPECT_ERR(ctx, "raf empty", FS "x = fully_shard(reshard_after_forward=)\n",
+             "bad.plan:3:39: expected True, False or None");
+  EXPECT_ERR(ctx, "raf int", FS "x = fully_shard(reshard_after_forward=2)\n",
+             "bad.plan:3:39: reshard_after_forward=2: an int", "is not supported");
+  EXPECT_ERR(ctx, "raf twice",
+             FS "x = fully_shard(reshard_after_forward=True, reshard_after_forward=False)\n",
+             "bad.plan:3:45: keyword argument 'reshard_after_forward' given twice");
+  EXPECT_ERR(ctx, "style hint", FS "x = FullyShard()\n",
+             "bad.plan:3:5: unknown style 'FullyShard' (did you mean fully_shard?)");
+  EXPECT_ERR(ctx, "no style", FS "x = 5\n", "bad.plan:3:5: expected a style (fully_shard)");
+  EXPECT_ERR(ctx, "no paren", FS "x = fully_shard\n", "bad.plan:3:16: expected '(' after 'fully_shard'");
+  /* zero */
+  EXPECT_ERR(ctx, "zero 4", "dims = dp_shard:-1\nzero = 4\n",
+             "bad.plan:2:8: expected 1, 2 or 3 (the ZeRO stage) after 'zero ='");
+  EXPECT_ERR(ctx, "zero 0", "dims = dp_shard:-1\nzero = 0\n", "bad.plan:2:8: expected 1, 2 or 3");
+  EXPECT_ERR(ctx, "zero 2x", "dims = dp_shard:-1\nzero = 2x\n", "bad.plan:2:8: expected 1, 2 or 3");
+  EXPECT_ERR(ctx, "zero 1 2", "dims = dp_shard:-1\nzero = 1 2\n",
+             "bad.plan:2:10: expected the end of the line after 'zero'");
+  EXPECT_ERR(ctx, "zero no dp_shard", "dims = dp_replicate:-1\nzero = 1\n",
+             "bad.plan:2:1: zero = 1 needs a dp_shard dim in dims");
+  EXPECT_ERR(ctx, "zero 2 raf True",
+             "dims = dp_shard:-1\nzero = 2\n[dp_shard]\nlayers.* = fully_shard()\n"
+             "norm, output = fully_shard(reshard_after_forward=True)\nroot = fully_shard()\n",
+             "bad.plan:5: 'norm,output': reshard_after_forward=True contradicts zero = 2 (line 2): "
+             "ZeRO-2 keeps the parameters gathered from forward to backward");
+  EXPECT_ERR(ctx, "zero 1 raf True",
+             "# ZeRO-1\ndims = dp_shard:-1\n[dp_shard]\nroot = fully_shard(reshard_after_forward=True)\n"
+             "zero = 1\n",
+             "bad.plan:5:", "must come before the first [dim] header");
+  EXPECT_ERR(ctx, "zero 1 raf True",
+             "zero = 1\ndims = dp_shard:-1\n[dp_shard]\nroot = fully_shard(reshard_after_forward=True)\n",
+             "bad.plan:4: 'root': reshard_after_forward=True contradicts zero = 1 (line 1)");
+  /* mixed precision */
+  EXPECT_ERR(ctx, "mp param f16", FS "mixed_precision_param = f16\n",
+             "bad.plan:3:1: setting 'mixed_precision_param' must come before");
+  EXPECT_ERR(ctx, "mp param f16", "dims = dp_shard:-1\nmixed_precision_param = f16\n",
+             "bad.plan:2:25: 'f16' is not a dtype for mixed_precision_param (expected bf16, f32 or f64)");
+  EXPECT_ERR(ctx, "mp param i64", "dims = dp_shard:-1\nmixed_precision_param = int64\n",
+             "bad.plan:2:25: 'int64' is not a dtype for mixed_precision_param");
+  EXPECT_ERR(ctx, "mp param none", "dims = dp_shard:-1\nmixed_precision_param =\n",
+             "bad.plan:2:24: expected bf16, f32 or f64 after 'mixed_precision_param ='");
+  EXPECT_ERR(ctx, "mp reduce bf16", "dims = dp_shard:-1\nmixed_precision_reduce = bf16\n",
+             "bad.plan:2:26: 'bf16' is not a dtype for mixed_precision_reduce (expected f32 or f64)");
+  EXPECT_ERR(ctx, "mp without units", "dims = dp_shard:-1\nmixed_precision_param = bf16\n",
+             "bad.plan:2:1: mixed_precision_param needs fully_shard entries under [dp_shard]");
+  EXPECT_ERR(ctx, "mp reduce with tp",
+             "dims = tp:2\n  mixed_precision_reduce = f32\n[tp]\nnorm = SequenceParallel()\n",
+             "bad.plan:2:3: mixed_precision_reduce needs fully_shard entries");
+  /* bucket_cap_mb */
+  static const char *const bad_caps[] = {"0", "-5", "1e3", "1.2.3", "abc", "2000000", ".", "0.0",
+                                         ""};
+  for (size_t i = 0; i < sizeof bad_caps / sizeof bad_caps[0]; i++) {
+    char text[128];
+    snprintf(text, sizeof text, "dims = dp_replicate:-1\nbucket_cap_mb = %s\n", bad_caps[i]);
+    EXPECT_ERR(ctx, text, text,
+               "bad.plan:2:17: expected a number of MiB > 0 and <= 1048576 after 'bucket_cap_mb ='");
+  }
+  EXPECT_ERR(ctx, "bucket no dp_replicate", "dims = tp:2\nbucket_cap_mb = 25\n",
+             "bad.plan:2:1: bucket_cap_mb needs a dp_replicate dim in dims");
+  EXPECT_ERR(ctx, "bucket with HSDP",
+             "dims = dp_replicate:-1, dp_shard:2\nbucket_cap_mb = 25\n[dp_shard]\nroot = fully_shard()\n",
+             "bad.plan:2:1: bucket_cap_mb is DDP's; with fully_shard entries (line 4)");
+  /* settings: the new names in the list, a hint, repeats */
+  EXPECT_ERR(ctx, "unknown setting", "dims = tp:2\nreshard = 1\n",
+             "bad.plan:2:1: unknown setting 'reshard' (expected name, dims, loss_parallel, zero, "
+             "mixed_precision_param, mixed_precision_reduce or bucket_cap_mb)");
+  EXPECT_ERR(ctx, "setting hint", "dims = dp_shard:2\nmixed_precision_params = bf16\n",
+             "bad.plan:2:1: unknown setting 'mixed_precision_params' (did you mean "
+             "mixed_precision_param?)");
+  EXPECT_ERR(ctx, "zero twice", "dims = dp_shard:2\nzero = 1\nzero = 2\n",
+             "bad.plan:3:1: setting 'zero' given twice (first at line 2)");
+
+  /* units against the model: a weight in no unit (no root), a weight in two */
+  EXPECT_MODULES_ERR(ctx, "norm in no unit",
+                     FS "tok_embeddings = fully_shard()\nlayers.* = fully_shard()\noutput = fully_shard()\n",
+                     "bad.plan: module 'norm' is in no fully_shard unit (add a root = fully_shard() "
+                     "entry or a unit for it)");
+  EXPECT_MODULES_ERR(ctx, "block 1 in no unit",
+                     FS "layers.0 = fully_shard()\ntok_embeddings, norm, output = fully_shard()\n",
+                     "bad.plan: module 'layers.1.attention_norm' is in no fully_shard unit");
+  EXPECT_MODULES_ERR(ctx, "nested units",
+                     FS "layers.* = fully_shard()\nlayers.*.attention = fully_shard()\nroot = fully_shard()\n",
+                     "bad.plan:4: module 'layers.0.attention.wq' is in two fully_shard units: "
+                     "'layers.*' (line 3) and 'layers.*.attention' (line 4)");
+  EXPECT_MODULES_ERR(ctx, "group and unit",
+                     FS "norm, output = fully_shard()\noutput = fully_shard()\nroot = fully_shard()\n",
+                     "bad.plan:4: module 'output' is in two fully_shard units: 'norm,output' (line 3) "
+                     "and 'output' (line 4)");
+  EXPECT_MODULES_ERR(ctx, "overlapping ranges",
+                     FS "layers.[0-2] = fully_shard()\nlayers.[2-5] = fully_shard()\nroot = fully_shard()\n",
+                     "bad.plan:4: module 'layers.2.attention_norm' is in two fully_shard units");
+  EXPECT_MODULES_ERR(ctx, "group pattern no match", FS "norm, outptu = fully_shard()\nroot = fully_shard()\n",
+                     "bad.plan:3: pattern 'outptu' matches no module of debugmodel (6 layers)");
+  EXPECT_MODULES_ERR(ctx, "star leaves the blocks", FS "* = fully_shard()\n",
+                     "bad.plan: module 'layers.0.attention_norm' is in no fully_shard unit");
+  EXPECT_MODULES_ERR(ctx, "layers is no module", FS "layers = fully_shard()\nroot = fully_shard()\n",
+                     "bad.plan:3: pattern 'layers' matches no module");
+  EXPECT_MODULES_ERR(ctx, "colwise on a block", "dims = tp:2\n[tp]\nlayers.* = ColwiseParallel()\n",
+                     "bad.plan:3: pattern 'layers.*' matches 'layers.0', which is not a Linear");
+  dt_llama_config cfg = debugmodel();
+  EXPECT_RESOLVE_ERR(ctx, "resolve: no unit", FS "layers.* = fully_shard()\n", 4, &cfg, 2048,
+                     "bad.plan: module 'tok_embeddings' is in no fully_shard unit");
+}
+#undef FS
+
 int main(void) {
   dt_ctx ctx;
   dt_ctx_init(&ctx, 0, 1);
   check_shipped(&ctx);
+  check_shipped_fsdp(&ctx);
   check_round_trip(&ctx);
+  check_fsdp_syntax(&ctx);
+  check_fsdp_modules(&ctx);
   check_fnmatch();
   check_resolve(&ctx);
   check_errors(&ctx);
+  check_fsdp_errors(&ctx);
   dt_ctx_release(&ctx);
   return tu_finish("test_plan_file");
 }

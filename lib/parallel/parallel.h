@@ -61,7 +61,8 @@ typedef struct dt_plan_entry {
 
 enum { DT_PLAN_MAX_ENTRIES = 64, DT_PLAN_MAX_DIMS = 5 };
 
-/* A parsed plan file: the parallel dims and the TP entries. */
+/* A parsed plan file: the parallel dims, the settings and the entries (TP styles
+ * under [tp], fully_shard units under [dp_shard]). */
 typedef struct dt_plan {
   char name[64];
   char path[256];
@@ -89,9 +90,12 @@ dt_status dt_plan_parse(dt_ctx *ctx, const char *text, const char *path, dt_plan
  * tp under sequence parallel). One-line DT_ERR_INVALID messages. */
 dt_status dt_plan_resolve(dt_ctx *ctx, dt_plan *p, int world, const dt_llama_config *cfg,
                           int seq_len);
-/* The part of dt_plan_resolve that needs no world: every entry's pattern
- * matches some module fqn of cfg, and Colwise/Rowwise ones only Linear or
- * Embedding modules. One-line DT_ERR_INVALID "FILE:LINE: pattern '...' ...". */
+/* The part of dt_plan_resolve that needs no world: every entry's pattern (each
+ * of a group's; `root` always) matches some module fqn of cfg, Colwise/Rowwise
+ * ones only Linear or Embedding modules; with fully_shard entries, no weight is
+ * in two units and every weight is in one unless a root entry takes the rest.
+ * One-line DT_ERR_INVALID "FILE:LINE: pattern '...' ..." / "FILE:LINE: module
+ * '...' is in two fully_shard units ..." / "FILE: module '...' is in no ...". */
 dt_status dt_plan_check_modules(dt_ctx *ctx, const dt_plan *p, const dt_llama_config *cfg);
 /* The patterns of an entry into out (at most max): one, or each of a fully_shard
  * group's ("norm,output" -> "norm", "output"). Returns how many. */

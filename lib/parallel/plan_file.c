@@ -1,18 +1,23 @@
 /* lib/parallel/plan_file.c: plan files (plans/NAME.plan, format in plans/README.md),
  * ParallelStyle defaults and printing, fqn matching and plan resolution.
  *
- * A plan file holds settings (name, dims, loss_parallel) and, under [dim] headers,
+ * A plan file holds settings (name, dims, loss_parallel; zero, mixed_precision_param,
+ * mixed_precision_reduce for FSDP; bucket_cap_mb for DDP) and, under [dim] headers,
  * entries "pattern = Style(kwarg=value, ...)" written as PyTorch writes them
  * (torch/distributed/tensor/parallel/style.py: ColwiseParallel, RowwiseParallel,
- * SequenceParallel, PrepareModuleInput, PrepareModuleOutput). Styles take
- * PyTorch's defaults for omitted kwargs.
+ * SequenceParallel, PrepareModuleInput, PrepareModuleOutput; under [dp_shard] only
+ * FSDP2's fully_shard, torch/distributed/fsdp/_fully_shard/_fully_shard.py, whose
+ * left-hand side may be a group "norm, output" (one unit of several modules) or
+ * "root", the model itself). Styles take PyTorch's defaults for omitted kwargs.
  * Every error is found before any work: syntax errors name FILE:LINE:COLUMN and
  * what was expected; semantic errors are one-line DT_ERR_INVALID messages that
  * name FILE:LINE. dt_plan_resolve infers a -1 dim from the world (TorchTitan's
  * ParallelDims._validate, torchtitan/distributed/parallel_dims.py: dp_shard = -1)
  * and checks the plan against a Llama config whose fqns it generates itself
  * (the module tree of torchtitan/models/llama3/model/model.py), so this file
- * does not depend on lib/nn code. No state outside the caller's structs.
+ * does not depend on lib/nn code; there it also checks that fully_shard units
+ * claim every weight once (TorchTitan's apply_fsdp units never overlap; a root
+ * entry takes what no unit took). No state outside the caller's structs.
  */
 #include "config.h"
 #include "parallel/parallel.h"
@@ -41,11 +46,11 @@ _Static_assert((int)N_DIM_NAMES == (int)DT_PLAN_MAX_DIMS, "one plan dim per Torc
 
 typedef enum kwarg {
   KW_INPUT_LAYOUTS = 0, KW_DESIRED_INPUT_LAYOUTS, KW_OUTPUT_LAYOUTS, KW_DESIRED_OUTPUT_LAYOUTS,
-  KW_USE_LOCAL_OUTPUT, KW_SEQUENCE_DIM, N_KWARGS
+  KW_USE_LOCAL_OUTPUT, KW_SEQUENCE_DIM, KW_RESHARD_AFTER_FORWARD, N_KWARGS
 } kwarg;
 static const char *const k_kwarg_names[N_KWARGS] = {
     "input_layouts", "desired_input_layouts", "output_layouts", "desired_output_layouts",
-    "use_local_output", "sequence_dim"};
+    "use_local_output", "sequence_dim", "reshard_after_forward"};
 
 #define KWBIT(k) (1u << (k))
 /* The kwargs each style's constructor takes in PyTorch (style.py), by dt_style_kind. */
@@ -54,11 +59,24 @@ static const unsigned k_style_kwargs[N_STYLES] = {
     KWBIT(KW_INPUT_LAYOUTS) | KWBIT(KW_OUTPUT_LAYOUTS) | KWBIT(KW_USE_LOCAL_OUTPUT),
     KWBIT(KW_SEQUENCE_DIM) | KWBIT(KW_USE_LOCAL_OUTPUT),
     KWBIT(KW_INPUT_LAYOUTS) | KWBIT(KW_DESIRED_INPUT_LAYOUTS) | KWBIT(KW_USE_LOCAL_OUTPUT),
-    KWBIT(KW_OUTPUT_LAYOUTS) | KWBIT(KW_DESIRED_OUTPUT_LAYOUTS) | KWBIT(KW_USE_LOCAL_OUTPUT)};
+    KWBIT(KW_OUTPUT_LAYOUTS) | KWBIT(KW_DESIRED_OUTPUT_LAYOUTS) | KWBIT(KW_USE_LOCAL_OUTPUT),
+    /* fully_shard(module, *, mesh, reshard_after_forward, shard_placement_fn, mp_policy,
+     * offload_policy, ignored_params): the mesh is the [dp_shard] dim and mp_policy the
+     * plan's mixed_precision_* settings, so reshard_after_forward is the one kwarg left */
+    KWBIT(KW_RESHARD_AFTER_FORWARD)};
 
 /* Settings allowed above the first [dim] header. */
-static const char *const k_settings[] = {"name", "dims", "loss_parallel"};
-enum { N_SETTINGS = (int)(sizeof k_settings / sizeof k_settings[0]) };
+typedef enum setting_id {
+  SET_NAME = 0, SET_DIMS, SET_LOSS_PARALLEL, SET_ZERO, SET_MP_PARAM, SET_MP_REDUCE,
+  SET_BUCKET_CAP_MB, N_SETTINGS
+} setting_id;
+static const char *const k_settings[N_SETTINGS] = {
+    "name", "dims", "loss_parallel", "zero", "mixed_precision_param", "mixed_precision_reduce",
+    "bucket_cap_mb"};
+#define SETBIT(k) (1u << (k))
+
+/* The model itself in a fully_shard entry (TorchTitan's final fully_shard(model)). */
+static const char k_root[] = "root";
 
 /* Plan files are hand-written and a few KiB; anything over 1 MiB is not a plan. */
 enum { PLAN_FILE_MAX_BYTES = 1 << 20 };
@@ -70,6 +88,11 @@ enum { WORD_MAX = 64 };
 enum { SUGGEST_MAX_DIST = 3 };
 /* Longest fqn token fnmatch sees (dt_plan_entry.pattern is 96 chars). */
 enum { FQN_TOKEN_MAX = 128 };
+/* Most patterns in one fully_shard group: each takes at least 2 of the pattern's
+ * 96 chars (a letter and a ','), so no group can have more. */
+enum { GROUP_MAX = 48 };
+/* bucket_cap_mb above 1 TiB is larger than any device's memory: a typo, not a bucket. */
+enum { BUCKET_CAP_MB_MAX = 1 << 20 };
 
 /* ---- small helpers -------------------------------------------------------------- */
 
@@ -327,7 +350,8 @@ typedef struct pstate {
   const char *p;    /* cursor */
   const char *end;  /* end of the line's content (before a comment / newline) */
   int cur_dim;      /* the [dim] section, -1 before the first header */
-  unsigned seen;    /* settings given (bit per k_settings) */
+  unsigned seen;    /* settings given (SETBIT per setting_id) */
+  int set_line[N_SETTINGS], set_col[N_SETTINGS]; /* where each setting was given */
 } pstate;
 
 static int col_of(const pstate *s, const char *at) { return (int)(at - s->ls) + 1; }
@@ -492,13 +516,34 @@ static void names_list(char *buf, size_t n, const char *const *names, int k, uns
   }
 }
 
-/* Style(kwargs...) at the cursor, up to the end of the line. */
-static dt_status style_call(pstate *s, dt_style *st) {
+/* What a [dim] section holds: fully_shard under [dp_shard], the TP styles elsewhere. */
+static bool in_dp_shard(const pstate *s) {
+  return s->cur_dim >= 0 && !strcmp(s->plan->dim_names[s->cur_dim], "dp_shard");
+}
+
+static const char *expected_styles(const pstate *s) {
+  return in_dp_shard(s) ? "fully_shard"
+                        : "ColwiseParallel, RowwiseParallel, SequenceParallel, "
+                          "PrepareModuleInput or PrepareModuleOutput";
+}
+
+/* The left-hand side of an entry: one pattern or a fully_shard group. */
+typedef struct lhs {
+  int n;                       /* patterns */
+  const char *at[GROUP_MAX];   /* each pattern's first char */
+  size_t len[GROUP_MAX];
+  const char *b;               /* the first pattern (column of the entry) */
+  char text[96 * 2];           /* as written, for messages ("norm, output") */
+} lhs;
+
+/* Style(kwargs...) at the cursor, up to the end of the line, for the entry `key`.
+ * The style must fit the section (fully_shard only under [dp_shard] and only
+ * there) and the left-hand side (a group or `root` only for fully_shard). */
+static dt_status style_call(pstate *s, dt_style *st, const lhs *key) {
   const char *b = s->p;
   char w[WORD_MAX];
   if (!ident(s, w, sizeof w))
-    return perr(s, s->line, col_of(s, b), "expected a style (ColwiseParallel, RowwiseParallel, "
-                "SequenceParallel, PrepareModuleInput or PrepareModuleOutput)");
+    return perr(s, s->line, col_of(s, b), "expected a style (%s)", expected_styles(s));
   int kind = find_name(w, k_style_names, N_STYLES);
   if (kind < 0) {
     if (!strcmp(w, "PrepareModuleInputOutput"))
@@ -507,9 +552,25 @@ static dt_status style_call(pstate *s, dt_style *st) {
     const char *hint = suggest(w, k_style_names, N_STYLES);
     if (hint)
       return perr(s, s->line, col_of(s, b), "unknown style '%s' (did you mean %s?)", w, hint);
-    return perr(s, s->line, col_of(s, b), "unknown style '%s' (expected ColwiseParallel, "
-                "RowwiseParallel, SequenceParallel, PrepareModuleInput or PrepareModuleOutput)", w);
+    return perr(s, s->line, col_of(s, b), "unknown style '%s' (expected %s)", w,
+                expected_styles(s));
   }
+  bool fs = kind == DT_STYLE_FULLY_SHARD;
+  if (fs && !in_dp_shard(s))
+    return perr(s, s->line, col_of(s, b),
+                "fully_shard belongs under [dp_shard], not [%s] (FSDP shards the parameters "
+                "over the dp_shard dim)", s->plan->dim_names[s->cur_dim]);
+  if (!fs && in_dp_shard(s))
+    return perr(s, s->line, col_of(s, b),
+                "[dp_shard] holds fully_shard entries only, not %s (tensor-parallel styles go "
+                "under [tp])", w);
+  if (!fs && key->n > 1)
+    return perr(s, s->line, col_of(s, key->b),
+                "a group of patterns ('%s') is one fully_shard unit; %s takes one pattern per "
+                "entry", key->text, w);
+  if (!fs && key->len[0] == strlen(k_root) && !memcmp(key->at[0], k_root, key->len[0]))
+    return perr(s, s->line, col_of(s, key->b),
+                "'root' (the model itself) is for fully_shard only; %s needs a module pattern", w);
   dt_style_default((dt_style_kind)kind, st);
   ws(s);
   if (!at(s, '(')) return perr(s, s->line, col_of(s, s->p), "expected '(' after '%s'", w);
@@ -551,13 +612,32 @@ static dt_status style_call(pstate *s, dt_style *st) {
     kw_line_col[k] = col_of(s, kb);
     const char *vb = s->p;
     if (k == KW_USE_LOCAL_OUTPUT) {
-      char v[WORD_MAX];
+      char v[WORD_MAX] = ""; /* stays "" when no word follows */
       ident(s, v, sizeof v);
       if (!strcmp(v, "True") || !strcmp(v, "true")) st->use_local_output = true;
       else if (!strcmp(v, "False") || !strcmp(v, "false")) st->use_local_output = false;
       else {
         s->p = vb;
         return perr(s, s->line, col_of(s, vb), "expected True or False after '%s='", kw);
+      }
+    } else if (k == KW_RESHARD_AFTER_FORWARD) {
+      /* FSDP2: bool | int | None. An int reshards to a sub-group of that many ranks
+       * (the post-forward mesh of _get_post_forward_mesh_info), which is not supported. */
+      char v[WORD_MAX] = ""; /* stays "" when no word follows */
+      long iv;
+      if (integer(s, -PLAN_DIM_MAX, PLAN_DIM_MAX, &iv)) {
+        s->p = vb;
+        return perr(s, s->line, col_of(s, vb),
+                    "reshard_after_forward=%ld: an int (FSDP2's reshard to a sub-group of that "
+                    "many ranks) is not supported; expected True or False", iv);
+      }
+      ident(s, v, sizeof v);
+      if (!strcmp(v, "True") || !strcmp(v, "true")) st->reshard_after_forward = 1;
+      else if (!strcmp(v, "False") || !strcmp(v, "false")) st->reshard_after_forward = 0;
+      else if (!strcmp(v, "None")) st->reshard_after_forward = -1;
+      else {
+        s->p = vb;
+        return perr(s, s->line, col_of(s, vb), "expected True, False or None after '%s='", kw);
       }
     } else if (k == KW_SEQUENCE_DIM) {
       long v;
@@ -671,39 +751,123 @@ static dt_status dims_setting(pstate *s) {
   }
 }
 
-static dt_status setting(pstate *s, int which, const char *kb) {
-  dt_plan *pl = s->plan;
-  if (s->seen & (1u << which))
-    return perr(s, s->line, col_of(s, kb), "setting '%s' given twice", k_settings[which]);
-  s->seen |= 1u << which;
-  if (which == 0) { /* name */
-    const char *b = s->p;
-    while (s->p < s->end && (is_ident(*s->p) || *s->p == '-' || *s->p == '.')) s->p++;
-    size_t l = (size_t)(s->p - b);
-    if (l == 0) return perr(s, s->line, col_of(s, b), "expected a name (letters, digits, '_', '-', '.')");
-    if (l >= sizeof pl->name)
-      return perr(s, s->line, col_of(s, b), "name is longer than %zu characters", sizeof pl->name - 1);
-    ws(s);
-    if (s->p != s->end)
-      return perr(s, s->line, col_of(s, s->p), "expected the end of the line after the name");
-    memcpy(pl->name, b, l);
-    pl->name[l] = '\0';
-    return DT_OK;
-  }
-  if (which == 1) return dims_setting(s);
-  const char *b = s->p; /* loss_parallel */
-  char w[WORD_MAX];
-  ident(s, w, sizeof w);
-  if (!strcmp(w, "true") || !strcmp(w, "True")) pl->loss_parallel = true;
-  else if (!strcmp(w, "false") || !strcmp(w, "False")) pl->loss_parallel = false;
-  else {
-    s->p = b;
-    return perr(s, s->line, col_of(s, b), "expected true or false after 'loss_parallel ='");
-  }
+/* The end of a setting's line. */
+static dt_status setting_end(pstate *s, const char *what) {
   ws(s);
   if (s->p != s->end)
-    return perr(s, s->line, col_of(s, s->p), "expected the end of the line after '%s'", w);
+    return perr(s, s->line, col_of(s, s->p), "expected the end of the line after '%s'", what);
   return DT_OK;
+}
+
+/* true / True / false / False for `name`. */
+static dt_status bool_setting(pstate *s, const char *name, bool *out) {
+  const char *b = s->p;
+  char w[WORD_MAX] = ""; /* stays "" when no word follows */
+  ident(s, w, sizeof w);
+  if (!strcmp(w, "true") || !strcmp(w, "True")) *out = true;
+  else if (!strcmp(w, "false") || !strcmp(w, "False")) *out = false;
+  else {
+    s->p = b;
+    return perr(s, s->line, col_of(s, b), "expected true or false after '%s ='", name);
+  }
+  return setting_end(s, w);
+}
+
+/* A dtype word for mixed_precision_*: the plan's short names or TorchTitan's
+ * (training.mixed_precision_param = "bfloat16"), limited to `allowed`. */
+static dt_status dtype_setting(pstate *s, const char *name, unsigned allowed, const char *list,
+                               dt_dtype *out) {
+  const char *b = s->p;
+  char w[WORD_MAX] = ""; /* stays "" when no word follows */
+  ident(s, w, sizeof w);
+  dt_dtype t;
+  if (!w[0] || dt_dtype_parse(w, &t) != DT_OK || !(allowed & (1u << t))) {
+    s->p = b;
+    if (!w[0]) return perr(s, s->line, col_of(s, b), "expected %s after '%s ='", list, name);
+    return perr(s, s->line, col_of(s, b), "'%s' is not a dtype for %s (expected %s)", w, name,
+                list);
+  }
+  *out = t;
+  return setting_end(s, w);
+}
+
+/* bucket_cap_mb = X: a decimal number > 0 (DDP takes a float: 25 by default). */
+static dt_status bucket_setting(pstate *s) {
+  const char *b = s->p;
+  int digits = 0, dots = 0;
+  while (s->p < s->end && (isdigit((unsigned char)*s->p) || *s->p == '.')) {
+    if (*s->p == '.') dots++;
+    else digits++;
+    s->p++;
+  }
+  char num[WORD_MAX];
+  size_t l = (size_t)(s->p - b);
+  double v = 0;
+  bool ok = digits > 0 && dots <= 1 && l < sizeof num && !(s->p < s->end && is_ident(*s->p));
+  if (ok) {
+    memcpy(num, b, l);
+    num[l] = '\0';
+    v = strtod(num, NULL);
+    ok = v > 0 && v <= BUCKET_CAP_MB_MAX;
+  }
+  if (!ok) {
+    s->p = b;
+    return perr(s, s->line, col_of(s, b),
+                "expected a number of MiB > 0 and <= %d after 'bucket_cap_mb =' (e.g. 25 or 100)",
+                BUCKET_CAP_MB_MAX);
+  }
+  s->plan->bucket_cap_mb = v;
+  return setting_end(s, "bucket_cap_mb");
+}
+
+static dt_status setting(pstate *s, setting_id which, const char *kb) {
+  dt_plan *pl = s->plan;
+  if (s->seen & SETBIT(which))
+    return perr(s, s->line, col_of(s, kb), "setting '%s' given twice (first at line %d)",
+                k_settings[which], s->set_line[which]);
+  s->seen |= SETBIT(which);
+  s->set_line[which] = s->line;
+  s->set_col[which] = col_of(s, kb);
+  switch (which) {
+    case SET_NAME: {
+      const char *b = s->p;
+      while (s->p < s->end && (is_ident(*s->p) || *s->p == '-' || *s->p == '.')) s->p++;
+      size_t l = (size_t)(s->p - b);
+      if (l == 0)
+        return perr(s, s->line, col_of(s, b), "expected a name (letters, digits, '_', '-', '.')");
+      if (l >= sizeof pl->name)
+        return perr(s, s->line, col_of(s, b), "name is longer than %zu characters",
+                    sizeof pl->name - 1);
+      ws(s);
+      if (s->p != s->end)
+        return perr(s, s->line, col_of(s, s->p), "expected the end of the line after the name");
+      memcpy(pl->name, b, l);
+      pl->name[l] = '\0';
+      return DT_OK;
+    }
+    case SET_DIMS: return dims_setting(s);
+    case SET_LOSS_PARALLEL: return bool_setting(s, "loss_parallel", &pl->loss_parallel);
+    case SET_ZERO: {
+      const char *b = s->p;
+      long v;
+      if (!integer(s, 1, 3, &v) || (s->p < s->end && is_ident(*s->p))) {
+        s->p = b;
+        return perr(s, s->line, col_of(s, b), "expected 1, 2 or 3 (the ZeRO stage) after 'zero ='");
+      }
+      pl->zero = (int)v;
+      return setting_end(s, "zero");
+    }
+    case SET_MP_PARAM:
+      return dtype_setting(s, k_settings[which],
+                           (1u << DT_BF16) | (1u << DT_F32) | (1u << DT_F64), "bf16, f32 or f64",
+                           &pl->param_dtype);
+    case SET_MP_REDUCE:
+      return dtype_setting(s, k_settings[which], (1u << DT_F32) | (1u << DT_F64), "f32 or f64",
+                           &pl->reduce_dtype);
+    case SET_BUCKET_CAP_MB: return bucket_setting(s);
+    case N_SETTINGS: break;
+  }
+  return perr(s, s->line, col_of(s, kb), "unknown setting");
 }
 
 static bool pattern_char(char c) {
@@ -711,27 +875,77 @@ static bool pattern_char(char c) {
          c == '-' || c == '^';
 }
 
-static dt_status entry(pstate *s, const char *kb, size_t kl) {
+/* One pattern at the cursor; false when there is none. */
+static bool pattern(pstate *s, const char **pb, size_t *len) {
+  *pb = s->p;
+  while (s->p < s->end && pattern_char(*s->p)) s->p++;
+  *len = (size_t)(s->p - *pb);
+  return *len > 0;
+}
+
+/* PATTERN or PATTERN, PATTERN, ... (a fully_shard group) at the cursor. */
+static dt_status lhs_read(pstate *s, lhs *k) {
+  memset(k, 0, sizeof *k);
+  k->b = s->p;
+  appender a = {k->text, sizeof k->text, 0};
+  for (;;) {
+    const char *pb;
+    size_t len;
+    if (!pattern(s, &pb, &len)) {
+      if (k->n == 0)
+        return perr(s, s->line, col_of(s, pb), "expected a pattern, a setting or a [dim] header");
+      return perr(s, s->line, col_of(s, pb), "expected a pattern after ','");
+    }
+    if (k->n == GROUP_MAX)
+      return perr(s, s->line, col_of(s, pb), "more than %d patterns in a group", GROUP_MAX);
+    k->at[k->n] = pb;
+    k->len[k->n] = len;
+    app(&a, "%s%.*s", k->n ? ", " : "", (int)len, pb);
+    k->n++;
+    ws(s);
+    if (!at(s, ',')) return DT_OK;
+    s->p++;
+    ws(s);
+  }
+}
+
+static dt_status entry(pstate *s, const lhs *k) {
   dt_plan *pl = s->plan;
   char pat[sizeof pl->entries[0].pattern];
-  if (kl >= sizeof pat)
-    return perr(s, s->line, col_of(s, kb), "pattern is longer than %zu characters", sizeof pat - 1);
-  memcpy(pat, kb, kl);
-  pat[kl] = '\0';
-  for (size_t i = 0; i < kl; i++) {
-    bool empty_tok = pat[i] == '.' && (i == 0 || i + 1 == kl || pat[i + 1] == '.');
-    if (empty_tok) return perr(s, s->line, col_of(s, kb), "bad pattern '%s': an empty token", pat);
+  appender a = {pat, sizeof pat, 0};
+  pat[0] = '\0';
+  for (int i = 0; i < k->n; i++) {
+    const char *pb = k->at[i];
+    size_t kl = k->len[i];
+    for (size_t j = 0; j < kl; j++) {
+      bool empty_tok = pb[j] == '.' && (j == 0 || j + 1 == kl || pb[j + 1] == '.');
+      if (empty_tok)
+        return perr(s, s->line, col_of(s, pb), "bad pattern '%.*s': an empty token", (int)kl, pb);
+    }
+    bool root = kl == strlen(k_root) && !memcmp(pb, k_root, kl);
+    if (root && k->n > 1)
+      return perr(s, s->line, col_of(s, pb),
+                  "'root' (the model itself) cannot be in a group; write 'root = fully_shard()' "
+                  "on a line of its own");
+    for (int j = 0; j < i; j++)
+      if (k->len[j] == kl && !memcmp(k->at[j], pb, kl))
+        return perr(s, s->line, col_of(s, pb), "pattern '%.*s' twice in one group", (int)kl, pb);
+    app(&a, "%s%.*s", i ? "," : "", (int)kl, pb);
   }
+  if (a.len >= sizeof pat)
+    return perr(s, s->line, col_of(s, k->b), "pattern is longer than %zu characters",
+                sizeof pat - 1);
   for (int i = 0; i < pl->n_entries; i++)
     if (pl->entries[i].dim == s->cur_dim && !strcmp(pl->entries[i].pattern, pat))
-      return perr(s, s->line, col_of(s, kb), "duplicate pattern '%s' under [%s] (first at line %d)",
-                  pat, pl->dim_names[s->cur_dim], pl->entries[i].line);
+      return perr(s, s->line, col_of(s, k->b),
+                  "duplicate pattern '%s' under [%s] (first at line %d)", k->text,
+                  pl->dim_names[s->cur_dim], pl->entries[i].line);
   if (pl->n_entries == DT_PLAN_MAX_ENTRIES)
-    return perr(s, s->line, col_of(s, kb), "too many entries (at most %d)", DT_PLAN_MAX_ENTRIES);
+    return perr(s, s->line, col_of(s, k->b), "too many entries (at most %d)", DT_PLAN_MAX_ENTRIES);
   dt_plan_entry *e = &pl->entries[pl->n_entries];
   memset(e, 0, sizeof *e);
-  DT_CHECK(style_call(s, &e->style));
-  memcpy(e->pattern, pat, kl + 1);
+  DT_CHECK(style_call(s, &e->style, k));
+  memcpy(e->pattern, pat, a.len + 1);
   e->line = s->line;
   e->dim = s->cur_dim;
   pl->n_entries++;
@@ -761,7 +975,7 @@ static dt_status parse_line(pstate *s) {
     s->p++;
     ws(s);
     if (s->p != s->end) return perr(s, s->line, col_of(s, s->p), "expected the end of the line after ']'");
-    if (!(s->seen & 2u))
+    if (!(s->seen & SETBIT(SET_DIMS)))
       return perr(s, s->line, col_of(s, b), "[%s]: a [dim] header needs a 'dims = ...' line above it", w);
     int d = dt_plan_dim(s->plan, w);
     if (d < 0) {
@@ -773,30 +987,32 @@ static dt_status parse_line(pstate *s) {
     s->cur_dim = d;
     return DT_OK;
   }
-  const char *kb = s->p;
-  while (s->p < s->end && pattern_char(*s->p)) s->p++;
-  size_t kl = (size_t)(s->p - kb);
-  if (kl == 0)
-    return perr(s, s->line, col_of(s, kb), "expected a pattern, a setting or a [dim] header");
-  char key[sizeof s->plan->entries[0].pattern];
-  snprintf(key, sizeof key, "%.*s", (int)kl, kb);
-  ws(s);
-  if (!at(s, '=')) return perr(s, s->line, col_of(s, s->p), "expected '=' after '%s'", key);
+  lhs k;
+  DT_CHECK(lhs_read(s, &k));
+  if (!at(s, '=')) return perr(s, s->line, col_of(s, s->p), "expected '=' after '%s'", k.text);
   s->p++;
   ws(s);
-  int which = find_name(key, k_settings, N_SETTINGS);
+  char key[WORD_MAX];
+  snprintf(key, sizeof key, "%.*s", (int)k.len[0], k.at[0]);
+  int which = k.n == 1 && k.len[0] < sizeof key ? find_name(key, k_settings, N_SETTINGS) : -1;
   if (s->cur_dim < 0) {
-    if (which >= 0) return setting(s, which, kb);
+    if (which >= 0) return setting(s, (setting_id)which, k.b);
     if (looks_like_call(s))
-      return perr(s, s->line, col_of(s, kb),
-                  "entry '%s' comes before a [dim] header (add e.g. [tp] above it)", key);
-    return perr(s, s->line, col_of(s, kb), "unknown setting '%s' (expected name, dims or loss_parallel)",
-                key);
+      return perr(s, s->line, col_of(s, k.b),
+                  "entry '%s' comes before a [dim] header (add e.g. [tp] or [dp_shard] above it)",
+                  k.text);
+    char list[DT_ERRMSG_LEN / 2];
+    names_list(list, sizeof list, k_settings, N_SETTINGS, SETBIT(N_SETTINGS) - 1u);
+    const char *hint = suggest(k.text, k_settings, N_SETTINGS);
+    if (hint)
+      return perr(s, s->line, col_of(s, k.b), "unknown setting '%s' (did you mean %s?)", k.text,
+                  hint);
+    return perr(s, s->line, col_of(s, k.b), "unknown setting '%s' (expected %s)", k.text, list);
   }
   if (which >= 0 && !looks_like_call(s))
-    return perr(s, s->line, col_of(s, kb), "setting '%s' must come before the first [dim] header",
+    return perr(s, s->line, col_of(s, k.b), "setting '%s' must come before the first [dim] header",
                 key);
-  return entry(s, kb, kl);
+  return entry(s, &k);
 }
 
 /* Checks the output entry loss parallel needs: TorchTitan's apply_tp
@@ -832,6 +1048,50 @@ static dt_status check_loss_parallel(pstate *s) {
               "(ColwiseParallel(..., output_layouts=Shard(-1), use_local_output=False))");
 }
 
+/* The FSDP / ZeRO / DDP settings against the dims and entries they need:
+ * zero needs a dp_shard dim and, at stage 1 or 2, no unit with
+ * reshard_after_forward=True; mixed_precision_* (FSDP2's MixedPrecisionPolicy,
+ * given to fully_shard) needs fully_shard entries; bucket_cap_mb (DDP's
+ * gradient buckets, TorchTitan's apply_ddp) needs a dp_replicate dim and no
+ * fully_shard entries, since with them dp_replicate is HSDP's replica dim,
+ * which FSDP2 all-reduces per unit, not in buckets. */
+static dt_status check_fsdp_settings(pstate *s) {
+  dt_plan *pl = s->plan;
+  const dt_plan_entry *fs = NULL;
+  for (int i = 0; i < pl->n_entries && !fs; i++)
+    if (pl->entries[i].style.kind == DT_STYLE_FULLY_SHARD) fs = &pl->entries[i];
+  if ((s->seen & SETBIT(SET_ZERO)) && dt_plan_dim(pl, "dp_shard") < 0)
+    return perr(s, s->set_line[SET_ZERO], s->set_col[SET_ZERO],
+                "zero = %d needs a dp_shard dim in dims (ZeRO shards over dp_shard)", pl->zero);
+  if (pl->zero == 1 || pl->zero == 2) {
+    for (int i = 0; i < pl->n_entries; i++) {
+      const dt_plan_entry *e = &pl->entries[i];
+      if (e->style.kind != DT_STYLE_FULLY_SHARD || e->style.reshard_after_forward != 1) continue;
+      return perr(s, e->line, 0,
+                  "'%s': reshard_after_forward=True contradicts zero = %d (line %d): %s", e->pattern,
+                  pl->zero, s->set_line[SET_ZERO],
+                  pl->zero == 2 ? "ZeRO-2 keeps the parameters gathered from forward to backward"
+                                : "ZeRO-1 shards only the optimizer state");
+    }
+  }
+  static const setting_id mp[] = {SET_MP_PARAM, SET_MP_REDUCE};
+  for (int i = 0; i < 2; i++)
+    if ((s->seen & SETBIT(mp[i])) && !fs)
+      return perr(s, s->set_line[mp[i]], s->set_col[mp[i]],
+                  "%s needs fully_shard entries under [dp_shard] (FSDP2's MixedPrecisionPolicy "
+                  "is a fully_shard argument)", k_settings[mp[i]]);
+  if (s->seen & SETBIT(SET_BUCKET_CAP_MB)) {
+    if (dt_plan_dim(pl, "dp_replicate") < 0)
+      return perr(s, s->set_line[SET_BUCKET_CAP_MB], s->set_col[SET_BUCKET_CAP_MB],
+                  "bucket_cap_mb needs a dp_replicate dim in dims (DDP's gradient buckets)");
+    if (fs)
+      return perr(s, s->set_line[SET_BUCKET_CAP_MB], s->set_col[SET_BUCKET_CAP_MB],
+                  "bucket_cap_mb is DDP's; with fully_shard entries (line %d) dp_replicate is "
+                  "HSDP's, which has no buckets", fs->line);
+  }
+  return DT_OK;
+}
+
 dt_status dt_plan_parse(dt_ctx *ctx, const char *text, const char *path, dt_plan *out) {
   if (!out) return dt_error(ctx, DT_ERR_INVALID, "dt_plan_parse", "no output plan");
   memset(out, 0, sizeof *out);
@@ -856,8 +1116,9 @@ dt_status dt_plan_parse(dt_ctx *ctx, const char *text, const char *path, dt_plan
     t = *eol ? eol + 1 : eol;
   }
   dt_status st = DT_OK;
-  if (!(s.seen & 2u)) st = perr(&s, 0, 0, "no 'dims = ...' line (e.g. dims = tp:-1)");
+  if (!(s.seen & SETBIT(SET_DIMS))) st = perr(&s, 0, 0, "no 'dims = ...' line (e.g. dims = tp:-1)");
   if (st == DT_OK) st = check_loss_parallel(&s);
+  if (st == DT_OK) st = check_fsdp_settings(&s);
   if (st != DT_OK) {
     memset(out, 0, sizeof *out);
     return st;
@@ -906,11 +1167,13 @@ dt_status dt_plan_load(dt_ctx *ctx, const char *path, dt_plan *out) {
 typedef enum fqn_kind { FQ_EMBEDDING, FQ_LINEAR, FQ_NORM, FQ_CONTAINER } fqn_kind;
 
 /* The modules of one TransformerBlock (TorchTitan's TransformerBlock,
- * torchtitan/models/llama3/model/model.py), parents first. */
+ * torchtitan/models/llama3/model/model.py), parents first: "" is the block
+ * layers.N itself. */
 static const struct {
   const char *name;
   fqn_kind kind;
 } k_block_mods[] = {
+    {"", FQ_CONTAINER},
     {"attention_norm", FQ_NORM},      {"attention", FQ_CONTAINER},
     {"attention.wq", FQ_LINEAR},      {"attention.wk", FQ_LINEAR},
     {"attention.wv", FQ_LINEAR},      {"attention.wo", FQ_LINEAR},
@@ -938,7 +1201,8 @@ static fqn_kind fqn_at(const dt_llama_config *cfg, int i, char *buf, size_t n) {
     return FQ_LINEAR;
   }
   int j = i - 1;
-  snprintf(buf, n, "layers.%d.%s", j / N_BLOCK_MODS, k_block_mods[j % N_BLOCK_MODS].name);
+  const char *name = k_block_mods[j % N_BLOCK_MODS].name;
+  snprintf(buf, n, "layers.%d%s%s", j / N_BLOCK_MODS, name[0] ? "." : "", name);
   return k_block_mods[j % N_BLOCK_MODS].kind;
 }
 
@@ -964,27 +1228,85 @@ static dt_status rerr(dt_ctx *ctx, const char *call, const dt_plan *p, int line,
   return dt_error(ctx, DT_ERR_INVALID, call, "%s: %s", where, msg);
 }
 
+static bool is_root(const char *pattern) { return !strcmp(pattern, k_root); }
+
+/* The first non-root fully_shard entry at or after `from` with a pattern that
+ * matches the weight module `w` or one of its parents: the unit that claims
+ * w's weight (FSDP2's fully_shard(module) takes every parameter under module
+ * that no earlier call took). The parents are w's fqn cut at each '.', except
+ * the bare "layers" (TorchTitan's ModuleDict of blocks, not a module here:
+ * lib/nn's module list has no such entry). -1 when none. */
+static int claiming_unit(const dt_plan *p, int from, const char *w) {
+  for (int e = from; e < p->n_entries; e++) {
+    const dt_plan_entry *en = &p->entries[e];
+    if (en->style.kind != DT_STYLE_FULLY_SHARD || is_root(en->pattern)) continue;
+    char pats[GROUP_MAX][96];
+    int np = dt_plan_entry_patterns(en, pats, GROUP_MAX);
+    for (int k = 0; k < np; k++) {
+      char pre[FQN_TOKEN_MAX];
+      for (size_t i = 0;; i++) {
+        if (w[i] != '.' && w[i] != '\0') continue;
+        if (i >= sizeof pre) break;
+        memcpy(pre, w, i);
+        pre[i] = '\0';
+        if (strcmp(pre, "layers") && dt_fqn_match(pats[k], pre)) return e;
+        if (w[i] == '\0') break;
+      }
+    }
+  }
+  return -1;
+}
+
 dt_status dt_plan_check_modules(dt_ctx *ctx, const dt_plan *p, const dt_llama_config *cfg) {
   if (!p || !cfg) return dt_error(ctx, DT_ERR_INVALID, "dt_plan_check_modules", "no plan or config");
-  /* every pattern matches a module; Colwise/Rowwise only on Linear/Embedding */
+  /* every pattern (each of a group's) matches a module, `root` the model itself;
+   * Colwise/Rowwise only on Linear/Embedding */
   int nf = n_fqns(cfg);
+  bool any_fs = false, has_root = false;
   for (int e = 0; e < p->n_entries; e++) {
     const dt_plan_entry *en = &p->entries[e];
     const dt_style *st = &en->style;
-    bool hit = false;
-    for (int i = 0; i < nf; i++) {
-      char fqn[FQN_TOKEN_MAX];
-      fqn_kind k = fqn_at(cfg, i, fqn, sizeof fqn);
-      if (!dt_fqn_match(en->pattern, fqn)) continue;
-      hit = true;
-      if ((st->kind == DT_STYLE_COLWISE || st->kind == DT_STYLE_ROWWISE) && k != FQ_LINEAR &&
-          k != FQ_EMBEDDING)
-        return rerr(ctx, "dt_plan_check_modules", p, en->line, "pattern '%s' matches '%s', which is not a Linear or an "
-                    "Embedding (%s needs one)", en->pattern, fqn, k_style_names[st->kind]);
+    bool fs = st->kind == DT_STYLE_FULLY_SHARD;
+    any_fs |= fs;
+    char pats[GROUP_MAX][96];
+    int np = dt_plan_entry_patterns(en, pats, GROUP_MAX);
+    for (int k = 0; k < np; k++) {
+      if (fs && is_root(pats[k])) {
+        has_root = true;
+        continue;
+      }
+      bool hit = false;
+      for (int i = 0; i < nf; i++) {
+        char fqn[FQN_TOKEN_MAX];
+        fqn_kind fk = fqn_at(cfg, i, fqn, sizeof fqn);
+        if (!dt_fqn_match(pats[k], fqn)) continue;
+        hit = true;
+        if ((st->kind == DT_STYLE_COLWISE || st->kind == DT_STYLE_ROWWISE) && fk != FQ_LINEAR &&
+            fk != FQ_EMBEDDING)
+          return rerr(ctx, "dt_plan_check_modules", p, en->line, "pattern '%s' matches '%s', which is not a Linear or an "
+                      "Embedding (%s needs one)", pats[k], fqn, k_style_names[st->kind]);
+      }
+      if (!hit)
+        return rerr(ctx, "dt_plan_check_modules", p, en->line, "pattern '%s' matches no module of %s (%d layers)",
+                    pats[k], cfg->name[0] ? cfg->name : "the model", cfg->n_layers);
     }
-    if (!hit)
-      return rerr(ctx, "dt_plan_check_modules", p, en->line, "pattern '%s' matches no module of %s (%d layers)",
-                  en->pattern, cfg->name[0] ? cfg->name : "the model", cfg->n_layers);
+  }
+  if (!any_fs) return DT_OK;
+  /* fully_shard units: every weight in exactly one unit, or left to a root entry */
+  for (int i = 0; i < nf; i++) {
+    char fqn[FQN_TOKEN_MAX];
+    if (fqn_at(cfg, i, fqn, sizeof fqn) == FQ_CONTAINER) continue;
+    int a = claiming_unit(p, 0, fqn);
+    int b = a >= 0 ? claiming_unit(p, a + 1, fqn) : -1;
+    if (b >= 0)
+      return rerr(ctx, "dt_plan_check_modules", p, p->entries[b].line,
+                  "module '%s' is in two fully_shard units: '%s' (line %d) and '%s' (line %d); "
+                  "a module may be in one unit only", fqn, p->entries[a].pattern,
+                  p->entries[a].line, p->entries[b].pattern, p->entries[b].line);
+    if (a < 0 && !has_root)
+      return rerr(ctx, "dt_plan_check_modules", p, 0,
+                  "module '%s' is in no fully_shard unit (add a root = fully_shard() entry or a "
+                  "unit for it)", fqn);
   }
   return DT_OK;
 }
