@@ -23,12 +23,14 @@ bgpid=
 on_exit '[ -n "$bgpid" ] && kill -9 "$bgpid" 2>/dev/null'
 
 # The tiny sweep: 15 mesh shapes x 9 plans x 1 workload (block) x 2 dtypes = 270 configs,
-# 14 of which run (tp:4 and dp_replicate:2,tp:2 for the 3 TP plans, dp_replicate:4
-# for dp, per dtype; the 5 plans with [dp_shard] units are skipped, since the harness
-# applies [tp] entries only); the model workload (6 layers) runs in the README sweep.
+# 26 of which run, per dtype: tp:4 and dp_replicate:2,tp:2 for the 3 TP plans,
+# dp_replicate:4 for dp, dp_shard:4 and dp_replicate:2,dp_shard:2 for fsdp and zero2,
+# dp_replicate:2,dp_shard:2 for hsdp (dp_shard fixed at 2), dp_shard:2,tp:2 for
+# fsdp-tp-sp (tp fixed at 2); zero1 is skipped (not implemented); the model workload
+# (6 layers) runs in the README sweep.
 TINY="--world 4 --plans-dir $PLANS --plans all --workloads block --dtypes f32,f64 --batch 4 --seq 8 --steps 1 --warmup 0"
 TOTAL=270
-RUNS=14
+RUNS=26
 
 # ---- 1. clean sweep -----------------------------------------------------------------
 A="$tmp/clean.db"
@@ -61,7 +63,9 @@ check "dp ok rows have dp_replicate all_reduce rows" \
 check "TP configs have a Megatron-LM framework cross" \
   "$(q "$A" "SELECT count(*) FROM results r JOIN configs c ON c.id = r.config_id WHERE r.status = 'ok' AND c.tp > 1 AND (SELECT count(*) FROM baselines b WHERE b.config_id = c.id AND b.quantity = 'comm_bytes_per_step_combined' AND b.framework LIKE 'megatron-tp%') != 1")" 0
 check "dp_replicate configs have a ddp part in their cross" \
-  "$(q "$A" "SELECT count(*) FROM results r JOIN configs c ON c.id = r.config_id WHERE r.status = 'ok' AND c.dp_replicate > 1 AND NOT EXISTS (SELECT 1 FROM baselines b WHERE b.config_id = c.id AND b.quantity = 'comm_bytes_per_step_combined' AND b.framework LIKE '%ddp')")" 0
+  "$(q "$A" "SELECT count(*) FROM results r JOIN configs c ON c.id = r.config_id WHERE r.status = 'ok' AND c.dp_replicate > 1 AND c.dp_shard = 1 AND NOT EXISTS (SELECT 1 FROM baselines b WHERE b.config_id = c.id AND b.quantity = 'comm_bytes_per_step_combined' AND b.framework LIKE '%ddp')")" 0
+check "dp_shard configs have an fsdp (hsdp with dp_replicate) part in their cross" \
+  "$(q "$A" "SELECT count(*) FROM results r JOIN configs c ON c.id = r.config_id WHERE r.status = 'ok' AND c.dp_shard > 1 AND NOT EXISTS (SELECT 1 FROM baselines b WHERE b.config_id = c.id AND b.quantity = 'comm_bytes_per_step_combined' AND b.framework LIKE (CASE WHEN c.dp_replicate > 1 THEN '%hsdp' ELSE '%fsdp' END))")" 0
 # REGRESSION check (not an independent oracle): the measured comm bytes per step of every
 # ok config equal the runtime's own closed form stored next to them (framework
 # 'runtime-model'; bench/harness/baselines_model.c sb_runtime_comm_compute), ratio 1.00

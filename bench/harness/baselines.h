@@ -73,6 +73,10 @@ typedef struct sb_plan_traits {
   bool loss_parallel;     /* cross-entropy on the vocabulary-sharded logits */
   double tp_params;       /* parameters of the modules the plan splits over tp */
   double rep_params;      /* parameters every tp rank holds whole (norms, unsplit modules) */
+  bool fsdp;              /* fully_shard entries on dp_shard */
+  bool fsdp_torchtitan;   /* exactly TorchTitan's units: tok_embeddings, layers.*, the group
+                             [norm, output] (kept after forward), root */
+  int zero;               /* the plan's zero setting (0: not given) */
 } sb_plan_traits;
 
 /* Fills *out from a parsed plan (the entries on its "tp" dim; a plan without one
@@ -128,7 +132,9 @@ typedef struct sb_runtime_comm {
   double loss;            /* loss-parallel cross-entropy all-reduces (f64 scalars) */
   double optimizer;       /* SP norm weights' gradient all-reduces over tp */
   double tp;              /* the six tp terms above summed */
-  double dp;              /* the gradient all-reduces over dp_replicate */
+  double dp;              /* the gradient all-reduces over dp_replicate (DDP), or FSDP's
+                             all-gathers and reduce-scatters over dp_shard and HSDP's
+                             all-reduces over dp_replicate */
   double total;           /* tp + dp */
   int n_ar, n_ag, n_rs;   /* tp collective calls per step */
 } sb_runtime_comm;

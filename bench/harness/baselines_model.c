@@ -131,6 +131,22 @@ void sb_plan_traits_get(const dt_plan *plan, const dt_llama_config *cfg, sb_plan
   out->valid = true;
   out->layers = cfg->n_layers;
   out->loss_parallel = plan->loss_parallel;
+  out->zero = plan->zero;
+  const int dsi = dt_plan_dim(plan, "dp_shard");
+  int tt_units = 0, units = 0;
+  for (int e = 0; e < plan->n_entries; e++) {
+    const dt_plan_entry *en = &plan->entries[e];
+    if (en->dim != dsi || en->style.kind != DT_STYLE_FULLY_SHARD) continue;
+    const int raf = en->style.reshard_after_forward;
+    units++;
+    const bool kept_ok = raf != 0 || plan->zero == 2; /* ZeRO-2 keeps every unit */
+    if ((!strcmp(en->pattern, "tok_embeddings") && kept_ok) ||
+        (!strcmp(en->pattern, "layers.*") && kept_ok) ||
+        (!strcmp(en->pattern, "norm,output") && raf != 1) || !strcmp(en->pattern, "root"))
+      tt_units++;
+  }
+  out->fsdp = units > 0;
+  out->fsdp_torchtitan = units == 4 && tt_units == 4;
   for (int e = 0; e < plan->n_entries; e++) {
     const dt_plan_entry *en = &plan->entries[e];
     const dt_style *st = &en->style;
@@ -490,12 +506,36 @@ enum { CE_SCALAR_BYTES = 8 };
  * logit; backward none (it reads the forward's saved log-sum-exp). */
 enum { CE_FWD_AR = 3, CE_BWD_AR = 0 };
 
+/* FSDP's flat segment per rank of TorchTitan's units (tok_embeddings, each block,
+ * [norm, output]): sum over a unit's weights of ceil(rows / F) x elements per row
+ * of the tensor FSDP splits (TP's local block at tp coordinate 0 when split). */
+static void fsdp_units(const sb_baseline_in *in, bool split, double *emb, double *block,
+                       double *last) {
+  const dt_llama_config *c = &in->model;
+  const int64_t t = split ? in->tp : 1, F = in->dp_shard;
+  const int64_t D = c->dim, V = c->vocab, hd = c->dim / c->n_heads, FF = dt_llama_ffn_hidden(c);
+  const int64_t QD = c->n_heads * hd, KVD = c->n_kv_heads * hd;
+#define CEIL(a, b) (((a) + (b) - 1) / (b))
+#define COLW(rows, cols) ((double)(CEIL(CEIL(rows, t), F) * (cols)))  /* rows split by TP */
+#define ROWW(rows, cols) ((double)(CEIL(rows, F) * CEIL(cols, t)))    /* columns split by TP */
+#define WHOLE(n) ((double)CEIL(n, F))
+  *emb = COLW(V, D);
+  *block = 2 * WHOLE(D) + COLW(QD, D) + 2 * COLW(KVD, D) + ROWW(D, QD) + 2 * COLW(FF, D) +
+           ROWW(D, FF);
+  *last = WHOLE(D) + COLW(V, D);
+#undef CEIL
+#undef COLW
+#undef ROWW
+#undef WHOLE
+}
+
 int sb_runtime_comm_compute(const sb_baseline_in *in, const sb_plan_traits *tr,
                             sb_runtime_comm *out) {
   char err[128];
   memset(out, 0, sizeof *out);
   if (!tr->valid || sb_baseline_check(in, err, sizeof err)) return -1;
-  if (in->pp != 1 || in->dp_shard != 1 || in->cp != 1) return -1; /* the runtime runs none */
+  if (in->pp != 1 || in->cp != 1) return -1; /* the runtime runs neither */
+  if (in->dp_shard > 1 && !tr->fsdp_torchtitan) return -1; /* units the closed form lacks */
   const int t = in->tp, L = tr->layers;
   const bool split = tr->attn_tp_layers || tr->mlp_tp_layers || tr->vocab_embedding ||
                      tr->vocab_output;
@@ -503,7 +543,7 @@ int sb_runtime_comm_compute(const sb_baseline_in *in, const sb_plan_traits *tr,
                      tr->prepared_layers == L && tr->vocab_embedding && tr->vocab_output;
   if (t > 1 && split && !whole) return -1; /* a layout the closed form does not cover */
   const double e = in->elem_bytes;
-  const double b = (double)(in->batch / in->dp_replicate);
+  const double b = (double)(in->batch / (in->dp_replicate * in->dp_shard));
   const double s = (double)in->seq;
   const double h = in->model.dim, V = in->model.vocab;
   const double act = b * s * h * e;
@@ -516,7 +556,9 @@ int sb_runtime_comm_compute(const sb_baseline_in *in, const sb_plan_traits *tr,
     } else {
       out->block_per_layer = 8 * ring_ag(act, t);
       out->boundary = 4 * ring_ag(act, t);
-      out->optimizer = (2 * L + 1) * ring_ar(h * e, t);
+      /* the norms' gradients, each rank's FSDP chunk of them under dp_shard */
+      const double hn = (double)((in->model.dim + in->dp_shard - 1) / in->dp_shard);
+      out->optimizer = (2 * L + 1) * ring_ar(hn * e, t);
       out->n_ag = 2 * L + 1 + 2 * L + 1;
       out->n_rs = out->n_ag;
       out->n_ar = 2 * L + 1;
@@ -531,7 +573,18 @@ int sb_runtime_comm_compute(const sb_baseline_in *in, const sb_plan_traits *tr,
     out->blocks = L * out->block_per_layer;
   }
   out->tp = out->blocks + out->boundary + out->logits + out->loss + out->optimizer;
-  out->dp = ring_ar(sb_params_per_rank(in, tr) * e, in->dp_replicate);
+  if (in->dp_shard > 1) {
+    /* lib/parallel/fsdp.c: per unit one all_gather forward, one again backward when
+     * resharded after forward (not [norm, output], not under ZeRO-2), one
+     * reduce_scatter, and for HSDP one all_reduce of the shard over dp_replicate */
+    double emb, block, last;
+    fsdp_units(in, t > 1 && split, &emb, &block, &last);
+    const double all = emb + L * block + last, raf = tr->zero == 2 ? 0 : emb + L * block;
+    const int F = in->dp_shard;
+    out->dp = (F - 1) * (2 * all + raf) * e + ring_ar(all * e, in->dp_replicate);
+  } else {
+    out->dp = ring_ar(sb_params_per_rank(in, tr) * e, in->dp_replicate);
+  }
   out->total = out->tp + out->dp;
   return 0;
 }

@@ -1,0 +1,110 @@
+#!/bin/sh
+# verify/fsdp.sh: FSDP2 / HSDP / ZeRO-2 end to end (`shardbench run`, lib/parallel/fsdp.c).
+#   1. Each config verifies against the unsharded reference (every step's loss and
+#      every gradient, the weights after the last update; f64 at the exact-mode
+#      tolerance, f32): fsdp over dp_shard 2, 3 (uneven rows), 4 and 8 (a model
+#      whose vocabulary has fewer rows than ranks), hsdp (dp_replicate 2 x dp_shard
+#      2), zero2, fsdp-tp-sp (dp_shard x tp 2: FSDP splits TP's local block, with an
+#      uneven FSDP split at dp_shard 3).
+#   2. Its collectives on the dp dims equal FSDP2's, derived here from the plan's
+#      units and the model's shapes (TorchTitan v0.2.0 apply_fsdp; PyTorch's
+#      _fsdp_collectives.py foreach_all_gather / foreach_reduce):
+#        units U = tok_embeddings, each of the L blocks, [norm, output] (the root
+#        holds no weight left, so it issues nothing);
+#        forward: one all_gather per unit;
+#        backward: one all_gather per unit resharded after forward (the embedding
+#        and the blocks; [norm, output] is kept: L + 1), none under ZeRO-2;
+#        one reduce_scatter per unit; HSDP: one all_reduce over dp_replicate per unit;
+#        bytes: a unit's flat segment per rank is P = sum over its weights of
+#        ceil(rows / W) x (elements per row) of the tensor FSDP splits (TP's local
+#        block under TP), padded as torch.chunk's largest chunk; the all_gather's
+#        payload (its output) and the reduce_scatter's (its input) are W x P
+#        elements, HSDP's all_reduce P.
+#   3. It can fail: SHARDBENCH_FAULT=skip-reduce:PARAM (a unit's reduce_scatter skipped
+#      for one weight) is a mismatch naming it.
+NAME=fsdp
+. "${srcdir:-.}/verify/harness-common.sh"
+command -v python3 >/dev/null 2>&1 || { echo "SKIP: $NAME: python3 is missing (scripts/install-deps)"; exit 77; }
+
+run() { "$SB" run --plans-dir "$PLANS" --steps 1 --warmup 1 --batch 8 --seq 16 --json "$@"; }
+
+# expect LABEL ZERO FLAGS...: the run is ok and its dp collectives match the derivation
+expect() {
+  label=$1 zero=$2
+  shift 2
+  checks=$((checks + 1))
+  if ! run "$@" >"$tmp/r.json" 2>"$tmp/e"; then
+    fail "$label: exit $?: $(cat "$tmp/e") $(head -c 400 "$tmp/r.json")"
+    return
+  fi
+  checks=$((checks + 1))
+  python3 - "$tmp/r.json" "$zero" <<'EOF' >"$tmp/p" 2>&1 || fail "$label: $(cat "$tmp/p")"
+import json, math, sys
+r = json.load(open(sys.argv[1]))
+zero = int(sys.argv[2])
+if r["status"] != "ok":
+    sys.exit(f"status {r['status']}: {r['reason']}")
+key = dict(kv.split("=", 1) for kv in r["key"].split())
+mesh = dict(d.split(":") for d in key["mesh"].split(","))
+W, R, T = int(mesh.get("dp_shard", 1)), int(mesh.get("dp_replicate", 1)), int(mesh.get("tp", 1))
+es = 8 if key["dtype"] == "f64" else 4
+# the model: debugmodel and its overrides (TorchTitan's llama3_args["debugmodel"])
+cfg = dict(dim=256, n_layers=6, n_heads=16, n_kv_heads=16, vocab=2048, multiple_of=256)
+for kv in key["model"].split(":")[1:]:
+    k, v = kv.split("=")
+    cfg[k] = int(v)
+D, L, V = cfg["dim"], cfg["n_layers"], cfg["vocab"]
+hd = D // cfg["n_heads"]
+QD, KVD = cfg["n_heads"] * hd, cfg["n_kv_heads"] * hd
+F = int(2 * 4 * D / 3)
+F = cfg["multiple_of"] * ((F + cfg["multiple_of"] - 1) // cfg["multiple_of"])
+ceil = lambda a, b: -(-a // b)
+tp_plan = "tp" in mesh
+# rank 0's local block under TP (torchtitan-tp-sp: colwise wq wk wv w1 w3 output and the
+# rowwise embedding shard dim 0; rowwise wo w2 shard dim 1; norms whole), then FSDP's P
+def seg(rows, cols, tp_dim):
+    if tp_plan and tp_dim == 0: rows = ceil(rows, T)
+    if tp_plan and tp_dim == 1: cols = ceil(cols, T)
+    return ceil(rows, W) * cols
+emb = seg(V, D, 0)
+block = (seg(D, 1, None) + seg(QD, D, 0) + 2 * seg(KVD, D, 0) + seg(D, QD, 1) + seg(D, 1, None)
+         + 2 * seg(F, D, 0) + seg(D, F, 1))
+last = seg(D, 1, None) + seg(V, D, 0)
+units = [emb] + [block] * L + [last]
+raf = [True] * (L + 1) + [False]
+if zero == 2: raf = [False] * len(units)
+want = {("all_gather", "dp_shard", "forward"): (len(units), sum(units) * W * es),
+        ("reduce_scatter", "dp_shard", "backward"): (len(units), sum(units) * W * es)}
+nb = sum(raf)
+if nb: want[("all_gather", "dp_shard", "backward")] = (nb, sum(u for u, f in zip(units, raf) if f) * W * es)
+if R > 1: want[("all_reduce", "dp_replicate", "backward")] = (len(units), sum(units) * es)
+got = {(c["op"], c["mesh_dim"], c["phase"]): (c["calls"], c["payload_bytes"])
+       for c in r["comm"] if c["mesh_dim"] in ("dp_shard", "dp_replicate")}
+if got != want:
+    sys.exit(f"dp collectives {sorted(got.items())}, FSDP2's {sorted(want.items())}")
+print(f"ok: {len(units)} units, {sum(units)} elements per rank, tolerance {r['tolerance']:.1e}, "
+      f"error {r['max_rel_err']:.2e}")
+EOF
+  echo "  $label: $(cat "$tmp/p")"
+}
+
+expect "fsdp dp_shard 2 f64" 3 --plan fsdp --dp-shard 2 --dtype f64
+expect "fsdp dp_shard 3 f64 (uneven)" 3 --plan fsdp --dp-shard 3 --dtype f64
+expect "fsdp dp_shard 4 f32" 3 --plan fsdp --dp-shard 4
+expect "fsdp dp_shard 8, 5 vocab rows" 3 --plan fsdp --dp-shard 8 --dtype f64 \
+  --model debugmodel:dim=16:n_heads=2:n_kv_heads=2:vocab=5:multiple_of=4:n_layers=2
+expect "hsdp 2 x 2 f64" 3 --plan hsdp --dp-replicate 2 --dp-shard 2 --dtype f64
+expect "zero2 dp_shard 2 f64" 2 --plan zero2 --dp-shard 2 --dtype f64
+expect "fsdp-tp-sp 2 x 2 f64" 3 --plan fsdp-tp-sp --dp-shard 2 --tp 2 --dtype f64
+expect "fsdp-tp-sp 3 x 2 f64 (uneven)" 3 --plan fsdp-tp-sp --dp-shard 3 --tp 2 --dtype f64
+
+# 3. the check can fail
+checks=$((checks + 1))
+SHARDBENCH_FAULT=skip-reduce:layers.1.feed_forward.w2.weight run --plan fsdp --dp-shard 2 \
+  --dtype f64 >"$tmp/r.json" 2>"$tmp/e"
+rc=$?
+if [ $rc -ne 1 ] || ! grep -q '"status": "mismatch"' "$tmp/r.json" ||
+  ! grep -q '"worst": "layers.1.feed_forward.w2.weight grad step 0"' "$tmp/r.json"; then
+  fail "a skipped reduce_scatter: exit $rc: $(head -c 300 "$tmp/r.json")"
+fi
+finish
