@@ -322,16 +322,18 @@ static void count_ledger(const dt_ctx *ctx, counts *c) {
  *   => fwd AG 5L+1, RS 2L+1, AR 3; bwd AG 2L+1, RS 5L+1, AR 0; opt AR 2L+1.
  * dp (and the dp dim of 2 x 2): the forward and backward make no dp comm
  *   (tokens S(0); the loss is Partial(sum) on dp; weight gradients come out
- *   Partial on dp). dt_data_parallel_reduce_grads all-reduces each of the 9L+3
- *   weights' gradients on dp (via dt_var_grad_reduce: phase "backward"); for
- *   the SP norm weights (Partial on dp and tp) the same call also all-reduces
- *   tp, so under torchtitan/nolossp x dp those 2L+1 tp all_reduces move from
- *   "optimizer" to "backward". */
+ *   Partial on dp). dt_data_parallel_reduce_grads (DDP's default caps: first
+ *   bucket 1 MiB) puts the 9L+3 weights' gradients into buckets by their local
+ *   bytes: all of them together hold at most the whole model, 115008 f64
+ *   parameters = 920064 bytes < 1 MiB (checked in main), so the first bucket
+ *   never fills: 1 all_reduce, phase "backward". It reduces only the dp dim:
+ *   the SP norm weights' tp Partial stays for the optimizer (2L+1 tp
+ *   all_reduces there, dp or not). */
 static void expected(plan_kind k, int L, int dp, int tp, counts *e) {
   memset(e, 0, sizeof *e);
   const int AR = DT_COLL_ALL_REDUCE, AG = DT_COLL_ALL_GATHER, RS = DT_COLL_REDUCE_SCATTER;
   /* per layer: 2 norms, wq wk wv wo, w1 w2 w3; plus embedding, final norm, output */
-  int norms = 2 * L + 1, params = 9 * L + 3;
+  int norms = 2 * L + 1;
   /* loss-parallel cross_entropy_bwd reads the saved log-sum-exp (PyTorch: 0 too) */
   enum { CE_BWD_AR = 0 };
   if (tp > 1) {
@@ -344,7 +346,7 @@ static void expected(plan_kind k, int L, int dp, int tp, counts *e) {
       e->n[PH_BWD][AG][G_TP] = 2 * L + 1;
       e->n[PH_BWD][RS][G_TP] = 2 * L + 1;
       e->n[PH_BWD][AR][G_TP] = k == P_TORCHTITAN ? CE_BWD_AR : 0;
-      e->n[dp > 1 ? PH_BWD : PH_OPT][AR][G_TP] += norms;
+      e->n[PH_OPT][AR][G_TP] += norms;
       break;
     case P_NOPREP:
       e->n[PH_FWD][AG][G_TP] = 5 * L + 1;
@@ -353,7 +355,7 @@ static void expected(plan_kind k, int L, int dp, int tp, counts *e) {
       e->n[PH_BWD][AG][G_TP] = 2 * L + 1;
       e->n[PH_BWD][RS][G_TP] = 5 * L + 1;
       e->n[PH_BWD][AR][G_TP] = CE_BWD_AR;
-      e->n[dp > 1 ? PH_BWD : PH_OPT][AR][G_TP] += norms;
+      e->n[PH_OPT][AR][G_TP] += norms;
       break;
     case P_MEGATRON:
       e->n[PH_FWD][AR][G_TP] = 2 * L + 1;
@@ -369,7 +371,7 @@ static void expected(plan_kind k, int L, int dp, int tp, counts *e) {
       break;
     }
   }
-  if (dp > 1) e->n[PH_BWD][AR][G_DP] = params;
+  if (dp > 1) e->n[PH_BWD][AR][G_DP] = 1; /* one bucket: see above */
 }
 
 static bool counts_eq(const counts *a, const counts *b) { return !memcmp(a, b, sizeof *a); }
@@ -477,7 +479,7 @@ static dt_status train(dt_ctx *ctx, dt_mesh *mesh, const run_cfg *rc, const char
     s = dt_model_forward(ctx, m, &tok, &logits);
     if (s == DT_OK) s = dt_model_loss(ctx, m, logits, &tgt, &loss);
     if (s == DT_OK) s = dt_model_backward(ctx, m, loss);
-    if (s == DT_OK && rc->dp_dim >= 0) s = dt_data_parallel_reduce_grads(ctx, m, rc->dp_dim);
+    if (s == DT_OK && rc->dp_dim >= 0) s = dt_data_parallel_reduce_grads(ctx, m, rc->dp_dim, NULL);
     dt_tensor_free(ctx, &tok);
     dt_tensor_free(ctx, &tgt);
     if (s != DT_OK) goto done;
@@ -738,6 +740,12 @@ int main(int argc, char **argv) {
     dt_mpi_finish(s == DT_OK);
     return rc;
   }
+  /* the dp counts of expected(): the whole model in f64 fits DDP's first bucket */
+  dt_llama_config cfg = tiny_config();
+  TU_CHECK(dt_llama_nparams(&cfg) == 115008 &&
+               dt_llama_nparams(&cfg) * 8 < DT_DDP_FIRST_BUCKET_BYTES,
+           "tiny model: %lld parameters; expected() assumes 115008 f64 in one DDP bucket",
+           (long long)dt_llama_nparams(&cfg));
   launch(DT_BACKEND_THREADS, 2, run_units, NULL);
   job jb = {threads_cases, (int)(sizeof threads_cases / sizeof threads_cases[0])};
   launch(DT_BACKEND_THREADS, 2, run_rank, &jb);

@@ -496,8 +496,10 @@ int sb_baseline_compute(const sb_baseline_in *in, sb_baseline_row *rows, int max
  *            not gathered again); embedding AG + output RS; CE_BWD_AR.
  *   optimizer AR of the 2L+1 norm weights' gradients (h elements each; Partial
  *            over tp under sequence parallel).
- * Data parallel over dp_replicate: one AR per weight of its local shard: the
- *   rank's parameters, tp_params/t + rep_params (even splits). */
+ * Data parallel over dp_replicate: DDP's gradient buckets (lib/parallel
+ *   dt_data_parallel_reduce_grads), one AR per bucket of the local shards: in all
+ *   the rank's parameters, tp_params/t + rep_params (even splits); the ring
+ *   model's bytes do not depend on how they are bucketed. */
 
 /* Loss-parallel cross-entropy reduces f64 scalars whatever the model dtype
  * (lib/ops/embedding.c: dt_comm_all_reduce(..., DT_F64, ...)). */

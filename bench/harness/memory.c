@@ -11,6 +11,11 @@
  *     otherwise; held 4 times (the weight, its gradient, AdamW's exp_avg and
  *     exp_avg_sq: torch.optim.AdamW keeps two moments per parameter), plus one
  *     more of the largest local weight for a transient (the update's temporary).
+ *   data parallel (dp_replicate > 1): the flat buffer of one DDP gradient bucket
+ *     (lib/parallel dt_data_parallel_reduce_grads, one bucket at a time): a
+ *     bucket closes once it reaches its cap, so it holds less than the cap
+ *     (the plan's bucket_cap_mb, else DDP's 25 MiB) plus its last gradient,
+ *     and at most every local weight.
  *   activations, per token on the rank (batch / dp_replicate x seq: attention is
  *     a flash-style kernel that keeps one logsumexp per head and token, no
  *     seq x seq scores, so nothing grows with seq^2):
@@ -74,6 +79,9 @@ static double rank_bytes(const dt_llama_config *c, size_t elem, int tp, int dp, 
   const double D = c->dim, V = c->vocab, H = c->n_heads, hd = (double)c->dim / c->n_heads;
   const double F = dt_llama_ffn_hidden(c), QD = c->n_heads * hd;
   const double KVD = (c->n_kv_heads > 0 ? c->n_kv_heads : c->n_heads) * hd;
+  double cap = plan && plan->bucket_cap_mb > 0 ? plan->bucket_cap_mb * 1048576.0
+                                               : (double)DT_DDP_BUCKET_CAP_BYTES;
+  if (cap < DT_DDP_FIRST_BUCKET_BYTES) cap = DT_DDP_FIRST_BUCKET_BYTES;
   if (tp <= 1) plan = NULL; /* TorchTitan applies TP only when tp > 1 */
   double local = 0, largest = 0, total = 0;
   char fqn[64];
@@ -108,7 +116,8 @@ static double rank_bytes(const dt_llama_config *c, size_t elem, int tp, int dp, 
   const double per_token = c->n_layers * (8 * D + (8 * D + 6 * F + 2 * H) / tpa) + 4 * D + 2 * V / tpl;
   const double tokens = ceil((double)batch / dp) * seq;
   if (nparams) *nparams = total;
-  return (double)elem * (4 * local + largest + tokens * per_token);
+  const double bucket = dp > 1 ? fmin(cap + (double)elem * largest, (double)elem * local) : 0;
+  return (double)elem * (4 * local + largest + tokens * per_token) + bucket;
 }
 
 int sb_mem_estimate(const sb_opts *o, const dt_plan *plan, sb_mem_est *e) {

@@ -342,7 +342,7 @@ static dt_status step_grads(dt_ctx *ctx, dt_mesh *mesh, dt_model *m, const job *
   if (s == DT_OK) s = dt_model_backward(ctx, m, *loss);
   if (s == DT_OK && dp >= 0 && dps < 0) { /* DDP; under FSDP (HSDP) the units reduce */
     fault_skip_reduce(m, &j->fault, dp); /* TEST SWITCH */
-    s = dt_data_parallel_reduce_grads(ctx, m, dp);
+    s = dt_data_parallel_reduce_grads(ctx, m, dp, NULL);
   }
   if (s == DT_OK) fault_perturb_grad(ctx, m, &j->fault); /* TEST SWITCH */
   *secs = dt_now() - t0;

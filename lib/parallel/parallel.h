@@ -116,17 +116,57 @@ bool dt_fqn_match(const char *pattern, const char *fqn);
  * else installed are left alone. */
 void dt_parallelize_release(dt_ctx *ctx, dt_model *m);
 
-/* Data parallel (replicate): every weight gradient that is Partial on mesh dim
- * dp_dim (batch-sharded activations give Partial(sum) weight gradients, since
- * the loss is the global mean) is all-reduced to Replicate there, one
- * all_reduce per such weight. The sum of the Partial(sum) contributions of the global
- * mean loss is the DDP average of the per-rank mean losses' gradients. Call
- * after dt_model_backward and before the optimizer. It uses dt_var_grad_reduce,
- * so the rows say phase "backward" (where DDP's bucketed all_reduce runs too)
- * and every other Partial dim of such a gradient (the tp Partial of the SP
- * norm weights) is reduced in the same call, one all_reduce per Partial dim.
- * DT_ERR_INVALID for a bad dim or a model not materialized. */
-dt_status dt_data_parallel_reduce_grads(dt_ctx *ctx, dt_model *m, int dp_dim);
+/* DDP's bucket caps (torch/nn/parallel/distributed.py: _DEFAULT_BUCKET_CAP_MB = 25 MiB;
+ * torch/csrc/distributed/c10d/reducer.hpp: kDefaultFirstBucketBytes = 1 MiB, which is
+ * dist._DEFAULT_FIRST_BUCKET_BYTES). */
+enum { DT_DDP_BUCKET_CAP_BYTES = 25 << 20, DT_DDP_FIRST_BUCKET_BYTES = 1 << 20 };
+
+/* Gradient bucket sizes of dt_data_parallel_reduce_grads, in bytes of local data.
+ *   bucket_cap_bytes    DDP's bucket_cap_mb * 2^20; <= 0: no buckets, one all_reduce
+ *                       per gradient, in place.
+ *   first_bucket_bytes  the cap of the first bucket; <= 0: bucket_cap_bytes. (torch
+ *                       2.15, _BucketCapacityConfig.create in distributed.py: 1 MiB only
+ *                       when bucket_cap_mb is not given; a given bucket_cap_mb, such as
+ *                       TorchTitan's 100 in apply_ddp, caps the first bucket too.) */
+typedef struct dt_ddp_opts {
+  double bucket_cap_bytes;
+  double first_bucket_bytes;
+} dt_ddp_opts;
+
+/* Data parallel (replicate), as DDP's Reducer does it: every weight gradient
+ * that is Partial on mesh dim dp_dim (batch-sharded activations give Partial(sum)
+ * weight gradients, since the loss is the global mean) is all-reduced over
+ * dp_dim and becomes Replicate there. The sum of the Partial(sum) contributions
+ * of the global mean loss is the DDP average of the per-rank mean losses'
+ * gradients. Only dp_dim changes: a gradient also Partial on another dim (the
+ * tp Partial of the SequenceParallel norm weights) keeps that Partial (the
+ * optimizer reduces it).
+ *
+ * Buckets (torch/csrc/distributed/c10d/reducer.cpp, compute_bucket_assignment_by_size
+ * and Reducer::rebuild_buckets): the gradients are taken in reverse module order
+ * (m->mods: parents before children, in execution order; reversed it is the
+ * order gradients become ready in backward, the order DDP's rebuilt buckets
+ * follow); each is added to the open bucket, which closes once its bytes reach
+ * its cap (the gradient that reaches it stays in), the first bucket with
+ * first_bucket_bytes, the others with bucket_cap_bytes. A gradient of another
+ * dtype or Partial op than the open bucket's closes it first (DDP keeps one
+ * open bucket per dtype; here every gradient has the model's). Each bucket is
+ * one all_reduce on dt_mesh_comm(mesh, dp_dim) of its gradients' local data
+ * concatenated (copied in and back out, DDP's gradient_as_bucket_view=False;
+ * a bucket of one gradient is reduced in place), so the ledger has one row per
+ * bucket, named after the dim, phase "backward" (the previous phase is
+ * restored). Each element is summed as the per-gradient all_reduce sums it, so
+ * the result is the same, bit for bit, on a backend whose sum order does not
+ * depend on the buffer (threads: rank order; any backend with 2 ranks).
+ * PyTorch's very first iteration reduces all gradients in one bucket (the
+ * buckets are rebuilt after it); this is the rebuilt, steady-state assignment.
+ *
+ * opts NULL: DDP's defaults (DT_DDP_BUCKET_CAP_BYTES, DT_DDP_FIRST_BUCKET_BYTES).
+ * Call after dt_model_backward and before the optimizer, on every rank of the
+ * mesh. DT_ERR_INVALID for a bad dim, a NaN cap or a model not materialized;
+ * DT_ERR_UNSUPPORTED for gradients not in host memory; DT_ERR_NOMEM. */
+dt_status dt_data_parallel_reduce_grads(dt_ctx *ctx, dt_model *m, int dp_dim,
+                                        const dt_ddp_opts *opts);
 
 /* ---- FSDP2 (fully_shard), HSDP, ZeRO: lib/parallel/fsdp.c ---- */
 

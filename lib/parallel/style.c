@@ -46,6 +46,7 @@
  */
 #include "config.h"
 
+#include <math.h>
 #include <string.h>
 
 #include "parallel/parallel.h"
@@ -260,21 +261,121 @@ void dt_parallelize_release(dt_ctx *ctx, dt_model *m) {
   for (int i = 0; i < m->n_mods; i++) release_module(ctx, &m->mods[i]);
 }
 
-dt_status dt_data_parallel_reduce_grads(dt_ctx *ctx, dt_model *m, int dp_dim) {
-  if (!m) return dt_error(ctx, DT_ERR_INVALID, "dt_data_parallel_reduce_grads", "NULL model");
+/* ---- data parallel: DDP's gradient buckets ----------------------------------------- */
+
+/* One bucket: grads[0..n) of the reverse-module-order list, all of one dtype and
+ * Partial op on dp_dim, all-reduced together. */
+typedef struct ddp_bucket {
+  dt_tensor *const *grads;
+  int n;
+  size_t bytes;
+} ddp_bucket;
+
+/* All-reduces one bucket over dp_dim (flat buffer: copy in, reduce, copy out; one
+ * gradient: in place) and relabels its gradients Replicate on dp_dim. A dim of one
+ * rank moves nothing (as dt_redistribute: a relabel, no collective). */
+static dt_status ddp_reduce_bucket(dt_ctx *ctx, dt_mesh *mesh, int dp_dim, const ddp_bucket *b) {
+  const dt_tensor *g0 = b->grads[0];
+  const dt_reduce_op op = g0->pl[dp_dim].op;
+  dt_status s = DT_OK;
+  if (dt_mesh_size(mesh, dp_dim) > 1) {
+    dt_comm *c = dt_mesh_comm(mesh, dp_dim);
+    if (b->n == 1) {
+      void *p = g0->local.data;
+      s = dt_comm_all_reduce(c, p, p, (size_t)g0->local.numel, g0->dtype, op);
+    } else {
+      char *buf = dt_host_alloc(ctx, b->bytes ? b->bytes : 1);
+      if (!buf)
+        return dt_error(ctx, DT_ERR_NOMEM, "dt_data_parallel_reduce_grads",
+                        "no memory for a %zu-byte gradient bucket", b->bytes);
+      size_t off = 0, count = 0;
+      for (int i = 0; i < b->n; i++) {
+        size_t nb = dt_array_bytes(&b->grads[i]->local);
+        if (nb) memcpy(buf + off, b->grads[i]->local.data, nb);
+        off += nb;
+        count += (size_t)b->grads[i]->local.numel;
+      }
+      s = dt_comm_all_reduce(c, buf, buf, count, g0->dtype, op);
+      off = 0;
+      for (int i = 0; s == DT_OK && i < b->n; i++) {
+        size_t nb = dt_array_bytes(&b->grads[i]->local);
+        if (nb) memcpy(b->grads[i]->local.data, buf + off, nb);
+        off += nb;
+      }
+      dt_host_free(ctx, buf);
+    }
+  }
+  for (int i = 0; s == DT_OK && i < b->n; i++) b->grads[i]->pl[dp_dim] = dt_replicate();
+  return s;
+}
+
+/* Cuts the list g[0..n) into buckets by DDP's rule (parallel.h) and reduces each as
+ * soon as it closes, in list order. */
+static dt_status ddp_reduce_all(dt_ctx *ctx, dt_mesh *mesh, int dp_dim, dt_tensor *const *g,
+                                int n, double first_cap, double cap) {
+  double limit = cap > 0 ? first_cap : 0; /* 0: every gradient closes its own bucket */
+  ddp_bucket b = {g, 0, 0};
+  for (int i = 0; i < n; i++) {
+    if (b.n > 0 && (g[i]->dtype != b.grads[0]->dtype ||
+                    g[i]->pl[dp_dim].op != b.grads[0]->pl[dp_dim].op)) {
+      DT_CHECK(ddp_reduce_bucket(ctx, mesh, dp_dim, &b));
+      b = (ddp_bucket){g + i, 0, 0};
+      limit = cap > 0 ? cap : 0;
+    }
+    b.n++;
+    b.bytes += dt_array_bytes(&g[i]->local);
+    if ((double)b.bytes >= limit) { /* reducer.cpp: bucket.size >= bucket_size_limit */
+      DT_CHECK(ddp_reduce_bucket(ctx, mesh, dp_dim, &b));
+      b = (ddp_bucket){g + i + 1, 0, 0};
+      limit = cap > 0 ? cap : 0;
+    }
+  }
+  return b.n > 0 ? ddp_reduce_bucket(ctx, mesh, dp_dim, &b) : DT_OK;
+}
+
+dt_status dt_data_parallel_reduce_grads(dt_ctx *ctx, dt_model *m, int dp_dim,
+                                        const dt_ddp_opts *opts) {
+  const char *call = "dt_data_parallel_reduce_grads";
+  if (!ctx || !m) return dt_error(ctx, DT_ERR_INVALID, call, "NULL context or model");
   int nd = dt_mesh_ndim(m->mesh);
   if (dp_dim < 0 || dp_dim >= nd)
-    return dt_error(ctx, DT_ERR_INVALID, "dt_data_parallel_reduce_grads",
+    return dt_error(ctx, DT_ERR_INVALID, call,
                     "mesh dim %d out of range (the model's mesh has %d dims)", dp_dim, nd);
-  for (int i = 0; i < m->n_mods; i++) {
+  double cap = DT_DDP_BUCKET_CAP_BYTES, first_cap = DT_DDP_FIRST_BUCKET_BYTES;
+  if (opts) {
+    if (isnan(opts->bucket_cap_bytes) || isnan(opts->first_bucket_bytes))
+      return dt_error(ctx, DT_ERR_INVALID, call, "bucket cap is NaN");
+    cap = opts->bucket_cap_bytes;
+    first_cap = opts->first_bucket_bytes > 0 ? opts->first_bucket_bytes : cap;
+  }
+  /* The gradients to reduce, in reverse module order; checked before any comm. */
+  dt_tensor **g = dt_host_alloc(ctx, (size_t)(m->n_mods > 0 ? m->n_mods : 1) * sizeof *g);
+  if (!g) return dt_error(ctx, DT_ERR_NOMEM, call, "no memory for %d gradients", m->n_mods);
+  int n = 0;
+  dt_status s = DT_OK;
+  for (int i = m->n_mods - 1; i >= 0 && s == DT_OK; i--) {
     dt_module *md = &m->mods[i];
     if (md->wndim == 0) continue;
-    if (!md->weight)
-      return dt_error(ctx, DT_ERR_INVALID, "dt_data_parallel_reduce_grads",
-                      "%s: not materialized", md->fqn);
-    const dt_tensor *g = dt_var_grad(md->weight);
-    if (!g || g->pl[dp_dim].kind != DT_PL_PARTIAL) continue;
-    DT_CHECK(dt_var_grad_reduce(m->tape, md->weight));
+    if (!md->weight) {
+      s = dt_error(ctx, DT_ERR_INVALID, call, "%s: not materialized", md->fqn);
+      break;
+    }
+    /* Between backward and the optimizer the reduce owns the gradients and
+     * writes them in place (the tape's accessor is const), as DDP's Reducer
+     * writes param.grad. */
+    dt_tensor *gr = (dt_tensor *)dt_var_grad(md->weight);
+    if (!gr || gr->pl[dp_dim].kind != DT_PL_PARTIAL) continue;
+    if (gr->local.numel && gr->local.dev != DT_DEV_CPU)
+      s = dt_error(ctx, DT_ERR_UNSUPPORTED, call, "%s: gradient not in host memory", md->fqn);
+    g[n++] = gr;
   }
-  return DT_OK;
+  if (s == DT_OK) {
+    char saved[sizeof ctx->phase];
+    memcpy(saved, ctx->phase, sizeof saved);
+    dt_ctx_set_phase(ctx, "backward");
+    s = ddp_reduce_all(ctx, m->mesh, dp_dim, g, n, first_cap, cap);
+    dt_ctx_set_phase(ctx, saved);
+  }
+  dt_host_free(ctx, g);
+  return s;
 }
