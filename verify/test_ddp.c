@@ -172,8 +172,8 @@ static dt_status grads(dt_ctx *ctx, dt_mesh *mesh, dt_model *m, int dp, int dp_d
   dt_tensor tok, tgt;
   memset(&tok, 0, sizeof tok);
   memset(&tgt, 0, sizeof tgt);
-  DT_CHECK(sb_token_tensor(ctx, mesh, dp, SEQ, m->cfg.vocab, dp_dim, 0, 0, &tok));
-  dt_status s = sb_token_tensor(ctx, mesh, dp, SEQ, m->cfg.vocab, dp_dim, 0, 1, &tgt);
+  DT_CHECK(sb_token_tensor(ctx, mesh, dp, SEQ, m->cfg.vocab, 1u << dp_dim, 0, 0, &tok));
+  dt_status s = sb_token_tensor(ctx, mesh, dp, SEQ, m->cfg.vocab, 1u << dp_dim, 0, 1, &tgt);
   dt_var *logits = NULL, *loss = NULL;
   if (s == DT_OK) s = dt_model_forward(ctx, m, &tok, &logits);
   if (s == DT_OK) s = dt_model_loss(ctx, m, logits, &tgt, &loss);

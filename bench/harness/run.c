@@ -342,7 +342,11 @@ static dt_status step_grads(dt_ctx *ctx, dt_mesh *mesh, dt_model *m, const job *
   if (s == DT_OK) s = dt_model_backward(ctx, m, *loss);
   if (s == DT_OK && dp >= 0 && dps < 0) { /* DDP; under FSDP (HSDP) the units reduce */
     fault_skip_reduce(m, &j->fault, dp); /* TEST SWITCH */
-    s = dt_data_parallel_reduce_grads(ctx, m, dp, NULL);
+    /* DDP's buckets; a plan's bucket_cap_mb caps the first bucket too, as DDP does when
+     * it is given (torch/nn/parallel/distributed.py _BucketCapacityConfig.create) */
+    const double cap = j->plan ? j->plan->bucket_cap_mb : 0;
+    const dt_ddp_opts ddp = {cap * 1048576.0, 0};
+    s = dt_data_parallel_reduce_grads(ctx, m, dp, cap > 0 ? &ddp : NULL);
   }
   if (s == DT_OK) fault_perturb_grad(ctx, m, &j->fault); /* TEST SWITCH */
   *secs = dt_now() - t0;
