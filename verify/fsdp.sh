@@ -4,8 +4,9 @@
 #      every gradient, the weights after the last update; f64 at the exact-mode
 #      tolerance, f32): fsdp over dp_shard 2, 3 (uneven rows), 4 and 8 (a model
 #      whose vocabulary has fewer rows than ranks), hsdp (dp_replicate 2 x dp_shard
-#      2), zero2, fsdp-tp-sp (dp_shard x tp 2: FSDP splits TP's local block, with an
-#      uneven FSDP split at dp_shard 3).
+#      2), zero2, zero1 (dp_shard 3; dp_replicate 2 x dp_shard 2), fsdp-tp-sp
+#      (dp_shard x tp 2: FSDP splits TP's local block, with an uneven FSDP split at
+#      dp_shard 3).
 #   2. Its collectives on the dp dims equal FSDP2's, derived here from the plan's
 #      units and the model's shapes (TorchTitan v0.2.0 apply_fsdp; PyTorch's
 #      _fsdp_collectives.py foreach_all_gather / foreach_reduce):
@@ -19,7 +20,10 @@
 #        ceil(rows / W) x (elements per row) of the tensor FSDP splits (TP's local
 #        block under TP), padded as torch.chunk's largest chunk; the all_gather's
 #        payload (its output) and the reduce_scatter's (its input) are W x P
-#        elements, HSDP's all_reduce P.
+#        elements, HSDP's all_reduce P;
+#        ZeRO-1 instead: one all_reduce per unit of its whole gradients over dp_shard
+#        (and one over dp_replicate), then after AdamW one all_gather per unit of the
+#        updated row shards (W x P), phase optimizer.
 #   3. It can fail: SHARDBENCH_FAULT=skip-reduce:PARAM (a unit's reduce_scatter skipped
 #      for one weight) is a mismatch naming it.
 NAME=fsdp
@@ -73,11 +77,23 @@ last = seg(D, 1, None) + seg(V, D, 0)
 units = [emb] + [block] * L + [last]
 raf = [True] * (L + 1) + [False]
 if zero == 2: raf = [False] * len(units)
-want = {("all_gather", "dp_shard", "forward"): (len(units), sum(units) * W * es),
-        ("reduce_scatter", "dp_shard", "backward"): (len(units), sum(units) * W * es)}
-nb = sum(raf)
-if nb: want[("all_gather", "dp_shard", "backward")] = (nb, sum(u for u, f in zip(units, raf) if f) * W * es)
-if R > 1: want[("all_reduce", "dp_replicate", "backward")] = (len(units), sum(units) * es)
+if zero == 1:
+    # ZeRO-1: the whole (TP-local) gradients all-reduced per unit over dp_shard, then
+    # over dp_replicate; the updated row shards all-gathered per unit after AdamW
+    W_shard, W = W, 1  # seg() at W = 1: the whole TP-local sizes
+    whole = (seg(V, D, 0) + L * (seg(D, 1, None) + seg(QD, D, 0) + 2 * seg(KVD, D, 0) + seg(D, QD, 1)
+                                 + seg(D, 1, None) + 2 * seg(F, D, 0) + seg(D, F, 1))
+             + seg(D, 1, None) + seg(V, D, 0))
+    W = W_shard
+    want = {("all_reduce", "dp_shard", "backward"): (len(units), whole * es),
+            ("all_gather", "dp_shard", "optimizer"): (len(units), sum(units) * W * es)}
+    if R > 1: want[("all_reduce", "dp_replicate", "backward")] = (len(units), whole * es)
+else:
+    want = {("all_gather", "dp_shard", "forward"): (len(units), sum(units) * W * es),
+            ("reduce_scatter", "dp_shard", "backward"): (len(units), sum(units) * W * es)}
+    nb = sum(raf)
+    if nb: want[("all_gather", "dp_shard", "backward")] = (nb, sum(u for u, f in zip(units, raf) if f) * W * es)
+    if R > 1: want[("all_reduce", "dp_replicate", "backward")] = (len(units), sum(units) * es)
 got = {(c["op"], c["mesh_dim"], c["phase"]): (c["calls"], c["payload_bytes"])
        for c in r["comm"] if c["mesh_dim"] in ("dp_shard", "dp_replicate")}
 if got != want:
@@ -95,6 +111,8 @@ expect "fsdp dp_shard 8, 5 vocab rows" 3 --plan fsdp --dp-shard 8 --dtype f64 \
   --model debugmodel:dim=16:n_heads=2:n_kv_heads=2:vocab=5:multiple_of=4:n_layers=2
 expect "hsdp 2 x 2 f64" 3 --plan hsdp --dp-replicate 2 --dp-shard 2 --dtype f64
 expect "zero2 dp_shard 2 f64" 2 --plan zero2 --dp-shard 2 --dtype f64
+expect "zero1 dp_shard 3 f64 (uneven)" 1 --plan zero1 --dp-shard 3 --dtype f64
+expect "zero1 2 x 2 f64 (dp_replicate too)" 1 --plan zero1 --dp-replicate 2 --dp-shard 2 --dtype f64
 expect "fsdp-tp-sp 2 x 2 f64" 3 --plan fsdp-tp-sp --dp-shard 2 --tp 2 --dtype f64
 expect "fsdp-tp-sp 3 x 2 f64 (uneven)" 3 --plan fsdp-tp-sp --dp-shard 3 --tp 2 --dtype f64
 

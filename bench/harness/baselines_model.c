@@ -583,7 +583,17 @@ int sb_runtime_comm_compute(const sb_baseline_in *in, const sb_plan_traits *tr,
     fsdp_units(in, t > 1 && split, &emb, &block, &last);
     const double all = emb + L * block + last, raf = tr->zero == 2 ? 0 : emb + L * block;
     const int F = in->dp_shard;
-    out->dp = (F - 1) * (2 * all + raf) * e + ring_ar(all * e, in->dp_replicate);
+    if (tr->zero == 1) { /* whole gradients all-reduced over dp_shard and dp_replicate,
+                          * the updated row shards all-gathered over dp_shard */
+      double emb1, block1, last1;
+      sb_baseline_in one = *in;
+      one.dp_shard = 1; /* the unpadded TP-local sizes */
+      fsdp_units(&one, t > 1 && split, &emb1, &block1, &last1);
+      const double full = emb1 + L * block1 + last1;
+      out->dp = ring_ar(full * e, F) + ring_ar(full * e, in->dp_replicate) + (F - 1) * all * e;
+    } else {
+      out->dp = (F - 1) * (2 * all + raf) * e + ring_ar(all * e, in->dp_replicate);
+    }
   } else {
     out->dp = ring_ar(sb_params_per_rank(in, tr) * e, in->dp_replicate);
   }

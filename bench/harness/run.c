@@ -340,6 +340,7 @@ static dt_status step_grads(dt_ctx *ctx, dt_mesh *mesh, dt_model *m, const job *
   if (s == DT_OK) s = dt_model_forward(ctx, m, &tok, &logits);
   if (s == DT_OK) s = dt_model_loss(ctx, m, logits, &tgt, loss);
   if (s == DT_OK) s = dt_model_backward(ctx, m, *loss);
+  if (s == DT_OK && dps >= 0) s = dt_fsdp_reduce_grads(ctx, m); /* ZeRO-1's all-reduce */
   if (s == DT_OK && dp >= 0 && dps < 0) { /* DDP; under FSDP (HSDP) the units reduce */
     fault_skip_reduce(m, &j->fault, dp); /* TEST SWITCH */
     /* DDP's buckets; a plan's bucket_cap_mb caps the first bucket too, as DDP does when
@@ -362,6 +363,7 @@ static dt_status step_update(dt_ctx *ctx, dt_model *m, bool timed, double *secs)
   dt_ctx_set_phase(ctx, "optimizer");
   double t0 = dt_now();
   dt_status s = dt_model_adamw_step(ctx, m, &opt);
+  if (s == DT_OK) s = dt_fsdp_after_step(ctx, m); /* ZeRO-1's all-gather of the updated rows */
   if (s == DT_OK) s = dt_model_end_step(ctx, m);
   *secs = dt_now() - t0;
   dt_ctx_set_phase(ctx, "");
@@ -567,10 +569,6 @@ static bool plan_unfit(const sb_opts *o, dt_ctx *hc, dt_plan *plan, const dt_lla
   if (o->dims[2] > 1 && !has_fsdp) {
     skip(r, "dp_shard=%d: plan '%s' has no fully_shard entries to shard over it", o->dims[2],
          o->plan);
-    return true;
-  }
-  if (has_fsdp && plan->zero == 1) {
-    skip(r, "zero = 1 (optimizer-state sharding only) is not implemented yet");
     return true;
   }
   if (has_fsdp && plan->param_dtype == DT_BF16) {

@@ -675,24 +675,35 @@ static dt_status adamw_one(dt_ctx *ctx, dt_model *m, int i, const dt_adamw *o, d
   if (!same) DT_CHECK(dt_redistribute(ctx, g0, w->pl, DT_PLANNER_GREEDY, &gr));
   const dt_tensor *gp = same ? g0 : &gr;
   dt_status s = DT_OK;
+  /* the state's placements: the weight's, or (ZeRO-1) a row shard of it */
+  const dt_placement *spl = md->has_opl ? md->opl : w->pl;
   if (!m->adam_m[i].mesh) {
-    s = dt_tensor_rand(ctx, m->mesh, w->ndim, w->gshape, w->dtype, w->pl, 0, 0, DT_RNG_UNIFORM,
+    s = dt_tensor_rand(ctx, m->mesh, w->ndim, w->gshape, w->dtype, spl, 0, 0, DT_RNG_UNIFORM,
                        0.0, 0.0, &m->adam_m[i]);
     if (s == DT_OK)
-      s = dt_tensor_rand(ctx, m->mesh, w->ndim, w->gshape, w->dtype, w->pl, 0, 0, DT_RNG_UNIFORM,
+      s = dt_tensor_rand(ctx, m->mesh, w->ndim, w->gshape, w->dtype, spl, 0, 0, DT_RNG_UNIFORM,
                          0.0, 0.0, &m->adam_v[i]);
   }
+  /* the state covers rows [r0, r0 + n / row) of the weight's local array */
+  const dt_tensor *st = &m->adam_m[i];
+  const int64_t row = w->ndim > 1 ? w->local.numel / (w->local.shape[0] ? w->local.shape[0] : 1) : 1;
+  const int64_t r0 = s == DT_OK && w->ndim ? st->goffset[0] - w->goffset[0] : 0;
+  const int64_t n = st->local.numel, at = r0 * row;
   const dt_array *la[4] = {&w->local, &gp->local, &m->adam_m[i].local, &m->adam_v[i].local};
   for (int j = 0; s == DT_OK && j < 4; j++)
-    if (la[j]->dev != DT_DEV_CPU || la[j]->numel != w->local.numel || la[j]->dtype != w->dtype)
+    if (la[j]->dev != DT_DEV_CPU || la[j]->numel != (j < 2 ? w->local.numel : n) ||
+        la[j]->dtype != w->dtype)
       s = dt_error(ctx, DT_ERR_UNSUPPORTED, "dt_model_adamw_step",
                    "%s: needs host arrays of one layout and dtype", md->fqn);
+  if (s == DT_OK && (r0 < 0 || at + n > w->local.numel))
+    s = dt_error(ctx, DT_ERR_INVALID, "dt_model_adamw_step",
+                 "%s: the state's shard is not rows of the weight's", md->fqn);
   if (s == DT_OK) {
     const double step = o->lr / bc1, sbc2 = sqrt(bc2), decay = 1.0 - o->lr * o->weight_decay;
-    const int64_t n = w->local.numel;
     if (w->dtype == DT_F64) {
-      double *W = w->local.data, *M = m->adam_m[i].local.data, *Vv = m->adam_v[i].local.data;
-      const double *G = gp->local.data;
+      double *W = (double *)w->local.data + at, *M = m->adam_m[i].local.data,
+             *Vv = m->adam_v[i].local.data;
+      const double *G = (const double *)gp->local.data + at;
       for (int64_t e = 0; e < n; e++) {
         W[e] *= decay;
         M[e] = o->beta1 * M[e] + (1 - o->beta1) * G[e];
@@ -700,8 +711,9 @@ static dt_status adamw_one(dt_ctx *ctx, dt_model *m, int i, const dt_adamw *o, d
         W[e] -= step * M[e] / (sqrt(Vv[e]) / sbc2 + o->eps);
       }
     } else {
-      float *W = w->local.data, *M = m->adam_m[i].local.data, *Vv = m->adam_v[i].local.data;
-      const float *G = gp->local.data;
+      float *W = (float *)w->local.data + at, *M = m->adam_m[i].local.data,
+            *Vv = m->adam_v[i].local.data;
+      const float *G = (const float *)gp->local.data + at;
       for (int64_t e = 0; e < n; e++) {
         double we = W[e] * decay;
         double me = o->beta1 * M[e] + (1 - o->beta1) * G[e];

@@ -75,6 +75,10 @@ struct dt_module {
                                     * (output: 3; the others: TorchTitan's default absolute
                                     * [-2, 2], i.e. 2 / init_std) */
   dt_placement wpl[DT_MAX_MESH_DIMS]; /* the weight's placements (R unless a style says) */
+  bool has_opl;                    /* AdamW's state placed by opl instead of wpl (ZeRO-1): */
+  dt_placement opl[DT_MAX_MESH_DIMS]; /* wpl with Shard(0) on mesh dims where wpl is
+                                    * Replicate; AdamW then updates only the rows of the
+                                    * weight its state's shard covers, in place */
   dt_var *weight;                  /* on the model's tape; NULL before materialize */
   dt_var *compute;                 /* what this step's forward computes with instead of
                                     * weight (FSDP's unsharded copy, on the step tape);
@@ -163,7 +167,9 @@ typedef struct dt_adamw {
 } dt_adamw;
 #define DT_ADAMW_DEFAULT {8e-4, 0.9, 0.95, 1e-8, 0.1}
 /* One AdamW step on every weight from its gradient (reduced to the weight's
- * placements first), decoupled weight decay, bias correction; clears grads. */
+ * placements first), decoupled weight decay, bias correction; clears grads. A
+ * module with has_opl keeps its state in opl's shard and updates only those rows
+ * of its (replicated) weight: whoever set opl brings the other rows up to date. */
 dt_status dt_model_adamw_step(dt_ctx *ctx, dt_model *m, const dt_adamw *opt);
 
 #ifdef __cplusplus

@@ -378,7 +378,13 @@ static dt_status member_layout(dt_ctx *ctx, fsdp *f, dt_module *md, fsdp_member 
   mb->rows = lshape[0];
   mb->rest = md->wndim > 1 ? lshape[1] : 1;
   mb->c = (mb->rows + f->W - 1) / f->W;
-  md->wpl[sd] = dt_shard(0);
+  if (f->o.zero == 1) { /* the weight stays whole; AdamW's state is the row shard */
+    for (int d = 0; d < nd; d++) md->opl[d] = md->wpl[d];
+    md->opl[sd] = dt_shard(0);
+    md->has_opl = true;
+  } else {
+    md->wpl[sd] = dt_shard(0);
+  }
   return DT_OK;
 }
 
@@ -457,9 +463,8 @@ dt_status dt_fully_shard(dt_ctx *ctx, dt_model *m, const dt_plan_entry *entries,
       o->replicate_dim >= nd || o->replicate_dim < -1)
     return dt_error(ctx, DT_ERR_INVALID, WHO, "bad mesh dims (shard %d, replicate %d; %d dims)",
                     o->shard_dim, o->replicate_dim, nd);
-  if (o->zero != 2 && o->zero != 3)
-    return dt_error(ctx, DT_ERR_UNSUPPORTED, WHO, "ZeRO stage %d (2 and 3 are implemented)",
-                    o->zero);
+  if (o->zero < 1 || o->zero > 3)
+    return dt_error(ctx, DT_ERR_INVALID, WHO, "ZeRO stage %d (1, 2 or 3)", o->zero);
   if (m->param_state) return dt_error(ctx, DT_ERR_INVALID, WHO, "the model is fully_shard'ed already");
   for (int i = 0; i < m->n_mods; i++)
     if (m->mods[i].weight)
@@ -489,16 +494,120 @@ dt_status dt_fully_shard(dt_ctx *ctx, dt_model *m, const dt_plan_entry *entries,
   dt_host_free(ctx, matched);
   if (s != DT_OK) {
     for (int i = 0; i < f->n_units; i++) /* placements back to what they were */
-      for (int k = 0; k < f->u[i].n; k++)
+      for (int k = 0; k < f->u[i].n; k++) {
         m->mods[f->u[i].mem[k].mod].wpl[o->shard_dim] = dt_replicate();
+        m->mods[f->u[i].mem[k].mod].has_opl = false;
+      }
     fsdp_free(ctx, f);
     return s;
   }
-  m->param_pre = param_pre;
-  m->param_post = param_post;
+  m->param_pre = o->zero == 1 ? NULL : param_pre; /* ZeRO-1 never gathers for compute */
+  m->param_post = o->zero == 1 ? NULL : param_post;
   m->param_state = f;
   m->param_free = fsdp_free;
   return DT_OK;
+}
+
+/* ---- ZeRO-1: gradients all-reduced, updated rows all-gathered ------------------------- */
+
+static fsdp *fsdp_of(dt_model *m) { return m && m->param_free == fsdp_free ? m->param_state : NULL; }
+
+/* One unit's gradients summed over mesh dim `dim` (one flat all_reduce); a
+ * gradient not Partial there counts once (from coordinate 0); afterwards it is
+ * Replicate there. */
+static dt_status zero1_reduce(dt_ctx *ctx, fsdp *f, fsdp_unit *u, int dim) {
+  dt_model *m = f->m;
+  const dt_dtype md = m->dtype, rt = comm_dtype(f, true);
+  const size_t es = dt_dtype_size(rt);
+  int64_t total = 0;
+  for (int k = 0; k < u->n; k++) total += u->mem[k].rows * u->mem[k].rest;
+  char *buf = dt_host_calloc(ctx, (size_t)(total ? total : 1) * es);
+  if (!buf) return dt_error(ctx, DT_ERR_NOMEM, WHO, "no memory");
+  const bool first = dt_mesh_coord(m->mesh, dim) == 0;
+  bool any = false;
+  int64_t at = 0;
+  for (int k = 0; k < u->n; k++) {
+    const fsdp_member *mb = &u->mem[k];
+    const dt_tensor *g = dt_var_grad(m->mods[mb->mod].weight);
+    const int64_t n = mb->rows * mb->rest;
+    if (g && g->local.numel == n && (g->pl[dim].kind == DT_PL_PARTIAL || first))
+      convert(buf + (size_t)at * es, rt, g->local.data, md, n);
+    any = any || (g && g->pl[dim].kind == DT_PL_PARTIAL);
+    at += n;
+  }
+  dt_status s = DT_OK;
+  if (any) s = dt_comm_all_reduce(dt_mesh_comm(m->mesh, dim), buf, buf, (size_t)total, rt,
+                                  DT_RED_SUM);
+  at = 0;
+  for (int k = 0; any && s == DT_OK && k < u->n; k++) {
+    const fsdp_member *mb = &u->mem[k];
+    dt_tensor *g = (dt_tensor *)dt_var_grad(m->mods[mb->mod].weight); /* the tape's, reduced in place */
+    const int64_t n = mb->rows * mb->rest;
+    if (g && g->local.numel == n && strcmp(m->mods[mb->mod].fqn, f->o.fault_no_reduce)) {
+      convert(g->local.data, md, buf + (size_t)at * es, rt, n);
+      g->pl[dim] = dt_replicate();
+    } else if (g) {
+      g->pl[dim] = dt_replicate(); /* the fault: each rank keeps its own partial sum */
+    }
+    at += n;
+  }
+  dt_host_free(ctx, buf);
+  return s;
+}
+
+dt_status dt_fsdp_reduce_grads(dt_ctx *ctx, dt_model *m) {
+  fsdp *f = fsdp_of(m);
+  if (!f || f->o.zero != 1) return DT_OK; /* ZeRO-2/3 reduce in backward */
+  char saved[sizeof ctx->phase];
+  memcpy(saved, ctx->phase, sizeof saved);
+  dt_ctx_set_phase(ctx, "backward");
+  dt_status s = DT_OK;
+  for (int i = 0; s == DT_OK && i < f->n_units; i++) {
+    if (!f->u[i].n) continue;
+    s = zero1_reduce(ctx, f, &f->u[i], f->o.shard_dim);
+    if (s == DT_OK && f->o.replicate_dim >= 0)
+      s = zero1_reduce(ctx, f, &f->u[i], f->o.replicate_dim);
+  }
+  dt_ctx_set_phase(ctx, saved);
+  return s;
+}
+
+dt_status dt_fsdp_after_step(dt_ctx *ctx, dt_model *m) {
+  fsdp *f = fsdp_of(m);
+  if (!f || f->o.zero != 1) return DT_OK;
+  const dt_dtype md = m->dtype;
+  const size_t es = dt_dtype_size(md);
+  dt_status s = DT_OK;
+  for (int i = 0; s == DT_OK && i < f->n_units; i++) {
+    fsdp_unit *u = &f->u[i];
+    if (!u->n) continue;
+    char *send = dt_host_calloc(ctx, (size_t)u->P * es);
+    char *recv = dt_host_alloc(ctx, (size_t)u->P * es * (size_t)f->W);
+    if (!send || !recv) s = dt_error(ctx, DT_ERR_NOMEM, WHO, "no memory");
+    for (int k = 0; s == DT_OK && k < u->n; k++) { /* this rank's updated rows */
+      const fsdp_member *mb = &u->mem[k];
+      const dt_tensor *w = dt_var_value(m->mods[mb->mod].weight);
+      int64_t size, off;
+      dt_chunk(mb->rows, f->W, f->coord, &size, &off);
+      memcpy(send + (size_t)mb->off * es, (const char *)w->local.data + (size_t)(off * mb->rest) * es,
+             (size_t)(size * mb->rest) * es);
+    }
+    if (s == DT_OK)
+      s = dt_comm_all_gather(dt_mesh_comm(m->mesh, f->o.shard_dim), send, recv, (size_t)u->P, md);
+    for (int k = 0; s == DT_OK && k < u->n; k++) {
+      const fsdp_member *mb = &u->mem[k];
+      dt_tensor *w = value_of(m->mods[mb->mod].weight);
+      for (int r = 0; r < f->W; r++) {
+        int64_t size, off;
+        dt_chunk(mb->rows, f->W, r, &size, &off);
+        memcpy((char *)w->local.data + (size_t)(off * mb->rest) * es,
+               recv + ((size_t)r * (size_t)u->P + (size_t)mb->off) * es, (size_t)(size * mb->rest) * es);
+      }
+    }
+    dt_host_free(ctx, send);
+    dt_host_free(ctx, recv);
+  }
+  return s;
 }
 
 void dt_fsdp_release(dt_ctx *ctx, dt_model *m) {

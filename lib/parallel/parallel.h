@@ -175,7 +175,8 @@ typedef struct dt_fsdp_opts {
   int replicate_dim;    /* HSDP: the dp_replicate mesh dim (gradients all-reduced there
                          * after the reduce_scatter); -1: none */
   int zero;             /* 3: FSDP (reshard after forward as each entry says); 2: never
-                         * reshard after forward */
+                         * reshard after forward; 1: weights stay whole, only AdamW's
+                         * state is sharded (dt_fsdp_reduce_grads, dt_fsdp_after_step) */
   dt_dtype param_dtype; /* the all-gathered copy's dtype (FSDP2's MixedPrecisionPolicy
                          * param_dtype; DT_BF16 rounds the copy, which is computed on in
                          * the model's dtype); DT_DTYPE_COUNT: the model's */
@@ -196,6 +197,14 @@ typedef struct dt_fsdp_opts {
  * DT_ERR_INVALID naming the entry or module otherwise. dt_model_free releases it. */
 dt_status dt_fully_shard(dt_ctx *ctx, dt_model *m, const dt_plan_entry *entries, int n_entries,
                          const dt_fsdp_opts *o);
+/* After backward, before the optimizer: ZeRO-1 all-reduces each unit's gradients
+ * over dp_shard (and dp_replicate) in one call per unit and dim; ZeRO-2/3 did
+ * their reduction in backward (no-op). Phase "backward". */
+dt_status dt_fsdp_reduce_grads(dt_ctx *ctx, dt_model *m);
+/* After the optimizer step: ZeRO-1 all-gathers each unit's updated row shards
+ * (AdamW updated only this rank's rows) into every rank's whole weights, one
+ * call per unit; no-op otherwise. */
+dt_status dt_fsdp_after_step(dt_ctx *ctx, dt_model *m);
 /* Removes FSDP from the model (its state and hooks); no-op when not applied. */
 void dt_fsdp_release(dt_ctx *ctx, dt_model *m);
 
