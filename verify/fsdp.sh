@@ -26,6 +26,9 @@
 #        updated row shards (W x P), phase optimizer.
 #   3. It can fail: SHARDBENCH_FAULT=skip-reduce:PARAM (a unit's reduce_scatter skipped
 #      for one weight) is a mismatch naming it.
+#   4. Rank 0's persistent state (the run's measured weights, gradients and AdamW
+#      state bytes) equals ZeRO's per-rank formulas with the exact shard sizes:
+#      ZeRO-2/3 shard all three, ZeRO-1 only the optimizer state.
 NAME=fsdp
 . "${srcdir:-.}/verify/harness-common.sh"
 command -v python3 >/dev/null 2>&1 || { echo "SKIP: $NAME: python3 is missing (scripts/install-deps)"; exit 77; }
@@ -98,8 +101,22 @@ got = {(c["op"], c["mesh_dim"], c["phase"]): (c["calls"], c["payload_bytes"])
        for c in r["comm"] if c["mesh_dim"] in ("dp_shard", "dp_replicate")}
 if got != want:
     sys.exit(f"dp collectives {sorted(got.items())}, FSDP2's {sorted(want.items())}")
+# 4. rank 0's persistent state, ZeRO's per-rank formulas (arXiv:1910.02054 sec. 5, Table 1)
+# with this run's exact shard sizes: weights and gradients Psi e each and AdamW's two
+# states 2 Psi e, where Psi is the whole (TP-local) count under ZeRO-1's weights and
+# gradients and rank 0's torch.chunk shard (the largest) for everything ZeRO shards
+W_shard, W = W, 1
+whole = sum([seg(V, D, 0)] + [seg(D, 1, None) + seg(QD, D, 0) + 2 * seg(KVD, D, 0) + seg(D, QD, 1)
+                               + seg(D, 1, None) + 2 * seg(F, D, 0) + seg(D, F, 1)] * L
+            + [seg(D, 1, None) + seg(V, D, 0)])
+W = W_shard
+shard = sum(units)
+mem = (r["mem_params_bytes"], r["mem_grads_bytes"], r["mem_optimizer_bytes"])
+zmem = (whole * es, whole * es, 2 * shard * es) if zero == 1 else (shard * es, shard * es, 2 * shard * es)
+if mem != zmem:
+    sys.exit(f"persistent state (params, grads, optimizer) {mem}, ZeRO-{zero}'s {zmem}")
 print(f"ok: {len(units)} units, {sum(units)} elements per rank, tolerance {r['tolerance']:.1e}, "
-      f"error {r['max_rel_err']:.2e}")
+      f"error {r['max_rel_err']:.2e}, persistent {sum(mem)} bytes")
 EOF
   echo "  $label: $(cat "$tmp/p")"
 }

@@ -226,6 +226,8 @@ typedef struct job {
   int64_t peak_mem;
   sb_cmp cmp;                   /* sharded job: the verdict, worst over every rank */
   bool weights_saved;           /* sharded job: o->save_weights written */
+  int64_t mem[4];               /* rank 0, last timed step: params, grads, optimizer,
+                                 * the rest of the step's peak (sb_result.mem_*) */
   int n_comm;
   sb_comm_row comm[MAX_COMM];
 } job;
@@ -425,9 +427,26 @@ static dt_status train(dt_ctx *ctx, dt_mesh *mesh, job *j) {
     const bool timed = step >= j->o->warmup;
     dt_var *loss = NULL;
     double t_grad = 0, t_update = 0;
+    /* the step's own peak, apart from the run's (the checks' gathers are not the step's) */
+    const size_t run_peak = ctx->mem.host_peak;
+    ctx->mem.host_peak = ctx->mem.host_cur;
+    dt_model_mem grads, after;
     s = step_grads(ctx, mesh, m, j, step, timed, &loss, &t_grad);
+    dt_model_state_bytes(m, &grads);
+    const size_t grad_peak = ctx->mem.host_peak;
     if (s == DT_OK) s = collect(ctx, m, j, loss, step, total - 1, &c);
+    ctx->mem.host_peak = ctx->mem.host_cur; /* not the checks' gathers */
     if (s == DT_OK) s = step_update(ctx, m, timed, &t_update);
+    dt_model_state_bytes(m, &after);
+    const size_t step_peak = ctx->mem.host_peak > grad_peak ? ctx->mem.host_peak : grad_peak;
+    ctx->mem.host_peak = run_peak > step_peak ? run_peak : step_peak;
+    if (timed && ctx->rank == 0) {
+      const int64_t persistent = after.params + grads.grads + after.optimizer;
+      j->mem[0] = after.params;
+      j->mem[1] = grads.grads;
+      j->mem[2] = after.optimizer;
+      j->mem[3] = (int64_t)step_peak > persistent ? (int64_t)step_peak - persistent : 0;
+    }
     times[step] = t_grad + t_update;
   }
   dt_ledger_enable(ctx, false);
@@ -679,6 +698,10 @@ static void result_of(const sb_opts *o, const job *j, sb_result *r) {
   snprintf(r->peak_source, sizeof r->peak_source, "%s", o->peak_source);
   r->peak_mem_bytes = j->peak_mem;
   r->weights_saved = j->weights_saved;
+  r->mem_params_bytes = j->mem[0];
+  r->mem_grads_bytes = j->mem[1];
+  r->mem_optimizer_bytes = j->mem[2];
+  r->mem_activations_bytes = j->mem[3];
   r->max_abs_err = j->cmp.max_abs;
   r->max_rel_err = j->cmp.worst_rel;
   r->tolerance = j->cmp.worst_tol;
@@ -789,6 +812,13 @@ void sb_print_result(FILE *f, const sb_config *c, const sb_result *r, bool json)
     else fputs("null", f);
     if (r->peak_mem_bytes >= 0) fprintf(f, ", \"peak_mem_bytes\": %lld", (long long)r->peak_mem_bytes);
     else fputs(", \"peak_mem_bytes\": null", f);
+    const int64_t mem[4] = {r->mem_params_bytes, r->mem_grads_bytes, r->mem_optimizer_bytes,
+                            r->mem_activations_bytes};
+    static const char *const mem_k[4] = {"mem_params_bytes", "mem_grads_bytes",
+                                         "mem_optimizer_bytes", "mem_activations_bytes"};
+    for (int k = 0; k < 4; k++)
+      if (mem[k] >= 0) fprintf(f, ", \"%s\": %lld", mem_k[k], (long long)mem[k]);
+      else fprintf(f, ", \"%s\": null", mem_k[k]);
     fputs(", \"comm\": [", f);
     for (int i = 0; i < r->n_comm; i++) {
       const sb_comm_row *cr = &r->comm[i];
@@ -814,6 +844,11 @@ void sb_print_result(FILE *f, const sb_config *c, const sb_result *r, bool json)
              "err %.3g, max rel err %.3g (tolerance %.1e)\n",
           (double)r->peak_mem_bytes / (1024.0 * 1024.0), r->est_mem_bytes / (1024.0 * 1024.0),
           r->max_abs_err, r->max_rel_err, r->tolerance);
+  if (r->mem_params_bytes >= 0)
+    fprintf(f, "  memory rank 0: params %.2f MiB, grads %.2f MiB, optimizer %.2f MiB, "
+               "activations and buffers %.2f MiB\n",
+            r->mem_params_bytes / 1048576.0, r->mem_grads_bytes / 1048576.0,
+            r->mem_optimizer_bytes / 1048576.0, r->mem_activations_bytes / 1048576.0);
   if (r->worst[0]) fprintf(f, "  worst: %s\n", r->worst);
   if (r->n_comm) fprintf(f, "  comm per step (rank 0): %-15s %-13s %-9s %6s %12s %14s %10s\n", "op",
                          "mesh dim", "phase", "calls", "payload B", "wire B", "seconds");

@@ -65,6 +65,11 @@ typedef struct sb_result {
   double step_time_s, tokens_per_s, tflops, mfu, peak_tflops;
   char peak_source[96];          /* where peak_tflops came from (sb_opts.peak_source) */
   int64_t peak_mem_bytes;        /* < 0: NULL */
+  /* rank 0's memory split (< 0: NULL), measured from the tensors in the last timed
+   * step: its weights (the sharded master under FSDP), their gradients after the
+   * data-parallel reduction, AdamW's two states; and the rest of that step's peak
+   * (activations, FSDP's gathered copies, communication buffers) */
+  int64_t mem_params_bytes, mem_grads_bytes, mem_optimizer_bytes, mem_activations_bytes;
   double est_mem_bytes;          /* estimated peak per rank (sb_mem_estimate; NaN: none) */
   double est_need_bytes;         /* estimated memory of the whole invocation (NaN: none) */
   bool mem_refused;              /* skipped: est_need_bytes over sb_opts.mem_limit */

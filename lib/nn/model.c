@@ -657,6 +657,20 @@ dt_status dt_model_end_step(dt_ctx *ctx, dt_model *m) {
   return DT_OK;
 }
 
+void dt_model_state_bytes(const dt_model *m, dt_model_mem *out) {
+  memset(out, 0, sizeof *out);
+  for (int i = 0; m && i < m->n_mods; i++) {
+    const dt_module *md = &m->mods[i];
+    if (!md->weight) continue;
+    out->params += (int64_t)dt_array_bytes(&dt_var_value(md->weight)->local);
+    const dt_tensor *g = dt_var_grad(md->weight);
+    if (g) out->grads += (int64_t)dt_array_bytes(&g->local);
+    if (m->adam_m[i].mesh)
+      out->optimizer += (int64_t)(dt_array_bytes(&m->adam_m[i].local) +
+                                  dt_array_bytes(&m->adam_v[i].local));
+  }
+}
+
 /* ---- AdamW -------------------------------------------------------------------------- */
 
 static dt_status adamw_one(dt_ctx *ctx, dt_model *m, int i, const dt_adamw *o, double bc1,

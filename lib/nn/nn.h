@@ -162,6 +162,14 @@ dt_status dt_model_save_weights(dt_ctx *ctx, dt_model *m, const char *path, dt_d
                                 dt_weight_names names, int n_meta, const char *const *keys,
                                 const char *const *vals);
 
+/* This rank's bytes of the model's state: every weight's local array, every
+ * weight's gradient held now (none before backward or after the optimizer), and
+ * AdamW's two states (none before the first step). */
+typedef struct dt_model_mem {
+  int64_t params, grads, optimizer;
+} dt_model_mem;
+void dt_model_state_bytes(const dt_model *m, dt_model_mem *out);
+
 typedef struct dt_adamw {
   double lr, beta1, beta2, eps, weight_decay;
 } dt_adamw;
