@@ -6,7 +6,7 @@
 #      whose vocabulary has fewer rows than ranks), hsdp (dp_replicate 2 x dp_shard
 #      2), zero2, zero1 (dp_shard 3; dp_replicate 2 x dp_shard 2), fsdp-tp-sp
 #      (dp_shard x tp 2: FSDP splits TP's local block, with an uneven FSDP split at
-#      dp_shard 3).
+#      dp_shard 3; and HSDP + TP on dp_replicate 2 x dp_shard 2 x tp 2).
 #   2. Its collectives on the dp dims equal FSDP2's, derived here from the plan's
 #      units and the model's shapes (TorchTitan v0.2.0 apply_fsdp; PyTorch's
 #      _fsdp_collectives.py foreach_all_gather / foreach_reduce):
@@ -132,6 +132,7 @@ expect "zero1 dp_shard 3 f64 (uneven)" 1 --plan zero1 --dp-shard 3 --dtype f64
 expect "zero1 2 x 2 f64 (dp_replicate too)" 1 --plan zero1 --dp-replicate 2 --dp-shard 2 --dtype f64
 expect "fsdp-tp-sp 2 x 2 f64" 3 --plan fsdp-tp-sp --dp-shard 2 --tp 2 --dtype f64
 expect "fsdp-tp-sp 3 x 2 f64 (uneven)" 3 --plan fsdp-tp-sp --dp-shard 3 --tp 2 --dtype f64
+expect "fsdp-tp-sp, HSDP + TP 2 x 2 x 2 f32" 3 --plan fsdp-tp-sp --dp-replicate 2 --dp-shard 2 --tp 2
 
 # 3. the check can fail
 checks=$((checks + 1))
