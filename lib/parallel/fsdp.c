@@ -152,18 +152,21 @@ static void reshard(dt_ctx *ctx, fsdp_unit *u) {
 
 /* Gathers the unit again into its variables (freed by reshard). */
 static dt_status regather(dt_ctx *ctx, fsdp_unit *u) {
-  dt_tensor *vals[64];
-  if (u->n > 64) return dt_error(ctx, DT_ERR_UNSUPPORTED, WHO, "%s: more than 64 weights", u->name);
-  for (int k = 0; k < u->n; k++) {
+  dt_tensor **vals = dt_host_alloc(ctx, sizeof *vals * (size_t)u->n);
+  dt_status s = vals ? DT_OK : dt_error(ctx, DT_ERR_NOMEM, WHO, "no memory");
+  for (int k = 0; s == DT_OK && k < u->n; k++) {
     dt_tensor *v = value_of(u->mem[k].unsharded);
     if (!v->local.data) {
-      v->local.data = dt_host_alloc(ctx, dt_array_bytes(&v->local) ? dt_array_bytes(&v->local) : 1);
-      if (!v->local.data) return dt_error(ctx, DT_ERR_NOMEM, WHO, "no memory");
-      v->local.owns = true;
+      size_t bytes = dt_array_bytes(&v->local);
+      v->local.data = dt_host_alloc(ctx, bytes ? bytes : 1);
+      if (!v->local.data) s = dt_error(ctx, DT_ERR_NOMEM, WHO, "no memory");
+      v->local.owns = v->local.data != NULL;
     }
     vals[k] = v;
   }
-  return gather_into(ctx, u, vals);
+  if (s == DT_OK) s = gather_into(ctx, u, vals);
+  dt_host_free(ctx, vals);
+  return s;
 }
 
 /* ---- reduce_scatter (the all_gather's backward) ----------------------------------- */
@@ -271,30 +274,33 @@ static dt_status ag_backward(dt_ctx *ctx, void *state, int n_out, const dt_tenso
 static dt_status open_unit(dt_ctx *ctx, fsdp_unit *u, dt_tape *tape) {
   fsdp *f = u->f;
   dt_model *m = f->m;
-  dt_var *in[64], *out[64];
-  dt_tensor vals[64];
-  if (u->n > 64) return dt_error(ctx, DT_ERR_UNSUPPORTED, WHO, "%s: more than 64 weights", u->name);
-  memset(vals, 0, sizeof vals);
-  dt_status s = DT_OK;
+  const size_t n = (size_t)u->n;
+  dt_var **in = dt_host_alloc(ctx, sizeof *in * n), **out = dt_host_alloc(ctx, sizeof *out * n);
+  dt_tensor *vals = dt_host_calloc(ctx, sizeof *vals * n);
+  dt_tensor **vp = dt_host_alloc(ctx, sizeof *vp * n);
+  dt_status s = in && out && vals && vp ? DT_OK : dt_error(ctx, DT_ERR_NOMEM, WHO, "no memory");
   for (int k = 0; s == DT_OK && k < u->n; k++) {
     const dt_module *md = &m->mods[u->mem[k].mod];
     in[k] = md->weight;
+    vp[k] = &vals[k];
     s = dt_tensor_rand(ctx, m->mesh, md->wndim, md->wshape, m->dtype, u->mem[k].upl, 0, 0,
                        DT_RNG_UNIFORM, 0.0, 0.0, &vals[k]);
   }
-  dt_tensor *vp[64];
-  for (int k = 0; k < u->n; k++) vp[k] = &vals[k];
   if (s == DT_OK) s = gather_into(ctx, u, vp);
   if (s != DT_OK) {
-    for (int k = 0; k < u->n; k++) dt_tensor_free(ctx, &vals[k]);
-    return s;
+    for (int k = 0; vals && k < u->n; k++) dt_tensor_free(ctx, &vals[k]);
+  } else { /* dt_ad_custom takes the values (and frees them on failure) */
+    s = dt_ad_custom(tape, "fsdp_all_gather", ag_backward, u, u->n, in, u->n, vals, out);
+    for (int k = 0; s == DT_OK && k < u->n; k++) {
+      u->mem[k].unsharded = out[k];
+      m->mods[u->mem[k].mod].compute = out[k];
+    }
   }
-  DT_CHECK(dt_ad_custom(tape, "fsdp_all_gather", ag_backward, u, u->n, in, u->n, vals, out));
-  for (int k = 0; k < u->n; k++) {
-    u->mem[k].unsharded = out[k];
-    m->mods[u->mem[k].mod].compute = out[k];
-  }
-  return DT_OK;
+  dt_host_free(ctx, in);
+  dt_host_free(ctx, out);
+  dt_host_free(ctx, vals);
+  dt_host_free(ctx, vp);
+  return s;
 }
 
 /* Identity on the unit's output; its backward gathers the unit again first. */
