@@ -89,6 +89,9 @@ static const int L_ZERO[L_COUNT] = {0, 1, 2, 3};
 
 /* Persistent state of one rank: parameters, gradients, optimizer, their sum. */
 enum { M_PARAM = 0, M_GRAD, M_OPT, M_TOTAL, M_COUNT };
+/* Timed parts of a step: forward + loss, backward + the data-parallel reduction,
+ * AdamW + end_step, and the whole step. */
+enum { P_FWD = 0, P_BWD, P_OPT, P_STEP, P_COUNT };
 
 typedef struct bopts {
   int world;
@@ -105,7 +108,8 @@ typedef struct layout {
   bool na;                      /* not implemented in the library */
   char na_why[DT_ERRMSG_LEN];
   bool ran;
-  double *times;                /* reps x steps: the slowest rank's seconds per timed step */
+  double *times[P_COUNT];       /* reps x steps: the slowest rank's seconds per timed step
+                                 * (and per part of it) */
   double mem_max[M_COUNT];      /* bytes, max over ranks (same in every rep) */
   double total_min;             /* the total's min over ranks */
   double peak;                  /* host_peak, max over ranks and reps */
@@ -180,7 +184,8 @@ static dt_status build_model(dt_ctx *ctx, dt_mesh *mesh, const shared *sh, const
   return DT_OK;
 }
 
-/* One timed or untimed step; on `last`, this rank's persistent bytes into mem. */
+/* One step, its parts' seconds into secs[P_COUNT]; on `last`, this rank's
+ * persistent bytes into mem. */
 static dt_status one_step(dt_ctx *ctx, dt_mesh *mesh, dt_model *m, const shared *sh,
                           const layout *ly, int step, bool last, double *secs, double *mem) {
   const bopts *o = sh->o;
@@ -191,10 +196,11 @@ static dt_status one_step(dt_ctx *ctx, dt_mesh *mesh, dt_model *m, const shared 
   dt_status s = sb_token_tensor(ctx, mesh, o->batch, o->seq, sh->cfg.vocab, 1u, step, 0, &tok);
   if (s == DT_OK) s = sb_token_tensor(ctx, mesh, o->batch, o->seq, sh->cfg.vocab, 1u, step, 1, &tgt);
   if (s == DT_OK) s = dt_comm_barrier(ctx->world); /* every rank starts the step together */
-  double t0 = dt_now(), t = 0;
+  const double t0 = dt_now();
   dt_var *logits = NULL, *loss = NULL;
   if (s == DT_OK) s = dt_model_forward(ctx, m, &tok, &logits);
   if (s == DT_OK) s = dt_model_loss(ctx, m, logits, &tgt, &loss);
+  const double t1 = dt_now();
   if (s == DT_OK) s = dt_model_backward(ctx, m, loss);
   if (s == DT_OK && !L_ZERO[sh->cur]) {
     /* DDP; under fully_shard the units reduce. The plan's bucket_cap_mb caps the
@@ -204,18 +210,20 @@ static dt_status one_step(dt_ctx *ctx, dt_mesh *mesh, dt_model *m, const shared 
     const dt_ddp_opts ddp = {cap * 1048576.0, 0};
     s = dt_data_parallel_reduce_grads(ctx, m, 0, cap > 0 ? &ddp : NULL);
   }
-  t += dt_now() - t0;
+  const double t2 = dt_now();
   if (s == DT_OK && last) measure_params_grads(m, mem); /* untimed */
   const dt_adamw opt = DT_ADAMW_DEFAULT;
-  t0 = dt_now();
+  const double t3 = dt_now();
   if (s == DT_OK) s = dt_model_adamw_step(ctx, m, &opt);
   if (s == DT_OK) s = dt_model_end_step(ctx, m);
-  t += dt_now() - t0;
+  secs[P_OPT] = dt_now() - t3;
+  secs[P_FWD] = t1 - t0;
+  secs[P_BWD] = t2 - t1;
+  secs[P_STEP] = secs[P_FWD] + secs[P_BWD] + secs[P_OPT];
   if (s == DT_OK && last) {
     mem[M_OPT] = measure_opt(m);
     mem[M_TOTAL] = mem[M_PARAM] + mem[M_GRAD] + mem[M_OPT];
   }
-  *secs = t;
   dt_tensor_free(ctx, &tok);
   dt_tensor_free(ctx, &tgt);
   return s;
@@ -229,7 +237,7 @@ static dt_status bench_rank(dt_ctx *ctx, void *arg) {
   const char *names[1] = {L_ZERO[sh->cur] ? "dp_shard" : "dp_replicate"};
   dt_mesh *mesh = NULL;
   dt_model *m = NULL;
-  double *times = calloc((size_t)total, sizeof *times);
+  double *times = calloc((size_t)total * P_COUNT, sizeof *times); /* [step][part] */
   double mem[M_COUNT] = {0}, mmax[M_COUNT], tmin, peak;
   bool na = false;
   dt_status s = times ? DT_OK : dt_error(ctx, DT_ERR_NOMEM, PROG, "no memory");
@@ -245,16 +253,18 @@ static dt_status bench_rank(dt_ctx *ctx, void *arg) {
     goto done;
   }
   for (int step = 0; step < total && s == DT_OK; step++)
-    s = one_step(ctx, mesh, m, sh, ly, step, step == total - 1, &times[step], mem);
+    s = one_step(ctx, mesh, m, sh, ly, step, step == total - 1, &times[step * P_COUNT], mem);
   if (s == DT_OK)
-    s = dt_comm_all_reduce(ctx->world, times, times, (size_t)total, DT_F64, DT_RED_MAX);
+    s = dt_comm_all_reduce(ctx->world, times, times, (size_t)total * P_COUNT, DT_F64, DT_RED_MAX);
   if (s == DT_OK) s = dt_comm_all_reduce(ctx->world, mem, mmax, M_COUNT, DT_F64, DT_RED_MAX);
   if (s == DT_OK) s = dt_comm_all_reduce(ctx->world, &mem[M_TOTAL], &tmin, 1, DT_F64, DT_RED_MIN);
   peak = (double)ctx->mem.host_peak;
   if (s == DT_OK) s = dt_comm_all_reduce(ctx->world, &peak, &peak, 1, DT_F64, DT_RED_MAX);
   if (s == DT_OK && ctx->rank == 0) {
-    memcpy(ly->times + (size_t)sh->rep * (size_t)o->steps, times + o->warmup,
-           sizeof *times * (size_t)o->steps);
+    for (int k = 0; k < o->steps; k++)
+      for (int p = 0; p < P_COUNT; p++)
+        ly->times[p][(size_t)sh->rep * (size_t)o->steps + (size_t)k] =
+            times[(o->warmup + k) * P_COUNT + p];
     if (ly->ran && (memcmp(mmax, ly->mem_max, sizeof mmax) || tmin != ly->total_min))
       ly->mem_changed = true;
     memcpy(ly->mem_max, mmax, sizeof mmax);
@@ -441,8 +451,10 @@ static int parse_flags(int argc, char **argv, bopts *o) {
 /* ---- the report ---- */
 
 typedef struct summary {
-  double t[L_COUNT];            /* median step time; NAN when not run */
-  double rep_lo[L_COUNT], rep_hi[L_COUNT]; /* per-rep median ratio to dp: min, max */
+  double t[L_COUNT][P_COUNT];   /* median seconds of the step and of its parts */
+  double rep_lo[L_COUNT], rep_hi[L_COUNT]; /* per-rep median step time / dp's: min, max */
+  double mem_ratio, time_ratio; /* fsdp / dp: persistent total, step time */
+  bool mem_ok, time_ok;         /* the goals */
 } summary;
 
 static void summarize(const shared *sh, summary *S) {
@@ -452,12 +464,15 @@ static void summarize(const shared *sh, summary *S) {
   double dp_rep[MAX_REPS];
   for (int l = 0; l < L_COUNT; l++) {
     const layout *ly = &sh->L[l];
-    S->t[l] = S->rep_lo[l] = S->rep_hi[l] = NAN;
+    S->rep_lo[l] = S->rep_hi[l] = NAN;
+    for (int p = 0; p < P_COUNT; p++) S->t[l][p] = NAN;
     if (!ly->ran || !v) continue;
-    memcpy(v, ly->times, sizeof *v * (size_t)n);
-    S->t[l] = sb_median(v, n);
+    for (int p = 0; p < P_COUNT; p++) {
+      memcpy(v, ly->times[p], sizeof *v * (size_t)n);
+      S->t[l][p] = sb_median(v, n);
+    }
     for (int r = 0; r < o->reps; r++) {
-      memcpy(v, ly->times + (size_t)r * o->steps, sizeof *v * (size_t)o->steps);
+      memcpy(v, ly->times[P_STEP] + (size_t)r * o->steps, sizeof *v * (size_t)o->steps);
       const double med = sb_median(v, o->steps);
       if (l == L_DP) dp_rep[r] = med;
       const double ratio = med / dp_rep[r];
@@ -466,11 +481,17 @@ static void summarize(const shared *sh, summary *S) {
     }
   }
   free(v);
+  const double goal = 1.0 / o->world;
+  S->mem_ratio = sh->L[L_FSDP].mem_max[M_TOTAL] / sh->L[L_DP].mem_max[M_TOTAL];
+  S->mem_ok = fabs(S->mem_ratio / goal - 1) <= MEM_GOAL_TOL;
+  S->time_ratio = S->t[L_FSDP][P_STEP] / S->t[L_DP][P_STEP];
+  S->time_ok = S->time_ratio <= TIME_GOAL;
 }
 
 static void print_table(const shared *sh, const summary *S, double wall) {
   const bopts *o = sh->o;
-  const layout *dp = &sh->L[L_DP], *fs = &sh->L[L_FSDP];
+  const layout *dp = &sh->L[L_DP];
+  const double *tdp = S->t[L_DP];
   printf("# shardbench fsdp: threads, world %d, %s %s, batch %d seq %d; plans from %s\n", o->world,
          o->model, o->dtype_name, o->batch, o->seq, sh->plans_dir);
   printf("# step = forward + loss + backward + reduce + AdamW (max over ranks), median of %d "
@@ -486,30 +507,33 @@ static void print_table(const shared *sh, const summary *S, double wall) {
       continue;
     }
     printf("%-7s %9.2f %6.3f %11.0f %11.0f %11.0f %11.0f %11.0f %7.4f %11.0f %10.2f%s\n",
-           L_NAME[l], S->t[l] * 1e3, S->t[l] / S->t[L_DP], ly->mem_max[M_PARAM],
+           L_NAME[l], S->t[l][P_STEP] * 1e3, S->t[l][P_STEP] / tdp[P_STEP], ly->mem_max[M_PARAM],
            ly->mem_max[M_GRAD], ly->mem_max[M_OPT], ly->mem_max[M_TOTAL], ly->total_min,
            ly->mem_max[M_TOTAL] / dp->mem_max[M_TOTAL], ly->derived, ly->peak / 1048576.0,
            ly->mem_max[M_TOTAL] == ly->derived ? "" : "  (total != derived)");
   }
-  for (int l = L_ZERO1; l < L_COUNT; l++)
+  printf("# parts of the step in ms (each the median of its max over ranks): forward + loss, "
+         "backward + reduce, AdamW; and the step's ratio to dp's per rep (min .. max)\n");
+  for (int l = 0; l < L_COUNT; l++)
     if (sh->L[l].ran)
-      printf("# %s step time / dp per rep: %.3f .. %.3f\n", L_NAME[l], S->rep_lo[l], S->rep_hi[l]);
+      printf("# %-7s fwd %9.2f  bwd %9.2f  opt %9.2f   x dp per rep %.3f .. %.3f\n", L_NAME[l],
+             S->t[l][P_FWD] * 1e3, S->t[l][P_BWD] * 1e3, S->t[l][P_OPT] * 1e3, S->rep_lo[l],
+             S->rep_hi[l]);
   for (int l = 0; l < L_COUNT; l++)
     if (sh->L[l].mem_changed)
       printf("# %s: the persistent bytes differed between reps (the last rep's are shown)\n",
              L_NAME[l]);
-  const double mr = fs->mem_max[M_TOTAL] / dp->mem_max[M_TOTAL], goal = 1.0 / o->world;
-  const double tr = S->t[L_FSDP] / S->t[L_DP];
-  printf("fsdp persistent / dp = %.5f (goal 1/%d = %.5f within %.0f%%): %s\n", mr, o->world, goal,
-         100 * MEM_GOAL_TOL, fabs(mr / goal - 1) <= MEM_GOAL_TOL ? "PASS" : "MISS");
-  printf("fsdp step time / dp = %.3f (goal <= %.1f): %s\n", tr, TIME_GOAL,
-         tr <= TIME_GOAL ? "PASS" : "MISS");
+  printf("fsdp persistent / dp = %.5f (goal 1/%d = %.5f within %.0f%%): %s\n", S->mem_ratio,
+         o->world, 1.0 / o->world, 100 * MEM_GOAL_TOL, S->mem_ok ? "PASS" : "MISS");
+  printf("fsdp step time / dp = %.3f (goal <= %.1f): %s\n", S->time_ratio, TIME_GOAL,
+         S->time_ok ? "PASS" : "MISS");
   printf("# %d launches in %.1f s\n", o->reps * L_COUNT, wall);
 }
 
 static void print_json(const shared *sh, const summary *S, double wall) {
   const bopts *o = sh->o;
-  const layout *dp = &sh->L[L_DP], *fs = &sh->L[L_FSDP];
+  const layout *dp = &sh->L[L_DP];
+  const double *tdp = S->t[L_DP];
   printf("{\"world\": %d, \"model\": \"%s\", \"dtype\": \"%s\", \"batch\": %d, \"seq\": %d, "
          "\"steps\": %d, \"warmup\": %d, \"reps\": %d, \"wall_s\": %.3f, \"layouts\": [",
          o->world, o->model, o->dtype_name, o->batch, o->seq, o->steps, o->warmup, o->reps, wall);
@@ -520,20 +544,21 @@ static void print_json(const shared *sh, const summary *S, double wall) {
       printf("\"status\": \"not implemented\"}");
       continue;
     }
+    const double *t = S->t[l];
     printf("\"status\": \"ok\", \"step_time_s\": %.9g, \"step_ratio\": %.6g, "
-           "\"params_bytes\": %.0f, \"grads_bytes\": %.0f, \"optimizer_bytes\": %.0f, "
+           "\"step_ratio_rep_min\": %.6g, \"step_ratio_rep_max\": %.6g, \"forward_s\": %.9g, "
+           "\"backward_s\": %.9g, \"optimizer_s\": %.9g, ",
+           t[P_STEP], t[P_STEP] / tdp[P_STEP], S->rep_lo[l], S->rep_hi[l], t[P_FWD], t[P_BWD],
+           t[P_OPT]);
+    printf("\"params_bytes\": %.0f, \"grads_bytes\": %.0f, \"optimizer_bytes\": %.0f, "
            "\"total_bytes\": %.0f, \"total_min_bytes\": %.0f, \"total_ratio\": %.6g, "
            "\"derived_bytes\": %.0f, \"peak_bytes\": %.0f}",
-           S->t[l], S->t[l] / S->t[L_DP], ly->mem_max[M_PARAM], ly->mem_max[M_GRAD],
-           ly->mem_max[M_OPT], ly->mem_max[M_TOTAL], ly->total_min,
-           ly->mem_max[M_TOTAL] / dp->mem_max[M_TOTAL], ly->derived, ly->peak);
+           ly->mem_max[M_PARAM], ly->mem_max[M_GRAD], ly->mem_max[M_OPT], ly->mem_max[M_TOTAL],
+           ly->total_min, ly->mem_max[M_TOTAL] / dp->mem_max[M_TOTAL], ly->derived, ly->peak);
   }
-  const double mr = fs->mem_max[M_TOTAL] / dp->mem_max[M_TOTAL], goal = 1.0 / o->world;
-  const double tr = S->t[L_FSDP] / S->t[L_DP];
   printf("], \"fsdp_mem_ratio\": %.6g, \"fsdp_mem_goal_met\": %s, \"fsdp_time_ratio\": %.6g, "
          "\"fsdp_time_goal_met\": %s}\n",
-         mr, fabs(mr / goal - 1) <= MEM_GOAL_TOL ? "true" : "false", tr,
-         tr <= TIME_GOAL ? "true" : "false");
+         S->mem_ratio, S->mem_ok ? "true" : "false", S->time_ratio, S->time_ok ? "true" : "false");
 }
 
 int main(int argc, char **argv) {
@@ -566,10 +591,11 @@ int main(int argc, char **argv) {
   }
   for (int l = 0; !rc && l < L_COUNT; l++) {
     sh->L[l].derived = derived_bytes(desc, l, o.world, (double)dt_dtype_size(o.dtype));
-    if (!(sh->L[l].times = calloc((size_t)o.reps * (size_t)o.steps, sizeof(double)))) {
-      fprintf(stderr, "%s: out of memory\n", PROG);
-      rc = 1;
-    }
+    for (int p = 0; !rc && p < P_COUNT; p++)
+      if (!(sh->L[l].times[p] = calloc((size_t)o.reps * (size_t)o.steps, sizeof(double)))) {
+        fprintf(stderr, "%s: out of memory\n", PROG);
+        rc = 1;
+      }
   }
   if (desc) dt_model_free(&hc, desc);
   dt_ctx_release(&hc);
@@ -608,7 +634,8 @@ int main(int argc, char **argv) {
     if (o.json) print_json(sh, &S, wall);
     else print_table(sh, &S, wall);
   }
-  for (int l = 0; l < L_COUNT; l++) free(sh->L[l].times);
+  for (int l = 0; l < L_COUNT; l++)
+    for (int p = 0; p < P_COUNT; p++) free(sh->L[l].times[p]);
   free(sh);
   return rc;
 }
