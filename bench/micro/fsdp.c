@@ -73,7 +73,7 @@ static const char PROG[] = "fsdp";
 /* Weights are generated from this seed in every layout; any fixed value works. */
 static const uint64_t SEED = 20260101;
 /* A collective waiting longer than this fails the run instead of hanging it: a
- * debugmodel step of 8 ranks on 2 cores takes well under a second. */
+ * debugmodel step of 8 ranks on 2 busy cores takes about a second. */
 static const double LAUNCH_TIMEOUT_S = 300;
 /* The issue's goals: FSDP's persistent state per rank is 1/W of dp's within this
  * relative margin, and its step time at most this multiple of dp's. */
