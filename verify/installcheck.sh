@@ -24,7 +24,8 @@
 #             plans, names $pkgdatadir/plans when a plan is missing, `report` runs the
 #             installed scripts and `baselines --db` loads the installed
 #             published.csv (as many new rows as the file has data lines);
-#             shardbench-collectives runs an all_reduce with 0 wrong elements.
+#             shardbench-collectives runs an all_reduce with 0 wrong elements;
+#             shardbench-fsdp runs its layouts with the installed plans.
 # Planted failures prove the checks can fail: a private header added to a copy of
 # the installed tree is reported, the smoke program built with -DSMOKE_PLANT
 # (a wrong expected value) fails, and `shardbench run` with an empty data
@@ -190,7 +191,7 @@ done
 # ---- programs ------------------------------------------------------------------
 f0=$fails
 for p in shardbench shardbench-collectives shardbench-redistribute shardbench-dispatch \
-         shardbench-model-flops; do
+         shardbench-model-flops shardbench-fsdp; do
   b="$bindir/$p"
   if [ ! -x "$b" ]; then fail "no $b"; continue; fi
   [ "$(head -c 4 "$b" | od -An -c | tr -d ' ')" = '177ELF' ] || fail "$b is not an ELF executable"
@@ -200,7 +201,7 @@ for p in shardbench shardbench-collectives shardbench-redistribute shardbench-di
 done
 [ -x "$bindir/shardbench-allreduce-vs-mpi" ] || fail "no $bindir/shardbench-allreduce-vs-mpi"
 [ "$fails" -eq "$f0" ] && pass "programs: installed, real executables, no libdtensor.so needed"
-for p in shardbench shardbench-collectives shardbench-redistribute; do
+for p in shardbench shardbench-collectives shardbench-redistribute shardbench-fsdp; do
   "$bindir/$p" --help >"$T/help" 2>&1 && grep -q usage "$T/help" || fail "$p --help: $(head -2 "$T/help")"
 done
 
@@ -238,6 +239,13 @@ grep -q "and $want new published rows" "$T/err" && pass "baselines loaded the in
 rows=$(sed '1d' "$T/coll" | awk -F, '$10 == 0' | wc -l)
 [ "$rows" -eq 3 ] && pass "shardbench-collectives: 3 sizes, 0 wrong elements" ||
   fail "shardbench-collectives: $(cat "$T/coll")"
+# the FSDP benchmark from an empty directory: the installed plans, every layout to the goal lines
+(cd "$T/work" && $CLEAN "$bindir/shardbench-fsdp" --world 2 --batch 2 --seq 4 --steps 1 \
+  --warmup 0 --reps 1) >"$T/fsdp" 2>&1
+pdir=$(sed -n 's/^# shardbench fsdp: .*; plans from //p' "$T/fsdp")
+[ -n "$pdir" ] && [ "$(readlink -f "$pdir")" = "$(readlink -f "$pkgdatadir/plans")" ] &&
+  grep -q '^fsdp step time / dp' "$T/fsdp" && pass "shardbench-fsdp ran with the plans of $pdir" ||
+  fail "shardbench-fsdp: $(head -3 "$T/fsdp")"
 
 if [ $fails -ne 0 ]; then
   echo "$NAME: $fails failure(s)"
