@@ -202,6 +202,7 @@ static dt_status one_step(dt_ctx *ctx, dt_mesh *mesh, dt_model *m, const shared 
   if (s == DT_OK) s = dt_model_loss(ctx, m, logits, &tgt, &loss);
   const double t1 = dt_now();
   if (s == DT_OK) s = dt_model_backward(ctx, m, loss);
+  if (s == DT_OK && L_ZERO[sh->cur]) s = dt_fsdp_reduce_grads(ctx, m); /* ZeRO-1's all-reduce */
   if (s == DT_OK && !L_ZERO[sh->cur]) {
     /* DDP; under fully_shard the units reduce. The plan's bucket_cap_mb caps the
      * first bucket too, as DDP does when it is given
@@ -215,6 +216,7 @@ static dt_status one_step(dt_ctx *ctx, dt_mesh *mesh, dt_model *m, const shared 
   const dt_adamw opt = DT_ADAMW_DEFAULT;
   const double t3 = dt_now();
   if (s == DT_OK) s = dt_model_adamw_step(ctx, m, &opt);
+  if (s == DT_OK) s = dt_fsdp_after_step(ctx, m); /* ZeRO-1's all-gather of the updated rows */
   if (s == DT_OK) s = dt_model_end_step(ctx, m);
   secs[P_OPT] = dt_now() - t3;
   secs[P_FWD] = t1 - t0;

@@ -283,8 +283,12 @@ static dt_status open_unit(dt_ctx *ctx, fsdp_unit *u, dt_tape *tape) {
     const dt_module *md = &m->mods[u->mem[k].mod];
     in[k] = md->weight;
     vp[k] = &vals[k];
-    s = dt_tensor_rand(ctx, m->mesh, md->wndim, md->wshape, m->dtype, u->mem[k].upl, 0, 0,
-                       DT_RNG_UNIFORM, 0.0, 0.0, &vals[k]);
+    /* uninitialised: the all_gather writes every element */
+    s = dt_tensor_meta(ctx, m->mesh, u->mem[k].upl, md->wndim, md->wshape, m->dtype, WHO,
+                       &vals[k]);
+    int64_t ls[DT_MAX_DIMS];
+    if (s == DT_OK) dt_tensor_local_shape(&vals[k], ls);
+    if (s == DT_OK) s = dt_array_create(ctx, DT_DEV_CPU, m->dtype, md->wndim, ls, &vals[k].local);
   }
   if (s == DT_OK) s = gather_into(ctx, u, vp);
   if (s != DT_OK) {
