@@ -20,8 +20,12 @@
 #        block under TP), padded as torch.chunk's largest chunk; the all_gather's
 #        payload (its output) and the reduce_scatter's (its input) are W x P
 #        elements, HSDP's all_reduce P.
+#      fsdp-bf16 (FSDP2's MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=f32), read
+#      from the plan's mixed_precision_* settings): the all_gathers move 2-byte elements,
+#      the reduce_scatter 4; it verifies at the bf16 tolerance, over dp_shard 2 and 4.
 #   3. It can fail: SHARDBENCH_FAULT=skip-reduce:PARAM (a unit's reduce_scatter skipped
-#      for one weight) is a mismatch naming it.
+#      for one weight) is a mismatch naming it, under fsdp and under fsdp-bf16 (whose
+#      looser tolerance still catches it).
 NAME=fsdp
 . "${srcdir:-.}/verify/harness-common.sh"
 command -v python3 >/dev/null 2>&1 || { echo "SKIP: $NAME: python3 is missing (scripts/install-deps)"; exit 77; }
@@ -38,7 +42,7 @@ expect() {
     return
   fi
   checks=$((checks + 1))
-  python3 - "$tmp/r.json" "$zero" <<'EOF' >"$tmp/p" 2>&1 || fail "$label: $(cat "$tmp/p")"
+  python3 - "$tmp/r.json" "$zero" "$PLANS" <<'EOF' >"$tmp/p" 2>&1 || fail "$label: $(cat "$tmp/p")"
 import json, math, sys
 r = json.load(open(sys.argv[1]))
 zero = int(sys.argv[2])
@@ -48,6 +52,17 @@ key = dict(kv.split("=", 1) for kv in r["key"].split())
 mesh = dict(d.split(":") for d in key["mesh"].split(","))
 W, R, T = int(mesh.get("dp_shard", 1)), int(mesh.get("dp_replicate", 1)), int(mesh.get("tp", 1))
 es = 8 if key["dtype"] == "f64" else 4
+# FSDP2's MixedPrecisionPolicy, read from the plan's settings: all_gathers move param_dtype,
+# the reduce_scatter (and HSDP's all_reduce) reduce_dtype; unset: the run's dtype
+size = {"bf16": 2, "bfloat16": 2, "f32": 4, "float32": 4, "f64": 8, "float64": 8}
+mp = {}
+for line in open(f"{sys.argv[3]}/{key['plan']}.plan"):
+    line = line.split("#")[0].strip()
+    if line.startswith("["): break
+    if "=" in line:
+        k, v = (x.strip() for x in line.split("=", 1))
+        mp[k] = size[v] if k.startswith("mixed_precision_") else None
+ag_e, rs_e = mp.get("mixed_precision_param") or es, mp.get("mixed_precision_reduce") or es
 # the model: debugmodel and its overrides (TorchTitan's llama3_args["debugmodel"])
 cfg = dict(dim=256, n_layers=6, n_heads=16, n_kv_heads=16, vocab=2048, multiple_of=256)
 for kv in key["model"].split(":")[1:]:
@@ -73,17 +88,22 @@ last = seg(D, 1, None) + seg(V, D, 0)
 units = [emb] + [block] * L + [last]
 raf = [True] * (L + 1) + [False]
 if zero == 2: raf = [False] * len(units)
-want = {("all_gather", "dp_shard", "forward"): (len(units), sum(units) * W * es),
-        ("reduce_scatter", "dp_shard", "backward"): (len(units), sum(units) * W * es)}
+want = {("all_gather", "dp_shard", "forward"): (len(units), sum(units) * W * ag_e),
+        ("reduce_scatter", "dp_shard", "backward"): (len(units), sum(units) * W * rs_e)}
 nb = sum(raf)
-if nb: want[("all_gather", "dp_shard", "backward")] = (nb, sum(u for u, f in zip(units, raf) if f) * W * es)
-if R > 1: want[("all_reduce", "dp_replicate", "backward")] = (len(units), sum(units) * es)
+if nb: want[("all_gather", "dp_shard", "backward")] = (nb, sum(u for u, f in zip(units, raf) if f) * W * ag_e)
+if R > 1: want[("all_reduce", "dp_replicate", "backward")] = (len(units), sum(units) * rs_e)
 got = {(c["op"], c["mesh_dim"], c["phase"]): (c["calls"], c["payload_bytes"])
        for c in r["comm"] if c["mesh_dim"] in ("dp_shard", "dp_replicate")}
 if got != want:
     sys.exit(f"dp collectives {sorted(got.items())}, FSDP2's {sorted(want.items())}")
-print(f"ok: {len(units)} units, {sum(units)} elements per rank, tolerance {r['tolerance']:.1e}, "
-      f"error {r['max_rel_err']:.2e}")
+# REGRESSION check of the tier's selection (bench/harness/verdict.c sb_tolerance_params):
+# bf16's 2^-5 / 2^-2 with bf16 parameters only; the f32 / f64 tiers are <= 2^17 x 2^-24
+tol = r["tolerance"]
+if (tol in (2**-5, 2**-2)) != (ag_e == 2) or (ag_e != 2 and tol > 2**-7):
+    sys.exit(f"tolerance {tol} with {ag_e}-byte parameters")
+print(f"ok: {len(units)} units, {sum(units)} elements per rank, all_gather {ag_e} B, "
+      f"reduce_scatter {rs_e} B, tolerance {r['tolerance']:.1e}, error {r['max_rel_err']:.2e}")
 EOF
   echo "  $label: $(cat "$tmp/p")"
 }
@@ -97,6 +117,19 @@ expect "hsdp 2 x 2 f64" 3 --plan hsdp --dp-replicate 2 --dp-shard 2 --dtype f64
 expect "zero2 dp_shard 2 f64" 2 --plan zero2 --dp-shard 2 --dtype f64
 expect "fsdp-tp-sp 2 x 2 f64" 3 --plan fsdp-tp-sp --dp-shard 2 --tp 2 --dtype f64
 expect "fsdp-tp-sp 3 x 2 f64 (uneven)" 3 --plan fsdp-tp-sp --dp-shard 3 --tp 2 --dtype f64
+expect "fsdp-bf16 dp_shard 2 f32" 3 --plan fsdp-bf16 --dp-shard 2
+expect "fsdp-bf16 dp_shard 4 f32" 3 --plan fsdp-bf16 --dp-shard 4
+
+# 3. (bf16) the check can fail with bf16 parameters: a skipped reduce_scatter (0.95 of the
+#    gradient's scale) is still a mismatch at step 0's bf16 tolerance (2^-5)
+checks=$((checks + 1))
+SHARDBENCH_FAULT=skip-reduce:layers.1.feed_forward.w2.weight run --plan fsdp-bf16 --dp-shard 2 \
+  >"$tmp/r.json" 2>"$tmp/e"
+rc=$?
+if [ $rc -ne 1 ] || ! grep -q '"status": "mismatch"' "$tmp/r.json" ||
+  ! grep -q '"worst": "layers.1.feed_forward.w2.weight grad step 0"' "$tmp/r.json"; then
+  fail "fsdp-bf16, a skipped reduce_scatter: exit $rc: $(head -c 300 "$tmp/r.json")"
+fi
 
 # 3. the check can fail
 checks=$((checks + 1))
