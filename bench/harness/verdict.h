@@ -13,7 +13,8 @@
  * max |got - ref| / max |ref|: rounding noise is relative to the tensor's scale,
  * so an element that is 0 up to rounding (AdamW's sign-like update of a tiny
  * gradient) does not blow up an elementwise ratio. Each quantity has its
- * tolerance (sb_tolerance: tighter before the first optimizer update than after
+ * tolerance (sb_tolerance, or sb_tolerance_params when FSDP computes with the
+ * weights rounded to bf16: tighter before the first optimizer update than after
  * it); the verdict is ok when every quantity meets its own, and names the worst
  * quantity (the largest error / tolerance; NaN the worst of all) either way.
  *
