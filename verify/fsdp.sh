@@ -24,8 +24,13 @@
 #        ZeRO-1 instead: one all_reduce per unit of its whole gradients over dp_shard
 #        (and one over dp_replicate), then after AdamW one all_gather per unit of the
 #        updated row shards (W x P), phase optimizer.
+#      fsdp-bf16 (FSDP2's MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=f32), read
+#      from the plan's mixed_precision_* settings): the all_gathers move 2-byte elements,
+#      the reduce_scatter 4; it verifies at the bf16 tolerance, over dp_shard 2 and 4.
+#      f32 parameters on an f64 model (a plan written here): f32's tolerance, 4-byte gathers.
 #   3. It can fail: SHARDBENCH_FAULT=skip-reduce:PARAM (a unit's reduce_scatter skipped
-#      for one weight) is a mismatch naming it.
+#      for one weight) is a mismatch naming it, under fsdp and under fsdp-bf16 (whose
+#      looser tolerance still catches it).
 #   4. Rank 0's persistent state (the run's measured weights, gradients and AdamW
 #      state bytes) equals ZeRO's per-rank formulas with the exact shard sizes:
 #      ZeRO-2/3 shard all three, ZeRO-1 only the optimizer state.
@@ -40,13 +45,15 @@ expect() {
   label=$1 zero=$2
   shift 2
   checks=$((checks + 1))
-  if ! run "$@" >"$tmp/r.json" 2>"$tmp/e"; then
-    fail "$label: exit $?: $(cat "$tmp/e") $(head -c 400 "$tmp/r.json")"
+  run "$@" >"$tmp/r.json" 2>"$tmp/e"
+  rc=$?
+  if [ $rc -ne 0 ]; then
+    fail "$label: exit $rc: $(cat "$tmp/e") $(head -c 400 "$tmp/r.json")"
     return
   fi
   checks=$((checks + 1))
-  python3 - "$tmp/r.json" "$zero" <<'EOF' >"$tmp/p" 2>&1 || fail "$label: $(cat "$tmp/p")"
-import json, math, sys
+  python3 - "$tmp/r.json" "$zero" "$PLANS" "$tmp" <<'EOF' >"$tmp/p" 2>&1 || fail "$label: $(cat "$tmp/p")"
+import json, math, os, sys
 r = json.load(open(sys.argv[1]))
 zero = int(sys.argv[2])
 if r["status"] != "ok":
@@ -55,6 +62,18 @@ key = dict(kv.split("=", 1) for kv in r["key"].split())
 mesh = dict(d.split(":") for d in key["mesh"].split(","))
 W, R, T = int(mesh.get("dp_shard", 1)), int(mesh.get("dp_replicate", 1)), int(mesh.get("tp", 1))
 es = 8 if key["dtype"] == "f64" else 4
+# FSDP2's MixedPrecisionPolicy, read from the plan's settings: all_gathers move param_dtype,
+# the reduce_scatter (and HSDP's all_reduce) reduce_dtype; unset: the run's dtype
+size = {"bf16": 2, "bfloat16": 2, "f32": 4, "float32": 4, "f64": 8, "float64": 8}
+mp = {}
+plan = [f"{d}/{key['plan']}.plan" for d in sys.argv[3:5]]  # shipped, or written here
+for line in open(plan[0] if os.path.exists(plan[0]) else plan[1]):
+    line = line.split("#")[0].strip()
+    if line.startswith("["): break
+    if "=" in line:
+        k, v = (x.strip() for x in line.split("=", 1))
+        mp[k] = size[v] if k.startswith("mixed_precision_") else None
+ag_e, rs_e = mp.get("mixed_precision_param") or es, mp.get("mixed_precision_reduce") or es
 # the model: debugmodel and its overrides (TorchTitan's llama3_args["debugmodel"])
 cfg = dict(dim=256, n_layers=6, n_heads=16, n_kv_heads=16, vocab=2048, multiple_of=256)
 for kv in key["model"].split(":")[1:]:
@@ -82,29 +101,31 @@ raf = [True] * (L + 1) + [False]
 if zero == 2: raf = [False] * len(units)
 if zero == 1:
     # ZeRO-1: the whole (TP-local) gradients all-reduced per unit over dp_shard, then
-    # over dp_replicate; the updated row shards all-gathered per unit after AdamW
+    # over dp_replicate (reduce dtype); the updated row shards all-gathered per unit
+    # after AdamW (the master weights' dtype)
     W_shard, W = W, 1  # seg() at W = 1: the whole TP-local sizes
     whole = (seg(V, D, 0) + L * (seg(D, 1, None) + seg(QD, D, 0) + 2 * seg(KVD, D, 0) + seg(D, QD, 1)
                                  + seg(D, 1, None) + 2 * seg(F, D, 0) + seg(D, F, 1))
              + seg(D, 1, None) + seg(V, D, 0))
     W = W_shard
-    want = {("all_reduce", "dp_shard", "backward"): (len(units), whole * es),
+    want = {("all_reduce", "dp_shard", "backward"): (len(units), whole * rs_e),
             ("all_gather", "dp_shard", "optimizer"): (len(units), sum(units) * W * es)}
-    if R > 1: want[("all_reduce", "dp_replicate", "backward")] = (len(units), whole * es)
+    if R > 1: want[("all_reduce", "dp_replicate", "backward")] = (len(units), whole * rs_e)
 else:
-    want = {("all_gather", "dp_shard", "forward"): (len(units), sum(units) * W * es),
-            ("reduce_scatter", "dp_shard", "backward"): (len(units), sum(units) * W * es)}
+    want = {("all_gather", "dp_shard", "forward"): (len(units), sum(units) * W * ag_e),
+            ("reduce_scatter", "dp_shard", "backward"): (len(units), sum(units) * W * rs_e)}
     nb = sum(raf)
-    if nb: want[("all_gather", "dp_shard", "backward")] = (nb, sum(u for u, f in zip(units, raf) if f) * W * es)
-    if R > 1: want[("all_reduce", "dp_replicate", "backward")] = (len(units), sum(units) * es)
+    if nb: want[("all_gather", "dp_shard", "backward")] = (nb, sum(u for u, f in zip(units, raf) if f) * W * ag_e)
+    if R > 1: want[("all_reduce", "dp_replicate", "backward")] = (len(units), sum(units) * rs_e)
 got = {(c["op"], c["mesh_dim"], c["phase"]): (c["calls"], c["payload_bytes"])
        for c in r["comm"] if c["mesh_dim"] in ("dp_shard", "dp_replicate")}
 if got != want:
     sys.exit(f"dp collectives {sorted(got.items())}, FSDP2's {sorted(want.items())}")
 # 4. rank 0's persistent state, ZeRO's per-rank formulas (arXiv:1910.02054 sec. 5, Table 1)
 # with this run's exact shard sizes: weights and gradients Psi e each and AdamW's two
-# states 2 Psi e, where Psi is the whole (TP-local) count under ZeRO-1's weights and
-# gradients and rank 0's torch.chunk shard (the largest) for everything ZeRO shards
+# states 2 Psi e (e: the model's dtype, the master weights'), where Psi is the whole
+# (TP-local) count under ZeRO-1's weights and gradients and rank 0's torch.chunk shard
+# (the largest) for everything ZeRO shards
 W_shard, W = W, 1
 whole = sum([seg(V, D, 0)] + [seg(D, 1, None) + seg(QD, D, 0) + 2 * seg(KVD, D, 0) + seg(D, QD, 1)
                                + seg(D, 1, None) + 2 * seg(F, D, 0) + seg(D, F, 1)] * L
@@ -115,8 +136,16 @@ mem = (r["mem_params_bytes"], r["mem_grads_bytes"], r["mem_optimizer_bytes"])
 zmem = (whole * es, whole * es, 2 * shard * es) if zero == 1 else (shard * es, shard * es, 2 * shard * es)
 if mem != zmem:
     sys.exit(f"persistent state (params, grads, optimizer) {mem}, ZeRO-{zero}'s {zmem}")
-print(f"ok: {len(units)} units, {sum(units)} elements per rank, tolerance {r['tolerance']:.1e}, "
-      f"error {r['max_rel_err']:.2e}, persistent {sum(mem)} bytes")
+# REGRESSION check of the tier's selection (bench/harness/verdict.c sb_tolerance_params):
+# bf16's 2^-5 / 2^-2 with bf16 parameters only; the f32 / f64 tiers are <= 2^17 x 2^-24,
+# f32's (2^10 or 2^17 x 2^-24) with f32 parameters on an f64 model
+tol = r["tolerance"]
+if ((tol in (2**-5, 2**-2)) != (ag_e == 2) or (ag_e != 2 and tol > 2**-7) or
+        (ag_e == 4 and es == 8 and tol not in (2**-14, 2**-7))):
+    sys.exit(f"tolerance {tol} with {ag_e}-byte parameters, {es}-byte model")
+print(f"ok: {len(units)} units, {sum(units)} elements per rank, all_gather {ag_e} B, "
+      f"reduce_scatter {rs_e} B, tolerance {r['tolerance']:.1e}, error {r['max_rel_err']:.2e}, "
+      f"persistent {sum(mem)} bytes")
 EOF
   echo "  $label: $(cat "$tmp/p")"
 }
@@ -133,6 +162,13 @@ expect "zero1 2 x 2 f64 (dp_replicate too)" 1 --plan zero1 --dp-replicate 2 --dp
 expect "fsdp-tp-sp 2 x 2 f64" 3 --plan fsdp-tp-sp --dp-shard 2 --tp 2 --dtype f64
 expect "fsdp-tp-sp 3 x 2 f64 (uneven)" 3 --plan fsdp-tp-sp --dp-shard 3 --tp 2 --dtype f64
 expect "fsdp-tp-sp, HSDP + TP 2 x 2 x 2 f32" 3 --plan fsdp-tp-sp --dp-replicate 2 --dp-shard 2 --tp 2
+expect "fsdp-bf16 dp_shard 2 f32" 3 --plan fsdp-bf16 --dp-shard 2
+expect "fsdp-bf16 dp_shard 4 f32" 3 --plan fsdp-bf16 --dp-shard 4
+# f32 parameters on an f64 model: 4-byte all_gathers, 8-byte reduce_scatters, f32's tolerance
+sed 's/^name = .*/name = fsdp-p32/; s/^mixed_precision_param = .*/mixed_precision_param = f32/
+     s/^mixed_precision_reduce = .*/mixed_precision_reduce = f64/' "$PLANS/fsdp-bf16.plan" \
+  >"$tmp/fsdp-p32.plan"
+expect "fsdp f32 params, f64 model, dp_shard 2" 3 --plan "$tmp/fsdp-p32.plan" --dp-shard 2 --dtype f64
 
 # 3. the check can fail
 checks=$((checks + 1))

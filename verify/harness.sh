@@ -22,14 +22,15 @@ NAME=harness.sh
 bgpid=
 on_exit '[ -n "$bgpid" ] && kill -9 "$bgpid" 2>/dev/null'
 
-# The tiny sweep: 15 mesh shapes x 9 plans x 1 workload (block) x 2 dtypes = 270 configs,
-# 30 of which run, per dtype: tp:4 and dp_replicate:2,tp:2 for the 3 TP plans,
-# dp_replicate:4 for dp, dp_shard:4 and dp_replicate:2,dp_shard:2 for fsdp, zero2 and
-# zero1, dp_replicate:2,dp_shard:2 for hsdp (dp_shard fixed at 2), dp_shard:2,tp:2 for
-# fsdp-tp-sp (tp fixed at 2); the model workload (6 layers) runs in the README sweep.
+# The tiny sweep: 15 mesh shapes x 10 plans x 1 workload (block) x 2 dtypes = 300 configs,
+# 34 of which run, per dtype: tp:4 and dp_replicate:2,tp:2 for the 3 TP plans,
+# dp_replicate:4 for dp, dp_shard:4 and dp_replicate:2,dp_shard:2 for fsdp, fsdp-bf16,
+# zero2 and zero1, dp_replicate:2,dp_shard:2 for hsdp (dp_shard fixed at 2),
+# dp_shard:2,tp:2 for fsdp-tp-sp (tp fixed at 2); the model workload (6 layers) runs in
+# the README sweep.
 TINY="--world 4 --plans-dir $PLANS --plans all --workloads block --dtypes f32,f64 --batch 4 --seq 8 --steps 1 --warmup 0"
-TOTAL=270
-RUNS=30
+TOTAL=300
+RUNS=34
 
 # ---- 1. clean sweep -----------------------------------------------------------------
 A="$tmp/clean.db"
@@ -125,7 +126,7 @@ cmp -s "$tmp/a.set" "$tmp/b.set" || { fail "killed + resumed (config, status) se
 C="$tmp/concurrent.db"
 SMALL="--world 4 --plans-dir $PLANS --workloads block --dtypes f32,f64 --batch 4 --seq 8 --steps 1 --warmup 0"
 # shellcheck disable=SC2086
-"$SB" sweep $SMALL --plans torchtitan-tp-sp,tp-no-loss-parallel,fsdp,hsdp,fsdp-tp-sp --db "$C" >/dev/null 2>"$tmp/c1.err" &
+"$SB" sweep $SMALL --plans torchtitan-tp-sp,tp-no-loss-parallel,fsdp,hsdp,fsdp-tp-sp,fsdp-bf16 --db "$C" >/dev/null 2>"$tmp/c1.err" &
 p1=$!
 # shellcheck disable=SC2086
 "$SB" sweep $SMALL --plans dp,megatron-tp,zero1,zero2 --db "$C" >/dev/null 2>"$tmp/c2.err"

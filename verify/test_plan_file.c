@@ -293,12 +293,14 @@ static void check_shipped_fsdp(dt_ctx *ctx) {
     bool loss_parallel;
     int zero;
     const want *units;
+    bool bf16; /* TorchTitan's mixed precision: param bf16, reduce f32 (else neither given) */
   } k[] = {
-      {"fsdp.plan", "fsdp", 1, {"dp_shard"}, {-1}, false, 0, k_apply_fsdp},
-      {"hsdp.plan", "hsdp", 2, {"dp_replicate", "dp_shard"}, {-1, 2}, false, 0, k_apply_fsdp},
-      {"fsdp-tp-sp.plan", "fsdp-tp-sp", 2, {"dp_shard", "tp"}, {-1, 2}, true, 0, k_apply_fsdp},
-      {"zero2.plan", "zero2", 1, {"dp_shard"}, {-1}, false, 2, k_apply_fsdp_never},
-      {"zero1.plan", "zero1", 1, {"dp_shard"}, {-1}, false, 1, k_units_plain},
+      {"fsdp.plan", "fsdp", 1, {"dp_shard"}, {-1}, false, 0, k_apply_fsdp, false},
+      {"hsdp.plan", "hsdp", 2, {"dp_replicate", "dp_shard"}, {-1, 2}, false, 0, k_apply_fsdp, false},
+      {"fsdp-tp-sp.plan", "fsdp-tp-sp", 2, {"dp_shard", "tp"}, {-1, 2}, true, 0, k_apply_fsdp, false},
+      {"zero2.plan", "zero2", 1, {"dp_shard"}, {-1}, false, 2, k_apply_fsdp_never, false},
+      {"zero1.plan", "zero1", 1, {"dp_shard"}, {-1}, false, 1, k_units_plain, false},
+      {"fsdp-bf16.plan", "fsdp-bf16", 1, {"dp_shard"}, {-1}, false, 0, k_apply_fsdp, true},
   };
   for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
     char path[512];
@@ -312,8 +314,8 @@ static void check_shipped_fsdp(dt_ctx *ctx) {
                "%s: dim %d is %s:%d want %s:%d", k[i].file, d, p.dim_names[d], p.dim_sizes[d],
                k[i].dims[d], k[i].sizes[d]);
     TU_CHECK(p.loss_parallel == k[i].loss_parallel && p.zero == k[i].zero &&
-                 p.param_dtype == DT_DTYPE_COUNT && p.reduce_dtype == DT_DTYPE_COUNT &&
-                 p.bucket_cap_mb == 0,
+                 p.param_dtype == (k[i].bf16 ? DT_BF16 : DT_DTYPE_COUNT) &&
+                 p.reduce_dtype == (k[i].bf16 ? DT_F32 : DT_DTYPE_COUNT) && p.bucket_cap_mb == 0,
              "%s: settings lp %d zero %d mp %d/%d bucket %g", k[i].file, p.loss_parallel, p.zero,
              (int)p.param_dtype, (int)p.reduce_dtype, p.bucket_cap_mb);
     check_section(&p, "dp_shard", k[i].units, N_UNITS);
@@ -341,7 +343,8 @@ static void check_shipped_fsdp(dt_ctx *ctx) {
 static void check_round_trip(dt_ctx *ctx) {
   static const char *const files[] = {"torchtitan-tp-sp.plan", "tp-no-loss-parallel.plan",
                                       "megatron-tp.plan", "fsdp.plan", "hsdp.plan",
-                                      "fsdp-tp-sp.plan", "zero1.plan", "zero2.plan"};
+                                      "fsdp-tp-sp.plan", "zero1.plan", "zero2.plan",
+                                      "fsdp-bf16.plan"};
   for (size_t f = 0; f < sizeof files / sizeof files[0]; f++) {
     char path[512];
     dt_plan p, q;

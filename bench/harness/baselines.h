@@ -77,6 +77,10 @@ typedef struct sb_plan_traits {
   bool fsdp_torchtitan;   /* exactly TorchTitan's units: tok_embeddings, layers.*, the group
                              [norm, output] (kept after forward), root */
   int zero;               /* the plan's zero setting (0: not given) */
+  int fsdp_param_bytes;   /* FSDP mixed precision: bytes per all-gathered element
+                             (mixed_precision_param); 0: the run's dtype */
+  int fsdp_reduce_bytes;  /* bytes per reduced gradient element (mixed_precision_reduce);
+                             0: the run's dtype */
 } sb_plan_traits;
 
 /* Fills *out from a parsed plan (the entries on its "tp" dim; a plan without one

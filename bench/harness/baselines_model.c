@@ -132,6 +132,10 @@ void sb_plan_traits_get(const dt_plan *plan, const dt_llama_config *cfg, sb_plan
   out->layers = cfg->n_layers;
   out->loss_parallel = plan->loss_parallel;
   out->zero = plan->zero;
+  if (plan->param_dtype < DT_DTYPE_COUNT)
+    out->fsdp_param_bytes = (int)dt_dtype_size(plan->param_dtype);
+  if (plan->reduce_dtype < DT_DTYPE_COUNT)
+    out->fsdp_reduce_bytes = (int)dt_dtype_size(plan->reduce_dtype);
   const int dsi = dt_plan_dim(plan, "dp_shard");
   int tt_units = 0, units = 0;
   for (int e = 0; e < plan->n_entries; e++) {
@@ -578,21 +582,26 @@ int sb_runtime_comm_compute(const sb_baseline_in *in, const sb_plan_traits *tr,
   if (in->dp_shard > 1) {
     /* lib/parallel/fsdp.c: per unit one all_gather forward, one again backward when
      * resharded after forward (not [norm, output], not under ZeRO-2), one
-     * reduce_scatter, and for HSDP one all_reduce of the shard over dp_replicate */
+     * reduce_scatter, and for HSDP one all_reduce of the shard over dp_replicate;
+     * the gathers move mixed_precision_param's elements, the reductions
+     * mixed_precision_reduce's */
     double emb, block, last;
     fsdp_units(in, t > 1 && split, &emb, &block, &last);
     const double all = emb + L * block + last, raf = tr->zero == 2 ? 0 : emb + L * block;
+    const double ep = tr->fsdp_param_bytes ? tr->fsdp_param_bytes : e;
+    const double er = tr->fsdp_reduce_bytes ? tr->fsdp_reduce_bytes : e;
     const int F = in->dp_shard;
-    if (tr->zero == 1) { /* whole gradients all-reduced over dp_shard and dp_replicate,
-                          * the updated row shards all-gathered over dp_shard */
+    if (tr->zero == 1) { /* whole gradients all-reduced over dp_shard and dp_replicate (in
+                          * the reduce dtype), the updated row shards all-gathered over
+                          * dp_shard (the model's dtype) */
       double emb1, block1, last1;
       sb_baseline_in one = *in;
       one.dp_shard = 1; /* the unpadded TP-local sizes */
       fsdp_units(&one, t > 1 && split, &emb1, &block1, &last1);
       const double full = emb1 + L * block1 + last1;
-      out->dp = ring_ar(full * e, F) + ring_ar(full * e, in->dp_replicate) + (F - 1) * all * e;
+      out->dp = ring_ar(full * er, F) + ring_ar(full * er, in->dp_replicate) + (F - 1) * all * e;
     } else {
-      out->dp = (F - 1) * (2 * all + raf) * e + ring_ar(all * e, in->dp_replicate);
+      out->dp = (F - 1) * ((all + raf) * ep + all * er) + ring_ar(all * er, in->dp_replicate);
     }
   } else {
     out->dp = ring_ar(sb_params_per_rank(in, tr) * e, in->dp_replicate);

@@ -13,7 +13,8 @@
  * max |got - ref| / max |ref|: rounding noise is relative to the tensor's scale,
  * so an element that is 0 up to rounding (AdamW's sign-like update of a tiny
  * gradient) does not blow up an elementwise ratio. Each quantity has its
- * tolerance (sb_tolerance: tighter before the first optimizer update than after
+ * tolerance (sb_tolerance, or sb_tolerance_params when FSDP computes with the
+ * weights rounded to bf16: tighter before the first optimizer update than after
  * it); the verdict is ok when every quantity meets its own, and names the worst
  * quantity (the largest error / tolerance; NaN the worst of all) either way.
  *
@@ -64,8 +65,13 @@ typedef struct sb_cmp {
   double max_abs;                /* largest absolute error over all quantities */
   int64_t n, n_over;             /* quantities compared; over their tolerance */
   char worst[SB_WORST_LEN];      /* the worst quantity's name; "" before the first */
+  dt_dtype param_dtype;          /* what the compared run computes its weights in (FSDP's
+                                  * MixedPrecisionPolicy param_dtype): DT_BF16 selects
+                                  * sb_tolerance_params' bf16 tier in sb_snap_*; set by the
+                                  * caller after sb_cmp_init (DT_DTYPE_COUNT: the model's) */
 } sb_cmp;
 
+/* Clears c; param_dtype DT_DTYPE_COUNT. */
 void sb_cmp_init(sb_cmp *c);
 /* Compares got (n_got elements) with ref (n_ref) against relative tolerance tol
  * (> 0): abs = max |got - ref| (NaN when any difference is NaN), rel = abs /
@@ -87,6 +93,12 @@ dt_status sb_cmp_merge(dt_comm *comm, sb_cmp *c);
  * gradients) or after one (later steps, the final weights). The derivation and
  * the measured spreads are next to the numbers, in verdict.c. */
 double sb_tolerance(dt_dtype dtype, bool after_update);
+/* The same for a run whose weights are rounded to param_dtype before every use
+ * (FSDP's mixed precision) while its model, master weights and reference stay
+ * in dtype: the bf16 rounding's own tiers when param_dtype is DT_BF16, f32's
+ * when it is DT_F32, else sb_tolerance(dtype, after_update) (DT_DTYPE_COUNT:
+ * the model's). */
+double sb_tolerance_params(dt_dtype dtype, dt_dtype param_dtype, bool after_update);
 
 /* ---- what a run computed ---- */
 
