@@ -49,7 +49,7 @@ INSERT INTO configs VALUES
 INSERT INTO results (id, run_id, config_id, status, reason, step_time_s, tokens_per_s, tflops, mfu,
   peak_tflops, peak_mem_bytes, max_abs_err, max_rel_err, tolerance, created) VALUES
  (1, 1, 1, 'ok', NULL, 0.5, 1000, 0.1, 0.05, 2, 1000000, 1e-7, 1e-6, 6.1e-5, 'x');
--- run 2 (the memory split of results 2, 3 and 5 is set below; result 4 has none)
+-- run 2 (the memory split of results 2, 3 and 5 is set below; result 4 has a part)
 INSERT INTO results (id, run_id, config_id, status, reason, step_time_s, tokens_per_s, tflops, mfu,
   peak_tflops, peak_mem_bytes, max_abs_err, max_rel_err, tolerance, created) VALUES
  (2, 2, 1, 'ok', NULL, 0.10, 5120, 0.50, 0.25, 2, 50000000, 1e-7, 2e-6, 6.1e-5, 'x'),
@@ -70,6 +70,9 @@ UPDATE results SET mem_params_bytes = 16000000, mem_grads_bytes = 16000000,
   mem_optimizer_bytes = 32000000, mem_activations_bytes = 5000000 WHERE id = 3;
 UPDATE results SET mem_params_bytes = 8000000, mem_grads_bytes = 8000000,
   mem_optimizer_bytes = 16000000, mem_activations_bytes = 20000000 WHERE id = 5;
+-- result 4: one part without the others, drawn as no split (a partial stack would
+-- put the parts above the missing one at the wrong height)
+UPDATE results SET mem_params_bytes = 1000000 WHERE id = 4;
 -- comm: per phase and op (result 4 has none: it is dropped from the comm chart)
 INSERT INTO comm (result_id, op, mesh_dim, phase, calls, payload_bytes, wire_bytes, seconds) VALUES
  (2, 'all_reduce', 'tp', 'forward', 4, 65536, 114688, 0.001),

@@ -1071,7 +1071,8 @@ int sb_cmd_report(int argc, char **argv) {
       {.name = "comm", .title = "Communication per step (wire bytes per rank)", .how = rp_how_comm},
       {.name = "throughput", .title = "Throughput (tokens/s) and MFU by mesh shape",
        .how = rp_how_throughput},
-      {.name = "memory", .title = "Peak memory per rank by plan", .how = rp_how_memory},
+      {.name = "memory", .title = "Memory per rank by plan: rank 0's split and the peak",
+       .how = rp_how_memory},
       {.name = "error", .title = "Numerical error vs the unsharded reference",
        .how = rp_how_error},
   };
