@@ -3,15 +3,23 @@
 --   PRAGMA journal_mode = WAL; PRAGMA foreign_keys = ON; busy timeout 30 s
 -- so that two sweeps can write one DB. A DB whose schema_version differs from
 -- the program's, or a file that is not a SQLite DB, is refused untouched; a
--- version 1 DB is upgraded in place to version 2 (the ALTER TABLEs at the end of
--- this comment, in one transaction) by the first run or sweep that writes it:
+-- version 1 or 2 DB is upgraded in place to version 3 (the ALTER TABLEs at the
+-- end of this comment, from its version on, in one transaction) by the first run
+-- or sweep that writes it; its rows keep NULL in the added columns:
+--   version 1 -> 2:
 --   ALTER TABLE runs ADD COLUMN peak_tflops REAL;
 --   ALTER TABLE runs ADD COLUMN peak_source TEXT;
 --   ALTER TABLE results ADD COLUMN worst TEXT;
 --   UPDATE schema_version SET version = 2;
+--   version 2 -> 3:
+--   ALTER TABLE results ADD COLUMN mem_params_bytes INTEGER;
+--   ALTER TABLE results ADD COLUMN mem_grads_bytes INTEGER;
+--   ALTER TABLE results ADD COLUMN mem_optimizer_bytes INTEGER;
+--   ALTER TABLE results ADD COLUMN mem_activations_bytes INTEGER;
+--   UPDATE schema_version SET version = 3;
 
 CREATE TABLE IF NOT EXISTS schema_version (
-  version INTEGER NOT NULL                -- 2
+  version INTEGER NOT NULL                -- 3
 );
 
 -- One invocation of shardbench (run or sweep).
@@ -68,6 +76,14 @@ CREATE TABLE IF NOT EXISTS results (
   created        TEXT NOT NULL,
   worst          TEXT,                    -- the compared quantity with the largest error / its tolerance
                                           -- ("layers.0.attention.wq.weight grad step 1"), any status
+  -- Rank 0's memory in the last timed step, from its tensors (NULL: not measured,
+  -- or a row from before version 3). Their sum is that step's own peak on rank 0,
+  -- so it is at most peak_mem_bytes (the max over ranks and the whole run).
+  mem_params_bytes      INTEGER,          -- the weights rank 0 holds (its shard of the master under FSDP)
+  mem_grads_bytes       INTEGER,          -- their gradients after the data-parallel reduction
+  mem_optimizer_bytes   INTEGER,          -- AdamW's two states (exp_avg, exp_avg_sq)
+  mem_activations_bytes INTEGER,          -- the rest of the step's peak: activations, FSDP's
+                                          -- gathered copies, communication buffers
   UNIQUE (run_id, config_id)
 );
 

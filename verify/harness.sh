@@ -5,7 +5,8 @@
 #    f32 and f64, batch 4, seq 8, 1 step) into a temporary DB, checked with the
 #    sqlite3 CLI: counts per status, exactly one result per config, reasons on
 #    skipped rows, positive step times on ok rows, tp comm rows for TP plans, no
-#    mismatch or failure, finished runs.
+#    mismatch or failure, finished runs; rank 0's memory split on ok rows, under
+#    the measured peak, and FSDP's sharded weights under DP's whole ones.
 # 2. The same sweep killed with SIGKILL once some rows exist (the DB is polled),
 #    then --resume'd: the final (config, status) set equals the clean sweep's,
 #    with no duplicate and no lost row.
@@ -13,7 +14,8 @@
 #    plans): nothing lost.
 # 4. Bad flags: exit 2, one line on stderr, nothing on stdout.
 # 5. A file of random bytes and a DB of schema version 7 are refused (exit 2,
-#    one line) and left byte-identical (cmp).
+#    one line) and left byte-identical (cmp); version 1 and 2 DBs are upgraded in
+#    place, keeping their rows.
 # Program: ${top_builddir:-.}/bench/shardbench; plans: ${srcdir:-.}/plans.
 # Skips (77) when the sqlite3 CLI is missing (scripts/install-deps installs it).
 
@@ -40,7 +42,7 @@ t0=$(date +%s)
 rc=$?
 echo "clean sweep: $(( $(date +%s) - t0 )) s: $(cat "$tmp/a.out")"
 check "clean sweep exit" "$rc" 0
-check "schema_version" "$(q "$A" 'SELECT group_concat(version) FROM schema_version')" 2
+check "schema_version" "$(q "$A" 'SELECT group_concat(version) FROM schema_version')" 3
 check "configs" "$(q "$A" 'SELECT count(*) FROM configs')" $TOTAL
 check "results" "$(q "$A" 'SELECT count(*) FROM results')" $TOTAL
 check "one result per config" \
@@ -53,6 +55,24 @@ check "skipped rows have reasons" \
   "$(q "$A" "SELECT count(*) FROM results WHERE status = 'skipped' AND (reason IS NULL OR reason = '')")" 0
 check "ok rows have step times, tolerances and memory" \
   "$(q "$A" "SELECT count(*) FROM results WHERE status = 'ok' AND NOT (step_time_s > 0 AND tokens_per_s > 0 AND tflops > 0 AND mfu > 0 AND peak_mem_bytes > 0 AND max_rel_err <= tolerance)")" 0
+# Rank 0's memory split (results.mem_*_bytes). The four parts are rank 0's own step
+# peak (bench/harness/run.c train: the persistent state plus the rest of that step's
+# peak), measured from the tensors; peak_mem_bytes is the allocator's high-water
+# mark, max over ranks and over the whole run, an independent count that bounds it.
+check "ok rows have the memory split, each part > 0 but the activations >= 0" \
+  "$(q "$A" "SELECT count(*) FROM results WHERE status = 'ok' AND NOT (mem_params_bytes > 0 AND mem_grads_bytes > 0 AND mem_optimizer_bytes > 0 AND mem_activations_bytes >= 0)")" 0
+check "ok rows: params + grads + optimizer + activations <= peak_mem_bytes" \
+  "$(q "$A" "SELECT count(*) FROM results WHERE status = 'ok' AND NOT (mem_params_bytes + mem_grads_bytes + mem_optimizer_bytes + mem_activations_bytes <= peak_mem_bytes)")" 0
+check "skipped rows have no memory split" \
+  "$(q "$A" "SELECT count(*) FROM results WHERE status = 'skipped' AND coalesce(mem_params_bytes, mem_grads_bytes, mem_optimizer_bytes, mem_activations_bytes) IS NOT NULL")" 0
+# FSDP keeps 1/dp_shard of the weights per rank, DP all of them: every ok fsdp row
+# (dp_shard:4 and dp_replicate:2,dp_shard:2, f32 and f64) against the ok dp row of
+# its workload and dtype (dp_replicate:4). The count of pairs makes a missing dp row
+# or split fail instead of passing by vanishing.
+FSDP_PAIRS="FROM results f JOIN configs fc ON fc.id = f.config_id JOIN configs dc ON dc.workload = fc.workload AND dc.model = fc.model AND dc.dtype = fc.dtype AND dc.batch = fc.batch AND dc.seq = fc.seq AND dc.plan = 'dp' JOIN results d ON d.config_id = dc.id AND d.status = 'ok' WHERE f.status = 'ok' AND fc.plan = 'fsdp' AND fc.dp_shard > 1"
+check "fsdp rows paired with a dp row" "$(q "$A" "SELECT count(*) $FSDP_PAIRS")" 4
+check "fsdp rows: params < the dp row's params" \
+  "$(q "$A" "SELECT count(*) $FSDP_PAIRS AND NOT (f.mem_params_bytes < d.mem_params_bytes)")" 0
 check "TP ok rows have tp comm rows" \
   "$(q "$A" "SELECT count(*) FROM results r JOIN configs c ON c.id = r.config_id WHERE r.status = 'ok' AND c.tp > 1 AND NOT EXISTS (SELECT 1 FROM comm m WHERE m.result_id = r.id AND m.mesh_dim = 'tp' AND m.calls > 0 AND m.wire_bytes > 0)")" 0
 check "dp ok rows have dp_replicate all_reduce rows" \
@@ -188,16 +208,42 @@ refused_db() { # refused_db NAME FILE PATTERN
 head -c 8192 /dev/urandom >"$tmp/random.db"
 refused_db "random bytes" "$tmp/random.db" "not a SQLite database"
 sqlite3 "$tmp/v7.db" "CREATE TABLE schema_version (version INTEGER NOT NULL); INSERT INTO schema_version VALUES (7);"
-refused_db "schema version 7" "$tmp/v7.db" "schema version 7, this shardbench reads 1 and 2"
+refused_db "schema version 7" "$tmp/v7.db" "schema version 7, this shardbench reads 1 to 3"
 
-# ---- a version 1 DB (version 2 less its three added columns) is upgraded in place ------
+# ---- version 1 and 2 DBs (version 3 less the columns added since) are upgraded in place --
+# the split's columns and the ones version 2 added, in results/schema.sql's order
+cols() { q "$1" "SELECT group_concat(name, ' ') FROM pragma_table_info('results') WHERE cid >= 15"; }
+NEWCOLS="worst mem_params_bytes mem_grads_bytes mem_optimizer_bytes mem_activations_bytes"
 V1="$tmp/v1.db"
 make_v1_db "$A" "$V1"
 "$SB" run --tp 2 --world 2 --plans-dir "$PLANS" --workload block --batch 2 --seq 4 --steps 1 --warmup 0 --db "$V1" >/dev/null 2>&1
 check "v1 upgraded: run exit" "$?" 0
-check "v1 upgraded: version" "$(q "$V1" 'SELECT group_concat(version) FROM schema_version')" 2
+check "v1 upgraded: version" "$(q "$V1" 'SELECT group_concat(version) FROM schema_version')" 3
 check "v1 upgraded: old rows kept, one added" "$(q "$V1" 'SELECT count(*) FROM results')" $((TOTAL + 1))
-check "v1 upgraded: new columns" "$(q "$V1" 'SELECT count(*) FROM pragma_table_info('"'results'"') WHERE name = '"'worst'"'')" 1
+check "v1 upgraded: new columns" "$(cols "$V1")" "$NEWCOLS"
+check "v1 upgraded: the added row has its split" \
+  "$(q "$V1" "SELECT count(*) FROM results WHERE id = (SELECT max(id) FROM results) AND mem_params_bytes > 0")" 1
+# A version 2 DB with two ok results taken out (and their comm rows), resumed: the
+# upgrade keeps every row (the old ones with a NULL split) and the resume runs the two.
+V2="$tmp/v2.db"
+make_v2_db "$A" "$V2"
+GONE="SELECT r.id FROM results r JOIN configs c ON c.id = r.config_id WHERE r.status = 'ok' AND c.plan = 'fsdp' AND c.dp_shard = 4"
+q "$V2" "DELETE FROM comm WHERE result_id IN ($GONE); DELETE FROM results WHERE id IN ($GONE);"
+check "v2 DB: version 2, two results out" \
+  "$(q "$V2" 'SELECT version FROM schema_version') $(q "$V2" 'SELECT count(*) FROM results') $(cols "$V2")" \
+  "2 $((TOTAL - 2)) worst"
+# shellcheck disable=SC2086
+"$SB" sweep $TINY --db "$V2" --resume >"$tmp/v2.out" 2>"$tmp/v2.err"
+check "v2 upgraded by sweep --resume: exit" "$?" 0
+check "v2 upgraded: version" "$(q "$V2" 'SELECT group_concat(version) FROM schema_version')" 3
+check "v2 upgraded: new columns" "$(cols "$V2")" "$NEWCOLS"
+check "v2 upgraded: old rows kept, the two run" "$(q "$V2" 'SELECT count(*) FROM results')" $TOTAL
+check "v2 upgraded: old rows without a split, the two with it" \
+  "$(q "$V2" "SELECT count(*) FROM results WHERE mem_params_bytes IS NULL") $(q "$V2" "SELECT count(*) FROM results r JOIN configs c ON c.id = r.config_id WHERE r.status = 'ok' AND c.plan = 'fsdp' AND c.dp_shard = 4 AND r.mem_params_bytes > 0")" \
+  "$((TOTAL - 2)) 2"
+q "$V2" "SELECT c.key || ' ' || r.status FROM results r JOIN configs c ON c.id = r.config_id ORDER BY 1" >"$tmp/v2.set"
+checks=$((checks + 1))
+cmp -s "$tmp/a.set" "$tmp/v2.set" || fail "v2 upgraded: (config, status) set differs from the clean sweep's"
 
 # ---- run --db appends to an existing DB ------------------------------------------------
 "$SB" run --tp 2 --world 2 --plans-dir "$PLANS" --workload block --batch 2 --seq 4 --steps 1 --warmup 0 --db "$A" >/dev/null 2>&1

@@ -3,9 +3,10 @@
 # with the sqlite3 CLI (not by the sweep): two runs, configs of every status, comm
 # rows per phase, baselines. Checks the .dat files and their row counts, the
 # charts (png and svg, when gnuplot is present), the index page, the run
-# selection, the no-gnuplot and empty-DB paths, and that a non-DB file, a DB of
-# another schema version and bad flags are refused with exit 2 and one line,
-# leaving the files unchanged. Skips (77) without the sqlite3 CLI, and at the end
+# selection, the no-gnuplot and empty-DB paths, the memory chart's split (stacked
+# from the DB's columns; a schema version 2 DB, which has none, read as peaks only),
+# and that a non-DB file, a DB of another schema version and bad flags are refused
+# with exit 2 and one line, leaving the files unchanged. Skips (77) without the sqlite3 CLI, and at the end
 # without gnuplot (the chart checks could not run).
 set -u
 
@@ -29,7 +30,7 @@ rows() { grep -vc '^#' "$1" 2>/dev/null || true; }
 DB="$T/tmp.db"
 sqlite3 "$DB" <"$SCHEMA" || { echo "FAIL: schema"; exit 1; }
 sqlite3 "$DB" <<'SQL' || { echo "FAIL: populate"; exit 1; }
-INSERT INTO schema_version VALUES (2);
+INSERT INTO schema_version VALUES (3);
 INSERT INTO runs VALUES (1, '2026-01-01T00:00:00Z', '2026-01-01T00:10:00Z', 'old-host', '0.1.0',
   'sqlite 3', 'shardbench sweep --world 4', 'threads', 4, NULL, NULL);
 INSERT INTO runs VALUES (2, '2026-01-02T00:00:00Z', '2026-01-02T00:10:00Z', 'testhost', '0.1.0',
@@ -48,7 +49,7 @@ INSERT INTO configs VALUES
 INSERT INTO results (id, run_id, config_id, status, reason, step_time_s, tokens_per_s, tflops, mfu,
   peak_tflops, peak_mem_bytes, max_abs_err, max_rel_err, tolerance, created) VALUES
  (1, 1, 1, 'ok', NULL, 0.5, 1000, 0.1, 0.05, 2, 1000000, 1e-7, 1e-6, 6.1e-5, 'x');
--- run 2
+-- run 2 (the memory split of results 2, 3 and 5 is set below; result 4 has a part)
 INSERT INTO results (id, run_id, config_id, status, reason, step_time_s, tokens_per_s, tflops, mfu,
   peak_tflops, peak_mem_bytes, max_abs_err, max_rel_err, tolerance, created) VALUES
  (2, 2, 1, 'ok', NULL, 0.10, 5120, 0.50, 0.25, 2, 50000000, 1e-7, 2e-6, 6.1e-5, 'x'),
@@ -62,6 +63,16 @@ INSERT INTO results (id, run_id, config_id, status, reason, step_time_s, tokens_
     NULL, NULL, NULL, NULL, NULL, NULL, 'x'),
  (8, 2, 7, 'skipped', 'cp not supported by this plan', NULL, NULL, NULL, NULL, NULL, NULL, NULL,
     NULL, NULL, 'x');
+-- rank 0's split (params, grads, optimizer, activations), each sum under its peak
+UPDATE results SET mem_params_bytes = 8000000, mem_grads_bytes = 8000000,
+  mem_optimizer_bytes = 16000000, mem_activations_bytes = 12000000 WHERE id = 2;
+UPDATE results SET mem_params_bytes = 16000000, mem_grads_bytes = 16000000,
+  mem_optimizer_bytes = 32000000, mem_activations_bytes = 5000000 WHERE id = 3;
+UPDATE results SET mem_params_bytes = 8000000, mem_grads_bytes = 8000000,
+  mem_optimizer_bytes = 16000000, mem_activations_bytes = 20000000 WHERE id = 5;
+-- result 4: one part without the others, drawn as no split (a partial stack would
+-- put the parts above the missing one at the wrong height)
+UPDATE results SET mem_params_bytes = 1000000 WHERE id = 4;
 -- comm: per phase and op (result 4 has none: it is dropped from the comm chart)
 INSERT INTO comm (result_id, op, mesh_dim, phase, calls, payload_bytes, wire_bytes, seconds) VALUES
  (2, 'all_reduce', 'tp', 'forward', 4, 65536, 114688, 0.001),
@@ -127,6 +138,19 @@ tot=$(awk '!/^#/ && $2 ~ /megatron-tp\/dpr2.tp4/ {t=$7} END {print t}' "$OUT/dat
 first=$(awk '!/^#/ {print $3; exit}' "$OUT/data/throughput.dat")
 [ "$first" = "tp8" ] && pass "throughput sorted by mesh" || fail "throughput first mesh '$first'"
 grep -q 'NaN' "$OUT/data/throughput.dat" && pass "NULL mfu written as NaN" || fail "NULL mfu not NaN"
+# memory.dat: the split as inserted above, by label (columns 8-11), NaN where NULL
+split_of() { # file label: "params grads optimizer activations" of the row with that label
+  awk -v l="$2" '!/^#/ && $2 == l {print $8, $9, $10, $11}' "$1"
+}
+head -n 1 "$OUT/data/memory.dat" | grep -q 'peak_mem_bytes status params_bytes grads_bytes optimizer_bytes activations_bytes$' &&
+  pass "memory.dat names the split's columns" || fail "memory.dat header: $(head -n 1 "$OUT/data/memory.dat")"
+for want in "megatron-tp/tp8 8000000 8000000 16000000 12000000" \
+            "megatron-tp/dpr2.tp4 16000000 16000000 32000000 5000000" \
+            "torchtitan-tp-sp/dpr2.tp4 8000000 8000000 16000000 20000000" \
+            "torchtitan-tp-sp/tp8 NaN NaN NaN NaN"; do
+  got="${want%% *} $(split_of "$OUT/data/memory.dat" "${want%% *}")"
+  [ "$got" = "$want" ] && pass "memory.dat split: $want" || fail "memory.dat split: got '$got', expected '$want'"
+done
 
 # index
 IDX="$OUT/index.html"
@@ -149,6 +173,16 @@ if command -v gnuplot >/dev/null 2>&1; then
     grep -qF "src=\"$c.png\"" "$IDX" || fail "index lacks the img for $c"
   done
   pass "charts drawn (png + svg) and listed"
+  # the memory chart's stack: one box per config with the split in each part's colour
+  # (scripts/memory.gp's part_c: weights, activations; +1 for the key's sample), the
+  # key's entries for the parts, the outline (result 4 has no split) and the peak
+  boxes() { grep -c "fill = 'rgb($2)'" "$1"; }
+  n="$(boxes "$OUT/memory.svg" ' 31, 119, 180') $(boxes "$OUT/memory.svg" '158, 158, 158')"
+  [ "$n" = "4 4" ] && pass "memory.svg: 3 configs stacked" ||
+    fail "memory.svg: weights and activations boxes '$n', expected '4 4'"
+  grep -q 'no split recorded: peak only' "$OUT/memory.svg" && grep -q 'weights (params)' "$OUT/memory.svg" &&
+    grep -q 'peak, busiest rank' "$OUT/memory.svg" && pass "memory.svg: the key names parts, outline and peak" ||
+    fail "memory.svg: key entries missing"
   # the scripts run by hand, with the documented line, into another directory
   mkdir "$T/byhand"
   gnuplot -e "datadir='$OUT/data'; outdir='$T/byhand'" "$SCRIPTS/comm.gp" 2>"$T/gp.err" &&
@@ -191,12 +225,33 @@ rc=$?
 
 # an empty DB (schema only): an index that says so, exit 0
 EMPTY="$T/empty.db"
-sqlite3 "$EMPTY" <"$SCHEMA" && sqlite3 "$EMPTY" 'INSERT INTO schema_version VALUES (2);'
+sqlite3 "$EMPTY" <"$SCHEMA" && sqlite3 "$EMPTY" 'INSERT INTO schema_version VALUES (3);'
 "$SB" report --db "$EMPTY" --out "$T/empty" --scripts "$SCRIPTS" >/dev/null 2>&1
 rc=$?
 [ $rc -eq 0 ] && grep -q 'holds no results' "$T/empty/index.html" &&
   [ -e "$T/empty/data/comm.dat" ] && pass "empty DB: index says so, exit 0" ||
   fail "empty DB: rc $rc"
+
+# a schema version 2 DB (version 3 less the split's columns, results/schema.sql's
+# header): read, not upgraded, the split NaN, the memory chart drawn from peaks only
+V2="$T/v2.db"
+cp "$DB" "$V2" && sqlite3 "$V2" "ALTER TABLE results DROP COLUMN mem_params_bytes;
+  ALTER TABLE results DROP COLUMN mem_grads_bytes; ALTER TABLE results DROP COLUMN mem_optimizer_bytes;
+  ALTER TABLE results DROP COLUMN mem_activations_bytes; UPDATE schema_version SET version = 2;
+  PRAGMA journal_mode = delete;" >/dev/null || fail "making the v2 DB"
+cp "$V2" "$T/v2.before"
+"$SB" report --db "$V2" --out "$T/v2" --scripts "$SCRIPTS" >/dev/null 2>"$T/v2.err"
+rc=$?
+[ $rc -eq 0 ] && cmp -s "$V2" "$T/v2.before" && pass "v2 DB: read (exit 0), left unchanged" ||
+  fail "v2 DB: rc $rc, $(cat "$T/v2.err")"
+[ "$(rows "$T/v2/data/memory.dat")" = 4 ] &&
+  [ "$(awk '!/^#/ && $6 > 0 && $8 $9 $10 $11 == "NaNNaNNaNNaN"' "$T/v2/data/memory.dat" | wc -l)" = 4 ] &&
+  pass "v2 DB: memory.dat has the 4 peaks, the split NaN" || fail "v2 DB: memory.dat $(cat "$T/v2/data/memory.dat")"
+if [ -z "${no_gnuplot:-}" ]; then
+  [ -s "$T/v2/memory.svg" ] && grep -q 'no split recorded: peak only' "$T/v2/memory.svg" &&
+    ! grep -q 'weights (params)' "$T/v2/memory.svg" && pass "v2 DB: memory chart of peaks only" ||
+    fail "v2 DB: memory chart"
+fi
 
 # refusals: exit 2, one line on stderr, the file untouched, no output written
 refuse() { # what file [more flags]
@@ -215,8 +270,8 @@ printf 'this is not a database, just some text\n' >"$T/notadb.db"
 refuse "non-DB file" "$T/notadb.db"
 head -c 4096 /dev/zero | tr '\0' 'x' >"$T/junk.db"
 refuse "4 KiB of junk" "$T/junk.db"
-cp "$DB" "$T/v3.db" && sqlite3 "$T/v3.db" 'UPDATE schema_version SET version = 3;'
-refuse "schema version 3" "$T/v3.db"
+cp "$DB" "$T/v4.db" && sqlite3 "$T/v4.db" 'UPDATE schema_version SET version = 4;'
+refuse "schema version 4" "$T/v4.db"
 : >"$T/zero.db"
 refuse "empty file" "$T/zero.db"
 refuse "unknown run" "$DB" --run 99

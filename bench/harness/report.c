@@ -20,8 +20,9 @@
  * Charts: comm (wire bytes per rank per step, stacked by phase and op, with one
  * framework cross per config: comm_bytes_per_step_combined, the sum of the
  * framework baselines its plan's settings select), throughput (tokens/s and MFU
- * by mesh shape), memory (peak bytes per rank by plan, with memory_bytes_per_rank
- * baselines), error (max_rel_err against the tolerance, log scale). A chart
+ * by mesh shape), memory (rank 0's split into weights, gradients, optimizer state
+ * and activations + buffers, stacked, with the peak bytes per rank and the
+ * memory_bytes_per_rank baselines, grouped by plan), error (max_rel_err against the tolerance, log scale). A chart
  * with no rows is not drawn; the index says so.
  *
  * gnuplot is found as $GNUPLOT or `gnuplot` on PATH; the scripts as --scripts,
@@ -79,8 +80,9 @@ const char sb_report_usage[] =
     "                   each config over every run)\n"
     "\n"
     "Charts: comm (wire bytes per rank per step by plan and mesh, with one cross per\n"
-    "config: the frameworks' published formulas), throughput (tokens/s and MFU by mesh shape), memory (peak bytes per\n"
-    "rank by plan), error (max_rel_err against the tolerance). Redraw any chart by\n"
+    "config: the frameworks' published formulas), throughput (tokens/s and MFU by mesh shape), memory (rank 0's\n"
+    "weights, gradients, optimizer state and activations stacked, and the peak bytes per\n"
+    "rank, by plan), error (max_rel_err against the tolerance). Redraw any chart by\n"
     "hand: gnuplot -e \"datadir='report/data'; outdir='report'\" scripts/comm.gp\n"
     "Without gnuplot the data files and the index are still written (exit 0).\n"
     "Exit codes: 0 written, 1 a write or gnuplot failed, 2 bad input (DB refused).\n";
@@ -95,6 +97,8 @@ typedef struct rp_row {
   long long batch, seq;
   double tokens, mfu, tflops, step_s, mem, rel_err, abs_err, tol; /* NAN when NULL */
   double peak;        /* the result's MFU denominator, TFLOP/s (NAN when NULL) */
+  double split[4];    /* rank 0's params, grads, optimizer, activations bytes (NAN when
+                       * NULL: not measured, or a DB before schema version 3) */
   char *peak_source;  /* where the run's peak came from ("" when NULL: version 1, or unset) */
   char mesh[RP_MESH];
   char label[RP_LABEL];
@@ -105,7 +109,8 @@ typedef struct rp_report {
   bool png, svg;
   long long run;      /* > 0 a run id; 0 all */
   bool run_latest;
-  sb_store st;        /* the DB (sb_store_open_read); st.version 1 lacks the runs' peak */
+  sb_store st;        /* the DB (sb_store_open_read); st.version 1 lacks the runs' peak,
+                       * 1 and 2 the memory split */
   sqlite3 *db;        /* st.db */
   rp_row *rows;
   size_t nrows;
@@ -213,7 +218,8 @@ static void close_out(rp_report *r, FILE *f, const char *name) {
 /* ---- opening and reading the DB ---- */
 
 /* Opens the DB through the store's read path (bench/harness/store.c: read-only,
- * schema version 1 or 2, nothing written or created); one line on refusal. */
+ * schema version 1 to SB_SCHEMA_VERSION, nothing written or created); one line on
+ * refusal. */
 static int open_db(rp_report *r) {
   int rc = sb_store_open_read(&r->st, r->db_path, CMD);
   if (rc) return rc;
@@ -242,19 +248,26 @@ static int resolve_run(rp_report *r) {
   return SB_EXIT_OK;
 }
 
-/* The results of the chosen run (or the newest per config), with their configs and
- * the run's peak source (schema version 2; NULL from a version 1 DB). */
-#define RP_ROWS_QUERY(PEAK_SOURCE)                                                              \
+/* The results of the chosen run (or the newest per config), with their configs, the
+ * run's peak source (schema version 2 on; NULL from a version 1 DB) and rank 0's
+ * memory split (version 3 on; NULL before). */
+#define RP_ROWS_QUERY(PEAK_SOURCE, SPLIT)                                                       \
   "SELECT r.id, r.run_id, r.config_id, r.status, r.reason, r.tokens_per_s, r.mfu, r.tflops, "   \
   "r.step_time_s, r.peak_mem_bytes, r.max_rel_err, r.max_abs_err, r.tolerance, c.key, "        \
   "c.workload, c.model, c.plan, c.dtype, c.backend, c.pp, c.dp_replicate, c.dp_shard, c.cp, "  \
-  "c.tp, c.world, c.batch, c.seq, r.peak_tflops, " PEAK_SOURCE " FROM results r "              \
+  "c.tp, c.world, c.batch, c.seq, r.peak_tflops, " PEAK_SOURCE ", " SPLIT " FROM results r "   \
   "JOIN configs c ON c.id = r.config_id JOIN runs ru ON ru.id = r.run_id "                    \
   "WHERE (?1 = 0 AND r.id IN (SELECT max(id) FROM results GROUP BY config_id)) "               \
   "OR r.run_id = ?1 ORDER BY c.key"
-static const char rp_rows_query_v1[] = RP_ROWS_QUERY("NULL");
-static const char rp_rows_query_v2[] = RP_ROWS_QUERY("ru.peak_source");
-#define rp_rows_query (r->st.version >= 2 ? rp_rows_query_v2 : rp_rows_query_v1)
+#define RP_NO_SPLIT "NULL, NULL, NULL, NULL"
+#define RP_SPLIT                                                                               \
+  "r.mem_params_bytes, r.mem_grads_bytes, r.mem_optimizer_bytes, r.mem_activations_bytes"
+static const char rp_rows_query_v1[] = RP_ROWS_QUERY("NULL", RP_NO_SPLIT);
+static const char rp_rows_query_v2[] = RP_ROWS_QUERY("ru.peak_source", RP_NO_SPLIT);
+static const char rp_rows_query_v3[] = RP_ROWS_QUERY("ru.peak_source", RP_SPLIT);
+#define rp_rows_query                                                                          \
+  (r->st.version >= 3 ? rp_rows_query_v3                                                       \
+                      : r->st.version >= 2 ? rp_rows_query_v2 : rp_rows_query_v1)
 
 static void mesh_label(rp_row *w) {
   const int dims[5] = {w->pp, w->dpr, w->dps, w->cp, w->tp};
@@ -345,6 +358,7 @@ static int read_rows(rp_report *r) {
     w->seq = sqlite3_column_int64(st, c++);
     w->peak = col_real(st, c++);
     w->peak_source = xstrdup(col_text(st, c++));
+    for (int k = 0; k < 4; k++) w->split[k] = col_real(st, c++);
     for (int s = 0; s < 4; s++)
       if (!strcmp(w->status, rp_statuses[s])) r->status_count[s]++;
   }
@@ -648,9 +662,12 @@ static size_t write_memory(rp_report *r, size_t *nbase) {
   const rp_row **v = select_rows(r, keep_memory, by_plan, &n);
   FILE *f = open_out(r, "data/memory.dat");
   if (f) {
-    fprintf(f, "# idx label plan pid mesh peak_mem_bytes status\n");
+    fprintf(f, "# idx label plan pid mesh peak_mem_bytes status params_bytes grads_bytes "
+               "optimizer_bytes activations_bytes\n");
     fprintf(f, "# query: %s (?1 = the run; rows with status ok/mismatch and peak_mem_bytes, "
-               "by plan then mesh; pid numbers the plans; bytes are the max over ranks)\n",
+               "by plan then mesh; pid numbers the plans; peak_mem_bytes is the max over ranks "
+               "and the run; the last four are rank 0's split in the last timed step, "
+               "mem_params_bytes .. mem_activations_bytes, all NaN when one is NULL)\n",
             rp_rows_query);
     int pid = 0;
     for (size_t i = 0; i < n; i++) {
@@ -660,7 +677,12 @@ static size_t write_memory(rp_report *r, size_t *nbase) {
       dat_token(plan);
       fprintf(f, "%zu %s %s %d %s", i, v[i]->label, plan, pid, v[i]->mesh);
       dat_num(f, v[i]->mem);
-      fprintf(f, " %s\n", v[i]->status);
+      fprintf(f, " %s", v[i]->status);
+      /* a stack is whole or not drawn: one NULL part would shift the ones above it */
+      bool whole = true;
+      for (int k = 0; k < 4; k++) whole &= !isnan(v[i]->split[k]);
+      for (int k = 0; k < 4; k++) dat_num(f, whole ? v[i]->split[k] : NAN);
+      fputc('\n', f);
     }
     close_out(r, f, "data/memory.dat");
   }
@@ -986,10 +1008,17 @@ static const char rp_how_throughput[] =
     "these compare plans with each other, not with GPU clusters. Red bars are mismatched "
     "results: fast but wrong.";
 static const char rp_how_memory[] =
-    "Peak host memory of the busiest rank for each config, grouped by plan (then mesh shape). "
-    "Crosses are the analytic memory_bytes_per_rank baselines where the DB has them. Sharding "
-    "should lower the bar as the sharded mesh dims grow; a plan whose bars stay flat "
-    "replicates what it claims to shard.";
+    "One bar per config, grouped by plan (dashed grey lines between plans), then by mesh "
+    "shape: rank 0's memory in the last timed step, stacked from the bottom: weights (blue; "
+    "the rank's shard under FSDP), their gradients after the data-parallel reduction "
+    "(orange), AdamW's two states (green), and the rest of that step's peak: activations, "
+    "FSDP's gathered copies and communication buffers (grey). The dark red dash is the "
+    "measured peak of the busiest rank over the whole run, so it sits on or above the "
+    "stack; a config recorded without the split (a DB before schema version 3) shows an "
+    "empty outline up to its peak. Crosses are the analytic memory_bytes_per_rank "
+    "baselines where the DB has them. Sharding should lower the blue, orange and green "
+    "parts as the sharded mesh dims grow; a plan whose parts stay flat replicates what it "
+    "claims to shard.";
 static const char rp_how_error[] =
     "Largest relative error of the sharded result against the unsharded reference, one point "
     "per config on a log scale; the short red line over each point is that config's "
@@ -1042,7 +1071,8 @@ int sb_cmd_report(int argc, char **argv) {
       {.name = "comm", .title = "Communication per step (wire bytes per rank)", .how = rp_how_comm},
       {.name = "throughput", .title = "Throughput (tokens/s) and MFU by mesh shape",
        .how = rp_how_throughput},
-      {.name = "memory", .title = "Peak memory per rank by plan", .how = rp_how_memory},
+      {.name = "memory", .title = "Memory per rank by plan: rank 0's split and the peak",
+       .how = rp_how_memory},
       {.name = "error", .title = "Numerical error vs the unsharded reference",
        .how = rp_how_error},
   };

@@ -5,12 +5,12 @@
  * read-write, the path is checked (not "", ":memory:" or a "file:" URI, not a
  * directory, its directory exists), an existing non-empty file must begin with
  * SQLite's 16-byte magic, and a read-only look must find no table (a fresh
- * file) or a schema_version table holding 1 or SB_SCHEMA_VERSION: another
+ * file) or a schema_version table holding 1 to SB_SCHEMA_VERSION: another
  * application's SQLite file is refused untouched. The look creates nothing
  * beside the file (open_ro). Only then is the DB reopened read-write, switched to
- * WAL and given the schema; a version 1 DB is upgraded to 2 in the same
- * transaction (results/schema.sql's header). A reader never writes: a version 1
- * DB stays version 1 (st->version tells the reader which columns exist).
+ * WAL and given the schema; an older DB is upgraded to SB_SCHEMA_VERSION in the
+ * same transaction (results/schema.sql's header). A reader never writes: an
+ * older DB keeps its version (st->version tells the reader which columns exist).
  *
  * The schema text is results/schema.sql itself: the Makefile turns it into the
  * C string literal of bench/harness/schema_sql.h (one source of truth); every statement
@@ -58,6 +58,11 @@ static const char SQLITE_MAGIC[16] = "SQLite format 3";
 static void bind_real(sqlite3_stmt *q, int i, double v) {
   if (isnan(v)) sqlite3_bind_null(q, i);
   else sqlite3_bind_double(q, i, v);
+}
+
+static void bind_bytes(sqlite3_stmt *q, int i, int64_t v) {
+  if (v < 0) sqlite3_bind_null(q, i);
+  else sqlite3_bind_int64(q, i, v);
 }
 
 void sb_result_init(sb_result *r) {
@@ -196,7 +201,7 @@ static int open_ro(const char *path, const db_file *f, sqlite3 **db) {
   return sqlite3_open_v2(uri, db, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI, NULL);
 }
 
-/* Read-only look at an existing SQLite file: its schema version (1 or
+/* Read-only look at an existing SQLite file: its schema version (1 to
  * SB_SCHEMA_VERSION), 0 when it has no table yet (a new DB), or the refusal
  * (SB_EXIT_USAGE printed, as -1). */
 static int read_version(const char *cmd, const char *path, sqlite3 *db) {
@@ -229,10 +234,10 @@ static int read_version(const char *cmd, const char *path, sqlite3 *db) {
   while (sqlite3_step(q) == SQLITE_ROW) {
     v = sqlite3_column_int(q, 0);
     nrows++;
-    if (v != SB_SCHEMA_VERSION && v != 1) bad = 1;
+    if (v < 1 || v > SB_SCHEMA_VERSION) bad = 1;
   }
   if (bad)
-    refuse(cmd, path, "schema version %d, this shardbench reads 1 and %d", v, SB_SCHEMA_VERSION);
+    refuse(cmd, path, "schema version %d, this shardbench reads 1 to %d", v, SB_SCHEMA_VERSION);
   else if (nrows > 1)
     refuse(cmd, path, "schema_version has %d rows, expected 1", nrows);
   else
@@ -242,21 +247,33 @@ done:
   return ver;
 }
 
-/* Inside the open's write transaction: a version 1 DB gets version 2's columns
- * (results/schema.sql's header lists them). Returns an SQLite code. */
-static int upgrade_v1(sb_store *st) {
+/* The step from version i + 1 to i + 2 (results/schema.sql's header lists them):
+ * the columns that version added, NULL in the rows already there. */
+static const char *const upgrade_sql[SB_SCHEMA_VERSION - 1] = {
+    "ALTER TABLE runs ADD COLUMN peak_tflops REAL;"
+    "ALTER TABLE runs ADD COLUMN peak_source TEXT;"
+    "ALTER TABLE results ADD COLUMN worst TEXT;"
+    "UPDATE schema_version SET version = 2;",
+    "ALTER TABLE results ADD COLUMN mem_params_bytes INTEGER;"
+    "ALTER TABLE results ADD COLUMN mem_grads_bytes INTEGER;"
+    "ALTER TABLE results ADD COLUMN mem_optimizer_bytes INTEGER;"
+    "ALTER TABLE results ADD COLUMN mem_activations_bytes INTEGER;"
+    "UPDATE schema_version SET version = 3;",
+};
+
+/* Inside the open's write transaction: an older DB gets every later version's
+ * columns, one step after the other. Returns an SQLite code. */
+static int upgrade(sb_store *st) {
   sqlite3_stmt *q = NULL;
   int rc = sqlite3_prepare_v2(st->db, "SELECT version FROM schema_version", -1, &q, NULL);
   if (rc != SQLITE_OK) return rc;
   int ver = sqlite3_step(q) == SQLITE_ROW ? sqlite3_column_int(q, 0) : SB_SCHEMA_VERSION;
   sqlite3_finalize(q);
-  if (ver != 1) return SQLITE_OK;
-  return sqlite3_exec(st->db,
-                      "ALTER TABLE runs ADD COLUMN peak_tflops REAL;"
-                      "ALTER TABLE runs ADD COLUMN peak_source TEXT;"
-                      "ALTER TABLE results ADD COLUMN worst TEXT;"
-                      "UPDATE schema_version SET version = 2;",
-                      NULL, NULL, NULL);
+  for (int v = ver; v >= 1 && v < SB_SCHEMA_VERSION; v++) {
+    rc = sqlite3_exec(st->db, upgrade_sql[v - 1], NULL, NULL, NULL);
+    if (rc != SQLITE_OK) return rc;
+  }
+  return SQLITE_OK;
 }
 
 int sb_store_open_read(sb_store *st, const char *path, const char *cmd) {
@@ -333,7 +350,7 @@ int sb_store_open(sb_store *st, const char *path, const char *cmd) {
              SB_SCHEMA_VERSION);
     SB_SQL(st, sqlite3_exec(st->db, sql, NULL, NULL, NULL), "schema_version");
   }
-  SB_SQL(st, upgrade_v1(st), "upgrading schema version 1 to 2");
+  SB_SQL(st, upgrade(st), "upgrading an older schema version");
   SB_SQL(st, sqlite3_exec(st->db, "COMMIT", NULL, NULL, NULL), "COMMIT");
   st->version = SB_SCHEMA_VERSION;
   return SB_EXIT_OK;
@@ -542,8 +559,9 @@ static int put_result(sb_store *st, int64_t config_id, const sb_result *r, int64
          sqlite3_prepare_v2(st->db,
                             "INSERT INTO results(run_id, config_id, status, reason, step_time_s, "
                             "tokens_per_s, tflops, mfu, peak_tflops, peak_mem_bytes, max_abs_err, "
-                            "max_rel_err, tolerance, created, worst) "
-                            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                            "max_rel_err, tolerance, created, worst, mem_params_bytes, "
+                            "mem_grads_bytes, mem_optimizer_bytes, mem_activations_bytes) "
+                            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                             -1, &q, NULL),
          "prepare results");
   sqlite3_bind_int64(q, 1, st->run_id);
@@ -556,14 +574,17 @@ static int put_result(sb_store *st, int64_t config_id, const sb_result *r, int64
   bind_real(q, 7, r->tflops);
   bind_real(q, 8, r->mfu);
   bind_real(q, 9, r->peak_tflops);
-  if (r->peak_mem_bytes >= 0) sqlite3_bind_int64(q, 10, r->peak_mem_bytes);
-  else sqlite3_bind_null(q, 10);
+  bind_bytes(q, 10, r->peak_mem_bytes);
   bind_real(q, 11, r->max_abs_err);
   bind_real(q, 12, r->max_rel_err);
   bind_real(q, 13, r->tolerance);
   sqlite3_bind_text(q, 14, now, -1, SQLITE_TRANSIENT);
   if (r->worst[0]) sqlite3_bind_text(q, 15, r->worst, -1, SQLITE_TRANSIENT);
   else sqlite3_bind_null(q, 15);
+  bind_bytes(q, 16, r->mem_params_bytes);
+  bind_bytes(q, 17, r->mem_grads_bytes);
+  bind_bytes(q, 18, r->mem_optimizer_bytes);
+  bind_bytes(q, 19, r->mem_activations_bytes);
   SB_SQL(st, sqlite3_step(q), "insert results");
   *id = sqlite3_last_insert_rowid(st->db);
   sqlite3_finalize(q);

@@ -4,10 +4,10 @@
  * One SQLite file holds many runs. Every command opens its --db through this
  * file. sb_store_open refuses, before writing a single byte, a path that is no
  * DB file (empty, ":memory:", a directory, a missing directory), a file that is
- * not a SQLite DB, another application's SQLite DB, or a schema_version other
- * than 1 and SB_SCHEMA_VERSION; otherwise it creates the schema (the text of
+ * not a SQLite DB, another application's SQLite DB, or a schema_version outside
+ * 1 to SB_SCHEMA_VERSION; otherwise it creates the schema (the text of
  * results/schema.sql, embedded at build time as bench/harness/schema_sql.h),
- * inserts the version row and upgrades a version 1 DB. Every config's rows (configs, results, comm) are written in
+ * inserts the version row and upgrades an older DB. Every config's rows (configs, results, comm) are written in
  * one transaction, so a kill at any moment loses no committed row and leaves no
  * half one. WAL journal and a 30 s busy timeout let two sweeps share one file.
  *
@@ -28,12 +28,12 @@
 #include "verdict.h"
 
 /* The schema this program writes (results/schema.sql: schema_version). */
-enum { SB_SCHEMA_VERSION = 2 };
+enum { SB_SCHEMA_VERSION = 3 };
 
 typedef struct sb_store {
   sqlite3 *db;
   char path[1024];
-  int version;    /* the DB's schema_version: 1 or SB_SCHEMA_VERSION (a reader's v1 DB) */
+  int version;    /* the DB's schema_version, 1 to SB_SCHEMA_VERSION (a reader's older DB) */
   int64_t run_id; /* runs.id of this invocation (0 before sb_store_begin_run) */
 } sb_store;
 
@@ -65,7 +65,7 @@ typedef struct sb_result {
   double step_time_s, tokens_per_s, tflops, mfu, peak_tflops;
   char peak_source[96];          /* where peak_tflops came from (sb_opts.peak_source) */
   int64_t peak_mem_bytes;        /* < 0: NULL */
-  /* rank 0's memory split (< 0: NULL), measured from the tensors in the last timed
+  /* rank 0's memory split (< 0: NULL; results.mem_*_bytes), measured from the tensors in the last timed
    * step: its weights (the sharded master under FSDP), their gradients after the
    * data-parallel reduction, AdamW's two states; and the rest of that step's peak
    * (activations, FSDP's gathered copies, communication buffers) */
@@ -81,7 +81,7 @@ typedef struct sb_result {
                                     framework baselines from them, not from the plan's name */
 } sb_result;
 
-/* Fills the NULL markers of a result (NaN for reals, -1 for peak_mem). */
+/* Fills the NULL markers of a result (NaN for reals, -1 for peak_mem and the split). */
 void sb_result_init(sb_result *r);
 
 /* Opens (creating when absent) the DB at path for writing. Returns 0
@@ -89,9 +89,10 @@ void sb_result_init(sb_result *r);
  * is created beside it) or SB_EXIT_FAIL (an SQLite error on a valid DB) after
  * printing one line on stderr: "shardbench CMD: --db: 'PATH': reason". */
 int sb_store_open(sb_store *st, const char *path, const char *cmd);
-/* Opens an existing DB of schema version 1 or SB_SCHEMA_VERSION read-only
+/* Opens an existing DB of schema version 1 to SB_SCHEMA_VERSION read-only
  * (st->version says which; a version 1 DB lacks runs.peak_tflops,
- * runs.peak_source and results.worst). Writes nothing, and creates no -wal or
+ * runs.peak_source and results.worst, a version 1 or 2 DB the results.mem_*_bytes
+ * split). Writes nothing, and creates no -wal or
  * -shm where none exists or where the directory is read-only (the DB is then
  * read immutable). Same returns and messages as sb_store_open. */
 int sb_store_open_read(sb_store *st, const char *path, const char *cmd);
