@@ -34,6 +34,8 @@
 #   4. Rank 0's persistent state (the run's measured weights, gradients and AdamW
 #      state bytes) equals ZeRO's per-rank formulas with the exact shard sizes:
 #      ZeRO-2/3 shard all three, ZeRO-1 only the optimizer state.
+#   5. `shardbench baselines --plan P` shows the same bytes per step as the run
+#      measures (its cross: TorchTitan's units with FSDP2's collectives).
 NAME=fsdp
 . "${srcdir:-.}/verify/harness-common.sh"
 command -v python3 >/dev/null 2>&1 || { echo "SKIP: $NAME: python3 is missing (scripts/install-deps)"; exit 77; }
@@ -169,6 +171,30 @@ sed 's/^name = .*/name = fsdp-p32/; s/^mixed_precision_param = .*/mixed_precisio
      s/^mixed_precision_reduce = .*/mixed_precision_reduce = f64/' "$PLANS/fsdp-bf16.plan" \
   >"$tmp/fsdp-p32.plan"
 expect "fsdp f32 params, f64 model, dp_shard 2" 3 --plan "$tmp/fsdp-p32.plan" --dp-shard 2 --dtype f64
+
+# 5. `shardbench baselines --plan` shows the same bytes: the data-parallel part of its
+# cross for the config (TorchTitan's units with FSDP2's collectives) equals the run's
+# measured wire bytes on dp_shard and dp_replicate (the TP part is Megatron-LM's paper
+# formula, a different quantity: baselines.sh)
+cross() { # cross LABEL PLAN MESH
+  checks=$((checks + 1))
+  b=$("$SB" baselines --plans-dir "$PLANS" --model debugmodel --batch 8 --seq 16 --dtype f32 \
+    --mesh "$3" --plan "$2" --json 2>"$tmp/e" |
+    python3 -c 'import json,sys; print(int(json.load(sys.stdin)["plan"]["dp"]))')
+  m=$(run --plan "$2" --mesh "$3" 2>/dev/null | python3 -c 'import json,sys
+print(int(sum(c["wire_bytes"] for c in json.load(sys.stdin)["comm"]
+              if c["mesh_dim"] in ("dp_shard", "dp_replicate"))))')
+  if [ -n "$b" ] && [ "$b" = "$m" ]; then
+    echo "  $1: baselines' dp part = measured = $m bytes"
+  else
+    fail "$1: baselines' dp part '$b' bytes, measured '$m' ($(cat "$tmp/e"))"
+  fi
+}
+cross "fsdp dp_shard 4" fsdp dp_shard:4
+cross "zero1 2 x 2" zero1 dp_replicate:2,dp_shard:2
+cross "zero2 dp_shard 4" zero2 dp_shard:4
+cross "fsdp-bf16 dp_shard 2" fsdp-bf16 dp_shard:2
+cross "fsdp-tp-sp 2 x 2" fsdp-tp-sp dp_shard:2,tp:2
 
 # 3. the check can fail
 checks=$((checks + 1))

@@ -84,8 +84,8 @@ check "TP configs have a Megatron-LM framework cross" \
   "$(q "$A" "SELECT count(*) FROM results r JOIN configs c ON c.id = r.config_id WHERE r.status = 'ok' AND c.tp > 1 AND (SELECT count(*) FROM baselines b WHERE b.config_id = c.id AND b.quantity = 'comm_bytes_per_step_combined' AND b.framework LIKE 'megatron-tp%') != 1")" 0
 check "dp_replicate configs have a ddp part in their cross" \
   "$(q "$A" "SELECT count(*) FROM results r JOIN configs c ON c.id = r.config_id WHERE r.status = 'ok' AND c.dp_replicate > 1 AND c.dp_shard = 1 AND NOT EXISTS (SELECT 1 FROM baselines b WHERE b.config_id = c.id AND b.quantity = 'comm_bytes_per_step_combined' AND b.framework LIKE '%ddp')")" 0
-check "dp_shard configs have an fsdp (hsdp with dp_replicate) part in their cross" \
-  "$(q "$A" "SELECT count(*) FROM results r JOIN configs c ON c.id = r.config_id WHERE r.status = 'ok' AND c.dp_shard > 1 AND NOT EXISTS (SELECT 1 FROM baselines b WHERE b.config_id = c.id AND b.quantity = 'comm_bytes_per_step_combined' AND b.framework LIKE (CASE WHEN c.dp_replicate > 1 THEN '%hsdp' ELSE '%fsdp' END))")" 0
+check "dp_shard configs have an fsdp (hsdp with dp_replicate, zero1, zero2) part in their cross" \
+  "$(q "$A" "SELECT count(*) FROM results r JOIN configs c ON c.id = r.config_id WHERE r.status = 'ok' AND c.dp_shard > 1 AND NOT EXISTS (SELECT 1 FROM baselines b WHERE b.config_id = c.id AND b.quantity = 'comm_bytes_per_step_combined' AND (b.framework LIKE (CASE WHEN c.dp_replicate > 1 THEN '%hsdp' ELSE '%fsdp' END) OR b.framework LIKE '%zero1' OR b.framework LIKE '%zero2'))")" 0
 # REGRESSION check (not an independent oracle): the measured comm bytes per step of every
 # ok config equal the runtime's own closed form stored next to them (framework
 # 'runtime-model'; bench/harness/baselines_model.c sb_runtime_comm_compute), ratio 1.00

@@ -224,6 +224,9 @@ double sb_params_per_rank(const sb_baseline_in *in, const sb_plan_traits *tr) {
 
 /* ---- framework baselines ---- */
 
+static void fsdp_units(const sb_baseline_in *in, bool split, double *emb, double *block,
+                       double *last);
+
 int sb_framework_comm_compute(const sb_baseline_in *in, const sb_plan_traits *tr,
                               sb_framework_comm *out) {
   char err[128];
@@ -278,6 +281,39 @@ int sb_framework_comm_compute(const sb_baseline_in *in, const sb_plan_traits *tr
     snprintf(out->dp_formula, sizeof out->dp_formula,
              "arXiv:2006.15704 sec. 3, arXiv:1910.02054 sec. 7.1: AR of the rank's gradients, "
              "2 Psi (d-1)/d");
+  } else if (F > 1 && tr->fsdp_torchtitan) {
+    /* TorchTitan v0.2.0 apply_fsdp's units (tok_embeddings, each block, [norm, output]
+     * not resharded after forward; the root holds nothing) with FSDP2's collectives
+     * (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py foreach_all_gather /
+     * foreach_reduce: one per unit, every weight padded to ceil(rows / F) rows), in the
+     * plan's MixedPrecisionPolicy dtypes; ZeRO-1 (DeepSpeed stage 1, arXiv:1910.02054
+     * sec. 5.1): the gradients all-reduced, the updated shards all-gathered */
+    double emb, block, last, emb1, block1, last1;
+    const bool split = t > 1 && (blocks > 0 || tr->vocab_embedding || tr->vocab_output);
+    sb_baseline_in one = *in;
+    one.dp_shard = 1;
+    fsdp_units(in, split, &emb, &block, &last);
+    fsdp_units(&one, split, &emb1, &block1, &last1);
+    const int L = tr->layers;
+    const double all = emb + L * block + last, whole = emb1 + L * block1 + last1;
+    const double ep = tr->fsdp_param_bytes ? tr->fsdp_param_bytes : e;
+    const double er = tr->fsdp_reduce_bytes ? tr->fsdp_reduce_bytes : e;
+    if (tr->zero == 1) {
+      snprintf(out->dp_framework, sizeof out->dp_framework, "zero1");
+      out->dp = ring_ar(whole * er, F) + ring_ar(whole * er, R) + (F - 1) * all * e;
+      snprintf(out->dp_formula, sizeof out->dp_formula,
+               "arXiv:1910.02054 sec. 5.1 on TorchTitan's FSDP units: AR of the gradients over "
+               "F (and R) + AG of the updated shards, per unit");
+    } else {
+      const double raf = tr->zero == 2 ? 0 : emb + L * block;
+      snprintf(out->dp_framework, sizeof out->dp_framework, "%s",
+               tr->zero == 2 ? "zero2" : R > 1 ? "hsdp" : "fsdp");
+      out->dp = (F - 1) * ((all + raf) * ep + all * er) + ring_ar(all * er, R);
+      snprintf(out->dp_formula, sizeof out->dp_formula,
+               "TorchTitan v0.2.0 apply_fsdp units, FSDP2 foreach_all_gather / foreach_reduce: "
+               "per unit AG fwd, AG bwd if resharded, RS (padded rows)%s",
+               R > 1 ? ", AR of the shard over R" : "");
+    }
   } else if (F > 1 && R == 1) {
     /* [FSDP] sec. 3.2 full sharding = [ZeRO] sec. 7.2.2 (P_os+g+p): parameters
      * all-gathered forward and again backward, gradients reduce-scattered: 3 Psi */
