@@ -4,12 +4,13 @@
  *
  * A config is (model, workload, plan, mesh over TorchTitan's five dims pp,
  * dp_replicate, dp_shard, cp, tp, dtype, batch, seq, steps, backend, world).
- * The mesh keeps only the dims of size > 1, in that order, with their names
- * (TorchTitan's torchtitan/distributed/parallel_dims.py ParallelDims). Workloads:
- * `model` is the config's layers, `block` the same model with one layer. The plan's [tp] entries go on the tp dim
- * (dt_parallelize_module); a dp_replicate dim adds data parallel
- * (dt_data_parallel_reduce_grads), as TorchTitan composes DDP with TP. Tokens are
- * Shard(0) on dp_replicate and Replicate on tp.
+ * The mesh keeps only the dims of size > 1, in that order (but for FSDP + TP,
+ * below), with their names (TorchTitan's torchtitan/distributed/parallel_dims.py
+ * ParallelDims). Workloads: `model` is the config's layers, `block` the same model
+ * with one layer. The plan's [tp] entries go on the tp dim (dt_parallelize_module);
+ * a dp_replicate dim without FSDP adds data parallel (dt_data_parallel_reduce_grads,
+ * DDP's buckets, the plan's bucket_cap_mb), as TorchTitan composes DDP with TP.
+ * Tokens are Shard(0) on the dp dims and Replicate on tp.
  *
  * Verification (bench/harness/verdict.c, shared with verify/test_parallel.c): the
  * same model on a 1-rank mesh (same seed, weights are sharding-invariant; same
@@ -33,12 +34,20 @@
  * ctx->mem.host_peak; comm rows from rank 0's ledger over the timed steps,
  * per step.
  *
- * Unsupported (status skipped, with the reason): pp, dp_shard or cp > 1 (no
- * pipeline, FSDP or context parallel in libdtensor), the embedding / attention /
- * feed_forward workloads, a plan whose dims do not fit the mesh, a plan with
- * [tp] entries on a mesh without tp (TorchTitan applies TP only when tp > 1; the
- * run would be the dp plan's), anything dt_plan_resolve refuses (heads or seq
- * not divisible by tp), a batch not divisible by dp_replicate.
+ * FSDP: a plan's [dp_shard] fully_shard entries go on the dp_shard dim
+ * (dt_fully_shard: FSDP2, HSDP with dp_replicate, ZeRO-1/2/3, mixed precision);
+ * the tokens are Shard(0) over dp_replicate x dp_shard; with tp too the mesh
+ * orders tp before dp_shard (same groups as TorchTitan's, a permuted world), so
+ * FSDP splits TP's local block. The verdict's tolerance follows the plan's
+ * parameter dtype (sb_tolerance_params).
+ *
+ * Unsupported (status skipped, with the reason): pp or cp > 1 (no pipeline or
+ * context parallel in libdtensor), the embedding / attention / feed_forward
+ * workloads, a plan whose dims do not fit the mesh, a plan with [tp] entries on a
+ * mesh without tp or fully_shard entries without dp_shard (TorchTitan applies TP
+ * and FSDP only when their dim is > 1; the run would be the dp plan's), a
+ * dp_shard dim without fully_shard entries, anything dt_plan_resolve refuses
+ * (heads or seq not divisible by tp), a batch not divisible by dp_replicate.
  */
 #include "config.h"
 
