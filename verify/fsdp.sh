@@ -36,6 +36,9 @@
 #      ZeRO-2/3 shard all three, ZeRO-1 only the optimizer state.
 #   5. `shardbench baselines --plan P` shows the same bytes per step as the run
 #      measures (its cross: TorchTitan's units with FSDP2's collectives).
+#   Every run's verdict compared every step's loss and gradients and every final
+#   weight (the JSON's "compared" count; a runner that skipped the gradients would
+#   still find the final weights equal on an easy config).
 NAME=fsdp
 . "${srcdir:-.}/verify/harness-common.sh"
 command -v python3 >/dev/null 2>&1 || { echo "SKIP: $NAME: python3 is missing (scripts/install-deps)"; exit 77; }
@@ -82,6 +85,11 @@ for kv in key["model"].split(":")[1:]:
     k, v = kv.split("=")
     cfg[k] = int(v)
 D, L, V = cfg["dim"], cfg["n_layers"], cfg["vocab"]
+# the verdict compared every step's loss and every weight's gradient, and every final weight
+# (warm-up 1 + 1 timed step; weights: the embedding, 9 per block, norm, output)
+nw, steps = 9 * L + 3, 2
+if r["compared"] != steps * (1 + nw) + nw:
+    sys.exit(f"the verdict compared {r['compared']} quantities, expected {steps * (1 + nw) + nw}")
 hd = D // cfg["n_heads"]
 QD, KVD = cfg["n_heads"] * hd, cfg["n_kv_heads"] * hd
 F = int(2 * 4 * D / 3)

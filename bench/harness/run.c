@@ -712,6 +712,7 @@ static void result_of(const sb_opts *o, const job *j, sb_result *r) {
   r->max_abs_err = j->cmp.max_abs;
   r->max_rel_err = j->cmp.worst_rel;
   r->tolerance = j->cmp.worst_tol;
+  r->n_compared = j->cmp.n;
   snprintf(r->worst, sizeof r->worst, "%s", j->cmp.worst);
   if (sb_cmp_ok(&j->cmp)) {
     snprintf(r->status, sizeof r->status, "ok");
@@ -814,6 +815,7 @@ void sb_print_result(FILE *f, const sb_config *c, const sb_result *r, bool json)
     NUM("est_mem_bytes", r->est_mem_bytes);
     NUM("est_need_bytes", r->est_need_bytes);
 #undef NUM
+    fprintf(f, ", \"compared\": %lld", (long long)r->n_compared);
     fputs(", \"worst\": ", f);
     if (r->worst[0]) sb_json_str(f, r->worst);
     else fputs("null", f);

@@ -75,6 +75,7 @@ typedef struct sb_result {
   bool mem_refused;              /* skipped: est_need_bytes over sb_opts.mem_limit */
   bool weights_saved;            /* sb_opts.save_weights written */
   double max_abs_err, max_rel_err, tolerance;
+  int64_t n_compared;            /* quantities the verdict compared (sb_cmp.n); 0: none */
   int n_comm;
   sb_comm_row *comm;             /* n_comm rows (borrowed) */
   sb_plan_traits plan_traits;    /* the plan's settings (sb_execute); the store picks the
