@@ -1,5 +1,5 @@
 /* lib/parallel/fsdp.c: FSDP2's fully_shard over a dp_shard mesh dim, HSDP over
- * dp_replicate x dp_shard, and ZeRO-2/3 (PyTorch's torch/distributed/fsdp/
+ * dp_replicate x dp_shard, ZeRO-1/2/3 and mixed precision (PyTorch's torch/distributed/fsdp/
  * _fully_shard/: _fsdp_param.py FSDPParam, _fsdp_collectives.py
  * foreach_all_gather / foreach_reduce, _fsdp_param_group.py FSDPParamGroup;
  * TorchTitan v0.2.0 torchtitan/models/llama3/infra/parallelize.py apply_fsdp).
@@ -40,6 +40,17 @@
  * unit's backward runs (FSDP2's pre-backward hook on the outputs). Without it
  * (ZeRO-2, and TorchTitan's last group) they stay until the reduce_scatter.
  * After the reduce_scatter they are freed (reshard after backward).
+ *
+ * Mixed precision (MixedPrecisionPolicy in _fsdp_api.py): the all_gather moves
+ * param_dtype (bf16: the f32 shard rounded to nearest even; the copy holds those
+ * values widened, since the ops compute in f32 / f64), the reduce_scatter
+ * reduce_dtype; the sharded master weights keep the model's dtype.
+ *
+ * ZeRO-1 (arXiv:1910.02054 sec. 5.1, P_os): the weights stay whole (no gathers
+ * for compute); AdamW's state is each rank's row shard (dt_module.opl), so the
+ * optimizer updates only those rows; dt_fsdp_reduce_grads all-reduces each
+ * unit's gradients (one call per unit and dp dim) and dt_fsdp_after_step
+ * all-gathers each unit's updated rows.
  */
 #include "config.h"
 
