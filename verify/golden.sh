@@ -4,11 +4,14 @@
 # computed with PyTorch from shardbench's own initial weights and token batches
 # (losses, every gradient, the updated weights, as checksums and samples), and
 # PyTorch's DTensor collective counts for the shipped TP plans. Checks:
-#   1. each golden run: `shardbench run --world 1 ... --save-trace` then
-#      `golden_check check` (tolerances and their reasons: verify/golden_check.c);
+#   1. each golden run: `shardbench run --world 1 ... --save-trace --save-weights`
+#      then `golden_check check` (tolerances and their reasons: verify/golden_check.c);
+#      first the run's inputs (initial weights, token batches) must be the ones the
+#      golden was made from, else it says STALE (regenerate), not a model drift;
 #   2. it can fail: the same run from weights with one element of
 #      layers.0.attention.wq.weight scaled by 1.01 (--load-weights), and the same
-#      run with RoPE base 10000 instead of Llama 3's 500000, must both be off;
+#      run with RoPE base 10000 instead of Llama 3's 500000, must both be off; given
+#      the perturbed weights file as the run's weights, it says STALE instead;
 #   3. each (plan, tp) of the golden's comm rows: `shardbench run --json` ledger
 #      counts per op and phase equal PyTorch's CommDebugMode counts (over the
 #      row's pytorch_calls_per_reduction where PyTorch repeats one reduction; the
@@ -36,14 +39,16 @@ trace() { # trace OUT MODEL DTYPE BATCH SEQ STEPS [extra run flags]
 # 1. every golden run
 while read -r i model dtype batch seq steps; do
   checks=$((checks + 1))
-  extra=""
-  [ "$i" = 0 ] && extra="--save-weights $tmp/w0.st"
-  # shellcheck disable=SC2086 # extra is one flag and a path without spaces
-  if ! trace "$tmp/t$i.st" "$model" "$dtype" "$batch" "$seq" "$steps" $extra; then
+  if ! trace "$tmp/t$i.st" "$model" "$dtype" "$batch" "$seq" "$steps" --save-weights "$tmp/w$i.st"; then
     fail "run $i ($model $dtype): $(tail -3 "$tmp/run.out")"
     continue
   fi
-  "$GC" check "$GOLDEN" "$i" "$tmp/t$i.st" >"$tmp/gc.out" 2>&1 || fail "run $i: $(cat "$tmp/gc.out")"
+  "$GC" check "$GOLDEN" "$i" "$tmp/t$i.st" "$tmp/w$i.st" >"$tmp/gc.out" 2>&1
+  case $? in
+    0) ;;
+    3) fail "run $i: the golden file is stale, not the model: $(tail -1 "$tmp/gc.out")" ;;
+    *) fail "run $i: $(cat "$tmp/gc.out")" ;;
+  esac
   sed 's/^/  /' "$tmp/gc.out"
 done <"$tmp/runs"
 
@@ -57,6 +62,12 @@ if [ -s "$tmp/w0.st" ]; then
     rc=$?
     [ $rc -eq 1 ] || fail "a perturbed wq weight: golden_check exit $rc, expected 1: $(cat "$tmp/gc.out")"
     echo "  perturbed weight: $(tail -1 "$tmp/gc.out")"
+    # given the perturbed weights file too, it is told apart: the inputs changed (stale)
+    checks=$((checks + 1))
+    "$GC" check "$GOLDEN" 0 "$tmp/tp.st" "$tmp/wp.st" >"$tmp/gc.out" 2>&1
+    rc=$?
+    { [ $rc -eq 3 ] && grep -q "STALE" "$tmp/gc.out"; } ||
+      fail "perturbed inputs given: golden_check exit $rc, expected 3 (stale): $(cat "$tmp/gc.out")"
   else
     fail "could not run from the perturbed weights: $(tail -3 "$tmp/run.out")"
   fi

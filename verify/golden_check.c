@@ -11,7 +11,9 @@
  *
  *   golden_check list GOLDEN                  one line per run: "I MODEL DTYPE BATCH SEQ STEPS"
  *   golden_check comm-list GOLDEN             one line per (plan, tp) of the comm rows
- *   golden_check check GOLDEN I TRACE         run I against TRACE; exit 0 ok, 1 off
+ *   golden_check check GOLDEN I TRACE [W]     run I against TRACE (and its --save-weights
+ *                                             file W); exit 0 ok, 1 off, 3 stale (the
+ *                                             inputs are not the golden's)
  *   golden_check perturb IN OUT NAME INDEX F  OUT = IN with element INDEX of NAME times F
  *   golden_check comm GOLDEN PLAN TP RUNJSON  PyTorch's collective counts per op and
  *                                             phase against `shardbench run --json`'s
@@ -51,7 +53,7 @@ static const tol TOL_F64 = {0x1p-41 /* 4.5e-13 */, 0x1p-40 /* 9.1e-13 */};
 static const tol TOL_F32 = {0x1p-17 /* 7.6e-6 */, 0x1p-13 /* 1.2e-4 */};
 
 static int usage(void) {
-  fprintf(stderr, "usage: golden_check list GOLDEN | comm-list GOLDEN | check GOLDEN I TRACE | "
+  fprintf(stderr, "usage: golden_check list GOLDEN | comm-list GOLDEN | check GOLDEN I TRACE [W] | "
                   "perturb IN OUT NAME INDEX FACTOR | comm GOLDEN PLAN TP RUNJSON\n");
   return 2;
 }
@@ -138,7 +140,61 @@ static double num(json_t *o, const char *k) {
   return json_is_number(v) ? json_number_value(v) : NAN;
 }
 
-static int cmd_check(const char *path, const char *idx_s, const char *trace) {
+/* The run's inputs (the golden's "inputs": what PyTorch computed from) against
+ * this shardbench's: the token batches in the trace and, given the run's
+ * --save-weights file, the initial weights. The values must be the same numbers:
+ * samples and max |x| exactly, the sums up to their summation order (2^-40
+ * relative: the order differs, the addends do not). Returns the mismatches
+ * (printed), or -1 when a file cannot be read. */
+static long check_inputs(dt_ctx *hc, json_t *run, const dt_st_file *trace, const char *wpath) {
+  json_t *ins = json_object_get(run, "inputs");
+  if (!json_is_object(ins)) return 0; /* an older golden file: nothing to tell */
+  dt_st_file wf;
+  bool have_w = wpath && dt_st_open(hc, wpath, &wf) == DT_OK;
+  if (wpath && !have_w) {
+    fprintf(stderr, "golden_check: %s\n", dt_last_error(hc));
+    return -1;
+  }
+  long bad = 0;
+  const char *n;
+  json_t *gq;
+  json_object_foreach(ins, n, gq) {
+    const bool init = !strncmp(n, "init ", 5);
+    if (init && !have_w) continue;
+    const dt_st_tensor *t = init ? dt_st_find(&wf, n + 5) : dt_st_find(trace, n);
+    double *x = t ? malloc(sizeof *x * (size_t)(t->numel ? t->numel : 1)) : NULL;
+    bool same = x && t->numel == (int64_t)num(gq, "numel") &&
+                dt_st_read(hc, init ? &wf : trace, t, strcmp(t->dtype, "I64") ? DT_F64 : DT_I64,
+                           x) == DT_OK;
+    if (same && !strcmp(t->dtype, "I64")) /* token ids: exact as doubles below 2^53 */
+      for (int64_t i = 0; i < t->numel; i++) x[i] = (double)((int64_t *)x)[i];
+    double sum = 0, sabs = 0, ssq = 0, mabs = 0;
+    for (int64_t i = 0; same && i < t->numel; i++) {
+      sum += x[i];
+      sabs += fabs(x[i]);
+      ssq += x[i] * x[i];
+      mabs = fmax(mabs, fabs(x[i]));
+    }
+    const double rel = 0x1p-40, rabs = num(gq, "sum_abs");
+    same = same && mabs == num(gq, "max_abs") && fabs(sum - num(gq, "sum")) <= rel * rabs &&
+           fabs(sabs - rabs) <= rel * rabs && fabs(ssq - num(gq, "sumsq")) <= rel * num(gq, "sumsq");
+    size_t si;
+    json_t *smp;
+    json_array_foreach(json_object_get(gq, "samples"), si, smp) {
+      int64_t i = (int64_t)json_integer_value(json_array_get(smp, 0));
+      same = same && i >= 0 && i < t->numel && x[i] == json_number_value(json_array_get(smp, 1));
+    }
+    free(x);
+    if (!same) {
+      if (bad < 5) printf("INPUT differs from the golden's: %s\n", n);
+      bad++;
+    }
+  }
+  if (have_w) dt_st_close(hc, &wf);
+  return bad;
+}
+
+static int cmd_check(const char *path, const char *idx_s, const char *trace, const char *weights) {
   json_t *g = load_json(path), *runs = g ? golden_runs(g, path) : NULL;
   if (!runs) return 2;
   json_t *run = json_array_get(runs, (size_t)atoi(idx_s));
@@ -158,6 +214,17 @@ static int cmd_check(const char *path, const char *idx_s, const char *trace) {
     json_decref(g);
     dt_ctx_release(&hc);
     return 2;
+  }
+  const long stale = check_inputs(&hc, run, &f, weights);
+  if (stale != 0) {
+    if (stale > 0)
+      printf("golden run %s: STALE: %ld of its inputs (shardbench's initial weights or token "
+             "batches) are not what the golden file was made from; regenerate it with "
+             "`make check-torch GOLDEN=1` after checking why they changed\n", idx_s, stale);
+    dt_st_close(&hc, &f);
+    dt_ctx_release(&hc);
+    json_decref(g);
+    return stale > 0 ? 3 : 2;
   }
   const char *tm = dt_st_meta(&f, "model"), *gm = json_string_value(json_object_get(run, "model"));
   if (tm && gm && strcmp(tm, gm))
@@ -383,7 +450,8 @@ static int cmd_comm_list(const char *path) {
 int main(int argc, char **argv) {
   if (argc == 3 && !strcmp(argv[1], "list")) return cmd_list(argv[2]);
   if (argc == 3 && !strcmp(argv[1], "comm-list")) return cmd_comm_list(argv[2]);
-  if (argc == 5 && !strcmp(argv[1], "check")) return cmd_check(argv[2], argv[3], argv[4]);
+  if ((argc == 5 || argc == 6) && !strcmp(argv[1], "check"))
+    return cmd_check(argv[2], argv[3], argv[4], argc == 6 ? argv[5] : NULL);
   if (argc == 7 && !strcmp(argv[1], "perturb"))
     return cmd_perturb(argv[2], argv[3], argv[4], argv[5], argv[6]);
   if (argc == 6 && !strcmp(argv[1], "comm")) return cmd_comm(argv[2], argv[3], argv[4], argv[5]);

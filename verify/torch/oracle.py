@@ -355,9 +355,11 @@ def golden_text(g):
     head = ",\n".join(f" {d(k)}: {d(v)}" for k, v in g.items() if k not in ("runs", "comm"))
     runs = []
     for r in g["runs"]:
-        top = ", ".join(f"{d(k)}: {d(v)}" for k, v in r.items() if k != "quantities")
+        top = ", ".join(f"{d(k)}: {d(v)}" for k, v in r.items() if k not in ("quantities", "inputs"))
+        ins = ",\n".join(f"    {d(n)}: {d(s)}" for n, s in r.get("inputs", {}).items())
         qs = ",\n".join(f"    {d(n)}: {d(s)}" for n, s in r["quantities"].items())
-        runs.append(f"  {{{top},\n   \"quantities\": {{\n{qs}\n   }}}}")
+        runs.append(f"  {{{top},\n   \"inputs\": {{\n{ins}\n   }},\n"
+                    f"   \"quantities\": {{\n{qs}\n   }}}}")
     comm_rows = ",\n".join(f"  {d(c)}" for c in g["comm"])
     return (f"{{\n{head},\n \"runs\": [\n" + ",\n".join(runs) + "\n ],\n"
             f" \"comm\": [\n{comm_rows}\n ]\n}}\n")
@@ -560,7 +562,12 @@ def main():
                       + ("" if not badt else f"  FAIL ({len(badt)} over tolerance)"))
                 if badt:
                     ok = False
-            golden["runs"].append({**run, "quantities": {
+            # what the numbers were computed from (shardbench's initial weights and token
+            # batches): golden_check tells a stale golden (inputs changed) from a drift
+            inputs = {f"init {n}": golden_stats(x) for n, x in sorted(w.items())}
+            inputs.update({n: golden_stats(x) for n, x in sorted(t.items())
+                           if n.startswith(("tokens.step", "targets.step"))})
+            golden["runs"].append({**run, "inputs": inputs, "quantities": {
                 name: golden_stats(x, name.startswith("loss step ")) for name, x in q.items()}})
 
         if plans:
