@@ -98,26 +98,22 @@ ceil = lambda a, b: -(-a // b)
 tp_plan = "tp" in mesh
 # rank 0's local block under TP (torchtitan-tp-sp: colwise wq wk wv w1 w3 output and the
 # rowwise embedding shard dim 0; rowwise wo w2 shard dim 1; norms whole), then FSDP's P
-def seg(rows, cols, tp_dim):
+def seg(rows, cols, tp_dim, w):
     if tp_plan and tp_dim == 0: rows = ceil(rows, T)
     if tp_plan and tp_dim == 1: cols = ceil(cols, T)
-    return ceil(rows, W) * cols
-emb = seg(V, D, 0)
-block = (seg(D, 1, None) + seg(QD, D, 0) + 2 * seg(KVD, D, 0) + seg(D, QD, 1) + seg(D, 1, None)
-         + 2 * seg(F, D, 0) + seg(D, F, 1))
-last = seg(D, 1, None) + seg(V, D, 0)
-units = [emb] + [block] * L + [last]
+    return ceil(rows, w) * cols
+def unit_sizes(w):  # [tok_embeddings, each block, [norm, output]] split over w ranks
+    block = (seg(D, 1, None, w) + seg(QD, D, 0, w) + 2 * seg(KVD, D, 0, w) + seg(D, QD, 1, w)
+             + seg(D, 1, None, w) + 2 * seg(F, D, 0, w) + seg(D, F, 1, w))
+    return [seg(V, D, 0, w)] + [block] * L + [seg(D, 1, None, w) + seg(V, D, 0, w)]
+units = unit_sizes(W)
+whole = sum(unit_sizes(1))  # the unsharded TP-local count (ZeRO-1's weights and gradients)
 raf = [True] * (L + 1) + [False]
 if zero == 2: raf = [False] * len(units)
 if zero == 1:
     # ZeRO-1: the whole (TP-local) gradients all-reduced per unit over dp_shard, then
     # over dp_replicate (reduce dtype); the updated row shards all-gathered per unit
     # after AdamW (the master weights' dtype)
-    W_shard, W = W, 1  # seg() at W = 1: the whole TP-local sizes
-    whole = (seg(V, D, 0) + L * (seg(D, 1, None) + seg(QD, D, 0) + 2 * seg(KVD, D, 0) + seg(D, QD, 1)
-                                 + seg(D, 1, None) + 2 * seg(F, D, 0) + seg(D, F, 1))
-             + seg(D, 1, None) + seg(V, D, 0))
-    W = W_shard
     want = {("all_reduce", "dp_shard", "backward"): (len(units), whole * rs_e),
             ("all_gather", "dp_shard", "optimizer"): (len(units), sum(units) * W * es)}
     if R > 1: want[("all_reduce", "dp_replicate", "backward")] = (len(units), whole * rs_e)
@@ -136,11 +132,6 @@ if got != want:
 # states 2 Psi e (e: the model's dtype, the master weights'), where Psi is the whole
 # (TP-local) count under ZeRO-1's weights and gradients and rank 0's torch.chunk shard
 # (the largest) for everything ZeRO shards
-W_shard, W = W, 1
-whole = sum([seg(V, D, 0)] + [seg(D, 1, None) + seg(QD, D, 0) + 2 * seg(KVD, D, 0) + seg(D, QD, 1)
-                               + seg(D, 1, None) + 2 * seg(F, D, 0) + seg(D, F, 1)] * L
-            + [seg(D, 1, None) + seg(V, D, 0)])
-W = W_shard
 shard = sum(units)
 mem = (r["mem_params_bytes"], r["mem_grads_bytes"], r["mem_optimizer_bytes"])
 zmem = (whole * es, whole * es, 2 * shard * es) if zero == 1 else (shard * es, shard * es, 2 * shard * es)

@@ -140,6 +140,18 @@ static double num(json_t *o, const char *k) {
   return json_is_number(v) ? json_number_value(v) : NAN;
 }
 
+/* The golden's checksums of x[0..n): sum, sum |x|, sum x^2, max |x|. */
+static void checksums(const double *x, int64_t n, double *sum, double *sabs, double *ssq,
+                      double *mabs) {
+  *sum = *sabs = *ssq = *mabs = 0;
+  for (int64_t i = 0; i < n; i++) {
+    *sum += x[i];
+    *sabs += fabs(x[i]);
+    *ssq += x[i] * x[i];
+    *mabs = fmax(*mabs, fabs(x[i]));
+  }
+}
+
 /* The run's inputs (the golden's "inputs": what PyTorch computed from) against
  * this shardbench's: the token batches in the trace and, given the run's
  * --save-weights file, the initial weights. The values must be the same numbers:
@@ -169,12 +181,7 @@ static long check_inputs(dt_ctx *hc, json_t *run, const dt_st_file *trace, const
     if (same && !strcmp(t->dtype, "I64")) /* token ids: exact as doubles below 2^53 */
       for (int64_t i = 0; i < t->numel; i++) x[i] = (double)((int64_t *)x)[i];
     double sum = 0, sabs = 0, ssq = 0, mabs = 0;
-    for (int64_t i = 0; same && i < t->numel; i++) {
-      sum += x[i];
-      sabs += fabs(x[i]);
-      ssq += x[i] * x[i];
-      mabs = fmax(mabs, fabs(x[i]));
-    }
+    if (same) checksums(x, t->numel, &sum, &sabs, &ssq, &mabs);
     const double rel = 0x1p-40, rabs = num(gq, "sum_abs");
     same = same && mabs == num(gq, "max_abs") && fabs(sum - num(gq, "sum")) <= rel * rabs &&
            fabs(sabs - rabs) <= rel * rabs && fabs(ssq - num(gq, "sumsq")) <= rel * num(gq, "sumsq");
@@ -259,13 +266,8 @@ static int cmd_check(const char *path, const char *idx_s, const char *trace, con
       return 2;
     }
     const double *x = elem >= 0 ? buf + elem : buf;
-    double sum = 0, sabs = 0, ssq = 0, mabs = 0;
-    for (int64_t i = 0; i < numel; i++) {
-      sum += x[i];
-      sabs += fabs(x[i]);
-      ssq += x[i] * x[i];
-      mabs = fmax(mabs, fabs(x[i]));
-    }
+    double sum, sabs, ssq, mabs;
+    checksums(x, numel, &sum, &sabs, &ssq, &mabs);
     const double tl = after_update(q) ? t.after : t.before;
     const double rmax = num(gq, "max_abs"), rabs = num(gq, "sum_abs");
     double e[4] = {fabs(sum - num(gq, "sum")) / rabs, fabs(sabs - rabs) / rabs,

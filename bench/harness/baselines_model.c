@@ -224,8 +224,51 @@ double sb_params_per_rank(const sb_baseline_in *in, const sb_plan_traits *tr) {
 
 /* ---- framework baselines ---- */
 
+/* FSDP's flat segment per rank of TorchTitan's units (tok_embeddings, each block,
+ * [norm, output]): sum over a unit's weights of ceil(rows / F) x elements per row
+ * of the tensor FSDP splits (TP's local block at tp coordinate 0 when split). */
 static void fsdp_units(const sb_baseline_in *in, bool split, double *emb, double *block,
-                       double *last);
+                       double *last) {
+  const dt_llama_config *c = &in->model;
+  const int64_t t = split ? in->tp : 1, F = in->dp_shard;
+  const int64_t D = c->dim, V = c->vocab, hd = c->dim / c->n_heads, FF = dt_llama_ffn_hidden(c);
+  const int64_t QD = c->n_heads * hd, KVD = c->n_kv_heads * hd;
+#define CEIL(a, b) (((a) + (b) - 1) / (b))
+#define COLW(rows, cols) ((double)(CEIL(CEIL(rows, t), F) * (cols)))  /* rows split by TP */
+#define ROWW(rows, cols) ((double)(CEIL(rows, F) * CEIL(cols, t)))    /* columns split by TP */
+#define WHOLE(n) ((double)CEIL(n, F))
+  *emb = COLW(V, D);
+  *block = 2 * WHOLE(D) + COLW(QD, D) + 2 * COLW(KVD, D) + ROWW(D, QD) + 2 * COLW(FF, D) +
+           ROWW(D, FF);
+  *last = WHOLE(D) + COLW(V, D);
+#undef CEIL
+#undef COLW
+#undef ROWW
+#undef WHOLE
+}
+
+/* FSDP2's dp bytes per rank per step on TorchTitan's units (apply_fsdp at v0.2.0:
+ * tok_embeddings, each block, [norm, output] not resharded after forward; the root
+ * holds nothing): per unit one all_gather forward and one again backward when
+ * resharded (not under ZeRO-2), one reduce_scatter, HSDP's all_reduce of the shard
+ * over R, in the plan's MixedPrecisionPolicy dtypes; ZeRO-1: every unit's whole
+ * gradients all-reduced over F and R (reduce dtype), then its updated row shards
+ * all-gathered over F (the model's dtype). Ring wire bytes. */
+static double fsdp2_dp_bytes(const sb_baseline_in *in, const sb_plan_traits *tr, bool split) {
+  double emb, block, last, emb1, block1, last1;
+  sb_baseline_in one = *in;
+  one.dp_shard = 1; /* the unpadded TP-local sizes */
+  fsdp_units(in, split, &emb, &block, &last);
+  fsdp_units(&one, split, &emb1, &block1, &last1);
+  const int L = tr->layers, F = in->dp_shard, R = in->dp_replicate;
+  const double e = in->elem_bytes;
+  const double all = emb + L * block + last, whole = emb1 + L * block1 + last1;
+  const double ep = tr->fsdp_param_bytes ? tr->fsdp_param_bytes : e;
+  const double er = tr->fsdp_reduce_bytes ? tr->fsdp_reduce_bytes : e;
+  if (tr->zero == 1) return ring_ar(whole * er, F) + ring_ar(whole * er, R) + (F - 1) * all * e;
+  const double raf = tr->zero == 2 ? 0 : emb + L * block;
+  return (F - 1) * ((all + raf) * ep + all * er) + ring_ar(all * er, R);
+}
 
 int sb_framework_comm_compute(const sb_baseline_in *in, const sb_plan_traits *tr,
                               sb_framework_comm *out) {
@@ -288,27 +331,16 @@ int sb_framework_comm_compute(const sb_baseline_in *in, const sb_plan_traits *tr
      * foreach_reduce: one per unit, every weight padded to ceil(rows / F) rows), in the
      * plan's MixedPrecisionPolicy dtypes; ZeRO-1 (DeepSpeed stage 1, arXiv:1910.02054
      * sec. 5.1): the gradients all-reduced, the updated shards all-gathered */
-    double emb, block, last, emb1, block1, last1;
     const bool split = t > 1 && (blocks > 0 || tr->vocab_embedding || tr->vocab_output);
-    sb_baseline_in one = *in;
-    one.dp_shard = 1;
-    fsdp_units(in, split, &emb, &block, &last);
-    fsdp_units(&one, split, &emb1, &block1, &last1);
-    const int L = tr->layers;
-    const double all = emb + L * block + last, whole = emb1 + L * block1 + last1;
-    const double ep = tr->fsdp_param_bytes ? tr->fsdp_param_bytes : e;
-    const double er = tr->fsdp_reduce_bytes ? tr->fsdp_reduce_bytes : e;
+    out->dp = fsdp2_dp_bytes(in, tr, split);
     if (tr->zero == 1) {
       snprintf(out->dp_framework, sizeof out->dp_framework, "zero1");
-      out->dp = ring_ar(whole * er, F) + ring_ar(whole * er, R) + (F - 1) * all * e;
       snprintf(out->dp_formula, sizeof out->dp_formula,
                "arXiv:1910.02054 sec. 5.1 on TorchTitan's FSDP units: AR of the gradients over "
                "F (and R) + AG of the updated shards, per unit");
     } else {
-      const double raf = tr->zero == 2 ? 0 : emb + L * block;
       snprintf(out->dp_framework, sizeof out->dp_framework, "%s",
                tr->zero == 2 ? "zero2" : R > 1 ? "hsdp" : "fsdp");
-      out->dp = (F - 1) * ((all + raf) * ep + all * er) + ring_ar(all * er, R);
       snprintf(out->dp_formula, sizeof out->dp_formula,
                "TorchTitan v0.2.0 apply_fsdp units, FSDP2 foreach_all_gather / foreach_reduce: "
                "per unit AG fwd, AG bwd if resharded, RS (padded rows)%s",
@@ -548,29 +580,6 @@ enum { CE_SCALAR_BYTES = 8 };
  * logit; backward none (it reads the forward's saved log-sum-exp). */
 enum { CE_FWD_AR = 3, CE_BWD_AR = 0 };
 
-/* FSDP's flat segment per rank of TorchTitan's units (tok_embeddings, each block,
- * [norm, output]): sum over a unit's weights of ceil(rows / F) x elements per row
- * of the tensor FSDP splits (TP's local block at tp coordinate 0 when split). */
-static void fsdp_units(const sb_baseline_in *in, bool split, double *emb, double *block,
-                       double *last) {
-  const dt_llama_config *c = &in->model;
-  const int64_t t = split ? in->tp : 1, F = in->dp_shard;
-  const int64_t D = c->dim, V = c->vocab, hd = c->dim / c->n_heads, FF = dt_llama_ffn_hidden(c);
-  const int64_t QD = c->n_heads * hd, KVD = c->n_kv_heads * hd;
-#define CEIL(a, b) (((a) + (b) - 1) / (b))
-#define COLW(rows, cols) ((double)(CEIL(CEIL(rows, t), F) * (cols)))  /* rows split by TP */
-#define ROWW(rows, cols) ((double)(CEIL(rows, F) * CEIL(cols, t)))    /* columns split by TP */
-#define WHOLE(n) ((double)CEIL(n, F))
-  *emb = COLW(V, D);
-  *block = 2 * WHOLE(D) + COLW(QD, D) + 2 * COLW(KVD, D) + ROWW(D, QD) + 2 * COLW(FF, D) +
-           ROWW(D, FF);
-  *last = WHOLE(D) + COLW(V, D);
-#undef CEIL
-#undef COLW
-#undef ROWW
-#undef WHOLE
-}
-
 int sb_runtime_comm_compute(const sb_baseline_in *in, const sb_plan_traits *tr,
                             sb_runtime_comm *out) {
   char err[128];
@@ -616,29 +625,9 @@ int sb_runtime_comm_compute(const sb_baseline_in *in, const sb_plan_traits *tr,
   }
   out->tp = out->blocks + out->boundary + out->logits + out->loss + out->optimizer;
   if (in->dp_shard > 1) {
-    /* lib/parallel/fsdp.c: per unit one all_gather forward, one again backward when
-     * resharded after forward (not [norm, output], not under ZeRO-2), one
-     * reduce_scatter, and for HSDP one all_reduce of the shard over dp_replicate;
-     * the gathers move mixed_precision_param's elements, the reductions
-     * mixed_precision_reduce's */
-    double emb, block, last;
-    fsdp_units(in, t > 1 && split, &emb, &block, &last);
-    const double all = emb + L * block + last, raf = tr->zero == 2 ? 0 : emb + L * block;
-    const double ep = tr->fsdp_param_bytes ? tr->fsdp_param_bytes : e;
-    const double er = tr->fsdp_reduce_bytes ? tr->fsdp_reduce_bytes : e;
-    const int F = in->dp_shard;
-    if (tr->zero == 1) { /* whole gradients all-reduced over dp_shard and dp_replicate (in
-                          * the reduce dtype), the updated row shards all-gathered over
-                          * dp_shard (the model's dtype) */
-      double emb1, block1, last1;
-      sb_baseline_in one = *in;
-      one.dp_shard = 1; /* the unpadded TP-local sizes */
-      fsdp_units(&one, t > 1 && split, &emb1, &block1, &last1);
-      const double full = emb1 + L * block1 + last1;
-      out->dp = ring_ar(full * er, F) + ring_ar(full * er, in->dp_replicate) + (F - 1) * all * e;
-    } else {
-      out->dp = (F - 1) * ((all + raf) * ep + all * er) + ring_ar(all * er, in->dp_replicate);
-    }
+    /* lib/parallel/fsdp.c implements FSDP2's collectives on these units: the
+     * framework's count is the runtime's */
+    out->dp = fsdp2_dp_bytes(in, tr, t > 1 && split);
   } else {
     out->dp = ring_ar(sb_params_per_rank(in, tr) * e, in->dp_replicate);
   }

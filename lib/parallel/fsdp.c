@@ -124,6 +124,20 @@ static void convert(void *dst, dt_dtype td, const void *src, dt_dtype ts, int64_
 
 /* ---- all_gather (forward, and again before backward) ------------------------------ */
 
+/* Member k's whole rows from an all_gather's [W, P] result recv (dtype rt) into dst
+ * (dtype dt): rank r's segment holds the torch.chunk rows r of it. */
+static void unpack(const fsdp_unit *u, int k, const char *recv, dt_dtype rt, void *dst,
+                   dt_dtype dt) {
+  const fsdp_member *mb = &u->mem[k];
+  const size_t es = dt_dtype_size(rt);
+  for (int r = 0; r < u->f->W; r++) {
+    int64_t size, off;
+    dt_chunk(mb->rows, u->f->W, r, &size, &off);
+    convert((char *)dst + (size_t)(off * mb->rest) * dt_dtype_size(dt), dt,
+            recv + ((size_t)r * (size_t)u->P + (size_t)mb->off) * es, rt, size * mb->rest);
+  }
+}
+
 /* The unit's unsharded values into vals[k] (already allocated, right local shape). */
 static dt_status gather_into(dt_ctx *ctx, fsdp_unit *u, dt_tensor *const *vals) {
   fsdp *f = u->f;
@@ -139,15 +153,7 @@ static dt_status gather_into(dt_ctx *ctx, fsdp_unit *u, dt_tensor *const *vals) 
   }
   if (s == DT_OK)
     s = dt_comm_all_gather(dt_mesh_comm(f->m->mesh, f->o.shard_dim), send, recv, (size_t)u->P, pd);
-  for (int k = 0; s == DT_OK && k < u->n; k++) {
-    const fsdp_member *mb = &u->mem[k];
-    for (int r = 0; r < f->W; r++) {
-      int64_t size, off;
-      dt_chunk(mb->rows, f->W, r, &size, &off);
-      convert((char *)vals[k]->local.data + (size_t)(off * mb->rest) * dt_dtype_size(md), md,
-              recv + ((size_t)r * (size_t)u->P + (size_t)mb->off) * es, pd, size * mb->rest);
-    }
-  }
+  for (int k = 0; s == DT_OK && k < u->n; k++) unpack(u, k, recv, pd, vals[k]->local.data, md);
   dt_host_free(ctx, send);
   dt_host_free(ctx, recv);
   return s;
@@ -615,16 +621,8 @@ dt_status dt_fsdp_after_step(dt_ctx *ctx, dt_model *m) {
     }
     if (s == DT_OK)
       s = dt_comm_all_gather(dt_mesh_comm(m->mesh, f->o.shard_dim), send, recv, (size_t)u->P, md);
-    for (int k = 0; s == DT_OK && k < u->n; k++) {
-      const fsdp_member *mb = &u->mem[k];
-      dt_tensor *w = value_of(m->mods[mb->mod].weight);
-      for (int r = 0; r < f->W; r++) {
-        int64_t size, off;
-        dt_chunk(mb->rows, f->W, r, &size, &off);
-        memcpy((char *)w->local.data + (size_t)(off * mb->rest) * es,
-               recv + ((size_t)r * (size_t)u->P + (size_t)mb->off) * es, (size_t)(size * mb->rest) * es);
-      }
-    }
+    for (int k = 0; s == DT_OK && k < u->n; k++)
+      unpack(u, k, recv, md, value_of(m->mods[u->mem[k].mod].weight)->local.data, md);
     dt_host_free(ctx, send);
     dt_host_free(ctx, recv);
   }
