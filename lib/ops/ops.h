@@ -42,7 +42,7 @@ void dt_tensor_spec(const dt_tensor *t, dt_spec *out);
 double dt_spec_bytes(const dt_spec *s);
 
 enum {
-  DT_OP_MAX_IN = 4,
+  DT_OP_MAX_IN = 6,  /* sdpa_cp's backward: q, k, v, out, lse, dout */
   DT_OP_MAX_OUT = 3, /* sdpa's backward: dq, dk, dv */
   DT_OP_MAX_OPTIONS = 32,      /* per mesh dim */
   DT_OP_MAX_CANDIDATES = 4096  /* whole mesh, after expansion */
@@ -59,7 +59,7 @@ typedef struct dt_op_attrs {
   int shape_n;
   int64_t shape[DT_MAX_DIMS];  /* view / reshape target (-1 infers one dim) */
   bool keepdim;
-  int i0, i1;                  /* op-specific integers (documented by the op) */
+  int i0, i1, i2;              /* op-specific integers (documented by the op) */
   char eq[32];                 /* einsum equation "mk,kn->mn" */
 } dt_op_attrs;
 #define DT_OP_ATTRS_INIT {0}
@@ -125,7 +125,8 @@ extern const dt_op dt_op_sum, dt_op_mean, dt_op_softmax;
  *   rms_norm       x [..., d], weight [d]; scalar = eps (1e-5 when 0)
  *   rope           x [b, s, h, hd]; scalar = theta (0: 10000; Llama 3 uses 500000),
  *                  i0 = 1 applies the Llama 3.1 frequency scaling; interleaved pairs;
- *                  positions are global (a sequence shard uses its offset)
+ *                  positions are global (a sequence shard uses its offset); i1 = the
+ *                  sequence's storage order (dt_seq_position's n_chunks; 0: natural)
  *   sdpa           q [b, h, s, hd], k and v [b, kvh, s, hd]; causal; scale 1/sqrt(hd);
  *                  h % kvh == 0 (query head i reads kv head i / (h/kvh))
  *   embedding      weight [vocab, dim], ids (i64) [...] -> [..., dim]; no attrs; row-wise
@@ -135,6 +136,44 @@ extern const dt_op dt_op_sum, dt_op_mean, dt_op_softmax;
  *                  shards); logits S(last) is loss parallel (3 all_reduces in the kernel) */
 extern const dt_op dt_op_view, dt_op_reshape, dt_op_transpose, dt_op_permute, dt_op_rms_norm;
 extern const dt_op dt_op_rope, dt_op_sdpa, dt_op_embedding, dt_op_cross_entropy;
+
+/* ---- context parallel attention (lib/ops/attention_cp.c) ----
+ *
+ * Storage order of a sequence under context parallel (PyTorch's head-tail load
+ * balancer, torch/distributed/tensor/experimental/_attention.py
+ * _generate_round_robin_indices): a sequence of S positions is cut into n_chunks
+ * chunks of S / n_chunks; stored chunk k holds position chunk k / 2 when k is even
+ * and n_chunks - 1 - k / 2 when odd, so rank r of cp holds chunks r and 2 cp - 1 - r
+ * when n_chunks = 2 cp. n_chunks 0 or 1: natural order. The position of stored
+ * index i (0 <= i < S; S % n_chunks == 0 and n_chunks even when > 1). */
+int64_t dt_seq_position(int64_t i, int64_t S, int n_chunks);
+
+/* How K and V reach the other cp ranks (TorchTitan's context_parallel_rotate_method). */
+typedef enum dt_cp_rotate {
+  DT_CP_ALLGATHER = 0, /* K, V all-gathered over cp (the dispatcher's S -> R); dK, dV
+                        * reduce-scattered back */
+  DT_CP_RING = 1       /* pass-KV: cp - 1 send/recv rotations of [K | V] to the next
+                        * cp rank, merged by log-sum-exp; backward rotates dK, dV too */
+} dt_cp_rotate;
+
+/*   sdpa_cp        causal GQA attention with the sequence dim sharded over one mesh
+ *                  dim (context parallel): q, k, v as sdpa (i0 = layout, 0 [b, h, s, hd],
+ *                  1 [b, s, h, hd]) -> out (like q) and lse (q's shape without the last
+ *                  dim: each query row's log-sum-exp of its scaled scores, kept for the
+ *                  backward). attrs: dim = the cp mesh dim; i1 = the sequence's storage
+ *                  order (dt_seq_position's n_chunks); i2 = dt_cp_rotate. The cp mesh
+ *                  dim's only option: allgather q S(seq), k R, v R, out and lse S(seq);
+ *                  ring all S(seq). Other mesh dims as sdpa (R, heads, batch). */
+extern const dt_op dt_op_sdpa_cp;
+
+/* Causal block products sdpa_cp's kernels did on this rank (forward and backward),
+ * counted per (query chunk, key chunk) pair of one call: full (every key visible),
+ * diagonal (causal within the pair) and skipped (no key visible). */
+typedef struct dt_cp_counts {
+  uint64_t full, diag, skipped;
+} dt_cp_counts;
+void dt_sdpa_cp_counts(const dt_ctx *ctx, dt_cp_counts *out);
+void dt_sdpa_cp_counts_reset(dt_ctx *ctx);
 
 /* Looks an op up by name in the registry (NULL when unknown). */
 const dt_op *dt_op_find(const char *name);
