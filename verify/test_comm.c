@@ -79,7 +79,8 @@ static void check_ledger(dt_ctx *ctx, dt_comm *c, dt_coll op, size_t count, dt_d
   switch (op) {
     case DT_COLL_ALL_REDUCE: wire = n > 1 ? 2.0 * (n - 1) / n * (double)S : 0; break;
     case DT_COLL_BROADCAST: wire = n > 1 ? (double)S : 0; break;
-    case DT_COLL_SEND: case DT_COLL_RECV: wire = (double)S; break;
+    case DT_COLL_SEND: wire = (double)S; break;
+    case DT_COLL_RECV: wire = 0; break; /* counted once, on the sender's row */
     case DT_COLL_BARRIER: wire = 0; break;
     default: wire = n > 1 ? (double)(n - 1) / n * (double)S : 0; break;
   }

@@ -504,6 +504,24 @@ static void check_resolve(dt_ctx *ctx) {
   TU_CHECK(dt_plan_resolve(ctx, &p, 4, &cfg, 2052) == DT_ERR_INVALID &&
                strstr(dt_last_error(ctx), "2 x cp"),
            "cp seq: %s", dt_last_error(ctx));
+  /* without load balancing cp alone divides the sequence */
+  TU_OK(ctx, dt_plan_parse(ctx, "dims = cp:4\ncontext_parallel_load_balance = false\n", "cp.plan", &p));
+  TU_CHECK(!p.cp_load_balance && p.cp_rotate == DT_CP_ALLGATHER, "cp settings");
+  TU_OK(ctx, dt_plan_resolve(ctx, &p, 4, &cfg, 2052));
+  TU_CHECK(dt_plan_resolve(ctx, &p, 4, &cfg, 2050) == DT_ERR_INVALID &&
+               strstr(dt_last_error(ctx), "not divisible by 4 (cp)"),
+           "cp seq, no load balance: %s", dt_last_error(ctx));
+  /* two -1 dims parse (the harness sizes them from its mesh) but the world alone
+   * cannot resolve them */
+  TU_OK(ctx, dt_plan_parse(ctx, "dims = dp_shard:-1, cp:-1\ncontext_parallel_rotate_method = "
+                                "alltoall\n", "x.plan", &p));
+  TU_CHECK(p.cp_rotate == DT_CP_RING && p.cp_load_balance, "alltoall is the ring");
+  TU_CHECK(dt_plan_resolve(ctx, &p, 8, &cfg, 2048) == DT_ERR_INVALID &&
+               strstr(dt_last_error(ctx), "dims dp_shard and cp are both -1"),
+           "two -1: %s", dt_last_error(ctx));
+  p.dim_sizes[1] = 2;
+  TU_OK(ctx, dt_plan_resolve(ctx, &p, 8, &cfg, 2048));
+  TU_CHECK(p.dim_sizes[0] == 4, "dp_shard inferred as 4, got %d", p.dim_sizes[0]);
   /* megatron (no SP) does not need seq % tp; torchtitan (SP) does */
   char path[512];
   tu_plan_path("megatron-tp.plan", path, sizeof path);
@@ -599,8 +617,6 @@ static void check_errors(dt_ctx *ctx) {
   EXPECT_ERR(ctx, "unknown dim", "dims = dp:2, tp:2\n", "bad.plan:1:8:", "unknown dim 'dp'");
   EXPECT_ERR(ctx, "unknown dim", "dims = tensor:2\n", "bad.plan:1:8:", "unknown dim 'tensor'");
   EXPECT_ERR(ctx, "order", "dims = tp:2, dp_shard:-1\n", "bad.plan:1:14:", "out of order");
-  EXPECT_ERR(ctx, "two -1", "dims = dp_replicate:-1, tp:-1\n", "bad.plan:1:28:",
-             "at most one dim may be -1", "'dp_replicate' and 'tp'");
   EXPECT_ERR(ctx, "size 0", "dims = tp:0\n", "bad.plan:1:11:", "expected a size >= 1");
   EXPECT_ERR(ctx, "no dims", "name = x\n", "bad.plan:", "no 'dims = ...' line");
   EXPECT_ERR(ctx, "setting", "dims = tp:2\nloss = true\n", "bad.plan:2:", "unknown setting 'loss'");
@@ -881,7 +897,18 @@ static void check_fsdp_errors(dt_ctx *ctx) {
   /* settings: the new names in the list, a hint, repeats */
   EXPECT_ERR(ctx, "unknown setting", "dims = tp:2\nreshard = 1\n",
              "bad.plan:2:1: unknown setting 'reshard' (expected name, dims, loss_parallel, zero, "
-             "mixed_precision_param, mixed_precision_reduce or bucket_cap_mb)");
+             "mixed_precision_param, mixed_precision_reduce, bucket_cap_mb, "
+             "context_parallel_rotate_method or context_parallel_load_balance)");
+  /* context parallel settings */
+  EXPECT_ERR(ctx, "rotate word", "dims = cp:2\ncontext_parallel_rotate_method = ringg\n",
+             "bad.plan:2:34: expected allgather or ring (alltoall) after "
+             "'context_parallel_rotate_method ='");
+  EXPECT_ERR(ctx, "rotate without cp", "dims = tp:2\ncontext_parallel_rotate_method = ring\n",
+             "bad.plan:2:1: context_parallel_rotate_method needs a cp dim in dims");
+  EXPECT_ERR(ctx, "balance without cp", "dims = dp_shard:2\ncontext_parallel_load_balance = false\n",
+             "bad.plan:2:1: context_parallel_load_balance needs a cp dim in dims");
+  EXPECT_ERR(ctx, "balance word", "dims = cp:2\ncontext_parallel_load_balance = yes\n",
+             "bad.plan:2:33: expected true or false after 'context_parallel_load_balance ='");
   EXPECT_ERR(ctx, "setting hint", "dims = dp_shard:2\nmixed_precision_params = bf16\n",
              "bad.plan:2:1: unknown setting 'mixed_precision_params' (did you mean "
              "mixed_precision_param?)");

@@ -81,6 +81,7 @@ typedef struct sb_plan_traits {
                              (mixed_precision_param); 0: the run's dtype */
   int fsdp_reduce_bytes;  /* bytes per reduced gradient element (mixed_precision_reduce);
                              0: the run's dtype */
+  dt_cp_rotate cp_rotate; /* context_parallel_rotate_method (allgather unless the plan says) */
 } sb_plan_traits;
 
 /* Fills *out from a parsed plan (the entries on its "tp" dim; a plan without one
@@ -110,11 +111,15 @@ typedef struct sb_framework_comm {
   double tp_logits;       /* unfused output: the b*s*V logits all-gather */
   double tp;              /* tp_blocks + tp_embedding + tp_logits */
   char tp_formula[160];
-  char dp_framework[24];  /* ddp | fsdp | hsdp | "" (no dp dim) */
+  char dp_framework[24];  /* ddp | fsdp | hsdp | "" (no dp dim); under cp its dims are
+                             dp_replicate x cp (ddp) or dp_shard x cp (FSDP) */
   double dp;
   char dp_formula[160];
-  char name[48];          /* "megatron-tp-sp+ddp": the parts that apply, joined by '+' */
-  double total;           /* tp + dp: the comm chart's cross */
+  char cp_framework[24];  /* ring-cp | allgather-cp | "" (cp = 1) */
+  double cp;              /* attention's K/V traffic over cp */
+  char cp_formula[160];
+  char name[72];          /* "megatron-tp-sp+ddp": the parts that apply, joined by '+' */
+  double total;           /* tp + dp + cp: the comm chart's cross */
 } sb_framework_comm;
 
 /* Returns 0, or -1 for a bad input (sb_baseline_check) or invalid traits. */
@@ -126,7 +131,8 @@ int sb_framework_comm_compute(const sb_baseline_in *in, const sb_plan_traits *tr
  * the embedding and the output split with PrepareModuleInput on each block
  * (plans/megatron-tp.plan: replicated activations; plans/torchtitan-tp-sp.plan
  * and plans/tp-no-loss-parallel.plan: sequence parallel), with dp_replicate,
- * and pp = dp_shard = cp = 1. Derivation in baselines_model.c. */
+ * TorchTitan's FSDP units over dp_shard, and cp; pp = 1. Derivation in
+ * baselines_model.c. */
 typedef struct sb_runtime_comm {
   int layers;             /* transformer layers */
   double block_per_layer; /* one layer's block collectives, fwd + bwd */
@@ -138,9 +144,11 @@ typedef struct sb_runtime_comm {
   double tp;              /* the six tp terms above summed */
   double dp;              /* the gradient all-reduces over dp_replicate (DDP), or FSDP's
                              all-gathers and reduce-scatters over dp_shard and HSDP's
-                             all-reduces over dp_replicate */
-  double total;           /* tp + dp */
+                             all-reduces over dp_replicate (x cp: see cp) */
+  double cp;              /* context parallel's K/V traffic over cp (sdpa_cp) */
+  double total;           /* tp + dp + cp */
   int n_ar, n_ag, n_rs;   /* tp collective calls per step */
+  int n_cp_send, n_cp_ag, n_cp_rs; /* cp collective calls per step (sends: the recvs match) */
 } sb_runtime_comm;
 
 /* Returns 0, or -1 when the layout is not one the model covers or the input is bad. */

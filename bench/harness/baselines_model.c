@@ -132,6 +132,7 @@ void sb_plan_traits_get(const dt_plan *plan, const dt_llama_config *cfg, sb_plan
   out->layers = cfg->n_layers;
   out->loss_parallel = plan->loss_parallel;
   out->zero = plan->zero;
+  out->cp_rotate = plan->cp_rotate;
   if (plan->param_dtype < DT_DTYPE_COUNT)
     out->fsdp_param_bytes = (int)dt_dtype_size(plan->param_dtype);
   if (plan->reduce_dtype < DT_DTYPE_COUNT)
@@ -270,11 +271,68 @@ static double fsdp2_dp_bytes(const sb_baseline_in *in, const sb_plan_traits *tr,
   return (F - 1) * ((all + raf) * ep + all * er) + ring_ar(all * er, R);
 }
 
-int sb_framework_comm_compute(const sb_baseline_in *in, const sb_plan_traits *tr,
+/* Context parallel's K/V bytes per rank per step over cp: the framework's (PyTorch's
+ * torch/distributed/tensor/experimental/_attention.py, ring attention arXiv:2310.01889
+ * sec. 3) when framework, else this runtime's (lib/ops/attention_cp.c). X = one
+ * rank's K (or V) of each layer: b (S/c) h_kv/t hd elements (kv heads split by TP;
+ * no repeat to the query heads). Per layer:
+ *   ring (pass-KV): forward c-1 sends of [K | V] (2X), backward c-1 again plus c
+ *     sends of the travelling [dK | dV]: 2X (3c - 2), in both;
+ *   allgather: PyTorch all-gathers [K | V] forward and again backward (each 2X(c-1)
+ *     wire) and rotates [dK | dV] c times (2Xc); this runtime all-gathers K and V
+ *     in forward and backward and reduce-scatters dK, dV: 6X(c-1). */
+static double cp_bytes(const sb_baseline_in *in, const sb_plan_traits *tr, bool framework,
+                       int *sends, int *ags, int *rss) {
+  const int c = in->cp, t = in->tp, L = tr->layers;
+  const dt_llama_config *m = &in->model;
+  const double b = (double)(in->batch / ((int64_t)in->dp_replicate * in->dp_shard));
+  const double X = b * (double)(in->seq / c) * (double)(m->n_kv_heads / t) *
+                   (double)(m->dim / m->n_heads) * in->elem_bytes;
+  if (sends) *sends = *ags = *rss = 0;
+  if (c <= 1) return 0;
+  if (tr->cp_rotate == DT_CP_RING) {
+    if (sends) *sends = L * (3 * c - 2);
+    return L * 2 * X * (3 * c - 2);
+  }
+  if (framework) return L * (2 * ring_ag(2 * X * c, c) + 2 * X * c);
+  if (sends) {
+    *ags = L * 4;
+    *rss = L * 2;
+  }
+  return L * 6 * ring_ag(X * c, c);
+}
+
+/* Under cp the data dims gain cp (TorchTitan's dp_cp for DDP, dp_shard_cp for FSDP):
+ * the same per-rank token count (b s is what the TP terms use) over one more dim. */
+static sb_baseline_in fold_cp(const sb_baseline_in *in, const sb_plan_traits *tr) {
+  sb_baseline_in f = *in;
+  if (in->cp > 1) {
+    if (tr->fsdp) f.dp_shard *= in->cp;
+    else f.dp_replicate *= in->cp;
+    f.batch *= in->cp;
+    f.seq /= in->cp;
+    f.cp = 1;
+  }
+  return f;
+}
+
+int sb_framework_comm_compute(const sb_baseline_in *in0, const sb_plan_traits *tr,
                               sb_framework_comm *out) {
   char err[128];
   memset(out, 0, sizeof *out);
-  if (!tr->valid || tr->layers < 1 || sb_baseline_check(in, err, sizeof err)) return -1;
+  if (!tr->valid || tr->layers < 1 || sb_baseline_check(in0, err, sizeof err)) return -1;
+  if (in0->cp > 1) {
+    out->cp = cp_bytes(in0, tr, true, NULL, NULL, NULL);
+    snprintf(out->cp_framework, sizeof out->cp_framework, "%s",
+             tr->cp_rotate == DT_CP_RING ? "ring-cp" : "allgather-cp");
+    snprintf(out->cp_formula, sizeof out->cp_formula, "%s",
+             tr->cp_rotate == DT_CP_RING
+                 ? "PyTorch ring attention (arXiv:2310.01889): per layer [K|V] c-1 sends fwd, c-1 "
+                   "+ c [dK|dV] bwd, 2X(3c-2)"
+                 : "PyTorch _AllGatherRotater: per layer AG of [K|V] fwd and bwd + c [dK|dV] "
+                   "sends, 4X(c-1) + 2Xc");
+  }
+  const sb_baseline_in folded = fold_cp(in0, tr), *in = &folded;
   const int t = in->tp, R = in->dp_replicate, F = in->dp_shard;
   const double e = in->elem_bytes;
   const double b = (double)(in->batch / ((int64_t)R * F));
@@ -363,9 +421,11 @@ int sb_framework_comm_compute(const sb_baseline_in *in, const sb_plan_traits *tr
              "arXiv:2304.11277 sec. 3.2 hybrid sharding: 3 Psi (F-1)/F within F + AR 2 (Psi/F) "
              "(R-1)/R across R");
   }
-  snprintf(out->name, sizeof out->name, "%s%s%s", out->tp_framework,
-           out->tp_framework[0] && out->dp_framework[0] ? "+" : "", out->dp_framework);
-  out->total = out->tp + out->dp;
+  snprintf(out->name, sizeof out->name, "%s%s%s%s%s", out->tp_framework,
+           out->tp_framework[0] && out->dp_framework[0] ? "+" : "", out->dp_framework,
+           out->cp_framework[0] && (out->tp_framework[0] || out->dp_framework[0]) ? "+" : "",
+           out->cp_framework);
+  out->total = out->tp + out->dp + out->cp;
   return 0;
 }
 
@@ -404,11 +464,15 @@ int sb_baseline_plan_rows(const sb_baseline_in *in, const sb_plan_traits *tr,
   if (fw.dp_framework[0] &&
       add(rows, &n, max, fw.dp_framework, "comm_bytes_per_step", fw.dp, "bytes", fw.dp_formula))
     return n;
+  if (fw.cp_framework[0] &&
+      add(rows, &n, max, fw.cp_framework, "comm_bytes_per_step", fw.cp, "bytes", fw.cp_formula))
+    return n;
   char f[192];
   snprintf(f, sizeof f,
-           "the framework parts this plan's settings select, summed: %s %.0f + %s %.0f",
+           "the framework parts this plan's settings select, summed: %s %.0f + %s %.0f + %s %.0f",
            fw.tp_framework[0] ? fw.tp_framework : "(no tp)", fw.tp,
-           fw.dp_framework[0] ? fw.dp_framework : "(no dp)", fw.dp);
+           fw.dp_framework[0] ? fw.dp_framework : "(no dp)", fw.dp,
+           fw.cp_framework[0] ? fw.cp_framework : "(no cp)", fw.cp);
   add(rows, &n, max, fw.name, "comm_bytes_per_step_combined", fw.total, "bytes", f);
   return n;
 }
@@ -580,12 +644,14 @@ enum { CE_SCALAR_BYTES = 8 };
  * logit; backward none (it reads the forward's saved log-sum-exp). */
 enum { CE_FWD_AR = 3, CE_BWD_AR = 0 };
 
-int sb_runtime_comm_compute(const sb_baseline_in *in, const sb_plan_traits *tr,
+int sb_runtime_comm_compute(const sb_baseline_in *in0, const sb_plan_traits *tr,
                             sb_runtime_comm *out) {
   char err[128];
   memset(out, 0, sizeof *out);
-  if (!tr->valid || sb_baseline_check(in, err, sizeof err)) return -1;
-  if (in->pp != 1 || in->cp != 1) return -1; /* the runtime runs neither */
+  if (!tr->valid || sb_baseline_check(in0, err, sizeof err)) return -1;
+  if (in0->pp != 1) return -1; /* no pipeline in the runtime */
+  out->cp = cp_bytes(in0, tr, false, &out->n_cp_send, &out->n_cp_ag, &out->n_cp_rs);
+  const sb_baseline_in folded = fold_cp(in0, tr), *in = &folded;
   if (in->dp_shard > 1 && !tr->fsdp_torchtitan) return -1; /* units the closed form lacks */
   const int t = in->tp, L = tr->layers;
   const bool split = tr->attn_tp_layers || tr->mlp_tp_layers || tr->vocab_embedding ||
@@ -631,6 +697,6 @@ int sb_runtime_comm_compute(const sb_baseline_in *in, const sb_plan_traits *tr,
   } else {
     out->dp = ring_ar(sb_params_per_rank(in, tr) * e, in->dp_replicate);
   }
-  out->total = out->tp + out->dp;
+  out->total = out->tp + out->dp + out->cp;
   return 0;
 }

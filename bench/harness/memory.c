@@ -16,7 +16,7 @@
  *     bucket closes once it reaches its cap, so it holds less than the cap
  *     (the plan's bucket_cap_mb, else DDP's 25 MiB) plus its last gradient,
  *     and at most every local weight.
- *   activations, per token on the rank (batch / dp_replicate x seq: attention is
+ *   activations, per token on the rank (batch / dp_replicate x seq / cp: attention is
  *     a flash-style kernel that keeps one logsumexp per head and token, no
  *     seq x seq scores, so nothing grows with seq^2):
  *     per layer 8 D that no TP plan splits (the residual stream, the gathered
@@ -28,7 +28,8 @@
  *     2 V (the logits and their gradient, live together in the loss backward;
  *     split over tp under loss parallel). Each term counts every tensor the
  *     forward creates as saved for backward, which over-counts those that are
- *     freed early: that is what makes it an upper bound.
+ *     freed early: that is what makes it an upper bound. Context parallel with
+ *     the allgather method adds one layer's K and V over the whole sequence.
  *
  * verify/badinput.sh checks measured peak <= estimate <= EST_FACTOR x
  * measured peak on small configs (debugmodel, every shipped plan, block and
@@ -74,20 +75,20 @@ static bool tp_sharded(const dt_plan *p, const char *fqn) {
 }
 
 /* Bytes one rank of a config holds at its peak (see the header). */
-static double rank_bytes(const dt_llama_config *c, size_t elem, int tp, int dp, int batch, int seq,
-                         const dt_plan *plan, double *nparams) {
+static double rank_bytes(const dt_llama_config *c, size_t elem, int tp, int dp, int cp, int batch,
+                         int seq, const dt_plan *plan, double *nparams) {
   const double D = c->dim, V = c->vocab, H = c->n_heads, hd = (double)c->dim / c->n_heads;
   const double F = dt_llama_ffn_hidden(c), QD = c->n_heads * hd;
   const double KVD = (c->n_kv_heads > 0 ? c->n_kv_heads : c->n_heads) * hd;
   double cap = plan && plan->bucket_cap_mb > 0 ? plan->bucket_cap_mb * 1048576.0
                                                : (double)DT_DDP_BUCKET_CAP_BYTES;
   if (cap < DT_DDP_FIRST_BUCKET_BYTES) cap = DT_DDP_FIRST_BUCKET_BYTES;
-  if (tp <= 1) plan = NULL; /* TorchTitan applies TP only when tp > 1 */
+  const dt_plan *tp_plan = tp > 1 ? plan : NULL; /* TorchTitan applies TP only when tp > 1 */
   double local = 0, largest = 0, total = 0;
   char fqn[64];
 #define W(name, d0, d1)                                                             \
   do {                                                                              \
-    double w_ = tp_sharded(plan, name) ? split((d0), (d1), tp) : (double)(d0) * (d1); \
+    double w_ = tp_sharded(tp_plan, name) ? split((d0), (d1), tp) : (double)(d0) * (d1); \
     local += w_;                                                                    \
     total += (double)(d0) * (d1);                                                   \
     if (w_ > largest) largest = w_;                                                 \
@@ -106,18 +107,21 @@ static double rank_bytes(const dt_llama_config *c, size_t elem, int tp, int dp, 
     for (int k = 0; k < 7; k++) {
       snprintf(fqn, sizeof fqn, "layers.%d.%s", l, lin[k]);
       W(fqn, d0[k], d1[k]);
-      layer_tp |= tp_sharded(plan, fqn);
+      layer_tp |= tp_sharded(tp_plan, fqn);
     }
   }
   W("norm", D, 1);
   W("output", V, D);
 #undef W
-  const int tpa = layer_tp ? tp : 1, tpl = plan && plan->loss_parallel ? tp : 1;
+  const int tpa = layer_tp ? tp : 1, tpl = tp_plan && tp_plan->loss_parallel ? tp : 1;
   const double per_token = c->n_layers * (8 * D + (8 * D + 6 * F + 2 * H) / tpa) + 4 * D + 2 * V / tpl;
-  const double tokens = ceil((double)batch / dp) * seq;
+  const double tokens = ceil((double)batch / dp) * seq / cp;
   if (nparams) *nparams = total;
   const double bucket = dp > 1 ? fmin(cap + (double)elem * largest, (double)elem * local) : 0;
-  return (double)elem * (4 * local + largest + tokens * per_token) + bucket;
+  /* context parallel, allgather: one layer's K and V over the whole sequence */
+  const double kv_gathered =
+      cp > 1 && plan && plan->cp_rotate == DT_CP_ALLGATHER ? 2 * KVD / tpa * tokens * cp : 0;
+  return (double)elem * (4 * local + largest + tokens * per_token + kv_gathered) + bucket;
 }
 
 int sb_mem_estimate(const sb_opts *o, const dt_plan *plan, sb_mem_est *e) {
@@ -129,9 +133,10 @@ int sb_mem_estimate(const sb_opts *o, const dt_plan *plan, sb_mem_est *e) {
     return -1;
   const size_t elem = dt_dtype_size(dt);
   double P = 0;
-  e->rank_bytes = rank_bytes(&c, elem, o->dims[4], o->dims[1], o->batch, o->seq, plan, &P);
+  e->rank_bytes =
+      rank_bytes(&c, elem, o->dims[4], o->dims[1], o->dims[3], o->batch, o->seq, plan, &P);
   const double snap = CMP_BYTES * P * (o->warmup + o->steps + 1);
-  const double ref = rank_bytes(&c, elem, 1, 1, o->batch, o->seq, NULL, NULL) + snap;
+  const double ref = rank_bytes(&c, elem, 1, 1, 1, o->batch, o->seq, NULL, NULL) + snap;
   const double sharded = o->world * (e->rank_bytes + CMP_BYTES * P) + snap;
   e->need_bytes = ref > sharded ? ref : sharded;
   return 0;

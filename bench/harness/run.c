@@ -189,11 +189,11 @@ static dt_module *fault_module(dt_ctx *ctx, dt_model *m, const fault *f) {
 
 /* skip-reduce: the gradient's Partial on dp becomes Replicate without the sum, so
  * dt_data_parallel_reduce_grads passes it by. Before the reduce. */
-static void fault_skip_reduce(dt_model *m, const fault *f, int dp_dim) {
+static void fault_skip_reduce(dt_model *m, const fault *f, unsigned dp_dims) {
   dt_module *md = f->kind == FAULT_SKIP_REDUCE ? fault_module(NULL, m, f) : NULL;
-  const dt_tensor *g = md ? dt_var_grad(md->weight) : NULL;
-  if (g && g->pl[dp_dim].kind == DT_PL_PARTIAL)
-    ((dt_tensor *)g)->pl[dp_dim] = dt_replicate(); /* the test switch writes the library's tensor */
+  dt_tensor *g = md ? (dt_tensor *)dt_var_grad(md->weight) : NULL; /* the test switch writes it */
+  for (int d = 0; g && d < g->mesh_ndim; d++)
+    if ((dp_dims & (1u << d)) && g->pl[d].kind == DT_PL_PARTIAL) g->pl[d] = dt_replicate();
 }
 
 /* perturb-grad: after the reduce, on the fault's rank. */
@@ -224,6 +224,8 @@ typedef struct job {
   char mesh_names[SB_NDIMS][DT_MESH_NAME_LEN];
   int dp_dim, tp_dim;           /* mesh dims, -1: none */
   int dps_dim;                  /* the dp_shard mesh dim, -1: none */
+  int cp_dim;                   /* the cp mesh dim, -1: none */
+  bool fsdp;                    /* the plan's fully_shard entries apply (dp_shard or cp) */
   bool tp_before_dps;           /* mesh dims ordered ..., tp, dp_shard (FSDP + TP) */
   dt_plan *plan;                /* NULL: no entries */
   const sb_ref *ref;            /* compare against (sharded job) */
@@ -280,15 +282,19 @@ static dt_status build_model(dt_ctx *ctx, dt_mesh *mesh, const job *j, dt_model 
     if (s == DT_OK) s = dt_parallelize_module(ctx, m, j->tp_dim, e, n);
     free(e);
   }
-  if (s == DT_OK && j->plan && j->dps_dim >= 0) {
+  if (s == DT_OK && j->cp_dim >= 0)
+    s = dt_context_parallel(ctx, m, j->cp_dim, j->plan->cp_rotate, j->plan->cp_load_balance);
+  if (s == DT_OK && j->fsdp) {
     const dt_plan *p = j->plan;
     int pds = dt_plan_dim(p, "dp_shard"), n = 0;
     dt_plan_entry *e = malloc(sizeof(dt_plan_entry) * DT_PLAN_MAX_ENTRIES);
     if (!e) s = dt_error(ctx, DT_ERR_NOMEM, "train", "no memory");
     for (int i = 0; e && i < p->n_entries; i++)
       if (p->entries[i].dim == pds) e[n++] = p->entries[i];
-    dt_fsdp_opts fo = {j->dps_dim, j->dp_dim, p->zero ? p->zero : 3, p->param_dtype,
-                       p->reduce_dtype, ""};
+    /* FSDP over dp_shard x cp (TorchTitan's dp_shard_cp), HSDP's replicas on dp_replicate */
+    dt_fsdp_opts fo = {.shard_dim = j->dps_dim, .replicate_dim = j->dp_dim, .cp_dim = j->cp_dim,
+                       .zero = p->zero ? p->zero : 3, .param_dtype = p->param_dtype,
+                       .reduce_dtype = p->reduce_dtype};
     if (j->fault.kind == FAULT_SKIP_REDUCE) { /* TEST SWITCH: the unit skips its reduction */
       const char *dot = strrchr(j->fault.param, '.');
       if (dot && !strcmp(dot, ".weight"))
@@ -334,15 +340,19 @@ static dt_status save_weights(dt_ctx *ctx, dt_model *m, const job *j) {
 static dt_status step_grads(dt_ctx *ctx, dt_mesh *mesh, dt_model *m, const job *j, int step,
                             bool timed, dt_var **loss, double *secs) {
   const int dp = j->reference ? -1 : j->dp_dim, dps = j->reference ? -1 : j->dps_dim;
+  const int cp = j->reference ? -1 : j->cp_dim;
   const unsigned dp_dims = (dp >= 0 ? 1u << dp : 0u) | (dps >= 0 ? 1u << dps : 0u);
   dt_tensor tok, tgt;
   memset(&tok, 0, sizeof tok);
   memset(&tgt, 0, sizeof tgt);
   dt_ledger_enable(ctx, false);
-  dt_status s = sb_token_tensor(ctx, mesh, j->o->batch, j->o->seq, j->cfg.vocab, dp_dims, step, 0,
-                                &tok);
-  if (s == DT_OK)
-    s = sb_token_tensor(ctx, mesh, j->o->batch, j->o->seq, j->cfg.vocab, dp_dims, step, 1, &tgt);
+  const sb_opts *o = j->o;
+  dt_status s = DT_OK;
+  for (int which = 0; which < 2 && s == DT_OK; which++) /* inputs, targets */
+    s = cp >= 0 ? sb_token_tensor_cp(ctx, m, o->batch, o->seq, j->cfg.vocab, dp_dims, step, which,
+                                     which ? &tgt : &tok)
+                : sb_token_tensor(ctx, mesh, o->batch, o->seq, j->cfg.vocab, dp_dims, step, which,
+                                  which ? &tgt : &tok);
   if (s == DT_OK) s = dt_comm_barrier(ctx->world); /* every rank starts the step together */
   dt_ledger_enable(ctx, timed);
   dt_ctx_set_phase(ctx, "forward");
@@ -351,14 +361,17 @@ static dt_status step_grads(dt_ctx *ctx, dt_mesh *mesh, dt_model *m, const job *
   if (s == DT_OK) s = dt_model_forward(ctx, m, &tok, &logits);
   if (s == DT_OK) s = dt_model_loss(ctx, m, logits, &tgt, loss);
   if (s == DT_OK) s = dt_model_backward(ctx, m, *loss);
-  if (s == DT_OK && dps >= 0) s = dt_fsdp_reduce_grads(ctx, m); /* ZeRO-1's all-reduce */
-  if (s == DT_OK && dp >= 0 && dps < 0) { /* DDP; under FSDP (HSDP) the units reduce */
-    fault_skip_reduce(m, &j->fault, dp); /* TEST SWITCH */
+  const bool fsdp = !j->reference && j->fsdp;
+  if (s == DT_OK && fsdp) s = dt_fsdp_reduce_grads(ctx, m); /* ZeRO-1's all-reduce */
+  /* DDP over dp_replicate x cp (TorchTitan's dp_cp); under FSDP (HSDP) the units reduce */
+  const unsigned ddp_dims = (dp >= 0 ? 1u << dp : 0u) | (cp >= 0 ? 1u << cp : 0u);
+  if (s == DT_OK && ddp_dims && !fsdp) {
+    fault_skip_reduce(m, &j->fault, ddp_dims); /* TEST SWITCH */
     /* DDP's buckets; a plan's bucket_cap_mb caps the first bucket too, as DDP does when
      * it is given (torch/nn/parallel/distributed.py _BucketCapacityConfig.create) */
     const double cap = j->plan ? j->plan->bucket_cap_mb : 0;
     const dt_ddp_opts ddp = {cap * 1048576.0, 0};
-    s = dt_data_parallel_reduce_grads(ctx, m, dp, cap > 0 ? &ddp : NULL);
+    s = dt_data_parallel_reduce_grads(ctx, m, ddp_dims, cap > 0 ? &ddp : NULL);
   }
   if (s == DT_OK) fault_perturb_grad(ctx, m, &j->fault); /* TEST SWITCH */
   *secs = dt_now() - t0;
@@ -424,7 +437,7 @@ static dt_status train(dt_ctx *ctx, dt_mesh *mesh, job *j) {
   sb_cmp c;
   sb_cmp_init(&c);
   /* FSDP mixed precision: the weights' rounding to param_dtype sets the tolerance */
-  if (j->plan && j->dps_dim >= 0) c.param_dtype = j->plan->param_dtype;
+  if (j->plan && j->fsdp) c.param_dtype = j->plan->param_dtype;
   double *times = calloc((size_t)total, sizeof *times);
   if (!times) return dt_error(ctx, DT_ERR_NOMEM, "train", "no memory");
   dt_status s = build_model(ctx, mesh, j, &m);
@@ -544,8 +557,6 @@ static void failed(sb_result *r, const char *fmt, ...) {
 static bool unsupported(const sb_opts *o, sb_result *r) {
   if (o->dims[0] > 1)
     skip(r, "pp=%d: pipeline parallel is not implemented in libdtensor", o->dims[0]);
-  else if (o->dims[3] > 1)
-    skip(r, "cp=%d: context parallel is not implemented in libdtensor", o->dims[3]);
   else if (strcmp(o->workload, "model") && strcmp(o->workload, "block"))
     skip(r, "workload '%s' is not implemented (model and block are)", o->workload);
   else
@@ -591,9 +602,9 @@ static bool plan_unfit(const sb_opts *o, dt_ctx *hc, dt_plan *plan, const dt_lla
             "tp > 1); the run equals plan dp's");
     return true;
   }
-  if (has_fsdp && o->dims[2] == 1) {
-    skip(r, "dp_shard=1: the plan's fully_shard entries would not apply (TorchTitan applies "
-            "FSDP only when dp_shard > 1); the run equals plan dp's");
+  if (has_fsdp && o->dims[2] == 1 && o->dims[3] == 1) {
+    skip(r, "dp_shard=1, cp=1: the plan's fully_shard entries would not apply (TorchTitan "
+            "applies FSDP only when dp_shard x cp > 1); the run equals plan dp's");
     return true;
   }
   if (o->dims[2] > 1 && !has_fsdp) {
@@ -653,8 +664,8 @@ static bool reference(const sb_opts *o, job *j, sb_ref *cache, sb_result *r) {
   j->mesh_ndim = 1;
   j->mesh_shape[0] = 1;
   snprintf(j->mesh_names[0], DT_MESH_NAME_LEN, "ref");
-  j->dp_dim = j->tp_dim = j->dps_dim = -1;
-  j->tp_before_dps = false;
+  j->dp_dim = j->tp_dim = j->dps_dim = j->cp_dim = -1;
+  j->fsdp = j->tp_before_dps = false;
   if (launch(DT_BACKEND_THREADS, 1, j, why, sizeof why) != DT_OK) {
     sb_snap_free(&j->out);
     failed(r, "reference: %s", why);
@@ -669,8 +680,10 @@ static bool reference(const sb_opts *o, job *j, sb_ref *cache, sb_result *r) {
 /* The sharded job's mesh: the dims of size > 1 in TorchTitan's order. */
 static void sharded_mesh(const sb_opts *o, job *j) {
   j->mesh_ndim = 0;
-  j->dp_dim = j->tp_dim = j->dps_dim = -1;
-  /* FSDP + TP: tp before dp_shard, so that FSDP splits TP's blocks (fsdp.c) */
+  j->dp_dim = j->tp_dim = j->dps_dim = j->cp_dim = -1;
+  /* FSDP + TP: tp before dp_shard, so that FSDP splits TP's blocks (fsdp.c). Not with
+   * cp: sequence parallel and cp both shard the sequence, cp outer (TorchTitan's
+   * order), and FSDP then shards the other dim of TP's dim-0 blocks (fsdp.c) */
   j->tp_before_dps = o->dims[2] > 1 && o->dims[4] > 1 && o->dims[3] == 1;
   static const int ORDER[SB_NDIMS] = {0, 1, 2, 3, 4}, SWAPPED[SB_NDIMS] = {0, 1, 3, 4, 2};
   const int *order = j->tp_before_dps ? SWAPPED : ORDER;
@@ -679,6 +692,7 @@ static void sharded_mesh(const sb_opts *o, job *j) {
     if (o->dims[d] > 1) {
       if (d == 1) j->dp_dim = j->mesh_ndim;
       if (d == 2) j->dps_dim = j->mesh_ndim;
+      if (d == 3) j->cp_dim = j->mesh_ndim;
       if (d == 4) j->tp_dim = j->mesh_ndim;
       j->mesh_shape[j->mesh_ndim] = o->dims[d];
       snprintf(j->mesh_names[j->mesh_ndim], DT_MESH_NAME_LEN, "%s", sb_dim_names[d]);
@@ -776,6 +790,9 @@ void sb_execute(const sb_opts *o, sb_ref *cache, sb_stage stage, sb_result *r) {
   j->plan = plan;
   j->n_comm = 0;
   sharded_mesh(o, j);
+  for (int i = 0; i < plan->n_entries; i++) /* fully_shard over dp_shard x cp */
+    if (plan->entries[i].style.kind == DT_STYLE_FULLY_SHARD && (j->dps_dim >= 0 || j->cp_dim >= 0))
+      j->fsdp = true;
   char why[DT_ERRMSG_LEN + 64];
   if (fault_parse(getenv("SHARDBENCH_FAULT"), &j->fault, why, sizeof why)) {
     failed(r, "SHARDBENCH_FAULT: %s", why);

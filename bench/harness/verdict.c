@@ -18,22 +18,39 @@ void sb_token_ids(int step, int which, int64_t n, int vocab, int64_t *ids) {
   }
 }
 
+/* The global ids of (step, which) wrapped as a [batch, seq] host array (ids owned by
+ * the caller) and the placements: Shard(0) on the dims of dp_dims. */
+static dt_status token_array(dt_ctx *ctx, dt_mesh *mesh, int batch, int seq, int vocab,
+                             unsigned dp_dims, int step, int which, int64_t **ids, dt_array *a,
+                             dt_placement *pl) {
+  const int64_t n = (int64_t)batch * seq;
+  *ids = malloc((size_t)(n ? n : 1) * sizeof **ids);
+  if (!*ids) return dt_error(ctx, DT_ERR_NOMEM, "sb_token_tensor", "no memory");
+  sb_token_ids(step, which, n, vocab, *ids);
+  for (int i = 0; i < dt_mesh_ndim(mesh); i++)
+    pl[i] = dp_dims & (1u << i) ? dt_shard(0) : dt_replicate();
+  const int64_t shape[2] = {batch, seq};
+  return dt_array_wrap(ctx, DT_DEV_CPU, DT_I64, 2, shape, *ids, a);
+}
+
 dt_status sb_token_tensor(dt_ctx *ctx, dt_mesh *mesh, int batch, int seq, int vocab,
                           unsigned dp_dims, int step, int which, dt_tensor *out) {
-  const int64_t n = (int64_t)batch * seq;
-  int64_t *ids = malloc((size_t)(n ? n : 1) * sizeof *ids);
-  if (!ids) return dt_error(ctx, DT_ERR_NOMEM, "sb_token_tensor", "no memory");
-  sb_token_ids(step, which, n, vocab, ids);
-  const int64_t shape[2] = {batch, seq};
+  int64_t *ids = NULL;
   dt_array a;
-  dt_status s = dt_array_wrap(ctx, DT_DEV_CPU, DT_I64, 2, shape, ids, &a);
-  if (s == DT_OK) {
-    dt_placement pl[DT_MAX_MESH_DIMS];
-    for (int i = 0; i < dt_mesh_ndim(mesh); i++) pl[i] = dt_replicate();
-    for (int i = 0; i < dt_mesh_ndim(mesh); i++)
-      if (dp_dims & (1u << i)) pl[i] = dt_shard(0);
-    s = dt_tensor_distribute(ctx, mesh, &a, pl, out);
-  }
+  dt_placement pl[DT_MAX_MESH_DIMS];
+  dt_status s = token_array(ctx, mesh, batch, seq, vocab, dp_dims, step, which, &ids, &a, pl);
+  if (s == DT_OK) s = dt_tensor_distribute(ctx, mesh, &a, pl, out);
+  free(ids);
+  return s;
+}
+
+dt_status sb_token_tensor_cp(dt_ctx *ctx, const dt_model *m, int batch, int seq, int vocab,
+                             unsigned dp_dims, int step, int which, dt_tensor *out) {
+  int64_t *ids = NULL;
+  dt_array a;
+  dt_placement pl[DT_MAX_MESH_DIMS];
+  dt_status s = token_array(ctx, m->mesh, batch, seq, vocab, dp_dims, step, which, &ids, &a, pl);
+  if (s == DT_OK) s = dt_cp_shard_sequence(ctx, m, &a, 1, pl, out);
   free(ids);
   return s;
 }

@@ -46,6 +46,10 @@ void sb_token_ids(int step, int which, int64_t n, int vocab, int64_t *ids);
  * in mesh order as TorchTitan's flattened dp mesh; 0: none), Replicate elsewhere. */
 dt_status sb_token_tensor(dt_ctx *ctx, dt_mesh *mesh, int batch, int seq, int vocab,
                           unsigned dp_dims, int step, int which, dt_tensor *out);
+/* The same for a model with context parallel (dt_context_parallel): the sequence in
+ * the model's storage order, Shard(1) on its cp dim (dt_cp_shard_sequence). */
+dt_status sb_token_tensor_cp(dt_ctx *ctx, const dt_model *m, int batch, int seq, int vocab,
+                             unsigned dp_dims, int step, int which, dt_tensor *out);
 
 /* ---- gathering ---- */
 

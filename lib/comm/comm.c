@@ -44,8 +44,7 @@ double dt_coll_bus_factor(dt_coll c, int n) {
     case DT_COLL_ALL_TO_ALL:
     case DT_COLL_SCATTER: return f;
     case DT_COLL_BROADCAST:
-    case DT_COLL_SEND:
-    case DT_COLL_RECV: return 1.0;
+    case DT_COLL_SEND: return 1.0;
     default: return 0.0;
   }
 }
@@ -134,10 +133,13 @@ static void record(dt_comm *c, dt_coll op, int red, uint64_t count, dt_dtype t, 
   r.elems = dt_coll_elems(op, count, c->size);
   r.dtype = (int)t;
   r.payload_bytes = r.elems * dt_dtype_size(t);
-  /* Point to point: the bytes cross the link once whatever the group size. */
-  r.wire_bytes = (op == DT_COLL_SEND || op == DT_COLL_RECV)
-                     ? (double)r.payload_bytes
-                     : (double)r.payload_bytes * dt_coll_bus_factor(op, c->size);
+  /* Point to point: the bytes cross the link once whatever the group size, counted
+   * on the sender's row (the receiver's row has the payload and no wire bytes), so a
+   * ring of send/recv pairs moves per rank what it sends, as the collectives count
+   * one direction of each rank's link. */
+  r.wire_bytes = op == DT_COLL_SEND   ? (double)r.payload_bytes
+                 : op == DT_COLL_RECV ? 0.0
+                                      : (double)r.payload_bytes * dt_coll_bus_factor(op, c->size);
   r.seconds = secs;
   memcpy(r.phase, ctx->phase, sizeof r.phase);
   memcpy(r.scope, ctx->scope, sizeof r.scope);

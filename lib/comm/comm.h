@@ -45,8 +45,9 @@ const char *dt_reduce_name(dt_reduce_op r);    /* "sum", "avg", ... */
 dt_status dt_reduce_parse(const char *s, dt_reduce_op *out);
 
 /* nccl-tests bus factor of a collective over n ranks (all_reduce 2(n-1)/n;
- * all_gather, reduce_scatter, all_to_all, scatter (n-1)/n; broadcast, send,
- * recv 1; barrier 0). A group of one moves nothing: 0. */
+ * all_gather, reduce_scatter, all_to_all, scatter (n-1)/n; broadcast, send 1;
+ * recv and barrier 0: a point-to-point transfer is counted once, on the
+ * sender's side). A group of one moves nothing: 0. */
 double dt_coll_bus_factor(dt_coll c, int n);
 /* Elements in the nccl-tests array size S of a call with the given count. */
 uint64_t dt_coll_elems(dt_coll c, uint64_t count, int n);

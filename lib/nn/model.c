@@ -282,6 +282,7 @@ dt_status dt_model_create(dt_ctx *ctx, dt_mesh *mesh, const dt_llama_config *cfg
   m->mesh = mesh;
   m->dtype = dtype;
   m->seed = seed;
+  m->cp_dim = -1;
   const int64_t D = cfg->dim, V = cfg->vocab, hd = cfg->dim / cfg->n_heads;
   const int64_t F = dt_llama_ffn_hidden(cfg), QD = cfg->n_heads * hd, KVD = cfg->n_kv_heads * hd;
   add_mod(m, "", DT_MOD_MODEL);
@@ -534,6 +535,7 @@ static dt_status attention(dt_ctx *ctx, dt_model *m, dt_module *mods, dt_var *x,
   dt_op_attrs ra = DT_OP_ATTRS_INIT;
   ra.scalar = m->cfg.rope_theta;
   ra.i0 = m->cfg.rope_scaling ? 1 : 0;
+  ra.i1 = m->cp_chunks; /* positions of the stored sequence under context parallel */
   DT_CHECK(op1(m, &dt_op_rope, &ra, q, &q));
   DT_CHECK(op1(m, &dt_op_rope, &ra, k, &k));
   /* TorchTitan transposes to [b, h, s, hd] for SDPA and back; sdpa's [b, s, h, hd]
@@ -541,7 +543,16 @@ static dt_status attention(dt_ctx *ctx, dt_model *m, dt_module *mods, dt_var *x,
   dt_op_attrs sa = DT_OP_ATTRS_INIT;
   sa.i0 = 1;
   dt_var *sin[3] = {q, k, v}, *o;
-  DT_CHECK(dt_ad_op(m->step_tape, &dt_op_sdpa, &sa, sin, &o));
+  if (m->cp_dim >= 0) { /* context parallel: the sequence is sharded over cp */
+    sa.dim = m->cp_dim;
+    sa.i1 = m->cp_chunks;
+    sa.i2 = (int)m->cp_rotate;
+    dt_var *so[2]; /* out, and the lse its backward reads */
+    DT_CHECK(dt_ad_op(m->step_tape, &dt_op_sdpa_cp, &sa, sin, so));
+    o = so[0];
+  } else {
+    DT_CHECK(dt_ad_op(m->step_tape, &dt_op_sdpa, &sa, sin, &o));
+  }
   const int64_t oshape[3] = {b, s, -1};
   dt_op_attrs rsa = shape_attrs(3, oshape);
   DT_CHECK(op1(m, &dt_op_reshape, &rsa, o, &o));

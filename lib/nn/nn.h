@@ -107,6 +107,12 @@ typedef struct dt_model {
   dt_module_hook param_pre, param_post;
   void *param_state;
   void (*param_free)(dt_ctx *ctx, void *param_state); /* dt_model_free calls it */
+  /* Context parallel (set by lib/parallel's dt_context_parallel): the sequence dim
+   * of the tokens and activations is sharded over mesh dim cp_dim and stored in
+   * cp_chunks head-tail order (dt_seq_position; 0: natural); attention runs sdpa_cp
+   * with rotate method cp_rotate. cp_dim -1: none. */
+  int cp_dim, cp_chunks;
+  dt_cp_rotate cp_rotate;
   /* AdamW state per module weight (same placements as the weight) */
   dt_tensor *adam_m, *adam_v;
   int adam_step;

@@ -68,7 +68,8 @@ typedef struct dt_plan {
   char path[256];
   int n_dims;
   char dim_names[DT_PLAN_MAX_DIMS][32];       /* e.g. dp_replicate, tp */
-  int dim_sizes[DT_PLAN_MAX_DIMS];            /* -1: inferred from the world */
+  int dim_sizes[DT_PLAN_MAX_DIMS];            /* -1: inferred from the world (at most one
+                                               * when only the world is known) */
   bool loss_parallel;
   /* FSDP / ZeRO ([dp_shard] fully_shard entries) and DDP settings */
   int zero;                                   /* 0: not given (3 with fully_shard entries); 1, 2, 3 */
@@ -76,6 +77,10 @@ typedef struct dt_plan {
                                                * given (the model's dtype) */
   dt_dtype reduce_dtype;                      /* mixed_precision_reduce; DT_DTYPE_COUNT: not given */
   double bucket_cap_mb;                       /* DDP's bucket_cap_mb; 0: not given (DDP's 25) */
+  /* context parallel (a cp dim): context_parallel_rotate_method (allgather, the
+   * default, or ring) and context_parallel_load_balance (head-tail; default true) */
+  dt_cp_rotate cp_rotate;
+  bool cp_load_balance;
   int n_entries;
   dt_plan_entry entries[DT_PLAN_MAX_ENTRIES];
 } dt_plan;
@@ -167,6 +172,25 @@ typedef struct dt_ddp_opts {
  * DT_ERR_UNSUPPORTED for gradients not in host memory; DT_ERR_NOMEM. */
 dt_status dt_data_parallel_reduce_grads(dt_ctx *ctx, dt_model *m, int dp_dim,
                                         const dt_ddp_opts *opts);
+
+/* ---- context parallel: lib/parallel/cp.c ---- */
+
+/* Context parallel over mesh dim cp_dim (PyTorch's context_parallel, TorchTitan's
+ * parallelism.context_parallel_degree): the model's attention becomes sdpa_cp with
+ * the rotate method, rope reads positions of the stored order, which is head-tail
+ * (2 cp chunks) with load_balance and natural without. The tokens and targets must
+ * then be given in that order, sharded over cp: dt_cp_shard_sequence. Call before
+ * the first forward. DT_ERR_INVALID for a bad dim or method. */
+dt_status dt_context_parallel(dt_ctx *ctx, dt_model *m, int cp_dim, dt_cp_rotate rotate,
+                              bool load_balance);
+/* A global host array (tokens [b, s], targets) in the model's context-parallel
+ * storage order along seq_dim, distributed on m's mesh with placements pl, the cp
+ * dim's replaced by Shard(seq_dim) (no communication; every rank passes the same
+ * global array). DT_ERR_INVALID when the model has no context parallel, the
+ * sequence does not divide into the chunks (2 cp load-balanced, else cp), or
+ * another mesh dim shards seq_dim. */
+dt_status dt_cp_shard_sequence(dt_ctx *ctx, const dt_model *m, const dt_array *global, int seq_dim,
+                               const dt_placement *pl, dt_tensor *out);
 
 /* ---- FSDP2 (fully_shard), HSDP, ZeRO: lib/parallel/fsdp.c ---- */
 

@@ -68,11 +68,11 @@ static const unsigned k_style_kwargs[N_STYLES] = {
 /* Settings allowed above the first [dim] header. */
 typedef enum setting_id {
   SET_NAME = 0, SET_DIMS, SET_LOSS_PARALLEL, SET_ZERO, SET_MP_PARAM, SET_MP_REDUCE,
-  SET_BUCKET_CAP_MB, N_SETTINGS
+  SET_BUCKET_CAP_MB, SET_CP_ROTATE, SET_CP_LOAD_BALANCE, N_SETTINGS
 } setting_id;
 static const char *const k_settings[N_SETTINGS] = {
     "name", "dims", "loss_parallel", "zero", "mixed_precision_param", "mixed_precision_reduce",
-    "bucket_cap_mb"};
+    "bucket_cap_mb", "context_parallel_rotate_method", "context_parallel_load_balance"};
 #define SETBIT(k) (1u << (k))
 
 /* The model itself in a fully_shard entry (TorchTitan's final fully_shard(model)). */
@@ -702,7 +702,7 @@ static dt_status style_call(pstate *s, dt_style *st, const lhs *key) {
 /* dims = NAME:SIZE, ... */
 static dt_status dims_setting(pstate *s) {
   dt_plan *pl = s->plan;
-  int last = -1, neg = -1;
+  int last = -1;
   for (;;) {
     ws(s);
     const char *b = s->p;
@@ -734,13 +734,6 @@ static dt_status dims_setting(pstate *s) {
     if (!integer(s, -1, PLAN_DIM_MAX, &v) || v == 0)
       return perr(s, s->line, col_of(s, vb), "expected a size >= 1 (at most %d) or -1 for '%s'",
                   PLAN_DIM_MAX, w);
-    if (v == -1) {
-      if (neg >= 0)
-        return perr(s, s->line, col_of(s, vb),
-                    "at most one dim may be -1 (inferred from the world): '%s' and '%s' both are",
-                    pl->dim_names[neg], w);
-      neg = pl->n_dims;
-    }
     memcpy(pl->dim_names[pl->n_dims], k_dim_names[k], strlen(k_dim_names[k]) + 1); /* all < 32 */
     pl->dim_sizes[pl->n_dims] = (int)v;
     pl->n_dims++;
@@ -788,6 +781,23 @@ static dt_status dtype_setting(pstate *s, const char *name, unsigned allowed, co
                 list);
   }
   *out = t;
+  return setting_end(s, w);
+}
+
+/* context_parallel_rotate_method = allgather | ring (TorchTitan's
+ * parallelism.context_parallel_rotate_method; its "alltoall", PyTorch's
+ * _RotateMethod.ALL_TO_ALL, is the same pass-KV ring and is accepted for it). */
+static dt_status rotate_setting(pstate *s) {
+  const char *b = s->p;
+  char w[WORD_MAX] = "";
+  ident(s, w, sizeof w);
+  if (!strcmp(w, "allgather")) s->plan->cp_rotate = DT_CP_ALLGATHER;
+  else if (!strcmp(w, "ring") || !strcmp(w, "alltoall")) s->plan->cp_rotate = DT_CP_RING;
+  else {
+    s->p = b;
+    return perr(s, s->line, col_of(s, b),
+                "expected allgather or ring (alltoall) after 'context_parallel_rotate_method ='");
+  }
   return setting_end(s, w);
 }
 
@@ -865,6 +875,9 @@ static dt_status setting(pstate *s, setting_id which, const char *kb) {
       return dtype_setting(s, k_settings[which], (1u << DT_F32) | (1u << DT_F64), "f32 or f64",
                            &pl->reduce_dtype);
     case SET_BUCKET_CAP_MB: return bucket_setting(s);
+    case SET_CP_ROTATE: return rotate_setting(s);
+    case SET_CP_LOAD_BALANCE:
+      return bool_setting(s, "context_parallel_load_balance", &pl->cp_load_balance);
     case N_SETTINGS: break;
   }
   return perr(s, s->line, col_of(s, kb), "unknown setting");
@@ -1092,6 +1105,16 @@ static dt_status check_fsdp_settings(pstate *s) {
   return DT_OK;
 }
 
+/* The context-parallel settings need a cp dim. */
+static dt_status check_cp_settings(pstate *s) {
+  static const setting_id cps[] = {SET_CP_ROTATE, SET_CP_LOAD_BALANCE};
+  for (int i = 0; i < 2; i++)
+    if ((s->seen & SETBIT(cps[i])) && dt_plan_dim(s->plan, "cp") < 0)
+      return perr(s, s->set_line[cps[i]], s->set_col[cps[i]], "%s needs a cp dim in dims",
+                  k_settings[cps[i]]);
+  return DT_OK;
+}
+
 dt_status dt_plan_parse(dt_ctx *ctx, const char *text, const char *path, dt_plan *out) {
   if (!out) return dt_error(ctx, DT_ERR_INVALID, "dt_plan_parse", "no output plan");
   memset(out, 0, sizeof *out);
@@ -1099,6 +1122,8 @@ dt_status dt_plan_parse(dt_ctx *ctx, const char *text, const char *path, dt_plan
   if (!text) return dt_error(ctx, DT_ERR_INVALID, "dt_plan_parse", "%s: no text", shown);
   snprintf(out->path, sizeof out->path, "%s", shown);
   out->param_dtype = out->reduce_dtype = DT_DTYPE_COUNT; /* not given */
+  out->cp_rotate = DT_CP_ALLGATHER;                      /* TorchTitan's default */
+  out->cp_load_balance = true;
   pstate s = {.ctx = ctx, .path = shown, .plan = out, .cur_dim = -1};
   const char *t = text;
   while (*t) {
@@ -1119,6 +1144,7 @@ dt_status dt_plan_parse(dt_ctx *ctx, const char *text, const char *path, dt_plan
   if (!(s.seen & SETBIT(SET_DIMS))) st = perr(&s, 0, 0, "no 'dims = ...' line (e.g. dims = tp:-1)");
   if (st == DT_OK) st = check_loss_parallel(&s);
   if (st == DT_OK) st = check_fsdp_settings(&s);
+  if (st == DT_OK) st = check_cp_settings(&s);
   if (st != DT_OK) {
     memset(out, 0, sizeof *out);
     return st;
@@ -1327,8 +1353,12 @@ dt_status dt_plan_resolve(dt_ctx *ctx, dt_plan *p, int world, const dt_llama_con
   int neg = -1;
   for (int i = 0; i < p->n_dims; i++) {
     app(&a, "%s%s:%d", i ? " x " : "", p->dim_names[i], p->dim_sizes[i]);
-    if (p->dim_sizes[i] == -1) neg = i;
-    else known *= p->dim_sizes[i];
+    if (p->dim_sizes[i] != -1) known *= p->dim_sizes[i];
+    else if (neg >= 0)
+      return rerr(ctx, "dt_plan_resolve", p, 0,
+                  "dims %s and %s are both -1: the world alone cannot size them (give the mesh)",
+                  p->dim_names[neg], p->dim_names[i]);
+    else neg = i;
   }
   if (neg >= 0) {
     if (world % known)
@@ -1366,11 +1396,12 @@ dt_status dt_plan_resolve(dt_ctx *ctx, dt_plan *p, int world, const dt_llama_con
                 "replication)", kv, cfg->name, tp);
   /* ParallelDims.seq_len_divisor: tp under sequence parallel, times 2*cp (load-balanced CP) */
   if (seq_len > 0) {
-    long long div = (sp ? tp : 1) * (cp > 1 ? 2LL * cp : 1);
+    long long div = (sp ? tp : 1) * (cp > 1 ? (p->cp_load_balance ? 2LL : 1LL) * cp : 1);
     if (seq_len % div)
       return rerr(ctx, "dt_plan_resolve", p, 0, "seq_len %d is not divisible by %lld (%s%s%s)", seq_len, div,
                   sp && tp > 1 ? "tp under sequence parallel" : "",
-                  sp && tp > 1 && cp > 1 ? " x " : "", cp > 1 ? "2 x cp" : "");
+                  sp && tp > 1 && cp > 1 ? " x " : "",
+                  cp <= 1 ? "" : p->cp_load_balance ? "2 x cp, load-balanced" : "cp");
   }
   return DT_OK;
 }
