@@ -367,8 +367,8 @@ static void print_json(const sb_baseline_in *in, const char *dtype, const tp_sum
            t->vocab_output ? "true" : "false", t->sequence_parallel ? "true" : "false",
            t->loss_parallel ? "true" : "false");
     sb_json_str(stdout, ps->c.name);
-    printf(", \"tp\": %.17g, \"dp\": %.17g, \"comm_bytes_per_step_combined\": %.17g}",
-           ps->c.tp, ps->c.dp, ps->c.total);
+    printf(", \"tp\": %.17g, \"dp\": %.17g, \"cp\": %.17g, \"comm_bytes_per_step_combined\": "
+           "%.17g}", ps->c.tp, ps->c.dp, ps->c.cp, ps->c.total);
   }
   printf(", \"baselines\": [");
   for (int i = 0; i < n; i++) {
@@ -404,8 +404,8 @@ static void print_text(const sb_baseline_in *in, const char *dtype, const tp_sum
            ps->name, t->attn_tp_layers, t->layers, t->mlp_tp_layers, t->layers,
            t->vocab_embedding ? "vocab-split" : "whole", t->vocab_output ? "vocab-split" : "whole",
            t->sequence_parallel ? "yes" : "no", t->loss_parallel ? "yes" : "no");
-    printf("  selects %s: tp %.0f + dp %.0f = %.0f bytes per rank per step\n",
-           ps->c.name[0] ? ps->c.name : "(none)", ps->c.tp, ps->c.dp, ps->c.total);
+    printf("  selects %s: tp %.0f + dp %.0f + cp %.0f = %.0f bytes per rank per step\n",
+           ps->c.name[0] ? ps->c.name : "(none)", ps->c.tp, ps->c.dp, ps->c.cp, ps->c.total);
   }
   printf("\n%-15s %-36s %22s %-8s %s\n", "framework", "quantity", "value", "unit", "formula");
   for (int i = 0; i < n; i++)

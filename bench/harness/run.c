@@ -10,7 +10,7 @@
  * with one layer. The plan's [tp] entries go on the tp dim (dt_parallelize_module);
  * a dp_replicate dim without FSDP adds data parallel (dt_data_parallel_reduce_grads,
  * DDP's buckets, the plan's bucket_cap_mb), as TorchTitan composes DDP with TP.
- * Tokens are Shard(0) on the dp dims and Replicate on tp.
+ * Tokens are Shard(0) on the dp dims, Shard(1) on cp and Replicate on tp.
  *
  * Verification (bench/harness/verdict.c, shared with verify/test_parallel.c): the
  * same model on a 1-rank mesh (same seed, weights are sharding-invariant; same
@@ -41,11 +41,17 @@
  * FSDP splits TP's local block. The verdict's tolerance follows the plan's
  * parameter dtype (sb_tolerance_params).
  *
- * Unsupported (status skipped, with the reason): pp or cp > 1 (no pipeline or
- * context parallel in libdtensor), the embedding / attention / feed_forward
+ * Context parallel (a cp dim): dt_context_parallel with the plan's rotate method
+ * and load balancing; the tokens and targets in its storage order, Shard(1) on cp
+ * (sb_token_tensor_cp); FSDP shards over dp_shard x cp (TorchTitan's dp_shard_cp,
+ * also when dp_shard is 1), DDP all-reduces over dp_replicate x cp (dp_cp). The
+ * mesh keeps TorchTitan's order then (sequence parallel nests in cp's chunks).
+ *
+ * Unsupported (status skipped, with the reason): pp > 1 (no pipeline parallel
+ * in libdtensor), the embedding / attention / feed_forward
  * workloads, a plan whose dims do not fit the mesh, a plan with [tp] entries on a
- * mesh without tp or fully_shard entries without dp_shard (TorchTitan applies TP
- * and FSDP only when their dim is > 1; the run would be the dp plan's), a
+ * mesh without tp or fully_shard entries without dp_shard or cp (TorchTitan applies
+ * TP and FSDP only when their dims are > 1; the run would be the dp plan's), a
  * dp_shard dim without fully_shard entries, anything dt_plan_resolve refuses
  * (heads or seq not divisible by tp), a batch not divisible by dp_replicate.
  */
