@@ -697,8 +697,8 @@ static size_t write_memory(rp_report *r, size_t *nbase) {
 
 /* The cp chart's groups: configs that differ only in cp (the rest of the config key,
  * bench/harness/run.c's sb_config_fill, with the mesh's other dims), then by cp, the
- * newest result first (a DB holding two configs of one group and cp that differ in
- * a field outside the key keeps the newest). */
+ * newest result first: two configs with the same fields under different key texts
+ * (keys written by another version) give one point, the newest. */
 static int cmp_cp_group(const rp_row *a, const rp_row *b) {
   int c = strcmp(a->plan, b->plan);
   if (!c) c = strcmp(a->model, b->model);
