@@ -4,7 +4,9 @@
 # rows per phase, baselines. Checks the .dat files and their row counts, the
 # charts (png and svg, when gnuplot is present), the index page, the run
 # selection, the no-gnuplot and empty-DB paths, the memory chart's split (stacked
-# from the DB's columns; a schema version 2 DB, which has none, read as peaks only),
+# from the DB's columns; a schema version 2 DB, which has none, read as peaks only), the
+# cp_memory chart on a DB of its own (its .dat in MiB by cp, the groups with one cp value
+# left out, the reason when none is drawn, and a DB with other values failing the check),
 # and that a non-DB file, a DB of another schema version and bad flags are refused
 # with exit 2 and one line, leaving the files unchanged. Skips (77) without the sqlite3 CLI, and at the end
 # without gnuplot (the chart checks could not run).
@@ -251,6 +253,101 @@ if [ -z "${no_gnuplot:-}" ]; then
   [ -s "$T/v2/memory.svg" ] && grep -q 'no split recorded: peak only' "$T/v2/memory.svg" &&
     ! grep -q 'weights (params)' "$T/v2/memory.svg" && pass "v2 DB: memory chart of peaks only" ||
     fail "v2 DB: memory chart"
+fi
+
+# ---- cp_memory: peak memory per rank against cp, for a fixed global sequence ----
+# The main DB above has no measured cp config: the chart is listed, not drawn, and says why.
+[ "$(rows "$OUT/data/cp_memory.dat")" = 0 ] && [ ! -e "$OUT/cp_memory.png" ] &&
+  grep -q '<h2 id="cp_memory">' "$IDX" &&
+  grep -q 'Not drawn: no measured config with a cp dim' "$IDX" &&
+  pass "cp_memory: no cp config, listed with the reason" || fail "cp_memory: empty case"
+# A DB of its own. Group A (fsdp, dps2, global seq 64) at cp 4, 1, 2 (inserted out of
+# order), one mismatched, one without the activations; run 1 holds an older cp 2 result
+# that the newest must replace, and config 8, config 3's fields under another key text,
+# an older one (one point per cp: the newest result). Groups that must not be drawn, each with one measured cp
+# value: B (tp4 at cp 2), C (group A at another global seq: 128 at cp 2, so seq is in
+# the group), D (group A less dp_shard, with its cp 2 config failed: no peak).
+# Bytes are whole MiB (2^20), so the .dat's MiB are the numbers below exactly.
+CPDB="$T/cp.db"
+sqlite3 "$CPDB" <"$SCHEMA" && sqlite3 "$CPDB" <<'SQL' || fail "populate the cp DB"
+INSERT INTO schema_version VALUES (3);
+INSERT INTO runs VALUES (1, '2026-01-01T00:00:00Z', '2026-01-01T00:10:00Z', 'h', '0.1.0',
+  'sqlite 3', 'shardbench sweep', 'threads', 8, NULL, NULL);
+INSERT INTO runs VALUES (2, '2026-01-02T00:00:00Z', '2026-01-02T00:10:00Z', 'h', '0.1.0',
+  'sqlite 3', 'shardbench sweep', 'threads', 8, NULL, NULL);
+INSERT INTO configs VALUES
+ (1, 'a4', 'block', 'debugmodel', 'fsdp', 1, 1, 2, 4, 1, 'f32', 8, 64, 3, 'threads', 8),
+ (2, 'a1', 'block', 'debugmodel', 'fsdp', 1, 1, 2, 1, 1, 'f32', 8, 64, 3, 'threads', 2),
+ (3, 'a2', 'block', 'debugmodel', 'fsdp', 1, 1, 2, 2, 1, 'f32', 8, 64, 3, 'threads', 4),
+ (4, 'b2', 'block', 'debugmodel', 'tp',   1, 1, 1, 2, 4, 'f32', 8, 64, 3, 'threads', 8),
+ (5, 'c2', 'block', 'debugmodel', 'fsdp', 1, 1, 2, 2, 1, 'f32', 8, 128, 3, 'threads', 4),
+ (6, 'd1', 'block', 'debugmodel', 'fsdp', 1, 1, 1, 1, 1, 'f32', 8, 64, 3, 'threads', 1),
+ (7, 'd2', 'block', 'debugmodel', 'fsdp', 1, 1, 1, 2, 1, 'f32', 8, 64, 3, 'threads', 2),
+ (8, 'a2 in an older key format', 'block', 'debugmodel', 'fsdp', 1, 1, 2, 2, 1, 'f32', 8, 64, 3,
+  'threads', 4);
+INSERT INTO results (id, run_id, config_id, status, reason, peak_mem_bytes, created,
+  mem_activations_bytes) VALUES
+ (1, 1, 3, 'ok', NULL, 1047527424, 'x', 1048576),        -- 999 MiB, replaced by result 5
+ (2, 2, 8, 'ok', NULL, 814743552, 'x', 1048576),         -- 777 MiB, config 3's twin: older than 5
+ (3, 2, 1, 'ok', NULL, 44040192, 'x', 10485760),         -- 42 MiB, 10 MiB
+ (4, 2, 2, 'ok', NULL, 104857600, 'x', 52428800),        -- 100 MiB, 50 MiB
+ (5, 2, 3, 'mismatch', 'x', 62914560, 'x', NULL),        -- 60 MiB, activations not recorded
+ (6, 2, 4, 'ok', NULL, 20971520, 'x', 5242880),
+ (7, 2, 5, 'ok', NULL, 73400320, 'x', 31457280),
+ (8, 2, 6, 'ok', NULL, 83886080, 'x', 41943040),
+ (9, 2, 7, 'failed', 'out of memory', NULL, 'x', NULL);
+SQL
+# The rows expected in cp_memory.dat (gid label cp peak_mib activations_mib status), by cp.
+CP_WANT='1 fsdp/pp1.dpr1.dps2.tp1/b8s64 1 100 50 ok
+1 fsdp/pp1.dpr1.dps2.tp1/b8s64 2 60 NaN mismatch
+1 fsdp/pp1.dpr1.dps2.tp1/b8s64 4 42 10 ok'
+check_cp() { # DB OUTDIR [flags]: 0 when the report's cp_memory.dat holds CP_WANT exactly
+  db=$1; out=$2; shift 2
+  "$SB" report --db "$db" --out "$out" --scripts "$SCRIPTS" "$@" >/dev/null 2>"$out.err" || return 1
+  got=$(awk '!/^#/ {print $1, $2, $3, $4, $5, $6}' "$out/data/cp_memory.dat")
+  [ "$got" = "$CP_WANT" ] || { printf '%s\n' "$got" >"$out.got"; return 1; }
+  head -n 1 "$out/data/cp_memory.dat" | grep -q '^# gid label cp peak_mib activations_mib status' ||
+    return 1
+}
+if check_cp "$CPDB" "$T/cp"; then pass "cp_memory.dat: group A in MiB by cp, the newest result per cp, B, C, D not drawn"
+else fail "cp_memory.dat: got '$(cat "$T/cp.got" 2>/dev/null)' $(cat "$T/cp.err")"; fi
+check_cp "$CPDB" "$T/cpall" --run all &&
+  pass "cp_memory --run all: the newest result per config (not run 1's 999 MiB)" ||
+  fail "cp_memory --run all: got '$(cat "$T/cpall.got" 2>/dev/null)'"
+grep -q '(3 configs in 1 series)' "$T/cp/index.html" && pass "cp_memory: index counts 3 configs, 1 series" ||
+  fail "cp_memory: index count"
+# The check can fail: the same report of a DB whose values differ, or where group B
+# gains a second cp value (so it must be drawn), is refused by check_cp.
+cp "$CPDB" "$T/cp-bad1.db" && sqlite3 "$T/cp-bad1.db" 'UPDATE results SET peak_mem_bytes = 45088768 WHERE id = 3;' ||
+  fail "making cp-bad1.db"
+# (the .got file: check_cp failed on the content, not on the report's exit)
+if check_cp "$T/cp-bad1.db" "$T/cpbad1" || [ ! -s "$T/cpbad1.got" ]; then
+  fail "check_cp passed a DB with cp 4 at 43 MiB, or the report failed"
+else pass "check_cp fails on a DB whose cp 4 peak is 43 MiB"; fi
+cp "$CPDB" "$T/cp-bad2.db" && sqlite3 "$T/cp-bad2.db" "INSERT INTO configs VALUES (9, 'b4', 'block',
+  'debugmodel', 'tp', 1, 1, 1, 4, 4, 'f32', 8, 64, 3, 'threads', 16);
+  INSERT INTO results (run_id, config_id, status, peak_mem_bytes, created) VALUES (2, 9, 'ok', 1048576, 'x');" ||
+  fail "making cp-bad2.db"
+if check_cp "$T/cp-bad2.db" "$T/cpbad2" || [ ! -s "$T/cpbad2.got" ]; then
+  fail "check_cp passed a DB with group B at two cp values, or the report failed"
+else pass "check_cp fails when group B has two cp values (drawn)"; fi
+# run 1 alone: a cp config, but no group with two cp values: listed, with that reason
+"$SB" report --db "$CPDB" --out "$T/cp1" --scripts "$SCRIPTS" --run 1 >/dev/null 2>&1
+[ "$(rows "$T/cp1/data/cp_memory.dat")" = 0 ] && [ ! -e "$T/cp1/cp_memory.png" ] &&
+  grep -q 'Not drawn: no series: no group of configs that differ only in cp' "$T/cp1/index.html" &&
+  pass "cp_memory: one cp value per group, listed with the reason" || fail "cp_memory: run 1"
+if [ -z "${no_gnuplot:-}" ]; then
+  magic=$(od -An -tx1 -N8 "$T/cp/cp_memory.png" | tr -d ' \n')
+  [ "$magic" = "89504e470d0a1a0a" ] && grep -q '<svg' "$T/cp/cp_memory.svg" &&
+    grep -q 'src="cp_memory.png"' "$T/cp/index.html" && pass "cp_memory: png + svg drawn and listed" ||
+    fail "cp_memory: chart not drawn ($magic): $(grep -v '^\$' "$T/cp/gnuplot.log")"
+  # the key: group A's peak and activations, nothing of B, C, D, and the mismatch ring
+  grep -q 'fsdp/pp1.dpr1.dps2.tp1/b8s64 peak' "$T/cp/cp_memory.svg" &&
+    grep -q 'fsdp/pp1.dpr1.dps2.tp1/b8s64 activations (rank 0)' "$T/cp/cp_memory.svg" &&
+    grep -q 'mismatch (wrong result)' "$T/cp/cp_memory.svg" &&
+    ! grep -q 'b8s128\|tp/pp1\|dps1.tp1' "$T/cp/cp_memory.svg" &&
+    pass "cp_memory.svg: the key names group A's two lines and the mismatch only" ||
+    fail "cp_memory.svg: key"
 fi
 
 # refusals: exit 2, one line on stderr, the file untouched, no output written

@@ -22,8 +22,10 @@
  * framework baselines its plan's settings select), throughput (tokens/s and MFU
  * by mesh shape), memory (rank 0's split into weights, gradients, optimizer state
  * and activations + buffers, stacked, with the peak bytes per rank and the
- * memory_bytes_per_rank baselines, grouped by plan), error (max_rel_err against the tolerance, log scale). A chart
- * with no rows is not drawn; the index says so.
+ * memory_bytes_per_rank baselines, grouped by plan), error (max_rel_err against the tolerance, log scale),
+ * cp_memory (the peak per rank and rank 0's activations against cp, one line per group
+ * of configs that differ only in cp, for a fixed global sequence). A chart with no
+ * rows is not drawn; the index says why.
  *
  * gnuplot is found as $GNUPLOT or `gnuplot` on PATH; the scripts as --scripts,
  * $SHARDBENCH_SCRIPTS, $SHARDBENCH_DATADIR/scripts, ./scripts, or the installed
@@ -82,7 +84,8 @@ const char sb_report_usage[] =
     "Charts: comm (wire bytes per rank per step by plan and mesh, with one cross per\n"
     "config: the frameworks' published formulas), throughput (tokens/s and MFU by mesh shape), memory (rank 0's\n"
     "weights, gradients, optimizer state and activations stacked, and the peak bytes per\n"
-    "rank, by plan), error (max_rel_err against the tolerance). Redraw any chart by\n"
+    "rank, by plan), error (max_rel_err against the tolerance), cp_memory (the peak per\n"
+    "rank and rank 0's activations against cp, for a fixed global sequence). Redraw any chart by\n"
     "hand: gnuplot -e \"datadir='report/data'; outdir='report'\" scripts/comm.gp\n"
     "Without gnuplot the data files and the index are still written (exit 0).\n"
     "Exit codes: 0 written, 1 a write or gnuplot failed, 2 bad input (DB refused).\n";
@@ -94,7 +97,7 @@ typedef struct rp_row {
   char status[16];
   char *reason, *key, *workload, *model, *plan, *dtype, *backend;
   int pp, dpr, dps, cp, tp, world;
-  long long batch, seq;
+  long long batch, seq, steps;
   double tokens, mfu, tflops, step_s, mem, rel_err, abs_err, tol; /* NAN when NULL */
   double peak;        /* the result's MFU denominator, TFLOP/s (NAN when NULL) */
   double split[4];    /* rank 0's params, grads, optimizer, activations bytes (NAN when
@@ -255,8 +258,8 @@ static int resolve_run(rp_report *r) {
   "SELECT r.id, r.run_id, r.config_id, r.status, r.reason, r.tokens_per_s, r.mfu, r.tflops, "   \
   "r.step_time_s, r.peak_mem_bytes, r.max_rel_err, r.max_abs_err, r.tolerance, c.key, "        \
   "c.workload, c.model, c.plan, c.dtype, c.backend, c.pp, c.dp_replicate, c.dp_shard, c.cp, "  \
-  "c.tp, c.world, c.batch, c.seq, r.peak_tflops, " PEAK_SOURCE ", " SPLIT " FROM results r "   \
-  "JOIN configs c ON c.id = r.config_id JOIN runs ru ON ru.id = r.run_id "                    \
+  "c.tp, c.world, c.batch, c.seq, c.steps, r.peak_tflops, " PEAK_SOURCE ", " SPLIT               \
+  " FROM results r JOIN configs c ON c.id = r.config_id JOIN runs ru ON ru.id = r.run_id "     \
   "WHERE (?1 = 0 AND r.id IN (SELECT max(id) FROM results GROUP BY config_id)) "               \
   "OR r.run_id = ?1 ORDER BY c.key"
 #define RP_NO_SPLIT "NULL, NULL, NULL, NULL"
@@ -356,6 +359,7 @@ static int read_rows(rp_report *r) {
     w->world = sqlite3_column_int(st, c++);
     w->batch = sqlite3_column_int64(st, c++);
     w->seq = sqlite3_column_int64(st, c++);
+    w->steps = sqlite3_column_int64(st, c++);
     w->peak = col_real(st, c++);
     w->peak_source = xstrdup(col_text(st, c++));
     for (int k = 0; k < 4; k++) w->split[k] = col_real(st, c++);
@@ -691,6 +695,118 @@ static size_t write_memory(rp_report *r, size_t *nbase) {
   return n;
 }
 
+/* The cp chart's groups: configs that differ only in cp (the rest of the config key,
+ * bench/harness/run.c's sb_config_fill, with the mesh's other dims), then by cp, the
+ * newest result first: two configs with the same fields under different key texts
+ * (keys written by another version) give one point, the newest. */
+static int cmp_cp_group(const rp_row *a, const rp_row *b) {
+  int c = strcmp(a->plan, b->plan);
+  if (!c) c = strcmp(a->model, b->model);
+  if (!c) c = strcmp(a->workload, b->workload);
+  if (!c) c = strcmp(a->dtype, b->dtype);
+  if (!c) c = strcmp(a->backend, b->backend);
+  if (c) return c;
+  const long long da[7] = {a->pp, a->dpr, a->dps, a->tp, a->batch, a->seq, a->steps};
+  const long long db[7] = {b->pp, b->dpr, b->dps, b->tp, b->batch, b->seq, b->steps};
+  for (int i = 0; i < 7; i++)
+    if (da[i] != db[i]) return da[i] < db[i] ? -1 : 1;
+  return 0;
+}
+
+static int by_cp_group(const void *pa, const void *pb) {
+  const rp_row *a = *(const rp_row *const *)pa, *b = *(const rp_row *const *)pb;
+  int c = cmp_cp_group(a, b);
+  if (!c && a->cp != b->cp) c = a->cp < b->cp ? -1 : 1;
+  if (!c && a->result_id != b->result_id) c = a->result_id > b->result_id ? -1 : 1;
+  return c;
+}
+
+/* Why the cp chart is empty; the index prints it after "Not drawn: ". */
+static const char rp_cp_none_measured[] =
+    "no measured result (status ok or mismatch) with a peak memory in the selected results";
+static const char rp_cp_none_cp[] =
+    "no measured config with a cp dim (cp of 2 or more) in the selected results";
+static const char rp_cp_no_series[] =
+    "no series: no group of configs that differ only in cp (same plan, model, workload, "
+    "dtype, batch, global seq, steps, backend, pp, dp_replicate, dp_shard and tp) has a "
+    "measured peak at two or more cp values";
+
+/* cp_memory.dat: gid label cp peak_mib activations_mib status peak_mem_bytes
+ * activations_bytes, one row per config of each group with at least two cp values,
+ * by group then cp. Returns the configs charted; *nseries the groups, *why the
+ * reason when there are none. */
+static size_t write_cp_memory(rp_report *r, size_t *nseries, const char **why) {
+  size_t n = 0;
+  const rp_row **v = select_rows(r, keep_memory, by_cp_group, &n);
+  /* One row per group and cp: the newest (first in by_cp_group's order). */
+  size_t k = 0;
+  bool any_cp = false;
+  for (size_t i = 0; i < n; i++) {
+    any_cp |= v[i]->cp > 1;
+    if (k && !cmp_cp_group(v[k - 1], v[i]) && v[k - 1]->cp == v[i]->cp) continue;
+    v[k++] = v[i];
+  }
+  n = k;
+  /* The label's optional fields: the ones that differ between the rows. */
+  bool vary_model = false, vary_wl = false, vary_dt = false, vary_st = false, vary_be = false;
+  for (size_t i = 1; i < n; i++) {
+    vary_model |= strcmp(v[0]->model, v[i]->model) != 0;
+    vary_wl |= strcmp(v[0]->workload, v[i]->workload) != 0;
+    vary_dt |= strcmp(v[0]->dtype, v[i]->dtype) != 0;
+    vary_st |= v[0]->steps != v[i]->steps;
+    vary_be |= strcmp(v[0]->backend, v[i]->backend) != 0;
+  }
+  *nseries = 0;
+  size_t charted = 0;
+  FILE *f = open_out(r, "data/cp_memory.dat");
+  if (f) {
+    fprintf(f, "# gid label cp peak_mib activations_mib status peak_mem_bytes "
+               "activations_bytes\n");
+    fprintf(f, "# query: %s (?1 = the run; rows with status ok/mismatch and peak_mem_bytes, "
+               "grouped by the config less cp (plan, model, workload, dtype, backend, pp, "
+               "dp_replicate, dp_shard, tp, batch, seq, steps), by cp within a group; only "
+               "groups with two or more cp values; MiB = 2^20 bytes; peak_mem_bytes is the "
+               "max over ranks and the run; activations_bytes is rank 0's "
+               "mem_activations_bytes in the last timed step, NaN when NULL)\n",
+            rp_rows_query);
+    for (size_t i = 0; i < n;) {
+      size_t e = i + 1;
+      while (e < n && !cmp_cp_group(v[i], v[e])) e++;
+      if (e - i >= 2) { /* distinct cp values after the dedup above */
+        const rp_row *g = v[i];
+        char label[RP_LABEL];
+        snprintf(label, sizeof label, "%s/pp%d.dpr%d.dps%d.tp%d/b%llds%lld%s%s%s%s%s%s%s%s%s",
+                 g->plan, g->pp, g->dpr, g->dps, g->tp, g->batch, g->seq,
+                 vary_model ? "/" : "", vary_model ? g->model : "", vary_wl ? "/" : "",
+                 vary_wl ? g->workload : "", vary_dt ? "/" : "", vary_dt ? g->dtype : "",
+                 vary_be ? "/" : "", vary_be ? g->backend : "", vary_st ? "/steps" : "");
+        if (vary_st) {
+          size_t l = strlen(label);
+          snprintf(label + l, sizeof label - l, "%lld", g->steps);
+        }
+        dat_token(label);
+        ++*nseries;
+        for (size_t j = i; j < e; j++) {
+          const double mib = 1024.0 * 1024.0; /* bytes per MiB */
+          fprintf(f, "%zu %s %d", *nseries, label, v[j]->cp);
+          dat_num(f, v[j]->mem / mib);
+          dat_num(f, v[j]->split[3] / mib); /* NaN stays NaN */
+          fprintf(f, " %s", v[j]->status);
+          dat_num(f, v[j]->mem);
+          dat_num(f, v[j]->split[3]);
+          fputc('\n', f);
+          charted++;
+        }
+      }
+      i = e;
+    }
+    close_out(r, f, "data/cp_memory.dat");
+  }
+  *why = !n ? rp_cp_none_measured : !any_cp ? rp_cp_none_cp : rp_cp_no_series;
+  free(v);
+  return charted;
+}
+
 static size_t write_error(rp_report *r) {
   size_t n = 0;
   const rp_row **v = select_rows(r, keep_error, by_plan, &n);
@@ -802,8 +918,10 @@ typedef struct rp_chart {
   const char *name, *title, *how;
   size_t rows;      /* configs charted */
   size_t baselines; /* baseline rows next to them */
+  size_t series;    /* lines drawn, for a chart of series (cp_memory) */
   bool drawn;
   const char *why_not; /* when not drawn */
+  const char *why_empty; /* when no rows: the chart's own reason (NULL: the generic one) */
 } rp_chart;
 
 static void write_runs(rp_report *r, FILE *f) {
@@ -875,6 +993,7 @@ static void write_index(rp_report *r, rp_chart *charts, size_t ncharts, const ch
       if (r->svg) fprintf(f, "<a href=\"%s.svg\">SVG</a> ", c->name);
       fprintf(f, "data: <a href=\"data/%s.dat\">data/%s.dat</a>", c->name, c->name);
       fprintf(f, " (%zu config%s", c->rows, c->rows == 1 ? "" : "s");
+      if (c->series) fprintf(f, " in %zu series", c->series);
       if (c->baselines) fprintf(f, ", %zu baseline row%s", c->baselines, c->baselines == 1 ? "" : "s");
       fputs(")</p>\n", f);
     } else {
@@ -1024,6 +1143,19 @@ static const char rp_how_error[] =
     "per config on a log scale; the short red line over each point is that config's "
     "tolerance. Green points under their line passed (status ok); red points above it are "
     "mismatches. Exact results (error 0) are drawn at 1e-17, under the f64 epsilon.";
+static const char rp_how_cp_memory[] =
+    "One colour per group of measured configs that differ only in the context-parallel "
+    "degree cp: same plan, model, workload, dtype, global batch, global sequence length, "
+    "steps and backend, and the same other mesh dims, which the label names (plan/"
+    "pp.dpr.dps.tp/b batch s seq). x is cp on a log2 axis; the solid line is the measured "
+    "peak memory of the busiest rank over the whole run, the dashed line of the same colour "
+    "rank 0's activations and buffers in the last timed step (mem_activations_bytes; no "
+    "dashed point where it was not recorded), both in MiB. With the global sequence split "
+    "over the cp ranks, the activations per rank should fall about as 1/cp; the weights, "
+    "gradients and optimizer state fall with cp only where the plan shards them over cp "
+    "(TorchTitan folds cp into FSDP's mesh, dp_shard x cp: torchtitan/distributed/"
+    "parallel_dims.py), so elsewhere the peak levels off at them. Red rings mark "
+    "mismatched results. A group measured at a single cp value is not drawn.";
 
 static void free_rows(rp_report *r) {
   for (size_t i = 0; i < r->nrows; i++) {
@@ -1067,7 +1199,7 @@ int sb_cmd_report(int argc, char **argv) {
     return sb_usage_error(CMD, "--out", "cannot create '%s': %s", data, strerror(e));
   }
 
-  rp_chart charts[4] = {
+  rp_chart charts[5] = {
       {.name = "comm", .title = "Communication per step (wire bytes per rank)", .how = rp_how_comm},
       {.name = "throughput", .title = "Throughput (tokens/s) and MFU by mesh shape",
        .how = rp_how_throughput},
@@ -1075,12 +1207,16 @@ int sb_cmd_report(int argc, char **argv) {
        .how = rp_how_memory},
       {.name = "error", .title = "Numerical error vs the unsharded reference",
        .how = rp_how_error},
+      {.name = "cp_memory",
+       .title = "Peak memory per rank vs context-parallel degree (fixed global sequence)",
+       .how = rp_how_cp_memory},
   };
   const size_t ncharts = sizeof charts / sizeof charts[0];
   charts[0].rows = write_comm(&r, &charts[0].baselines);
   charts[1].rows = write_throughput(&r);
   charts[2].rows = write_memory(&r, &charts[2].baselines);
   charts[3].rows = write_error(&r);
+  charts[4].rows = write_cp_memory(&r, &charts[4].series, &charts[4].why_empty);
   sqlite3_exec(r.db, "COMMIT", NULL, NULL, NULL);
 
   char gpbuf[RP_PATH], scbuf[RP_PATH];
@@ -1095,7 +1231,7 @@ int sb_cmd_report(int argc, char **argv) {
   for (size_t i = 0; i < ncharts; i++) {
     rp_chart *c = &charts[i];
     if (!c->rows) {
-      c->why_not = "no rows for this chart in the selected results";
+      c->why_not = c->why_empty ? c->why_empty : "no rows for this chart in the selected results";
       continue;
     }
     if (note) {
