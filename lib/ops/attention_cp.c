@@ -32,7 +32,7 @@
  *     transfer overlaps the compute where sends are asynchronous), computes,
  *     then receives the next block from rank c - 1: C - 1 sends and C - 1
  *     receives per call.
- *   Both walk the blocks in the same order, so they give the same bits.
+ *   Both walk the blocks in the same order.
  *   The work is split in units: U = n_chunks (> 1) or C units of L = S / U
  *   rows; a (query unit, key unit) pair at positions pq, pk is full (pk < pq),
  *   diagonal (pk == pq: causal inside, rows are consecutive positions) or
