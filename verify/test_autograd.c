@@ -484,6 +484,11 @@ static const gcase GCASES[] = {
     {.op = &dt_op_sdpa, .n_in = 3, .ndim = {4, 4, 4},
      .sh = {{1, 2, 4, 4}, {1, 1, 4, 4}, {1, 1, 4, 4}}, .dt = {DT_F64, DT_F64, DT_F64},
      .pl = {S1, RR, RR}},
+    /* context parallel over mesh dim 0, ring, head-tail order of 8 chunks
+     * (layout [b, s, h, hd]: the sequence is dim 1) */
+    {.op = &dt_op_sdpa_cp, .a = {.dim = 0, .i0 = 1, .i1 = 8, .i2 = DT_CP_RING}, .n_in = 3,
+     .ndim = {4, 4, 4}, .sh = {{1, 8, 2, 4}, {1, 8, 1, 4}, {1, 8, 1, 4}},
+     .dt = {DT_F64, DT_F64, DT_F64}, .pl = {S1, S1, S1}},
     {.op = &dt_op_embedding, .n_in = 2, .ndim = {2, 2}, .sh = {{10, 4}, {2, 3}},
      .dt = {DT_F64, DT_I64}, .imax = {0, 10}, .pl = {S0, RR}, .nograd = {NULL, IDS}},
     {.op = &dt_op_cross_entropy, .n_in = 2, .ndim = {2, 1}, .sh = {{6, 5}, {6}},

@@ -14,7 +14,12 @@
  *   4, original context 8192). Positions are GLOBAL sequence positions: a
  *   shard of the sequence dim (S(1), nested or uneven) starts at its goffset[1]
  *   (TorchTitan slices freqs_cis with the local seqlen instead, which is only
- *   right for the first shard).
+ *   right for the first shard). attrs.i1 = the sequence's storage order under
+ *   context parallel (dt_seq_position's n_chunks: 0 or 1 natural, 2 cp the
+ *   head-tail order; even and dividing s when > 1): stored index t is at
+ *   position dt_seq_position(t, s, i1), as TorchTitan permutes freqs_cis with
+ *   the inputs (torch/distributed/tensor/experimental/_attention.py:
+ *   _context_parallel_buffers).
  *   Strategy (per mesh dim, one option and an all-R fallback): the output
  *   follows x. Shards of b, s or h are kept (the rotation is per element pair,
  *   with the position read from the offset); a Shard of hd goes to R (a pair or
@@ -48,7 +53,7 @@
  *   summed over a group's heads.
  *
  * Kernels: f32 and f64 host arrays.
- * What it is not: context parallel (sequence-sharded) attention, dropout,
+ * What it is not: sequence-sharded attention (that is sdpa_cp, attention_cp.c), dropout,
  * non-causal masks, rotate-half rope, a flash (online-softmax) kernel: a
  * block's scores over all its keys are materialised (64 x S).
  */
@@ -109,6 +114,10 @@ static dt_status rope_infer(dt_ctx *ctx, const dt_op_attrs *a, const dt_spec *in
     return dt_error(ctx, DT_ERR_INVALID, "rope", "i0 (scaling) must be 0 or 1, not %d", a->i0);
   if (!(a->scalar >= 0) || !isfinite(a->scalar))
     return dt_error(ctx, DT_ERR_INVALID, "rope", "theta %g (must be > 0; 0: the default)", a->scalar);
+  if (a->i1 < 0 || (a->i1 > 1 && (a->i1 % 2 || in[0].gshape[1] % a->i1)))
+    return dt_error(ctx, DT_ERR_INVALID, "rope",
+                    "storage order (i1) %d: 0 or 1 (natural) or an even chunk count dividing the "
+                    "sequence %lld", a->i1, (long long)in[0].gshape[1]);
   *out = in[0];
   return DT_OK;
 }
@@ -138,12 +147,13 @@ static dt_status rope_run(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor *co
   if (x->ndim != 4 || y->numel != x->numel)
     return dt_error(ctx, DT_ERR_INTERNAL, "rope", "local shapes do not match");
   int64_t B = x->shape[0], S = x->shape[1], H = x->shape[2], HD = x->shape[3];
-  int64_t ghd = in[0]->gshape[3], pos0 = in[0]->goffset[1];
+  int64_t ghd = in[0]->gshape[3], gs = in[0]->gshape[1], pos0 = in[0]->goffset[1];
   if (HD != ghd) return dt_error(ctx, DT_ERR_INTERNAL, "rope", "head dim is sharded");
   for (int64_t i = 0; i < HD / 2; i++) {
     double f = rope_freq(a, i, ghd);
     for (int64_t t = 0; t < S; t++) {
-      double ang = sign * (double)(pos0 + t) * f, c = cos(ang), sn = sin(ang);
+      int64_t pos = dt_seq_position(pos0 + t, gs, a->i1);
+      double ang = sign * (double)pos * f, c = cos(ang), sn = sin(ang);
       for (int64_t bb = 0; bb < B; bb++)
         for (int64_t h = 0; h < H; h++) {
           int64_t e = ((bb * S + t) * H + h) * HD + 2 * i;

@@ -145,7 +145,8 @@ extern const dt_op dt_op_rope, dt_op_sdpa, dt_op_embedding, dt_op_cross_entropy;
  * chunks of S / n_chunks; stored chunk k holds position chunk k / 2 when k is even
  * and n_chunks - 1 - k / 2 when odd, so rank r of cp holds chunks r and 2 cp - 1 - r
  * when n_chunks = 2 cp. n_chunks 0 or 1: natural order. The position of stored
- * index i (0 <= i < S; S % n_chunks == 0 and n_chunks even when > 1). */
+ * index i (0 <= i < S; S % n_chunks == 0 and n_chunks even when > 1; -1 when
+ * these do not hold). */
 int64_t dt_seq_position(int64_t i, int64_t S, int n_chunks);
 
 /* How K and V reach the other cp ranks (TorchTitan's context_parallel_rotate_method). */

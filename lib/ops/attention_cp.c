@@ -1,0 +1,817 @@
+/* lib/ops/attention_cp.c: context-parallel causal attention (sdpa_cp), the
+ * storage order of a load-balanced sequence (dt_seq_position) and the per-rank
+ * block counters, after PyTorch's ring attention
+ * (torch/distributed/tensor/experimental/_attention.py:
+ * _templated_ring_attention, _templated_ring_attention_backward, _SDPAMerger,
+ * _AllGatherRotater, _AllToAllRotater, _generate_round_robin_indices), Liu et
+ * al., "Ring Attention with Blockwise Transformers" (arXiv:2310.01889) and
+ * FlashAttention-2 (arXiv:2307.08691) for the online softmax and the backward
+ * from the saved log-sum-exp.
+ *
+ * Storage order: with n_chunks = 2 cp (PyTorch's head-tail load balancer) the
+ * sequence is cut into 2 cp position chunks and cp rank r stores chunks r and
+ * 2 cp - 1 - r, so every rank holds one early and one late chunk and the causal
+ * work per rank is equal; n_chunks 0 / 1 is the natural order, where rank r's
+ * queries see r + 1 of the cp key blocks (the last rank does cp times the
+ * first's work).
+ *
+ * sdpa_cp(q, k, v) -> (out, lse): q, k, v as sdpa (attrs.i0: 0 [b, h, s, hd],
+ *   1 [b, s, h, hd]), causal over POSITIONS (dt_seq_position of the stored
+ *   index, attrs.i1 = n_chunks), GQA (query head i reads kv head i / (h / kvh)),
+ *   scale 1 / sqrt(hd); lse [b, h, s] / [b, s, h]: log sum_{j visible} exp(scale
+ *   q_i . k_j). attrs.dim = the cp mesh dim, the only mesh dim sharding the
+ *   sequence: cp rank c holds stored rows [c S / C, (c + 1) S / C).
+ *   attrs.i2 = dt_cp_rotate:
+ *   - allgather: the cp mesh dim's option takes k and v Replicate, so the
+ *     dispatcher all-gathers them (PyTorch's _AllGatherRotater gathers the
+ *     [K | V] buffer once per call); the kernel walks the gathered blocks.
+ *   - ring (pass-KV, PyTorch's _AllToAllRotater): everything stays S(seq); at
+ *     step i = 0 .. C - 1 rank c holds the [K | V] block of cp rank (c - i) mod
+ *     C, in one flat buffer (K then V, the local layout). For i < C - 1 it posts
+ *     the send of that block to rank c + 1 BEFORE computing with it (the
+ *     transfer overlaps the compute where sends are asynchronous), computes,
+ *     then receives the next block from rank c - 1: C - 1 sends and C - 1
+ *     receives per call.
+ *   Both walk the blocks in the same order.
+ *   The work is split in units: U = n_chunks (> 1) or C units of L = S / U
+ *   rows; a (query unit, key unit) pair at positions pq, pk is full (pk < pq),
+ *   diagonal (pk == pq: causal inside, rows are consecutive positions) or
+ *   skipped (pk > pq: never computed), as PyTorch's _is_causal_behavior
+ *   splits its ring steps. A pair runs per (batch, head) in blocks of at most
+ *   CP_BQ query rows against the unit's keys (a diagonal block only up to its
+ *   last row): GEMMs on the strided heads in place (dt_device_gemm), then the
+ *   online softmax of FlashAttention-2 per row (running max, sum in double,
+ *   the output kept unnormalised in out and rescaled when the max grows;
+ *   normalised, and lse = max + log(sum), at the end). Scratch is CP_BQ x L
+ *   scores and two doubles per local query row: memory per rank falls with cp.
+ *   Candidates: per mesh dim other than cp {all R, all S(heads), all S(0)} for
+ *   q, k, v, out and lse (lse's first three dims are q's), minus head
+ *   shardings that do not divide both h and kvh (as sdpa); on the cp mesh dim
+ *   the single option above.
+ * Backward: the private op sdpa_cp_bwd (q, k, v, out, lse, dout) -> (dq, dk,
+ *   dv) with the same candidates, except that under allgather dk and dv come
+ *   out Partial(sum) on cp (each rank's contributions to every block); the
+ *   op's backward then redistributes dk, dv to the placements k, v came in
+ *   (Partial made Replicate): for k, v S(seq) on cp that is the reduce_scatter
+ *   of dK and dV (and the dispatcher's all-gather of K, V for the backward op
+ *   is the second gather). Per pair, with the saved out and lse
+ *   (FlashAttention-2, Algorithm 2): D_i = rowsum(dO_i * O_i), P = exp(scale
+ *   S - lse) masked, dV += P^T dO, dP = dO V^T, dS = P (dP - D), dQ += scale dS
+ *   K, dK += scale dS^T Q (dK, dV summed over a group's query heads). Ring:
+ *   C - 1 rotations of [K | V] as in the forward, and C rotations of a
+ *   travelling [dK | dV] accumulator in the tensors' dtype: at step i rank c
+ *   computes its contributions to the held block, adds them to that block's
+ *   accumulator received from rank c - 1 (step 0: its own, fresh) and sends it
+ *   on to rank c + 1; after the C-th transfer each rank holds its own block's
+ *   dK, dV summed over all cp ranks (PyTorch moves dK, dV the same way,
+ *   _templated_ring_attention_backward). 2 C - 1 sends and receives per call.
+ *   dout with no gradient gives zeros; a gradient through lse is refused
+ *   (DT_ERR_UNSUPPORTED: lse is kept for the backward, as the flash kernels'
+ *   logsumexp output).
+ * Counters: each kernel call (forward and backward) adds its (query unit, key
+ *   unit) pairs once (not per batch or head) to the rank's dt_cp_counts, kept
+ *   on the context (dt_ctx_ext).
+ * Kernels: f32 and f64 host arrays. What it is not: non-causal or document
+ * masks, dropout, a PyTorch-style f32 upcast of bf16 (no bf16 kernels here).
+ */
+#include "config.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "device/device.h"
+#include "ops/ops.h"
+#include "ops/vmath.h"
+
+/* ---- storage order ---------------------------------------------------------------- */
+
+int64_t dt_seq_position(int64_t i, int64_t S, int n_chunks) {
+  if (S <= 0 || i < 0 || i >= S || n_chunks < 0) return -1;
+  if (n_chunks <= 1) return i;
+  if (n_chunks % 2 || S % n_chunks) return -1;
+  int64_t len = S / n_chunks, k = i / len, off = i % len;
+  int64_t pc = k % 2 == 0 ? k / 2 : n_chunks - 1 - k / 2;
+  return pc * len + off;
+}
+
+/* ---- block counters --------------------------------------------------------------- */
+
+/* The rank's counters hang on its context under the address of counts_key. */
+static const char counts_key;
+
+static void counts_free(dt_ctx *ctx, void *data) {
+  (void)ctx;
+  free(data);
+}
+
+void dt_sdpa_cp_counts(const dt_ctx *ctx, dt_cp_counts *out) {
+  const dt_cp_counts *c = dt_ctx_ext_get(ctx, &counts_key);
+  if (c) *out = *c;
+  else memset(out, 0, sizeof *out);
+}
+
+void dt_sdpa_cp_counts_reset(dt_ctx *ctx) {
+  dt_cp_counts *c = dt_ctx_ext_get(ctx, &counts_key);
+  if (c) memset(c, 0, sizeof *c);
+}
+
+static dt_status counts_add(dt_ctx *ctx, const dt_cp_counts *add) {
+  dt_cp_counts *c = dt_ctx_ext_get(ctx, &counts_key);
+  if (!c) {
+    c = calloc(1, sizeof *c);
+    if (!c) return dt_error(ctx, DT_ERR_NOMEM, "sdpa_cp", "block counters");
+    dt_status s = dt_ctx_ext_set(ctx, &counts_key, c, counts_free);
+    if (s != DT_OK) {
+      free(c);
+      return s;
+    }
+  }
+  c->full += add->full;
+  c->diag += add->diag;
+  c->skipped += add->skipped;
+  return DT_OK;
+}
+
+/* ---- checks, shapes and candidates -------------------------------------------------- */
+
+enum { CP_BHSD = 0, CP_BSHD = 1 };
+
+/* Message tags on the cp communicator, one per purpose (a receive takes the
+ * oldest message of its tag from its peer, so the streams never mix). */
+enum { CP_TAG_FWD_KV = 0x4350, CP_TAG_BWD_KV = 0x4351, CP_TAG_BWD_DKV = 0x4352 };
+
+/* Query rows per block: CP_BQ x L scores of scratch (as sdpa's SDPA_BQ). */
+enum { CP_BQ = 64 };
+
+static dt_status cp_layout(dt_ctx *ctx, const char *name, const dt_op_attrs *a, int *hdim, int *sdim) {
+  if (a->i0 != CP_BHSD && a->i0 != CP_BSHD)
+    return dt_error(ctx, DT_ERR_INVALID, name, "layout (i0) %d: 0 is [b, h, s, hd], 1 is [b, s, h, hd]",
+                    a->i0);
+  *hdim = a->i0 == CP_BSHD ? 2 : 1;
+  *sdim = a->i0 == CP_BSHD ? 1 : 2;
+  return DT_OK;
+}
+
+/* Checks the inputs (q, k, v; with bwd also out, lse, dout) and the attrs
+ * against the mesh sizes in the specs; sets *units (U) and *cp (C). */
+static dt_status cp_check(dt_ctx *ctx, const char *name, const dt_op_attrs *a, const dt_spec *in,
+                          bool bwd, int64_t *units, int *cp) {
+  static const char *const NM[6] = {"q", "k", "v", "out", "lse", "dout"};
+  int hdim = 1, sdim = 2, n = bwd ? 6 : 3;
+  DT_CHECK(cp_layout(ctx, name, a, &hdim, &sdim));
+  for (int j = 0; j < n; j++) {
+    if (in[j].dtype != DT_F32 && in[j].dtype != DT_F64)
+      return dt_error(ctx, DT_ERR_UNSUPPORTED, name, "%s is %s; only f32 and f64 are supported", NM[j],
+                      dt_dtype_name(in[j].dtype));
+    if (in[j].dtype != in[0].dtype)
+      return dt_error(ctx, DT_ERR_INVALID, name, "q and %s differ in dtype", NM[j]);
+    int want = j == 4 ? 3 : 4;
+    if (in[j].ndim != want)
+      return dt_error(ctx, DT_ERR_INVALID, name, "%s must be %d-d; it has %d dims", NM[j], want, in[j].ndim);
+  }
+  const int64_t *q = in[0].gshape, *k = in[1].gshape, *v = in[2].gshape;
+  for (int d = 0; d < 4; d++) {
+    if (k[d] != v[d])
+      return dt_error(ctx, DT_ERR_INVALID, name, "k and v differ in dim %d (%lld, %lld)", d,
+                      (long long)k[d], (long long)v[d]);
+    if (d != hdim && q[d] != k[d])
+      return dt_error(ctx, DT_ERR_INVALID, name, "q and k differ in dim %d (%lld, %lld)", d,
+                      (long long)q[d], (long long)k[d]);
+  }
+  if (k[hdim] <= 0 || q[hdim] % k[hdim])
+    return dt_error(ctx, DT_ERR_INVALID, name, "q heads %lld are not a multiple of kv heads %lld",
+                    (long long)q[hdim], (long long)k[hdim]);
+  for (int j = 3; j < n; j++)
+    for (int d = 0; d < in[j].ndim; d++)
+      if (in[j].gshape[d] != q[d])
+        return dt_error(ctx, DT_ERR_INVALID, name, "%s differs from q in dim %d", NM[j], d);
+  int m = in[0].mesh_ndim;
+  if (a->dim < 0 || a->dim >= m)
+    return dt_error(ctx, DT_ERR_INVALID, name, "cp mesh dim (attrs.dim) %d is not a dim of the %d-d mesh",
+                    a->dim, m);
+  int C = in[0].mesh_shape[a->dim];
+  if (C <= 0) return dt_error(ctx, DT_ERR_INTERNAL, name, "mesh sizes missing from the spec");
+  if (a->i1 < 0 || (a->i1 > 1 && a->i1 % 2))
+    return dt_error(ctx, DT_ERR_INVALID, name,
+                    "storage order (i1) %d: 0 or 1 (natural) or an even chunk count", a->i1);
+  if (a->i2 != DT_CP_ALLGATHER && a->i2 != DT_CP_RING)
+    return dt_error(ctx, DT_ERR_INVALID, name, "rotate method (i2) %d: 0 allgather, 1 ring", a->i2);
+  int64_t S = q[sdim], U = a->i1 > 1 ? a->i1 : C;
+  if (S < U || S % U)
+    return dt_error(ctx, DT_ERR_INVALID, name,
+                    "sequence %lld does not split into %lld equal chunks (%s)", (long long)S, (long long)U,
+                    a->i1 > 1 ? "attrs.i1" : "the cp size");
+  if (U % C)
+    return dt_error(ctx, DT_ERR_INVALID, name, "%lld storage chunks (attrs.i1) do not split over cp %d",
+                    (long long)U, C);
+  *units = U;
+  *cp = C;
+  return DT_OK;
+}
+
+static dt_status cp_infer(dt_ctx *ctx, const dt_op_attrs *a, const dt_spec *in, dt_spec *out) {
+  int64_t U;
+  int C;
+  DT_CHECK(cp_check(ctx, "sdpa_cp", a, in, false, &U, &C));
+  out[0] = in[0];
+  out[1] = in[0];
+  out[1].ndim = 3;
+  out[1].gshape[3] = 0;
+  return DT_OK;
+}
+
+static dt_status cp_bwd_infer(dt_ctx *ctx, const dt_op_attrs *a, const dt_spec *in, dt_spec *out) {
+  int64_t U;
+  int C;
+  DT_CHECK(cp_check(ctx, "sdpa_cp_bwd", a, in, true, &U, &C));
+  out[0] = in[0];
+  out[1] = in[1];
+  out[2] = in[2];
+  return DT_OK;
+}
+
+/* Per mesh dim {all R, all S(heads), all S(0)} except on the cp dim, whose one
+ * option is (allgather) q, out, lse, dout, dq S(seq), k, v R, dk, dv P(sum),
+ * or (ring) everything S(seq); expanded, then head shardings that split h or
+ * kvh unevenly dropped. Inputs: q k v [out lse dout]; outputs: out lse or dq dk dv. */
+static dt_status cp_cands(dt_ctx *ctx, const char *name, const dt_op_attrs *a, const dt_spec *in,
+                          bool bwd, dt_candidate *cand, int *n, int max) {
+  int m = in[0].mesh_ndim, hdim = 1, sdim = 2, n_in = bwd ? 6 : 3, n_out = bwd ? 3 : 2;
+  DT_CHECK(cp_layout(ctx, name, a, &hdim, &sdim));
+  if (a->dim < 0 || a->dim >= m)
+    return dt_error(ctx, DT_ERR_INVALID, name, "cp mesh dim (attrs.dim) %d is not a dim of the %d-d mesh",
+                    a->dim, m);
+  dt_dim_option opts[DT_MAX_MESH_DIMS][3];
+  const dt_dim_option *optp[DT_MAX_MESH_DIMS];
+  int nopt[DT_MAX_MESH_DIMS];
+  const dt_placement P3[3] = {dt_replicate(), dt_shard(hdim), dt_shard(0)};
+  const bool ring = a->i2 == DT_CP_RING;
+  for (int i = 0; i < m; i++) {
+    memset(opts[i], 0, sizeof opts[i]);
+    optp[i] = opts[i];
+    if (i == a->dim) {
+      dt_dim_option *o = &opts[i][0];
+      for (int j = 0; j < n_in; j++) o->in[j] = dt_shard(sdim);
+      for (int j = 0; j < n_out; j++) o->out[j] = dt_shard(sdim);
+      if (!ring) {
+        o->in[1] = o->in[2] = dt_replicate();
+        if (bwd) o->out[1] = o->out[2] = dt_partial(DT_RED_SUM);
+      }
+      nopt[i] = 1;
+      continue;
+    }
+    for (int c = 0; c < 3; c++) {
+      for (int j = 0; j < n_in; j++) opts[i][c].in[j] = P3[c];
+      for (int j = 0; j < n_out; j++) opts[i][c].out[j] = P3[c];
+    }
+    nopt[i] = 3;
+  }
+  if (dt_op_expand(m, n_in, n_out, optp, nopt, cand, n, max) != DT_OK)
+    return dt_error(ctx, DT_ERR_UNSUPPORTED, name, "more than %d candidates", max);
+  int64_t h = in[0].gshape[hdim], kvh = in[1].gshape[hdim];
+  int kept = 0;
+  for (int c = 0; c < *n; c++) {
+    int64_t N = 1;
+    for (int i = 0; i < m; i++)
+      if (cand[c].in[0][i].kind == DT_PL_SHARD && cand[c].in[0][i].dim == hdim) N *= in[0].mesh_shape[i];
+    if (N <= 0) return dt_error(ctx, DT_ERR_INTERNAL, name, "mesh sizes missing from the spec");
+    if (h % N || kvh % N) continue;
+    cand[kept++] = cand[c];
+  }
+  *n = kept;
+  return DT_OK;
+}
+
+static dt_status cp_candidates(dt_ctx *ctx, const dt_op_attrs *a, const dt_spec *in,
+                               const dt_spec *out, dt_candidate *cand, int *n, int max) {
+  (void)out;
+  return cp_cands(ctx, "sdpa_cp", a, in, false, cand, n, max);
+}
+static dt_status cp_bwd_candidates(dt_ctx *ctx, const dt_op_attrs *a, const dt_spec *in,
+                                   const dt_spec *out, dt_candidate *cand, int *n, int max) {
+  (void)out;
+  return cp_cands(ctx, "sdpa_cp_bwd", a, in, true, cand, n, max);
+}
+
+/* ---- kernel geometry ---------------------------------------------------------------- */
+
+/* One call's local geometry. q, out, dout, dq rows: head (b, h) starts at
+ * b qb + h qh, rows qld apart; lse (and the per-row scratch) at b lb + h lh +
+ * row lld. */
+typedef struct cp_geo {
+  dt_dtype t;
+  size_t es;
+  int layout, n_chunks, C, c;
+  bool ring;
+  int64_t B, H, KVH, HD, group;
+  int64_t S, Sq, Sk, U, u, L; /* global seq, local q rows, local k rows, units, per rank, rows */
+  int64_t qb, qh, qld, lb, lh, lld;
+  int64_t kb, kh, kld;        /* a block of Sq k rows (the ring's held buffer) */
+  int64_t fkb, fkh, fkld;     /* the local k, v (Sk rows: all S under allgather) */
+  double scale;
+  dt_comm *comm;
+} cp_geo;
+
+static void kv_strides(const cp_geo *g, int64_t rows, int64_t *kb, int64_t *kh, int64_t *kld) {
+  *kb = g->KVH * rows * g->HD;
+  *kh = g->layout == CP_BHSD ? rows * g->HD : g->HD;
+  *kld = g->layout == CP_BHSD ? g->HD : g->KVH * g->HD;
+}
+
+static dt_status cp_geo_get(dt_ctx *ctx, const char *name, const dt_op_attrs *a,
+                            const dt_tensor *const *in, cp_geo *g) {
+  int hdim = 1, sdim = 2;
+  DT_CHECK(cp_layout(ctx, name, a, &hdim, &sdim));
+  memset(g, 0, sizeof *g);
+  const dt_array *q = &in[0]->local, *k = &in[1]->local, *v = &in[2]->local;
+  int m = 0, shape[DT_MAX_MESH_DIMS], coords[DT_MAX_MESH_DIMS];
+  dt_tensor_mesh_info(in[0]->mesh, &m, shape, coords);
+  if (a->dim < 0 || a->dim >= m) return dt_error(ctx, DT_ERR_INTERNAL, name, "cp mesh dim out of range");
+  g->t = q->dtype;
+  g->es = dt_dtype_size(g->t);
+  g->layout = a->i0;
+  g->ring = a->i2 == DT_CP_RING;
+  g->C = shape[a->dim];
+  g->c = coords[a->dim];
+  g->comm = dt_mesh_comm(in[0]->mesh, a->dim);
+  g->n_chunks = a->i1;
+  g->S = in[0]->gshape[sdim];
+  g->U = a->i1 > 1 ? a->i1 : g->C;
+  if (!g->comm || g->comm->size != g->C || g->comm->rank != g->c || g->U % g->C || g->S % g->U)
+    return dt_error(ctx, DT_ERR_INTERNAL, name, "cp group or chunking does not match the mesh");
+  g->u = g->U / g->C;
+  g->L = g->S / g->U;
+  g->Sq = g->S / g->C;
+  g->Sk = g->ring ? g->Sq : g->S;
+  g->B = q->shape[0];
+  g->H = q->shape[hdim];
+  g->HD = q->shape[3];
+  g->KVH = k->shape[hdim];
+  if (q->shape[sdim] != g->Sq || in[0]->goffset[sdim] != g->c * g->Sq || k->shape[sdim] != g->Sk ||
+      k->shape[0] != g->B || k->shape[3] != g->HD || v->numel != k->numel || v->shape[hdim] != g->KVH)
+    return dt_error(ctx, DT_ERR_INTERNAL, name, "local shapes of q, k, v do not match the cp layout");
+  if (g->B > 0 && (g->KVH <= 0 || g->H % g->KVH ||
+                   g->H / g->KVH != in[0]->gshape[hdim] / in[1]->gshape[hdim]))
+    return dt_error(ctx, DT_ERR_INTERNAL, name, "local heads %lld / kv heads %lld break the grouping",
+                    (long long)g->H, (long long)g->KVH);
+  g->group = g->KVH > 0 ? g->H / g->KVH : 1;
+  g->scale = 1.0 / sqrt((double)in[0]->gshape[3]);
+  g->qb = g->H * g->Sq * g->HD;
+  g->qh = g->layout == CP_BHSD ? g->Sq * g->HD : g->HD;
+  g->qld = g->layout == CP_BHSD ? g->HD : g->H * g->HD;
+  g->lb = g->H * g->Sq;
+  g->lh = g->layout == CP_BHSD ? g->Sq : 1;
+  g->lld = g->layout == CP_BHSD ? 1 : g->H;
+  kv_strides(g, g->Sq, &g->kb, &g->kh, &g->kld);
+  kv_strides(g, g->Sk, &g->fkb, &g->fkh, &g->fkld);
+  return DT_OK;
+}
+
+/* Position chunk of stored unit k. */
+static int64_t unit_pos(const cp_geo *g, int64_t k) {
+  return dt_seq_position(k * g->L, g->S, g->n_chunks) / g->L;
+}
+
+typedef enum pair_kind { PAIR_SKIP = 0, PAIR_FULL, PAIR_DIAG } pair_kind;
+
+/* Local query unit a against unit bu of cp rank s's key block; counted. */
+static pair_kind pair_of(const cp_geo *g, int64_t a, int s, int64_t bu, dt_cp_counts *n) {
+  int64_t pq = unit_pos(g, g->c * g->u + a), pk = unit_pos(g, s * g->u + bu);
+  if (pk < pq) {
+    n->full++;
+    return PAIR_FULL;
+  }
+  if (pk == pq) {
+    n->diag++;
+    return PAIR_DIAG;
+  }
+  n->skipped++;
+  return PAIR_SKIP;
+}
+
+/* A key block in use: K and V at its first element, strides kb, kh, kld (the
+ * gradient block dK, dV, when there is one, has the same strides). */
+typedef struct kv_view {
+  const char *K, *V;
+  char *dK, *dV;
+  int64_t kb, kh, kld;
+} kv_view;
+
+/* The view of cp rank s's block: in the ring's held buffer [K | V] (and the
+ * gradient scratch [dK | dV]), or rows [s Sq, (s + 1) Sq) of the local
+ * (gathered) k, v (and dk, dv). */
+static void view_of(const cp_geo *g, bool held, const char *buf, char *gbuf, const dt_array *k,
+                    const dt_array *v, dt_array *dk, dt_array *dv, int s, kv_view *w) {
+  size_t nk = (size_t)(g->B * g->KVH * g->Sq * g->HD) * g->es;
+  memset(w, 0, sizeof *w);
+  if (held) {
+    w->K = buf;
+    w->V = buf + nk;
+    if (gbuf) {
+      w->dK = gbuf;
+      w->dV = gbuf + nk;
+    }
+    w->kb = g->kb;
+    w->kh = g->kh;
+    w->kld = g->kld;
+    return;
+  }
+  size_t off = (size_t)((int64_t)s * g->Sq * g->fkld) * g->es;
+  w->K = (const char *)k->data + off;
+  w->V = (const char *)v->data + off;
+  if (dk) {
+    w->dK = (char *)dk->data + off;
+    w->dV = (char *)dv->data + off;
+  }
+  w->kb = g->fkb;
+  w->kh = g->fkh;
+  w->kld = g->fkld;
+}
+
+static dt_status gemm(dt_ctx *ctx, dt_dtype t, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+                      double alpha, const void *A, int64_t lda, const void *B, int64_t ldb,
+                      double beta, void *C, int64_t ldc) {
+  dt_gemm_desc d = {.dtype = t, .trans_a = ta, .trans_b = tb, .m = m, .n = n, .k = k,
+                    .alpha = alpha, .beta = beta, .a = A, .lda = lda, .b = B, .ldb = ldb,
+                    .c = C, .ldc = ldc, .batch = 1};
+  return dt_device_gemm(ctx->device, &d);
+}
+
+/* ---- forward -------------------------------------------------------------------------- */
+
+/* Online softmax of score rows [r0, r1) of a pair (row i at P + (i - r0) ld
+ * sees its first cnt_i = diag ? i + 1 : nk keys; the rest set to 0): the new
+ * running max, the rows exponentiated against it, the running sum rescaled and
+ * increased, and the alpha = exp(old max - new max) each output row is to be
+ * rescaled by (written to alpha[i - r0]). */
+static void online_rows(const cp_geo *g, void *Pv, int64_t ld, int64_t r0, int64_t r1, int64_t nk,
+                        bool diag, double *m, double *l, double *alpha) {
+  for (int64_t i = r0; i < r1; i++) {
+    int64_t cnt = diag ? i + 1 : nk;
+    double mx, z = 0;
+    if (g->t == DT_F32) {
+      float *row = (float *)Pv + (i - r0) * ld;
+      mx = dt_max_f32(row, cnt);
+      mx = m[i] > mx ? m[i] : mx;
+      dt_vexp_f32(row, row, (float)mx, cnt);
+      z = dt_sum_f32(row, cnt);
+      memset(row + cnt, 0, (size_t)(nk - cnt) * sizeof *row);
+    } else {
+      double *row = (double *)Pv + (i - r0) * ld;
+      mx = m[i];
+      for (int64_t j = 0; j < cnt; j++) mx = row[j] > mx ? row[j] : mx;
+      for (int64_t j = 0; j < cnt; j++) {
+        row[j] = exp(row[j] - mx);
+        z += row[j];
+      }
+      for (int64_t j = cnt; j < nk; j++) row[j] = 0;
+    }
+    double al = exp(m[i] - mx); /* 0 on the first block (m = -inf) */
+    l[i] = l[i] * al + z;
+    m[i] = mx;
+    alpha[i - r0] = al;
+  }
+}
+
+/* Query unit a, head (b, h), against key unit bu of block w. m, l: the unit's
+ * rows of the running max and sum. */
+static dt_status fwd_pair(dt_ctx *ctx, const cp_geo *g, const kv_view *w, int64_t b, int64_t h,
+                          int64_t a, int64_t bu, bool diag, const dt_array *q, dt_array *o,
+                          double *m, double *l, void *P, double *alpha) {
+  const size_t es = g->es;
+  const int64_t L = g->L, bq = L < CP_BQ ? L : CP_BQ;
+  size_t qo = (size_t)(b * g->qb + h * g->qh + a * L * g->qld) * es;
+  size_t ko = (size_t)(b * w->kb + h / g->group * w->kh + bu * L * w->kld) * es;
+  const char *Q = (const char *)q->data + qo, *K = w->K + ko, *V = w->V + ko;
+  char *O = (char *)o->data + qo;
+  for (int64_t r0 = 0; r0 < L; r0 += bq) {
+    int64_t r1 = r0 + bq < L ? r0 + bq : L, nk = diag ? r1 : L;
+    size_t ro = (size_t)(r0 * g->qld) * es;
+    DT_CHECK(gemm(ctx, g->t, false, true, r1 - r0, nk, g->HD, g->scale, Q + ro, g->qld, K, w->kld, 0.0,
+                  P, L));
+    online_rows(g, P, L, r0, r1, nk, diag, m, l, alpha);
+    for (int64_t i = r0; i < r1; i++) {
+      double al = alpha[i - r0];
+      if (al == 1.0) continue;
+      char *row = O + (size_t)(i * g->qld) * es;
+      if (g->t == DT_F32) dt_scale_f32((float *)row, (float)al, g->HD);
+      else
+        for (int64_t d = 0; d < g->HD; d++) ((double *)row)[d] *= al;
+    }
+    DT_CHECK(gemm(ctx, g->t, false, false, r1 - r0, g->HD, nk, 1.0, P, L, V, w->kld, 1.0, O + ro, g->qld));
+  }
+  return DT_OK;
+}
+
+/* Every pair of this rank's query units with cp rank s's key units. */
+static dt_status fwd_block(dt_ctx *ctx, const cp_geo *g, const kv_view *w, int s, const dt_array *q,
+                           dt_array *o, double *m, double *l, void *P, double *alpha, dt_cp_counts *n) {
+  for (int64_t a = 0; a < g->u; a++)
+    for (int64_t bu = 0; bu < g->u; bu++) {
+      pair_kind k = pair_of(g, a, s, bu, n);
+      if (k == PAIR_SKIP) continue;
+      for (int64_t b = 0; b < g->B; b++)
+        for (int64_t h = 0; h < g->H; h++) {
+          size_t r = (size_t)((b * g->H + h) * g->Sq + a * g->L);
+          DT_CHECK(fwd_pair(ctx, g, w, b, h, a, bu, k == PAIR_DIAG, q, o, m + r, l + r, P, alpha));
+        }
+    }
+  return DT_OK;
+}
+
+/* [K | V] of the local k, v into buf (one flat buffer, K then V). */
+static void pack_kv(const dt_array *k, const dt_array *v, char *buf) {
+  size_t nb = dt_array_bytes(k);
+  memcpy(buf, k->data, nb);
+  memcpy(buf + nb, v->data, nb);
+}
+
+static dt_status cp_kernel(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor *const *in,
+                           dt_tensor *const *out) {
+  static const char name[] = "sdpa_cp";
+  cp_geo g;
+  DT_CHECK(cp_geo_get(ctx, name, a, in, &g));
+  const dt_array *q = &in[0]->local, *k = &in[1]->local, *v = &in[2]->local;
+  dt_array *o = &out[0]->local, *lse = &out[1]->local;
+  const bool rotate = g.ring && g.C > 1;
+  const size_t es = g.es, kvbytes = 2 * dt_array_bytes(k);
+  const int64_t rows = g.B * g.H * g.Sq, bq = g.L < CP_BQ ? g.L : CP_BQ;
+  if (o->numel) memset(o->data, 0, dt_array_bytes(o));
+  double *ml = dt_host_alloc(ctx, (size_t)(2 * rows + bq) * sizeof *ml);
+  void *P = dt_host_alloc(ctx, (size_t)(bq * g.L) * es);
+  char *buf = rotate ? dt_host_alloc(ctx, 2 * kvbytes) : NULL;
+  dt_status s = DT_OK;
+  if (!ml || !P || (rotate && !buf)) {
+    s = dt_error(ctx, DT_ERR_NOMEM, name, "scratch");
+    goto done;
+  }
+  double *m = ml, *l = ml + rows, *alpha = ml + 2 * rows;
+  for (int64_t i = 0; i < rows; i++) {
+    m[i] = -INFINITY;
+    l[i] = 0;
+  }
+  char *cur = buf, *nxt = buf ? buf + kvbytes : NULL;
+  if (rotate) pack_kv(k, v, cur);
+  const int next = (g.c + 1) % g.C, prev = (g.c - 1 + g.C) % g.C;
+  dt_cp_counts n = {0, 0, 0};
+  for (int i = 0; i < g.C && s == DT_OK; i++) {
+    int src = (g.c - i + g.C) % g.C; /* whose block is held at step i */
+    if (rotate && i < g.C - 1) {
+      s = dt_comm_send(g.comm, cur, kvbytes / es, g.t, next, CP_TAG_FWD_KV);
+      if (s != DT_OK) break;
+    }
+    kv_view w;
+    view_of(&g, rotate, cur, NULL, k, v, NULL, NULL, src, &w);
+    s = fwd_block(ctx, &g, &w, src, q, o, m, l, P, alpha, &n);
+    if (s == DT_OK && rotate && i < g.C - 1) {
+      s = dt_comm_recv(g.comm, nxt, kvbytes / es, g.t, prev, CP_TAG_FWD_KV);
+      char *t = cur;
+      cur = nxt;
+      nxt = t;
+    }
+  }
+  if (s == DT_OK) s = counts_add(ctx, &n);
+  /* normalise, and lse = max + log(sum): every row sees at least its own key */
+  for (int64_t b = 0; b < g.B && s == DT_OK; b++)
+    for (int64_t h = 0; h < g.H; h++)
+      for (int64_t i = 0; i < g.Sq; i++) {
+        size_t r = (size_t)((b * g.H + h) * g.Sq + i);
+        char *row = (char *)o->data + (size_t)(b * g.qb + h * g.qh + i * g.qld) * es;
+        double inv = 1.0 / l[r];
+        if (g.t == DT_F32) dt_scale_f32((float *)row, (float)inv, g.HD);
+        else
+          for (int64_t d = 0; d < g.HD; d++) ((double *)row)[d] *= inv;
+        dt_elem_st(lse, b * g.lb + h * g.lh + i * g.lld, m[r] + log(l[r]));
+      }
+done:
+  dt_host_free(ctx, ml);
+  dt_host_free(ctx, P);
+  dt_host_free(ctx, buf);
+  return s;
+}
+
+/* ---- backward ------------------------------------------------------------------------- */
+
+/* Query unit a, head (b, h), against key unit bu of block w: dq rows += , and
+ * the block's dK, dV (w->dK, w->dV) += . lse, D: the unit's rows (row i at
+ * lse index (lrow + i) lld, D[i]). */
+static dt_status bwd_pair(dt_ctx *ctx, const cp_geo *g, const kv_view *w, int64_t b, int64_t h,
+                          int64_t a, int64_t bu, bool diag, const dt_tensor *const *in, dt_array *dq,
+                          const double *D, void *P, void *dS) {
+  const size_t es = g->es;
+  const int64_t L = g->L, bq = L < CP_BQ ? L : CP_BQ;
+  const dt_array *q = &in[0]->local, *lse = &in[4]->local, *dO = &in[5]->local;
+  size_t qo = (size_t)(b * g->qb + h * g->qh + a * L * g->qld) * es;
+  size_t ko = (size_t)(b * w->kb + h / g->group * w->kh + bu * L * w->kld) * es;
+  const char *Q = (const char *)q->data + qo, *DO = (const char *)dO->data + qo;
+  const char *K = w->K + ko, *V = w->V + ko;
+  char *DQ = (char *)dq->data + qo, *DK = w->dK + ko, *DV = w->dV + ko;
+  const int64_t l0 = b * g->lb + h * g->lh + a * L * g->lld;
+  for (int64_t r0 = 0; r0 < L; r0 += bq) {
+    int64_t r1 = r0 + bq < L ? r0 + bq : L, rb = r1 - r0, nk = diag ? r1 : L;
+    size_t ro = (size_t)(r0 * g->qld) * es;
+    DT_CHECK(gemm(ctx, g->t, false, true, rb, nk, g->HD, g->scale, Q + ro, g->qld, K, w->kld, 0.0, P, L));
+    DT_CHECK(gemm(ctx, g->t, false, true, rb, nk, g->HD, 1.0, DO + ro, g->qld, V, w->kld, 0.0, dS, L));
+    for (int64_t i = r0; i < r1; i++) {
+      int64_t cnt = diag ? i + 1 : nk;
+      double li = dt_elem_ld(lse, l0 + i * g->lld), Di = D[i];
+      if (g->t == DT_F32) {
+        float *p = (float *)P + (i - r0) * L, *d = (float *)dS + (i - r0) * L;
+        dt_vexp_f32(p, p, (float)li, cnt);
+        memset(p + cnt, 0, (size_t)(nk - cnt) * sizeof *p);
+        const float df = (float)Di;
+        int64_t j = 0;
+        for (; j + 4 <= cnt; j += 4) dt_v4_store(d + j, dt_v4_load(p + j) * (dt_v4_load(d + j) - df));
+        for (; j < cnt; j++) d[j] = p[j] * (d[j] - df);
+        memset(d + cnt, 0, (size_t)(nk - cnt) * sizeof *d);
+      } else {
+        double *p = (double *)P + (i - r0) * L, *d = (double *)dS + (i - r0) * L;
+        for (int64_t j = 0; j < cnt; j++) {
+          p[j] = exp(p[j] - li);
+          d[j] = p[j] * (d[j] - Di);
+        }
+        for (int64_t j = cnt; j < nk; j++) p[j] = d[j] = 0;
+      }
+    }
+    DT_CHECK(gemm(ctx, g->t, false, false, rb, g->HD, nk, g->scale, dS, L, K, w->kld, 1.0, DQ + ro, g->qld));
+    DT_CHECK(gemm(ctx, g->t, true, false, nk, g->HD, rb, g->scale, dS, L, Q + ro, g->qld, 1.0, DK, w->kld));
+    DT_CHECK(gemm(ctx, g->t, true, false, nk, g->HD, rb, 1.0, P, L, DO + ro, g->qld, 1.0, DV, w->kld));
+  }
+  return DT_OK;
+}
+
+static dt_status bwd_block(dt_ctx *ctx, const cp_geo *g, const kv_view *w, int s,
+                           const dt_tensor *const *in, dt_array *dq, const double *D, void *P, void *dS,
+                           dt_cp_counts *n) {
+  for (int64_t a = 0; a < g->u; a++)
+    for (int64_t bu = 0; bu < g->u; bu++) {
+      pair_kind k = pair_of(g, a, s, bu, n);
+      if (k == PAIR_SKIP) continue;
+      for (int64_t b = 0; b < g->B; b++)
+        for (int64_t h = 0; h < g->H; h++) {
+          const double *Dr = D + (b * g->H + h) * g->Sq + a * g->L;
+          DT_CHECK(bwd_pair(ctx, g, w, b, h, a, bu, k == PAIR_DIAG, in, dq, Dr, P, dS));
+        }
+    }
+  return DT_OK;
+}
+
+/* acc += x, n elements of dtype t */
+static void add_into(dt_dtype t, void *acc, const void *x, size_t n) {
+  if (t == DT_F32) {
+    float *y = acc;
+    const float *z = x;
+    for (size_t i = 0; i < n; i++) y[i] += z[i];
+  } else {
+    double *y = acc;
+    const double *z = x;
+    for (size_t i = 0; i < n; i++) y[i] += z[i];
+  }
+}
+
+static dt_status cp_bwd_kernel(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor *const *in,
+                               dt_tensor *const *out) {
+  static const char name[] = "sdpa_cp_bwd";
+  cp_geo g;
+  DT_CHECK(cp_geo_get(ctx, name, a, in, &g));
+  const dt_array *k = &in[1]->local, *v = &in[2]->local, *O = &in[3]->local, *dO = &in[5]->local;
+  dt_array *dq = &out[0]->local, *dk = &out[1]->local, *dv = &out[2]->local;
+  if (O->numel != in[0]->local.numel || dO->numel != O->numel ||
+      in[4]->local.numel * g.HD != O->numel || dk->numel != k->numel || dv->numel != v->numel)
+    return dt_error(ctx, DT_ERR_INTERNAL, name, "local shapes of out, lse, dout or the gradients differ");
+  const bool rotate = g.ring && g.C > 1;
+  const size_t es = g.es, kvbytes = 2 * dt_array_bytes(k);
+  const size_t kvn = kvbytes / es;
+  const int64_t rows = g.B * g.H * g.Sq, bq = g.L < CP_BQ ? g.L : CP_BQ;
+  if (dq->numel) memset(dq->data, 0, dt_array_bytes(dq));
+  if (dk->numel) memset(dk->data, 0, dt_array_bytes(dk));
+  if (dv->numel) memset(dv->data, 0, dt_array_bytes(dv));
+  double *D = dt_host_alloc(ctx, (size_t)rows * sizeof *D);
+  char *P = dt_host_alloc(ctx, 2 * (size_t)(bq * g.L) * es);
+  /* ring: the held [K | V] and the next, the travelling [dK | dV] and this
+   * step's contributions */
+  char *buf = rotate ? dt_host_alloc(ctx, 4 * kvbytes) : NULL;
+  dt_status s = DT_OK;
+  if (!D || !P || (rotate && !buf)) {
+    s = dt_error(ctx, DT_ERR_NOMEM, name, "scratch");
+    goto done;
+  }
+  char *dS = P + (size_t)(bq * g.L) * es;
+  /* D_i = rowsum(dO_i * O_i), in double */
+  for (int64_t b = 0; b < g.B; b++)
+    for (int64_t h = 0; h < g.H; h++)
+      for (int64_t i = 0; i < g.Sq; i++) {
+        int64_t e = b * g.qb + h * g.qh + i * g.qld;
+        double acc = 0;
+        if (g.t == DT_F32) acc = dt_dot_f32((const float *)dO->data + e, (const float *)O->data + e, g.HD);
+        else
+          for (int64_t d = 0; d < g.HD; d++)
+            acc += ((const double *)dO->data)[e + d] * ((const double *)O->data)[e + d];
+        D[(b * g.H + h) * g.Sq + i] = acc;
+      }
+  char *cur = buf, *nxt = buf ? buf + kvbytes : NULL;
+  char *acc = buf ? buf + 2 * kvbytes : NULL, *part = buf ? buf + 3 * kvbytes : NULL;
+  if (rotate) pack_kv(k, v, cur);
+  const int next = (g.c + 1) % g.C, prev = (g.c - 1 + g.C) % g.C;
+  dt_cp_counts n = {0, 0, 0};
+  for (int i = 0; i < g.C && s == DT_OK; i++) {
+    int src = (g.c - i + g.C) % g.C;
+    if (rotate && i < g.C - 1) {
+      s = dt_comm_send(g.comm, cur, kvn, g.t, next, CP_TAG_BWD_KV);
+      if (s != DT_OK) break;
+    }
+    if (rotate) memset(part, 0, kvbytes);
+    kv_view w;
+    view_of(&g, rotate, cur, part, k, v, dk, dv, src, &w);
+    s = bwd_block(ctx, &g, &w, src, in, dq, D, P, dS, &n);
+    if (s != DT_OK || !rotate) continue;
+    /* the held block's accumulator: fresh at step 0, else from rank c - 1 */
+    if (i == 0) {
+      char *t = acc;
+      acc = part;
+      part = t;
+    } else {
+      s = dt_comm_recv(g.comm, acc, kvn, g.t, prev, CP_TAG_BWD_DKV);
+      if (s != DT_OK) break;
+      add_into(g.t, acc, part, kvn);
+    }
+    s = dt_comm_send(g.comm, acc, kvn, g.t, next, CP_TAG_BWD_DKV);
+    if (s == DT_OK && i < g.C - 1) {
+      s = dt_comm_recv(g.comm, nxt, kvn, g.t, prev, CP_TAG_BWD_KV);
+      char *t = cur;
+      cur = nxt;
+      nxt = t;
+    }
+  }
+  /* the C-th transfer brings this rank's own block, summed over every rank */
+  if (s == DT_OK && rotate) {
+    s = dt_comm_recv(g.comm, acc, kvn, g.t, prev, CP_TAG_BWD_DKV);
+    if (s == DT_OK) {
+      memcpy(dk->data, acc, kvbytes / 2);
+      memcpy(dv->data, acc + kvbytes / 2, kvbytes / 2);
+    }
+  }
+  if (s == DT_OK) s = counts_add(ctx, &n);
+done:
+  dt_host_free(ctx, D);
+  dt_host_free(ctx, P);
+  dt_host_free(ctx, buf);
+  return s;
+}
+
+static const dt_op op_sdpa_cp_bwd = {.name = "sdpa_cp_bwd", .n_in = 6, .n_out = 3,
+                                     .infer = cp_bwd_infer, .candidates = cp_bwd_candidates,
+                                     .kernel = cp_bwd_kernel};
+
+static dt_status zeros_like(dt_ctx *ctx, const dt_tensor *x, dt_tensor *out) {
+  dt_op_attrs z;
+  memset(&z, 0, sizeof z); /* scale by 0 */
+  const dt_tensor *i1[1] = {x};
+  dt_tensor *o1[1] = {out};
+  return dt_op_call(ctx, &dt_op_scale, &z, i1, o1, NULL);
+}
+
+static dt_status cp_backward(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor *const *in,
+                             const dt_tensor *const *out, const dt_tensor *const *gout,
+                             dt_tensor *const *gin) {
+  if (gout[1])
+    return dt_error(ctx, DT_ERR_UNSUPPORTED, "sdpa_cp",
+                    "no gradient flows through lse (it is kept for the backward only)");
+  dt_status s = DT_OK;
+  if (!gout[0]) {
+    for (int j = 0; j < 3 && s == DT_OK; j++)
+      if (gin[j]) s = zeros_like(ctx, in[j], gin[j]);
+    return s;
+  }
+  const dt_tensor *bi[6] = {in[0], in[1], in[2], out[0], out[1], gout[0]};
+  dt_tensor g3[3];
+  dt_tensor *o[3] = {&g3[0], &g3[1], &g3[2]};
+  DT_CHECK(dt_op_call(ctx, &op_sdpa_cp_bwd, a, bi, o, NULL));
+  /* dk, dv to the placements k, v came in (Partial ones made Replicate):
+   * under allgather, the reduce_scatter of the Partial(sum) dK, dV */
+  for (int j = 1; j < 3 && s == DT_OK; j++) {
+    if (!gin[j]) continue;
+    dt_placement want[DT_MAX_MESH_DIMS];
+    bool same = true;
+    for (int i = 0; i < in[j]->mesh_ndim; i++) {
+      want[i] = in[j]->pl[i].kind == DT_PL_PARTIAL ? dt_replicate() : in[j]->pl[i];
+      same = same && dt_placement_eq(want[i], g3[j].pl[i]);
+    }
+    if (same) continue;
+    dt_tensor r;
+    s = dt_redistribute(ctx, &g3[j], want, DT_PLANNER_GREEDY, &r);
+    if (s != DT_OK) break;
+    dt_tensor_free(ctx, &g3[j]);
+    g3[j] = r;
+  }
+  for (int j = 0; j < 3; j++) {
+    if (gin[j] && s == DT_OK) *gin[j] = g3[j];
+    else dt_tensor_free(ctx, &g3[j]);
+  }
+  return s;
+}
+
+const dt_op dt_op_sdpa_cp = {.name = "sdpa_cp", .n_in = 3, .n_out = 2, .infer = cp_infer,
+                             .candidates = cp_candidates, .kernel = cp_kernel,
+                             .backward = cp_backward};
