@@ -228,7 +228,7 @@ static dt_status run_variant(dt_ctx *ctx, dt_mesh *mesh, dt_model *m, int dp, in
     dt_ctx_set_phase(ctx, "caller");
     dt_ledger_clear(ctx);
     dt_ledger_enable(ctx, true);
-    s = dt_data_parallel_reduce_grads(ctx, m, dp_dim, v->null_opts ? NULL : &v->opts);
+    s = dt_data_parallel_reduce_grads(ctx, m, 1u << dp_dim, v->null_opts ? NULL : &v->opts);
     dt_ledger_enable(ctx, false);
     TU_OK(ctx, s);
     TU_CHECK(!strcmp(ctx->phase, "caller"), "%s: phase not restored: '%s'", label, ctx->phase);
@@ -272,11 +272,11 @@ typedef struct tcase {
 static dt_status bad_inputs(dt_ctx *ctx, dt_model *m) {
   dt_ledger_clear(ctx);
   dt_ddp_opts nan_cap = {NAN, 0};
-  TU_CHECK(dt_data_parallel_reduce_grads(ctx, NULL, 0, NULL) == DT_ERR_INVALID, "NULL model");
-  TU_CHECK(dt_data_parallel_reduce_grads(ctx, m, -1, NULL) == DT_ERR_INVALID, "dp dim -1");
-  TU_CHECK(dt_data_parallel_reduce_grads(ctx, m, dt_mesh_ndim(m->mesh), NULL) == DT_ERR_INVALID,
-           "dp dim past the mesh");
-  TU_CHECK(dt_data_parallel_reduce_grads(ctx, m, 0, &nan_cap) == DT_ERR_INVALID, "NaN cap");
+  TU_CHECK(dt_data_parallel_reduce_grads(ctx, NULL, 1u, NULL) == DT_ERR_INVALID, "NULL model");
+  TU_CHECK(dt_data_parallel_reduce_grads(ctx, m, 0u, NULL) == DT_ERR_INVALID, "empty dim mask");
+  TU_CHECK(dt_data_parallel_reduce_grads(ctx, m, 1u << dt_mesh_ndim(m->mesh), NULL) ==
+               DT_ERR_INVALID, "dp dim past the mesh");
+  TU_CHECK(dt_data_parallel_reduce_grads(ctx, m, 1u, &nan_cap) == DT_ERR_INVALID, "NaN cap");
   TU_CHECK(dt_ledger_of(ctx)->n == 0, "bad input made %zu collectives", dt_ledger_of(ctx)->n);
   return DT_OK;
 }

@@ -287,8 +287,9 @@ static dt_status build_model(dt_ctx *ctx, dt_mesh *mesh, const job *j, dt_model 
     if (!e) s = dt_error(ctx, DT_ERR_NOMEM, "train", "no memory");
     for (int i = 0; e && i < p->n_entries; i++)
       if (p->entries[i].dim == pds) e[n++] = p->entries[i];
-    dt_fsdp_opts fo = {j->dps_dim, j->dp_dim, p->zero ? p->zero : 3, p->param_dtype,
-                       p->reduce_dtype, ""};
+    dt_fsdp_opts fo = {.shard_dim = j->dps_dim, .cp_dim = -1, .replicate_dim = j->dp_dim,
+                       .zero = p->zero ? p->zero : 3, .param_dtype = p->param_dtype,
+                       .reduce_dtype = p->reduce_dtype, .fault_no_reduce = ""};
     if (j->fault.kind == FAULT_SKIP_REDUCE) { /* TEST SWITCH: the unit skips its reduction */
       const char *dot = strrchr(j->fault.param, '.');
       if (dot && !strcmp(dot, ".weight"))
@@ -358,7 +359,7 @@ static dt_status step_grads(dt_ctx *ctx, dt_mesh *mesh, dt_model *m, const job *
      * it is given (torch/nn/parallel/distributed.py _BucketCapacityConfig.create) */
     const double cap = j->plan ? j->plan->bucket_cap_mb : 0;
     const dt_ddp_opts ddp = {cap * 1048576.0, 0};
-    s = dt_data_parallel_reduce_grads(ctx, m, dp, cap > 0 ? &ddp : NULL);
+    s = dt_data_parallel_reduce_grads(ctx, m, 1u << dp, cap > 0 ? &ddp : NULL);
   }
   if (s == DT_OK) fault_perturb_grad(ctx, m, &j->fault); /* TEST SWITCH */
   *secs = dt_now() - t0;
