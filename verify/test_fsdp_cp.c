@@ -420,7 +420,7 @@ static void bad_inputs(dt_ctx *ctx, dt_mesh *mesh, const dims *d, const dt_plan 
   fo.cp_dim = d->ds; /* cp before dp_shard */
   TU_CHECK(dt_fully_shard(ctx, m, e, n, &fo) == DT_ERR_INVALID, "cp before dp_shard must be refused");
   fo.shard_dim = d->ds;
-  fo.cp_dim = d->t; /* not adjacent to... tp as "cp" two dims after dp_shard */
+  fo.cp_dim = d->t; /* two dims after dp_shard, not the next one */
   TU_CHECK(dt_fully_shard(ctx, m, e, n, &fo) == DT_ERR_INVALID,
            "a cp dim that is not shard_dim + 1 must be refused");
   TU_CHECK(m->param_state == NULL, "a refused fully_shard left state behind");
