@@ -40,8 +40,18 @@
  *  (c) the checks can fail: the same run with the first bucket's gradients
  *      relabelled Replicate on dp before the reduce (so that bucket is never
  *      all-reduced, as a reducer that skipped it) must fail both (a) and (b).
- * Bad input: NULL model, dp dim out of range, a NaN cap: DT_ERR_INVALID and no
- * collective.
+ * Several dims (the mask 0b11 on mesh [dp_replicate 2, cp 2], TorchTitan's dp_cp
+ * for DDP with context parallel): one all_reduce per bucket on the flattened group
+ * "dp_replicate_cp" of 4 ranks, the buckets of (a) with DDP's defaults; every
+ * reduced gradient Replicate on both dims and equal, gathered, to the debugmodel's
+ * gradient on a 1-rank mesh over the whole batch (sb_tolerance(f32) before an
+ * update: a reordered sum, bench/harness/verdict.c). Twice: the batch (4)
+ * Shard(0) on both dims (gradients Partial on both), and the batch (2) on
+ * dp_replicate only (Partial there, Replicate on cp: the cp ranks of coordinate 1
+ * must contribute zeros, or the sum is twice the reference). The planted skipped
+ * first bucket must fail both checks here too.
+ * Bad input: NULL model, an empty mask or a dim past the mesh, a NaN cap:
+ * DT_ERR_INVALID and no collective.
  */
 #include "config.h"
 
@@ -122,23 +132,24 @@ typedef struct verdicts {
 
 /* Checks (a): the ledger rows against the expected bucket sizes. Returns the
  * number of mismatches (printed on rank 0 when report). */
-static int check_ledger(dt_ctx *ctx, const int64_t *want, int n_want, const char *label,
-                        bool report) {
+static int check_ledger(dt_ctx *ctx, const int64_t *want, int n_want, const char *group,
+                        int group_size, const char *label, bool report) {
   const dt_ledger *lg = dt_ledger_of(ctx);
   int bad = 0;
   if ((int)lg->n != n_want) bad++;
   for (size_t i = 0; i < lg->n; i++) {
     const dt_ledger_row *r = &lg->rows[i];
-    if (r->op != DT_COLL_ALL_REDUCE || strcmp(r->group, "dp_replicate") ||
+    if (r->op != DT_COLL_ALL_REDUCE || strcmp(r->group, group) || r->group_size != group_size ||
         strcmp(r->phase, "backward") || r->dtype != DT_F32 ||
         (i < (size_t)n_want && r->elems != (uint64_t)want[i]))
       bad++;
   }
   if (bad && report)
-    fprintf(stderr, "  %s: rank %d: %zu ledger rows, %d buckets expected (first row: %s %s %s "
+    fprintf(stderr, "  %s: rank %d: %zu ledger rows, %d buckets expected (first row: %s %s/%d %s "
             "%llu elements)\n", label, ctx->rank, lg->n, n_want,
             lg->n ? dt_coll_name((dt_coll)lg->rows[0].op) : "-", lg->n ? lg->rows[0].group : "-",
-            lg->n ? lg->rows[0].phase : "-", lg->n ? (unsigned long long)lg->rows[0].elems : 0ull);
+            lg->n ? lg->rows[0].group_size : 0, lg->n ? lg->rows[0].phase : "-",
+            lg->n ? (unsigned long long)lg->rows[0].elems : 0ull);
   return bad;
 }
 
@@ -167,13 +178,14 @@ static int check_values(dt_model *m, dt_tensor *oracle, const bool *had, int dp_
   return bad;
 }
 
-/* forward, loss, backward of step 0 with the ledger off */
-static dt_status grads(dt_ctx *ctx, dt_mesh *mesh, dt_model *m, int dp, int dp_dim) {
+/* forward, loss, backward of step 0 with the ledger off: `batch` sequences of SEQ
+ * tokens, Shard(0) on the mesh dims of tok_dims (nested) */
+static dt_status grads(dt_ctx *ctx, dt_mesh *mesh, dt_model *m, int batch, unsigned tok_dims) {
   dt_tensor tok, tgt;
   memset(&tok, 0, sizeof tok);
   memset(&tgt, 0, sizeof tgt);
-  DT_CHECK(sb_token_tensor(ctx, mesh, dp, SEQ, m->cfg.vocab, 1u << dp_dim, 0, 0, &tok));
-  dt_status s = sb_token_tensor(ctx, mesh, dp, SEQ, m->cfg.vocab, 1u << dp_dim, 0, 1, &tgt);
+  DT_CHECK(sb_token_tensor(ctx, mesh, batch, SEQ, m->cfg.vocab, tok_dims, 0, 0, &tok));
+  dt_status s = sb_token_tensor(ctx, mesh, batch, SEQ, m->cfg.vocab, tok_dims, 0, 1, &tgt);
   dt_var *logits = NULL, *loss = NULL;
   if (s == DT_OK) s = dt_model_forward(ctx, m, &tok, &logits);
   if (s == DT_OK) s = dt_model_loss(ctx, m, logits, &tgt, &loss);
@@ -189,7 +201,7 @@ static dt_status run_variant(dt_ctx *ctx, dt_mesh *mesh, dt_model *m, int dp, in
                              verdicts *out) {
   memset(out, 0, sizeof *out);
   dt_ledger_enable(ctx, false);
-  DT_CHECK(grads(ctx, mesh, m, dp, dp_dim));
+  DT_CHECK(grads(ctx, mesh, m, dp, 1u << dp_dim));
   dt_tensor *oracle = calloc((size_t)m->n_mods, sizeof *oracle);
   bool *had = calloc((size_t)m->n_mods, sizeof *had);
   dt_status s = oracle && had ? DT_OK : DT_ERR_NOMEM;
@@ -228,7 +240,7 @@ static dt_status run_variant(dt_ctx *ctx, dt_mesh *mesh, dt_model *m, int dp, in
     dt_ctx_set_phase(ctx, "caller");
     dt_ledger_clear(ctx);
     dt_ledger_enable(ctx, true);
-    s = dt_data_parallel_reduce_grads(ctx, m, dp_dim, v->null_opts ? NULL : &v->opts);
+    s = dt_data_parallel_reduce_grads(ctx, m, 1u << dp_dim, v->null_opts ? NULL : &v->opts);
     dt_ledger_enable(ctx, false);
     TU_OK(ctx, s);
     TU_CHECK(!strcmp(ctx->phase, "caller"), "%s: phase not restored: '%s'", label, ctx->phase);
@@ -236,7 +248,7 @@ static dt_status run_variant(dt_ctx *ctx, dt_mesh *mesh, dt_model *m, int dp, in
   }
   if (s == DT_OK) {
     bool report = !v->skip_first_bucket;
-    out->ledger = check_ledger(ctx, want, nw, label, report);
+    out->ledger = check_ledger(ctx, want, nw, "dp_replicate", dp, label, report);
     out->values = check_values(m, oracle, had, dp_dim, tp_dim, label, report);
     if (ctx->rank == 0) {
       printf("  %-28s %2d buckets (elements:", label, nw);
@@ -272,11 +284,11 @@ typedef struct tcase {
 static dt_status bad_inputs(dt_ctx *ctx, dt_model *m) {
   dt_ledger_clear(ctx);
   dt_ddp_opts nan_cap = {NAN, 0};
-  TU_CHECK(dt_data_parallel_reduce_grads(ctx, NULL, 0, NULL) == DT_ERR_INVALID, "NULL model");
-  TU_CHECK(dt_data_parallel_reduce_grads(ctx, m, -1, NULL) == DT_ERR_INVALID, "dp dim -1");
-  TU_CHECK(dt_data_parallel_reduce_grads(ctx, m, dt_mesh_ndim(m->mesh), NULL) == DT_ERR_INVALID,
-           "dp dim past the mesh");
-  TU_CHECK(dt_data_parallel_reduce_grads(ctx, m, 0, &nan_cap) == DT_ERR_INVALID, "NaN cap");
+  TU_CHECK(dt_data_parallel_reduce_grads(ctx, NULL, 1u, NULL) == DT_ERR_INVALID, "NULL model");
+  TU_CHECK(dt_data_parallel_reduce_grads(ctx, m, 0u, NULL) == DT_ERR_INVALID, "empty dim mask");
+  TU_CHECK(dt_data_parallel_reduce_grads(ctx, m, 1u << dt_mesh_ndim(m->mesh), NULL) ==
+               DT_ERR_INVALID, "dp dim past the mesh");
+  TU_CHECK(dt_data_parallel_reduce_grads(ctx, m, 1u, &nan_cap) == DT_ERR_INVALID, "NaN cap");
   TU_CHECK(dt_ledger_of(ctx)->n == 0, "bad input made %zu collectives", dt_ledger_of(ctx)->n);
   return DT_OK;
 }
@@ -337,8 +349,160 @@ static dt_status run_case(dt_ctx *ctx, const tcase *tc) {
   return s;
 }
 
+/* ---- several dims: dp_replicate x cp, one all_reduce per bucket on the flattened group */
+
+/* The reference gradients (module order; NULL for modules without a weight): the
+ * same model on a 1-rank mesh, `batch` sequences, as f64. */
+static dt_status reference_grads(dt_ctx *ctx, int batch, double **ref, int64_t *nref) {
+  dt_comm *self = NULL;
+  DT_CHECK(dt_comm_split(ctx->world, ctx->rank, 0, "self", &self));
+  const int shape[1] = {1};
+  const char *const nm[1] = {"dp_replicate"};
+  dt_mesh *mesh = NULL;
+  dt_llama_config cfg;
+  dt_model *m = NULL;
+  dt_status s = dt_mesh_create(ctx, self, 1, shape, nm, &mesh);
+  if (s == DT_OK) s = dt_llama_config_get(ctx, "debugmodel", &cfg);
+  if (s == DT_OK) s = dt_model_create(ctx, mesh, &cfg, DT_F32, SEED, &m);
+  if (s == DT_OK) s = dt_model_materialize(ctx, m);
+  dt_ledger_enable(ctx, false);
+  if (s == DT_OK) s = grads(ctx, mesh, m, batch, 0u);
+  for (int i = 0; s == DT_OK && i < m->n_mods; i++)
+    if (m->mods[i].weight) s = sb_gather_f64(ctx, dt_var_grad(m->mods[i].weight), &ref[i], &nref[i]);
+  dt_ledger_enable(ctx, true);
+  dt_model_free(ctx, m);
+  dt_mesh_free(mesh);
+  dt_comm_destroy(self);
+  return s;
+}
+
+/* One run on the [dp_replicate 2, cp 2] mesh: the batch (`batch` sequences)
+ * Shard(0) on the dims of tok_dims, the reduce over both dims (mask 0b11), DDP's
+ * default caps; planted: the first bucket's gradients relabelled Replicate on
+ * both dims before the reduce (a reducer that skipped it). */
+static dt_status mask_run(dt_ctx *ctx, dt_mesh *mesh, dt_model *m, int batch, unsigned tok_dims,
+                          bool planted, double *const *ref, const int64_t *nref,
+                          const char *label, verdicts *out) {
+  memset(out, 0, sizeof *out);
+  dt_ledger_enable(ctx, false);
+  dt_status s = grads(ctx, mesh, m, batch, tok_dims);
+  int64_t sizes[N_WEIGHTS], want[MAX_BUCKETS];
+  const int nw = expected_buckets(sizes, grad_sizes(1, sizes), 4, DT_DDP_FIRST_BUCKET_BYTES,
+                                  DT_DDP_BUCKET_CAP_BYTES, want);
+  if (s == DT_OK && planted) {
+    int64_t left = want[0];
+    for (int i = m->n_mods - 1; i >= 0 && left > 0; i--) {
+      if (!m->mods[i].weight) continue;
+      dt_tensor *g = (dt_tensor *)dt_var_grad(m->mods[i].weight); /* the planted bug */
+      left -= g->local.numel;
+      g->pl[0] = g->pl[1] = dt_replicate();
+    }
+  }
+  if (s == DT_OK) {
+    dt_ledger_clear(ctx);
+    dt_ledger_enable(ctx, true);
+    s = dt_data_parallel_reduce_grads(ctx, m, 3u, NULL);
+    dt_ledger_enable(ctx, false);
+    TU_OK(ctx, s);
+  }
+  if (s == DT_OK) {
+    out->ledger = check_ledger(ctx, want, nw, "dp_replicate_cp", 4, label, !planted);
+    /* values: every reduced gradient, gathered, against the reference; Replicate
+     * on both dims. Tolerance: sb_tolerance(f32, before an update), the bound
+     * bench/harness/verdict.c derives for a reordered sum (here: the four ranks'
+     * partial sums against the one-rank sum over the batch). */
+    sb_cmp c;
+    sb_cmp_init(&c);
+    int n_cmp = 0;
+    for (int i = 0; s == DT_OK && i < m->n_mods; i++) {
+      if (!m->mods[i].weight) continue;
+      const dt_tensor *g = dt_var_grad(m->mods[i].weight);
+      if (!planted && (g->pl[0].kind != DT_PL_REPLICATE || g->pl[1].kind != DT_PL_REPLICATE)) {
+        out->values++;
+        fprintf(stderr, "  %s: %s: gradient not Replicate on both dims\n", label, m->mods[i].fqn);
+      }
+      double *v = NULL;
+      int64_t n = 0;
+      s = sb_gather_f64(ctx, g, &v, &n);
+      if (s == DT_OK) sb_cmp_add(&c, m->mods[i].fqn, v, n, ref[i], nref[i],
+                                 sb_tolerance(DT_F32, false));
+      free(v);
+      n_cmp++;
+    }
+    TU_CHECK(n_cmp == N_WEIGHTS, "%s: %d gradients compared, want %d", label, n_cmp, N_WEIGHTS);
+    if (!sb_cmp_ok(&c)) out->values++;
+    if (!sb_cmp_ok(&c) && !planted)
+      fprintf(stderr, "  %s: rank %d: %s: relative error %.3g over %.1e\n", label, ctx->rank,
+              c.worst, c.worst_rel, c.worst_tol);
+    if (ctx->rank == 0)
+      printf("  %-40s %d buckets on dp_replicate_cp; ledger mismatches %d; worst %s: rel err "
+             "%.3g (tolerance %.1e)\n", label, nw, out->ledger, c.worst, c.worst_rel, c.worst_tol);
+  }
+  dt_ledger_enable(ctx, true);
+  if (s == DT_OK) s = dt_model_end_step(ctx, m);
+  dt_tape_zero_grad(m->tape);
+  return s;
+}
+
+/* dp_replicate 2 x cp 2, the reduce over both:
+ *   the batch (4) Shard(0) on both: every gradient Partial on both;
+ *   the batch (2) Shard(0) on dp_replicate only: gradients Partial on dp_replicate
+ *     and Replicate on cp, so the cp ranks of coordinate 1 must contribute zeros
+ *     (else the sum is twice the reference's);
+ *   PLANTED: the first bucket skipped: both checks must fail. */
+static dt_status run_mask(dt_ctx *ctx) {
+  const int shape[2] = {2, 2};
+  const char *const nm[2] = {"dp_replicate", "cp"};
+  dt_mesh *mesh = NULL;
+  DT_CHECK(dt_mesh_create(ctx, ctx->world, 2, shape, nm, &mesh));
+  dt_llama_config cfg;
+  dt_model *m = NULL;
+  dt_status s = dt_llama_config_get(ctx, "debugmodel", &cfg);
+  if (s == DT_OK) s = dt_model_create(ctx, mesh, &cfg, DT_F32, SEED, &m);
+  if (s == DT_OK) s = dt_model_materialize(ctx, m);
+  TU_OK(ctx, s);
+  /* the references of batch 4 and 2 */
+  const int n_mods = m ? m->n_mods : 0;
+  double **r4 = calloc((size_t)n_mods + 1, sizeof *r4), **r2 = calloc((size_t)n_mods + 1, sizeof *r2);
+  int64_t *n4 = calloc((size_t)n_mods + 1, sizeof *n4), *n2 = calloc((size_t)n_mods + 1, sizeof *n2);
+  if (s == DT_OK && !(r4 && r2 && n4 && n2)) s = DT_ERR_NOMEM;
+  if (s == DT_OK) s = reference_grads(ctx, 4, r4, n4);
+  if (s == DT_OK) s = reference_grads(ctx, 2, r2, n2);
+  TU_OK(ctx, s);
+  verdicts vd;
+  if (s == DT_OK) {
+    s = mask_run(ctx, mesh, m, 4, 3u, false, r4, n4, "dp_replicate2 x cp2, batch on both", &vd);
+    TU_CHECK(s != DT_OK || (vd.ledger == 0 && vd.values == 0), "batch on both: %d ledger and %d "
+             "gradient mismatches", vd.ledger, vd.values);
+  }
+  if (s == DT_OK) {
+    s = mask_run(ctx, mesh, m, 2, 1u, false, r2, n2, "dp_replicate2 x cp2, batch on dp_replicate",
+                 &vd);
+    TU_CHECK(s != DT_OK || (vd.ledger == 0 && vd.values == 0), "batch on dp_replicate: %d ledger "
+             "and %d gradient mismatches", vd.ledger, vd.values);
+  }
+  if (s == DT_OK) {
+    s = mask_run(ctx, mesh, m, 4, 3u, true, r4, n4, "PLANTED dp_replicate2 x cp2 skip bucket 0",
+                 &vd);
+    TU_CHECK(s != DT_OK || (vd.ledger > 0 && vd.values > 0), "PLANTED skip bucket 0: the checks "
+             "missed it (%d ledger, %d gradient mismatches)", vd.ledger, vd.values);
+  }
+  for (int i = 0; i < n_mods; i++) {
+    if (r4) free(r4[i]);
+    if (r2) free(r2[i]);
+  }
+  free(r4);
+  free(r2);
+  free(n4);
+  free(n2);
+  dt_model_free(ctx, m);
+  dt_mesh_free(mesh);
+  return s;
+}
+
 static dt_status run_rank(dt_ctx *ctx, void *arg) {
   const tcase *tc = arg;
+  if (!tc) return run_mask(ctx);
   return run_case(ctx, tc);
 }
 
@@ -378,7 +542,8 @@ static void launch(int world, tcase *tc) {
   dt_status s = dt_launch(&o, run_rank, tc, &rep);
   TU_CHECK(s == DT_OK, "dt_launch(threads, %d) -> %s: rank %d: %s", world, dt_status_str(s),
            rep.failed_rank, rep.failed_msg);
-  printf("test_ddp: dp %d x tp %d: %.2f s\n", tc->dp, tc->tp, dt_now() - t0);
+  if (tc) printf("test_ddp: dp %d x tp %d: %.2f s\n", tc->dp, tc->tp, dt_now() - t0);
+  else printf("test_ddp: dp_replicate 2 x cp 2: %.2f s\n", dt_now() - t0);
   dt_launch_report_free(&rep);
 }
 
@@ -394,5 +559,6 @@ int main(int argc, char **argv) {
   launch(2, &c1);
   launch(4, &c2);
   launch(4, &c3);
+  launch(4, NULL); /* dp_replicate 2 x cp 2 */
   return tu_finish("test_ddp");
 }

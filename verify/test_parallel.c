@@ -479,7 +479,7 @@ static dt_status train(dt_ctx *ctx, dt_mesh *mesh, const run_cfg *rc, const char
     s = dt_model_forward(ctx, m, &tok, &logits);
     if (s == DT_OK) s = dt_model_loss(ctx, m, logits, &tgt, &loss);
     if (s == DT_OK) s = dt_model_backward(ctx, m, loss);
-    if (s == DT_OK && rc->dp_dim >= 0) s = dt_data_parallel_reduce_grads(ctx, m, rc->dp_dim, NULL);
+    if (s == DT_OK && rc->dp_dim >= 0) s = dt_data_parallel_reduce_grads(ctx, m, dp_dims, NULL);
     dt_tensor_free(ctx, &tok);
     dt_tensor_free(ctx, &tgt);
     if (s != DT_OK) goto done;

@@ -170,7 +170,9 @@ static dt_status build_model(dt_ctx *ctx, dt_mesh *mesh, const shared *sh, const
     if (!e) s = dt_error(ctx, DT_ERR_NOMEM, PROG, "no memory");
     for (int i = 0; e && i < p->n_entries; i++)
       if (p->entries[i].dim == pds) e[n++] = p->entries[i];
-    const dt_fsdp_opts fo = {0, -1, L_ZERO[sh->cur], p->param_dtype, p->reduce_dtype, ""};
+    const dt_fsdp_opts fo = {.shard_dim = 0, .cp_dim = -1, .replicate_dim = -1,
+                             .zero = L_ZERO[sh->cur], .param_dtype = p->param_dtype,
+                             .reduce_dtype = p->reduce_dtype, .fault_no_reduce = ""};
     if (s == DT_OK) s = dt_fully_shard(ctx, m, e, n, &fo);
     free(e);
     if (s == DT_ERR_UNSUPPORTED) *na = true;
@@ -209,7 +211,7 @@ static dt_status one_step(dt_ctx *ctx, dt_mesh *mesh, dt_model *m, const shared 
      * (torch/nn/parallel/distributed.py _BucketCapacityConfig.create). */
     const double cap = ly->plan.bucket_cap_mb;
     const dt_ddp_opts ddp = {cap * 1048576.0, 0};
-    s = dt_data_parallel_reduce_grads(ctx, m, 0, cap > 0 ? &ddp : NULL);
+    s = dt_data_parallel_reduce_grads(ctx, m, 1u, cap > 0 ? &ddp : NULL);
   }
   const double t2 = dt_now();
   if (s == DT_OK && last) measure_params_grads(m, mem); /* untimed */

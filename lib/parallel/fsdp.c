@@ -1,8 +1,19 @@
-/* lib/parallel/fsdp.c: FSDP2's fully_shard over a dp_shard mesh dim, HSDP over
- * dp_replicate x dp_shard, ZeRO-1/2/3 and mixed precision (PyTorch's torch/distributed/fsdp/
- * _fully_shard/: _fsdp_param.py FSDPParam, _fsdp_collectives.py
- * foreach_all_gather / foreach_reduce, _fsdp_param_group.py FSDPParamGroup;
- * TorchTitan v0.2.0 torchtitan/models/llama3/infra/parallelize.py apply_fsdp).
+/* lib/parallel/fsdp.c: FSDP2's fully_shard over a dp_shard mesh dim, a cp mesh dim or
+ * the two flattened, HSDP over dp_replicate x that, ZeRO-1/2/3 and mixed precision
+ * (PyTorch's torch/distributed/fsdp/_fully_shard/: _fsdp_param.py FSDPParam,
+ * _fsdp_collectives.py foreach_all_gather / foreach_reduce, _fsdp_param_group.py
+ * FSDPParamGroup, _fully_shard.py fully_shard's shard_placement_fn; TorchTitan v0.2.0
+ * torchtitan/models/llama3/infra/parallelize.py apply_fsdp).
+ *
+ * The FSDP group: context parallel ranks hold the same weights but see other
+ * tokens, so their weight gradients are Partial(sum) on cp as on the data dims;
+ * TorchTitan (torchtitan/distributed/parallel_dims.py ParallelDims: the
+ * flattened "dp_shard_cp" mesh, fsdp_enabled when dp_shard or cp is) shards over
+ * dp_shard x cp, and over cp alone when dp_shard is 1. Here the FSDP dims are
+ * shard_dim, cp_dim or both (cp_dim == shard_dim + 1: dp_shard outer); with both,
+ * the collectives run on one communicator over the flattened pair
+ * (dt_mesh_flatten, named by joining the dim names: "dp_shard_cp"), of W = DS x C
+ * ranks, flattened rank r = coord(dp_shard) x C + coord(cp).
  *
  * Units: each fully_shard entry (in plan order) claims the weights of the
  * modules its patterns match and of their descendants that no earlier entry
@@ -10,29 +21,36 @@
  * first of its matched modules to run and closes at the post hook of the last
  * (the model root: the start and end of forward).
  *
- * Sharding one weight: its placement on the dp_shard dim becomes Shard(0). The
- * tensor FSDP splits is the weight as the other mesh dims leave it (TP's local
- * block when TP shards it): L rows, chunked over the W dp_shard ranks with
- * torch.chunk's sizes (c = ceil(L / W) rows, short or empty chunks at the end),
- * as FSDPParam._init_sharded_param does. No mesh dim after dp_shard may shard
- * dim 0 too: DTensor nests shards left to right, so TP must come before
- * dp_shard in the mesh for a rank's rows to be a chunk of TP's block (what
- * PyTorch expresses with _StridedShard on a [dp, tp] mesh).
+ * Sharding one weight: its placement on each FSDP dim becomes Shard(d) (both
+ * dims: the same d, nested; DTensor nests left to right, so flattened rank r
+ * holds the torch.chunk of cp's coordinate of the torch.chunk of dp_shard's,
+ * which is the flattened chunk r when the sizes divide). The tensor FSDP splits
+ * is the weight as the other mesh dims leave it (TP's local block when TP shards
+ * it), seen as [outer, L, inner] around dim d: L rows over the W ranks with
+ * torch.chunk's sizes (c = ceil(L / W) rows, short or empty chunks at the end,
+ * nested: ceil(ceil(L / DS) / C) == ceil(L / W)), as FSDPParam._init_sharded_param
+ * does. d is 0 unless a mesh dim after the FSDP dims shards dim 0 (TP after
+ * dp_shard / cp in TorchTitan's mesh order: Colwise weights, the Rowwise
+ * embedding); then d is 1 for a 2-D weight no later dim shards on dim 1, as
+ * FSDP2's shard_placement_fn returning Shard(1) gives (FSDP's chunks and TP's
+ * blocks then cut different dims and commute); otherwise it is refused. With TP
+ * before the FSDP dims, dim 0 of TP's local block is split (what PyTorch
+ * expresses with _StridedShard on a [dp, tp] mesh).
  *
  * One all_gather per unit: every member's shard, padded to c rows, packed into
- * one flat segment of P = sum c x rest elements per rank; the [W, P] result is
- * copied out into each member's unsharded tensor (its dp_shard placement
- * Replicate), recorded on the step tape as one custom function
- * (fsdp_all_gather) whose backward is the unit's one reduce_scatter: each
- * member's gradient (Partial(sum) over dp_shard, the batch being sharded there)
- * is chunked the same way into a [W, P] buffer, reduce-scattered (sum), and for
- * HSDP all-reduced over dp_replicate (one call); the result is the sharded
- * weight's gradient, Shard(0) on dp_shard. The loss is the global mean, so sums
- * are the average TorchTitan's AVG reduction of per-rank means gives.
- * A gradient Replicate on dp_shard (not batch-dependent) is contributed by
- * coordinate 0 only, so the sum is exact; other mesh dims keep their
- * placements (a Partial there, like the SequenceParallel norms' tp Partial,
- * is reduced by the optimizer).
+ * one flat segment of P = sum outer x c x inner elements per rank; the [W, P]
+ * result is copied out into each member's unsharded tensor (its FSDP dims'
+ * placements Replicate; a dim-1 shard as `outer` runs of size x inner), recorded
+ * on the step tape as one custom function (fsdp_all_gather) whose backward is
+ * the unit's one reduce_scatter: each member's gradient (Partial(sum) over the
+ * FSDP dims, the batch and the sequence being sharded there) is chunked the same
+ * way into a [W, P] buffer, reduce-scattered (sum), and for HSDP all-reduced over
+ * dp_replicate (one call); the result is the sharded weight's gradient. The loss
+ * is the global mean, so sums are the average TorchTitan's AVG reduction of
+ * per-rank means gives. A gradient Replicate on an FSDP dim (not dependent on
+ * what that dim shards) is contributed by coordinate 0 of that dim only, so the
+ * sum is exact; other mesh dims keep their placements (a Partial there, like
+ * the SequenceParallel norms' tp Partial, is reduced by the optimizer).
  *
  * reshard_after_forward (ZeRO-3): after the unit's forward its unsharded
  * values are freed and the unit's output goes through an identity custom
@@ -49,8 +67,9 @@
  * ZeRO-1 (arXiv:1910.02054 sec. 5.1, P_os): the weights stay whole (no gathers
  * for compute); AdamW's state is each rank's row shard (dt_module.opl), so the
  * optimizer updates only those rows; dt_fsdp_reduce_grads all-reduces each
- * unit's gradients (one call per unit and dp dim) and dt_fsdp_after_step
- * all-gathers each unit's updated rows.
+ * unit's gradients (one call per unit over the FSDP group, one over
+ * dp_replicate) and dt_fsdp_after_step all-gathers each unit's updated rows.
+ * AdamW updates rows, so ZeRO-1 refuses a dim-1 shard (DT_ERR_UNSUPPORTED).
  */
 #include "config.h"
 
@@ -61,10 +80,11 @@
 
 typedef struct fsdp_member {
   int mod;                  /* module index */
-  int64_t rows, rest;       /* L and the elements per row of the tensor FSDP splits */
+  int dim;                  /* the tensor dim FSDP shards (0, or 1: see the top) */
+  int64_t outer, rows, inner; /* the tensor FSDP splits as [outer, L, inner] around dim */
   int64_t c;                /* ceil(L / W): padded rows per rank */
   int64_t off;              /* this member's offset in a rank's flat segment */
-  dt_placement upl[DT_MAX_MESH_DIMS]; /* the unsharded placements (dp_shard: Replicate) */
+  dt_placement upl[DT_MAX_MESH_DIMS]; /* the unsharded placements (FSDP dims: Replicate) */
   dt_var *unsharded;        /* this step's unsharded variable, NULL before the unit opens */
 } fsdp_member;
 
@@ -83,7 +103,9 @@ typedef struct fsdp_unit {
 typedef struct fsdp {
   dt_fsdp_opts o;
   dt_model *m;
-  int W, coord;             /* dp_shard size, this rank's coordinate */
+  int nfd, fd[2];           /* the FSDP mesh dims, outer first (dp_shard, cp) */
+  dt_comm *comm;            /* their group: the dim's, or the flattened pair's */
+  int W, coord;             /* the group's size and this rank's flattened rank */
   int n_units;
   fsdp_unit *u;
 } fsdp;
@@ -122,19 +144,56 @@ static void convert(void *dst, dt_dtype td, const void *src, dt_dtype ts, int64_
   for (int64_t i = 0; i < n; i++) put(dst, td, i, get(src, ts, i));
 }
 
+/* The rows [off, off + size) of L that flattened rank r holds: torch.chunk over
+ * the first FSDP dim at r's coordinate there, then over the second of that. */
+static void fsdp_chunk(const fsdp *f, int64_t L, int r, int64_t *size, int64_t *off) {
+  int64_t sz = L, at = 0;
+  int below = f->W;
+  for (int k = 0; k < f->nfd; k++) {
+    const int n = dt_mesh_size(f->m->mesh, f->fd[k]);
+    below /= n;
+    int64_t cs, co;
+    dt_chunk(sz, n, (r / below) % n, &cs, &co);
+    sz = cs;
+    at += co;
+  }
+  *size = sz;
+  *off = at;
+}
+
+/* outer runs of n elements, run o from src + o * sstride (dtype ts) to dst + o *
+ * dstride (dtype td), strides in elements. */
+static void runs(char *dst, dt_dtype td, int64_t dstride, const char *src, dt_dtype ts,
+                 int64_t sstride, int64_t outer, int64_t n) {
+  const size_t ed = dt_dtype_size(td), es = dt_dtype_size(ts);
+  for (int64_t o = 0; o < outer; o++)
+    convert(dst + (size_t)(o * dstride) * ed, td, src + (size_t)(o * sstride) * es, ts, n);
+}
+
+/* Rank r's chunk of member mb out of its whole tensor `full` (dtype ft) into seg
+ * (dtype st), as the rank's shard lays it out: [outer, size, inner]. */
+static void pack(const fsdp *f, const fsdp_member *mb, int r, char *seg, dt_dtype st,
+                 const char *full, dt_dtype ft) {
+  int64_t size, off;
+  fsdp_chunk(f, mb->rows, r, &size, &off);
+  runs(seg, st, size * mb->inner, full + (size_t)(off * mb->inner) * dt_dtype_size(ft), ft,
+       mb->rows * mb->inner, mb->outer, size * mb->inner);
+}
+
 /* ---- all_gather (forward, and again before backward) ------------------------------ */
 
-/* Member k's whole rows from an all_gather's [W, P] result recv (dtype rt) into dst
- * (dtype dt): rank r's segment holds the torch.chunk rows r of it. */
+/* Member k's whole tensor from an all_gather's [W, P] result recv (dtype rt) into
+ * dst (dtype dt): rank r's segment holds its chunk of it. */
 static void unpack(const fsdp_unit *u, int k, const char *recv, dt_dtype rt, void *dst,
                    dt_dtype dt) {
   const fsdp_member *mb = &u->mem[k];
   const size_t es = dt_dtype_size(rt);
   for (int r = 0; r < u->f->W; r++) {
     int64_t size, off;
-    dt_chunk(mb->rows, u->f->W, r, &size, &off);
-    convert((char *)dst + (size_t)(off * mb->rest) * dt_dtype_size(dt), dt,
-            recv + ((size_t)r * (size_t)u->P + (size_t)mb->off) * es, rt, size * mb->rest);
+    fsdp_chunk(u->f, mb->rows, r, &size, &off);
+    runs((char *)dst + (size_t)(off * mb->inner) * dt_dtype_size(dt), dt, mb->rows * mb->inner,
+         recv + ((size_t)r * (size_t)u->P + (size_t)mb->off) * es, rt, size * mb->inner,
+         mb->outer, size * mb->inner);
   }
 }
 
@@ -152,7 +211,7 @@ static dt_status gather_into(dt_ctx *ctx, fsdp_unit *u, dt_tensor *const *vals) 
     convert(send + (size_t)mb->off * es, pd, w->local.data, md, w->local.numel);
   }
   if (s == DT_OK)
-    s = dt_comm_all_gather(dt_mesh_comm(f->m->mesh, f->o.shard_dim), send, recv, (size_t)u->P, pd);
+    s = dt_comm_all_gather(f->comm, send, recv, (size_t)u->P, pd);
   for (int k = 0; s == DT_OK && k < u->n; k++) unpack(u, k, recv, pd, vals[k]->local.data, md);
   dt_host_free(ctx, send);
   dt_host_free(ctx, recv);
@@ -188,12 +247,19 @@ static dt_status regather(dt_ctx *ctx, fsdp_unit *u) {
 
 /* ---- reduce_scatter (the all_gather's backward) ----------------------------------- */
 
+/* Whether mesh dim d is one of the FSDP dims. */
+static bool is_fsdp_dim(const fsdp *f, int d) {
+  for (int k = 0; k < f->nfd; k++)
+    if (f->fd[k] == d) return true;
+  return false;
+}
+
 static dt_status ag_backward(dt_ctx *ctx, void *state, int n_out, const dt_tensor *const *gout,
                              int n_in, dt_tensor *const *gin) {
   fsdp_unit *u = state;
   fsdp *f = u->f;
   dt_model *m = f->m;
-  const int sd = f->o.shard_dim, rd = f->o.replicate_dim, nd = dt_mesh_ndim(m->mesh);
+  const int rd = f->o.replicate_dim, nd = dt_mesh_ndim(m->mesh);
   const dt_dtype rt = comm_dtype(f, true), md = m->dtype;
   const size_t es = dt_dtype_size(rt);
   if (n_out != u->n || n_in != u->n)
@@ -214,50 +280,49 @@ static dt_status ag_backward(dt_ctx *ctx, void *state, int n_out, const dt_tenso
     dt_placement tgt[DT_MAX_MESH_DIMS];
     bool same = true;
     for (int d = 0; d < nd; d++) {
-      bool keep = d == sd || d == rd ||
-                  (go->pl[d].kind == DT_PL_PARTIAL && mb->upl[d].kind == DT_PL_REPLICATE);
+      const bool dp = d == rd || is_fsdp_dim(f, d);
+      bool keep = dp || (go->pl[d].kind == DT_PL_PARTIAL && mb->upl[d].kind == DT_PL_REPLICATE);
       tgt[d] = keep ? go->pl[d] : mb->upl[d];
-      if ((d == sd || d == rd) && go->pl[d].kind == DT_PL_SHARD) tgt[d] = dt_replicate();
+      if (dp && go->pl[d].kind == DT_PL_SHARD) tgt[d] = dt_replicate();
       same = same && dt_placement_eq(tgt[d], go->pl[d]);
     }
     s = same ? dt_tensor_from_local(ctx, go->mesh, &go->local, go->pl, go->ndim, go->gshape, &g[k])
              : dt_redistribute(ctx, go, tgt, DT_PLANNER_GREEDY, &g[k]);
     if (s != DT_OK) break;
-    const bool p_shard = g[k].pl[sd].kind == DT_PL_PARTIAL;
+    /* a Partial(sum) gradient on an FSDP dim is summed; a Replicate one (not
+     * dependent on what that dim shards) counts once: from coordinate 0 there */
+    bool contribute = true;
+    for (int q = 0; q < f->nfd; q++) {
+      const dt_placement p = g[k].pl[f->fd[q]];
+      if (p.kind == DT_PL_PARTIAL && p.op != DT_RED_SUM) {
+        s = dt_error(ctx, DT_ERR_UNSUPPORTED, WHO, "%s: a Partial gradient that is not a sum",
+                     m->mods[mb->mod].fqn);
+        break;
+      }
+      if (p.kind != DT_PL_PARTIAL && dt_mesh_coord(m->mesh, f->fd[q]) != 0) contribute = false;
+    }
     partial_rep[k] = rd >= 0 && g[k].pl[rd].kind == DT_PL_PARTIAL;
     any_rep = any_rep || partial_rep[k];
-    if ((p_shard && g[k].pl[sd].op != DT_RED_SUM) ||
-        (partial_rep[k] && g[k].pl[rd].op != DT_RED_SUM)) {
+    if (s == DT_OK && partial_rep[k] && g[k].pl[rd].op != DT_RED_SUM)
       s = dt_error(ctx, DT_ERR_UNSUPPORTED, WHO, "%s: a Partial gradient that is not a sum",
                    m->mods[mb->mod].fqn);
-      break;
-    }
-    /* a Replicate gradient (not batch-dependent) counts once: from coordinate 0 */
-    if (!p_shard && f->coord != 0) continue;
-    for (int r = 0; r < f->W; r++) {
-      int64_t size, off;
-      dt_chunk(mb->rows, f->W, r, &size, &off);
-      convert(send + ((size_t)r * (size_t)u->P + (size_t)mb->off) * es, rt,
-              (const char *)g[k].local.data + (size_t)(off * mb->rest) * dt_dtype_size(md), md,
-              size * mb->rest);
-    }
+    if (s != DT_OK || !contribute) continue;
+    for (int r = 0; r < f->W; r++)
+      pack(f, mb, r, send + ((size_t)r * (size_t)u->P + (size_t)mb->off) * es, rt,
+           g[k].local.data, md);
   }
-  if (s == DT_OK)
-    s = dt_comm_reduce_scatter(dt_mesh_comm(m->mesh, sd), send, recv, (size_t)u->P, rt,
-                               DT_RED_SUM);
+  if (s == DT_OK) s = dt_comm_reduce_scatter(f->comm, send, recv, (size_t)u->P, rt, DT_RED_SUM);
   for (int k = 0; s == DT_OK && f->o.fault_no_reduce[0] && k < u->n; k++) {
     const fsdp_member *mb = &u->mem[k];
     if (!g[k].mesh || strcmp(m->mods[mb->mod].fqn, f->o.fault_no_reduce)) continue;
-    int64_t size, off; /* the fault: this rank's own chunk of its partial gradient */
-    dt_chunk(mb->rows, f->W, f->coord, &size, &off);
-    convert(recv + (size_t)mb->off * es, rt,
-            (const char *)g[k].local.data + (size_t)(off * mb->rest) * dt_dtype_size(md), md,
-            size * mb->rest);
+    /* the fault: this rank's own chunk of its partial gradient */
+    pack(f, mb, f->coord, recv + (size_t)mb->off * es, rt, g[k].local.data, md);
   }
   if (s == DT_OK && any_rep) { /* HSDP: the shard's sum over the replicas */
     for (int k = 0; k < u->n; k++) /* a gradient Replicate over dp_replicate counts once */
       if (g[k].mesh && !partial_rep[k] && dt_mesh_coord(m->mesh, rd) != 0)
-        memset(recv + (size_t)u->mem[k].off * es, 0, (size_t)(u->mem[k].c * u->mem[k].rest) * es);
+        memset(recv + (size_t)u->mem[k].off * es, 0,
+               (size_t)(u->mem[k].outer * u->mem[k].c * u->mem[k].inner) * es);
     s = dt_comm_all_reduce(dt_mesh_comm(m->mesh, rd), recv, recv, (size_t)u->P, rt, DT_RED_SUM);
   }
   for (int k = 0; s == DT_OK && k < u->n; k++) {
@@ -266,7 +331,7 @@ static dt_status ag_backward(dt_ctx *ctx, void *state, int n_out, const dt_tenso
     const dt_tensor *w = dt_var_value(m->mods[mb->mod].weight);
     dt_placement pl[DT_MAX_MESH_DIMS];
     for (int d = 0; d < nd; d++)
-      pl[d] = d == sd                                   ? w->pl[d]
+      pl[d] = is_fsdp_dim(f, d)                         ? w->pl[d]
               : d == rd                                 ? (any_rep ? dt_replicate() : g[k].pl[d])
               : g[k].pl[d].kind == DT_PL_PARTIAL        ? g[k].pl[d]
                                                         : w->pl[d];
@@ -382,35 +447,63 @@ static bool under(const dt_module *top, const dt_module *md) {
   return !strncmp(md->fqn, top->fqn, l) && (md->fqn[l] == '\0' || md->fqn[l] == '.');
 }
 
+/* Whether a mesh dim after the FSDP dims shards tensor dim td of md's weight. */
+static int later_shards(const fsdp *f, const dt_module *md, int nd, int td) {
+  for (int d = f->fd[f->nfd - 1] + 1; d < nd; d++)
+    if (md->wpl[d].kind == DT_PL_SHARD && md->wpl[d].dim == td) return d;
+  return -1;
+}
+
 /* One member's geometry on this rank's mesh coordinates. */
 static dt_status member_layout(dt_ctx *ctx, fsdp *f, dt_module *md, fsdp_member *mb) {
   dt_model *m = f->m;
-  const int sd = f->o.shard_dim;
   int nd, shape[DT_MAX_MESH_DIMS], coords[DT_MAX_MESH_DIMS];
   dt_tensor_mesh_info(m->mesh, &nd, shape, coords);
-  for (int d = sd + 1; d < nd; d++)
-    if (md->wpl[d].kind == DT_PL_SHARD && md->wpl[d].dim == 0)
-      return dt_error(ctx, DT_ERR_INVALID, WHO,
-                      "%s: mesh dim %d (%s) after dp_shard also shards dim 0: put it before "
-                      "dp_shard in the mesh (FSDP splits the rows that dim leaves)",
-                      md->fqn, d, dt_mesh_name(m->mesh, d));
-  if (md->wpl[sd].kind != DT_PL_REPLICATE)
-    return dt_error(ctx, DT_ERR_INVALID, WHO, "%s: already placed on the dp_shard dim", md->fqn);
+  for (int k = 0; k < f->nfd; k++)
+    if (md->wpl[f->fd[k]].kind != DT_PL_REPLICATE)
+      return dt_error(ctx, DT_ERR_INVALID, WHO, "%s: already placed on the %s dim", md->fqn,
+                      dt_mesh_name(m->mesh, f->fd[k]));
   if (f->o.replicate_dim >= 0 && md->wpl[f->o.replicate_dim].kind != DT_PL_REPLICATE)
     return dt_error(ctx, DT_ERR_INVALID, WHO, "%s: not Replicate on the dp_replicate dim", md->fqn);
+  /* dim 0, unless a later mesh dim shards it: DTensor nests shards left to right,
+   * so FSDP's chunk of dim 0 would not be a chunk of that dim's block; dim 1 then
+   * (FSDP2's shard_placement_fn returning Shard(1)) */
+  int td = 0;
+  const int d0 = later_shards(f, md, nd, 0);
+  if (d0 >= 0) {
+    const int d1 = md->wndim == 2 ? later_shards(f, md, nd, 1) : -1;
+    if (md->wndim != 2 || d1 >= 0)
+      return dt_error(ctx, DT_ERR_INVALID, WHO,
+                      "%s: mesh dim %d (%s) after the FSDP dims shards dim 0 and %s: put it "
+                      "before them in the mesh (FSDP splits the rows that dim leaves)",
+                      md->fqn, d0, dt_mesh_name(m->mesh, d0),
+                      md->wndim != 2 ? "the weight is not 2-D" : "a later dim shards dim 1");
+    if (f->o.zero == 1)
+      return dt_error(ctx, DT_ERR_UNSUPPORTED, WHO,
+                      "%s: ZeRO-1 would shard dim 1 (mesh dim %s after the FSDP dims shards dim "
+                      "0), but AdamW's ZeRO-1 state is a shard of rows",
+                      md->fqn, dt_mesh_name(m->mesh, d0));
+    td = 1;
+  }
   for (int d = 0; d < nd; d++) mb->upl[d] = md->wpl[d];
   int64_t lshape[DT_MAX_DIMS], goff[DT_MAX_DIMS];
   dt_local_shape_offset(md->wndim, md->wshape, nd, shape, coords, mb->upl, lshape, goff);
   mb->mod = md->index;
-  mb->rows = lshape[0];
-  mb->rest = md->wndim > 1 ? lshape[1] : 1;
+  mb->dim = td;
+  mb->outer = 1;
+  mb->inner = 1;
+  for (int i = 0; i < md->wndim; i++) {
+    if (i < td) mb->outer *= lshape[i];
+    if (i > td) mb->inner *= lshape[i];
+  }
+  mb->rows = lshape[td];
   mb->c = (mb->rows + f->W - 1) / f->W;
   if (f->o.zero == 1) { /* the weight stays whole; AdamW's state is the row shard */
     for (int d = 0; d < nd; d++) md->opl[d] = md->wpl[d];
-    md->opl[sd] = dt_shard(0);
+    for (int k = 0; k < f->nfd; k++) md->opl[f->fd[k]] = dt_shard(0);
     md->has_opl = true;
   } else {
-    md->wpl[sd] = dt_shard(0);
+    for (int k = 0; k < f->nfd; k++) md->wpl[f->fd[k]] = dt_shard(td);
   }
   return DT_OK;
 }
@@ -447,7 +540,7 @@ static dt_status add_unit(dt_ctx *ctx, fsdp *f, const char *name, const int *mat
   }
   for (int k = 0; k < u->n; k++) {
     u->mem[k].off = u->P;
-    u->P += u->mem[k].c * u->mem[k].rest;
+    u->P += u->mem[k].outer * u->mem[k].c * u->mem[k].inner;
   }
   return DT_OK;
 }
@@ -486,10 +579,15 @@ dt_status dt_fully_shard(dt_ctx *ctx, dt_model *m, const dt_plan_entry *entries,
   if (!ctx || !m || !o || (n_entries && !entries) || n_entries < 0)
     return dt_error(ctx, DT_ERR_INVALID, WHO, "NULL argument");
   const int nd = dt_mesh_ndim(m->mesh);
-  if (o->shard_dim < 0 || o->shard_dim >= nd || o->replicate_dim == o->shard_dim ||
-      o->replicate_dim >= nd || o->replicate_dim < -1)
-    return dt_error(ctx, DT_ERR_INVALID, WHO, "bad mesh dims (shard %d, replicate %d; %d dims)",
-                    o->shard_dim, o->replicate_dim, nd);
+  const int sd = o->shard_dim, cd = o->cp_dim, rd = o->replicate_dim;
+  if (sd < -1 || sd >= nd || cd < -1 || cd >= nd || (sd < 0 && cd < 0) || rd < -1 || rd >= nd ||
+      (rd >= 0 && (rd == sd || rd == cd)))
+    return dt_error(ctx, DT_ERR_INVALID, WHO,
+                    "bad mesh dims (shard %d, cp %d, replicate %d; %d dims)", sd, cd, rd, nd);
+  if (sd >= 0 && cd >= 0 && cd != sd + 1)
+    return dt_error(ctx, DT_ERR_INVALID, WHO,
+                    "cp dim %d must follow the dp_shard dim %d (FSDP shards over the flattened "
+                    "dp_shard x cp, dp_shard outer)", cd, sd);
   if (o->zero < 1 || o->zero > 3)
     return dt_error(ctx, DT_ERR_INVALID, WHO, "ZeRO stage %d (1, 2 or 3)", o->zero);
   if (m->param_state) return dt_error(ctx, DT_ERR_INVALID, WHO, "the model is fully_shard'ed already");
@@ -509,9 +607,24 @@ dt_status dt_fully_shard(dt_ctx *ctx, dt_model *m, const dt_plan_entry *entries,
   }
   f->o = *o;
   f->m = m;
-  f->W = dt_mesh_size(m->mesh, o->shard_dim);
-  f->coord = dt_mesh_coord(m->mesh, o->shard_dim);
+  if (sd >= 0) f->fd[f->nfd++] = sd;
+  if (cd >= 0) f->fd[f->nfd++] = cd;
+  f->W = 1;
+  f->coord = 0;
+  for (int k = 0; k < f->nfd; k++) {
+    f->W *= dt_mesh_size(m->mesh, f->fd[k]);
+    f->coord = f->coord * dt_mesh_size(m->mesh, f->fd[k]) + dt_mesh_coord(m->mesh, f->fd[k]);
+  }
   dt_status s = DT_OK;
+  if (f->nfd == 1) {
+    f->comm = dt_mesh_comm(m->mesh, f->fd[0]);
+  } else { /* one communicator over the pair (collective: every rank calls this) */
+    const char *names[2] = {dt_mesh_name(m->mesh, sd), dt_mesh_name(m->mesh, cd)};
+    dt_mesh *sub = NULL, *flat = NULL;
+    s = dt_mesh_slice(m->mesh, 2, names, &sub);
+    if (s == DT_OK) s = dt_mesh_flatten(sub, NULL, &flat);
+    if (s == DT_OK) f->comm = dt_mesh_comm(flat, 0);
+  }
   for (int e = 0; s == DT_OK && e < n_entries; e++)
     s = entry_units(ctx, f, &entries[e], claimed, matched);
   for (int j = 0; s == DT_OK && j < m->n_mods; j++)
@@ -522,7 +635,7 @@ dt_status dt_fully_shard(dt_ctx *ctx, dt_model *m, const dt_plan_entry *entries,
   if (s != DT_OK) {
     for (int i = 0; i < f->n_units; i++) /* placements back to what they were */
       for (int k = 0; k < f->u[i].n; k++) {
-        m->mods[f->u[i].mem[k].mod].wpl[o->shard_dim] = dt_replicate();
+        for (int q = 0; q < f->nfd; q++) m->mods[f->u[i].mem[k].mod].wpl[f->fd[q]] = dt_replicate();
         m->mods[f->u[i].mem[k].mod].has_opl = false;
       }
     fsdp_free(ctx, f);
@@ -539,43 +652,45 @@ dt_status dt_fully_shard(dt_ctx *ctx, dt_model *m, const dt_plan_entry *entries,
 
 static fsdp *fsdp_of(dt_model *m) { return m && m->param_free == fsdp_free ? m->param_state : NULL; }
 
-/* One unit's gradients summed over mesh dim `dim` (one flat all_reduce); a
- * gradient not Partial there counts once (from coordinate 0); afterwards it is
- * Replicate there. */
-static dt_status zero1_reduce(dt_ctx *ctx, fsdp *f, fsdp_unit *u, int dim) {
+/* One unit's gradients summed over the group c of mesh dims dims[0..n) (one flat
+ * all_reduce): a gradient Partial(sum) there is summed, one Replicate on some of
+ * them counts once (from coordinate 0 of those); afterwards it is Replicate on
+ * all of them. */
+static dt_status zero1_reduce(dt_ctx *ctx, fsdp *f, fsdp_unit *u, dt_comm *c, const int *dims,
+                              int n_dims) {
   dt_model *m = f->m;
   const dt_dtype md = m->dtype, rt = comm_dtype(f, true);
   const size_t es = dt_dtype_size(rt);
   int64_t total = 0;
-  for (int k = 0; k < u->n; k++) total += u->mem[k].rows * u->mem[k].rest;
+  for (int k = 0; k < u->n; k++) total += u->mem[k].outer * u->mem[k].rows * u->mem[k].inner;
   char *buf = dt_host_calloc(ctx, (size_t)(total ? total : 1) * es);
   if (!buf) return dt_error(ctx, DT_ERR_NOMEM, WHO, "no memory");
-  const bool first = dt_mesh_coord(m->mesh, dim) == 0;
   bool any = false;
   int64_t at = 0;
   for (int k = 0; k < u->n; k++) {
     const fsdp_member *mb = &u->mem[k];
     const dt_tensor *g = dt_var_grad(m->mods[mb->mod].weight);
-    const int64_t n = mb->rows * mb->rest;
-    if (g && g->local.numel == n && (g->pl[dim].kind == DT_PL_PARTIAL || first))
-      convert(buf + (size_t)at * es, rt, g->local.data, md, n);
-    any = any || (g && g->pl[dim].kind == DT_PL_PARTIAL);
+    const int64_t n = mb->outer * mb->rows * mb->inner;
+    bool contribute = g && g->local.numel == n;
+    for (int q = 0; g && q < n_dims; q++) {
+      const bool partial = g->pl[dims[q]].kind == DT_PL_PARTIAL;
+      any = any || partial;
+      if (!partial && dt_mesh_coord(m->mesh, dims[q]) != 0) contribute = false;
+    }
+    if (contribute) convert(buf + (size_t)at * es, rt, g->local.data, md, n);
     at += n;
   }
   dt_status s = DT_OK;
-  if (any) s = dt_comm_all_reduce(dt_mesh_comm(m->mesh, dim), buf, buf, (size_t)total, rt,
-                                  DT_RED_SUM);
+  if (any) s = dt_comm_all_reduce(c, buf, buf, (size_t)total, rt, DT_RED_SUM);
   at = 0;
   for (int k = 0; any && s == DT_OK && k < u->n; k++) {
     const fsdp_member *mb = &u->mem[k];
     dt_tensor *g = (dt_tensor *)dt_var_grad(m->mods[mb->mod].weight); /* the tape's, reduced in place */
-    const int64_t n = mb->rows * mb->rest;
-    if (g && g->local.numel == n && strcmp(m->mods[mb->mod].fqn, f->o.fault_no_reduce)) {
+    const int64_t n = mb->outer * mb->rows * mb->inner;
+    /* the fault keeps each rank's own partial sum */
+    if (g && g->local.numel == n && strcmp(m->mods[mb->mod].fqn, f->o.fault_no_reduce))
       convert(g->local.data, md, buf + (size_t)at * es, rt, n);
-      g->pl[dim] = dt_replicate();
-    } else if (g) {
-      g->pl[dim] = dt_replicate(); /* the fault: each rank keeps its own partial sum */
-    }
+    for (int q = 0; g && q < n_dims; q++) g->pl[dims[q]] = dt_replicate();
     at += n;
   }
   dt_host_free(ctx, buf);
@@ -591,9 +706,10 @@ dt_status dt_fsdp_reduce_grads(dt_ctx *ctx, dt_model *m) {
   dt_status s = DT_OK;
   for (int i = 0; s == DT_OK && i < f->n_units; i++) {
     if (!f->u[i].n) continue;
-    s = zero1_reduce(ctx, f, &f->u[i], f->o.shard_dim);
+    s = zero1_reduce(ctx, f, &f->u[i], f->comm, f->fd, f->nfd);
     if (s == DT_OK && f->o.replicate_dim >= 0)
-      s = zero1_reduce(ctx, f, &f->u[i], f->o.replicate_dim);
+      s = zero1_reduce(ctx, f, &f->u[i], dt_mesh_comm(m->mesh, f->o.replicate_dim),
+                       &f->o.replicate_dim, 1);
   }
   dt_ctx_set_phase(ctx, saved);
   return s;
@@ -614,13 +730,9 @@ dt_status dt_fsdp_after_step(dt_ctx *ctx, dt_model *m) {
     for (int k = 0; s == DT_OK && k < u->n; k++) { /* this rank's updated rows */
       const fsdp_member *mb = &u->mem[k];
       const dt_tensor *w = dt_var_value(m->mods[mb->mod].weight);
-      int64_t size, off;
-      dt_chunk(mb->rows, f->W, f->coord, &size, &off);
-      memcpy(send + (size_t)mb->off * es, (const char *)w->local.data + (size_t)(off * mb->rest) * es,
-             (size_t)(size * mb->rest) * es);
+      pack(f, mb, f->coord, send + (size_t)mb->off * es, md, w->local.data, md);
     }
-    if (s == DT_OK)
-      s = dt_comm_all_gather(dt_mesh_comm(m->mesh, f->o.shard_dim), send, recv, (size_t)u->P, md);
+    if (s == DT_OK) s = dt_comm_all_gather(f->comm, send, recv, (size_t)u->P, md);
     for (int k = 0; s == DT_OK && k < u->n; k++)
       unpack(u, k, recv, md, value_of(m->mods[u->mem[k].mod].weight)->local.data, md);
     dt_host_free(ctx, send);

@@ -20,7 +20,8 @@ typedef enum dt_style_kind {
   DT_STYLE_COLWISE = 0, DT_STYLE_ROWWISE, DT_STYLE_SEQUENCE, DT_STYLE_PREPARE_INPUT,
   DT_STYLE_PREPARE_OUTPUT,
   DT_STYLE_FULLY_SHARD  /* FSDP2's fully_shard (torch/distributed/fsdp/_fully_shard/_fully_shard.py),
-                         * only under [dp_shard] */
+                         * only under [dp_shard] (dt_fully_shard applies it over dp_shard, cp
+                         * or both) */
 } dt_style_kind;
 
 enum { DT_STYLE_MAX_ARGS = 4 };
@@ -138,14 +139,23 @@ typedef struct dt_ddp_opts {
   double first_bucket_bytes;
 } dt_ddp_opts;
 
-/* Data parallel (replicate), as DDP's Reducer does it: every weight gradient
- * that is Partial on mesh dim dp_dim (batch-sharded activations give Partial(sum)
- * weight gradients, since the loss is the global mean) is all-reduced over
- * dp_dim and becomes Replicate there. The sum of the Partial(sum) contributions
- * of the global mean loss is the DDP average of the per-rank mean losses'
- * gradients. Only dp_dim changes: a gradient also Partial on another dim (the
- * tp Partial of the SequenceParallel norm weights) keeps that Partial (the
- * optimizer reduces it).
+/* Data parallel (replicate), as DDP's Reducer does it, over the mesh dims of the
+ * bit mask dp_dims (bit d: mesh dim d): every weight gradient that is Partial on
+ * one of them (batch-sharded activations give Partial(sum) weight gradients,
+ * since the loss is the global mean; so do sequence-sharded ones under context
+ * parallel) is all-reduced over them and becomes Replicate on all of them. The
+ * sum of the Partial(sum) contributions of the global mean loss is the DDP
+ * average of the per-rank mean losses' gradients. A gradient Partial on some of
+ * the dims and Replicate on others is counted once: ranks with a nonzero
+ * coordinate on a Replicate one contribute zeros. Only those dims change: a
+ * gradient also Partial on another dim (the tp Partial of the SequenceParallel
+ * norm weights) keeps that Partial (the optimizer reduces it).
+ *
+ * The group: one dim, its communicator (dt_mesh_comm); several, one communicator
+ * over them flattened (dt_mesh_flatten with PyTorch's default name, the dim names
+ * joined by "_": TorchTitan's dp_cp, torchtitan/distributed/parallel_dims.py, on
+ * which apply_ddp in torchtitan/models/llama3/infra/parallelize.py all-reduces;
+ * created by the first call, a collective over the root mesh, cached after).
  *
  * Buckets (torch/csrc/distributed/c10d/reducer.cpp, compute_bucket_assignment_by_size
  * and Reducer::rebuild_buckets): the gradients are taken in reverse module order
@@ -156,10 +166,10 @@ typedef struct dt_ddp_opts {
  * first_bucket_bytes, the others with bucket_cap_bytes. A gradient of another
  * dtype or Partial op than the open bucket's closes it first (DDP keeps one
  * open bucket per dtype; here every gradient has the model's). Each bucket is
- * one all_reduce on dt_mesh_comm(mesh, dp_dim) of its gradients' local data
+ * one all_reduce on the group's communicator of its gradients' local data
  * concatenated (copied in and back out, DDP's gradient_as_bucket_view=False;
  * a bucket of one gradient is reduced in place), so the ledger has one row per
- * bucket, named after the dim, phase "backward" (the previous phase is
+ * bucket, named after the group, phase "backward" (the previous phase is
  * restored). Each element is summed as the per-gradient all_reduce sums it, so
  * the result is the same, bit for bit, on a backend whose sum order does not
  * depend on the buffer (threads: rank order; any backend with 2 ranks).
@@ -168,9 +178,11 @@ typedef struct dt_ddp_opts {
  *
  * opts NULL: DDP's defaults (DT_DDP_BUCKET_CAP_BYTES, DT_DDP_FIRST_BUCKET_BYTES).
  * Call after dt_model_backward and before the optimizer, on every rank of the
- * mesh. DT_ERR_INVALID for a bad dim, a NaN cap or a model not materialized;
- * DT_ERR_UNSUPPORTED for gradients not in host memory; DT_ERR_NOMEM. */
-dt_status dt_data_parallel_reduce_grads(dt_ctx *ctx, dt_model *m, int dp_dim,
+ * mesh. DT_ERR_INVALID for an empty mask or a dim past the mesh, a NaN cap or a
+ * model not materialized; DT_ERR_UNSUPPORTED for gradients not in host memory or
+ * Partial on one of the dims and Shard (or Partial with another op) on another;
+ * all before any collective. DT_ERR_NOMEM. */
+dt_status dt_data_parallel_reduce_grads(dt_ctx *ctx, dt_model *m, unsigned dp_dims,
                                         const dt_ddp_opts *opts);
 
 /* ---- context parallel: lib/parallel/cp.c ---- */
@@ -194,8 +206,12 @@ dt_status dt_cp_shard_sequence(dt_ctx *ctx, const dt_model *m, const dt_array *g
 
 /* ---- FSDP2 (fully_shard), HSDP, ZeRO: lib/parallel/fsdp.c ---- */
 
+/* Fill with designated initialisers: a dim left out would be 0, a real dim. */
 typedef struct dt_fsdp_opts {
-  int shard_dim;        /* the dp_shard mesh dim */
+  int shard_dim;        /* the dp_shard mesh dim; -1: none (FSDP over cp_dim alone) */
+  int cp_dim;           /* the cp mesh dim, sharded with shard_dim as one flattened group
+                         * (TorchTitan's dp_shard_cp; it must be shard_dim + 1 when both are
+                         * given); -1: none */
   int replicate_dim;    /* HSDP: the dp_replicate mesh dim (gradients all-reduced there
                          * after the reduce_scatter); -1: none */
   int zero;             /* 3: FSDP (reshard after forward as each entry says); 2: never
@@ -212,17 +228,25 @@ typedef struct dt_fsdp_opts {
 } dt_fsdp_opts;
 
 /* Applies fully_shard entries (DT_STYLE_FULLY_SHARD: patterns, groups, "root") to
- * the model: every weight goes to Shard(0) on shard_dim, the units gather their
- * weights before their forward (one all_gather each) and reduce-scatter their
- * gradients in backward (one reduce_scatter each, plus one all_reduce over
- * replicate_dim for HSDP), as fsdp.c describes. Call after dt_parallelize_module
- * and before dt_model_materialize. Every weight must fall in some unit; a mesh
- * dim after shard_dim must not shard dim 0 of a weight (put tp before dp_shard).
- * DT_ERR_INVALID naming the entry or module otherwise. dt_model_free releases it. */
+ * the model over the FSDP dims (shard_dim, cp_dim or both; at least one): every
+ * weight goes to Shard(d) on each of them (nested, dp_shard outer), the units
+ * gather their weights before their forward (one all_gather each) and
+ * reduce-scatter their gradients in backward (one reduce_scatter each, plus one
+ * all_reduce over replicate_dim for HSDP), on the FSDP dim's communicator or, with
+ * both dims, on the flattened pair's (dt_mesh_flatten, named by joining the two
+ * dim names: "dp_shard_cp"), as fsdp.c describes. d is 0, or 1 for a 2-D weight
+ * whose dim 0 a mesh dim after the FSDP dims shards (TP after dp_shard, cp:
+ * FSDP2's shard_placement_fn returning Shard(1)) and no later dim shards dim 1.
+ * Collective over the model's root mesh when both dims are given (every rank
+ * calls it). Call after dt_parallelize_module and before dt_model_materialize.
+ * Every weight must fall in some unit. DT_ERR_INVALID naming the entry or module
+ * otherwise (bad dims, cp_dim not shard_dim + 1, a weight no dim can be chosen
+ * for); DT_ERR_UNSUPPORTED for ZeRO-1 with a dim-1 shard (AdamW's ZeRO-1 state is
+ * a shard of rows). dt_model_free releases it. */
 dt_status dt_fully_shard(dt_ctx *ctx, dt_model *m, const dt_plan_entry *entries, int n_entries,
                          const dt_fsdp_opts *o);
 /* After backward, before the optimizer: ZeRO-1 all-reduces each unit's gradients
- * over dp_shard (and dp_replicate) in one call per unit and dim; ZeRO-2/3 did
+ * over the FSDP group (and over dp_replicate) in one call per unit and group; ZeRO-2/3 did
  * their reduction in backward (no-op). Phase "backward". */
 dt_status dt_fsdp_reduce_grads(dt_ctx *ctx, dt_model *m);
 /* After the optimizer step: ZeRO-1 all-gathers each unit's updated row shards

@@ -263,23 +263,32 @@ void dt_parallelize_release(dt_ctx *ctx, dt_model *m) {
 
 /* ---- data parallel: DDP's gradient buckets ----------------------------------------- */
 
-/* One bucket: grads[0..n) of the reverse-module-order list, all of one dtype and
- * Partial op on dp_dim, all-reduced together. */
+/* The data-parallel group: its communicator (one mesh dim's, or the flattened
+ * group of several) and the mesh dims it spans. */
+typedef struct ddp_group {
+  dt_comm *comm;
+  int n_dims, dims[DT_MAX_MESH_DIMS];
+} ddp_group;
+
+/* One bucket: grads[0..n) of the reverse-module-order list (ops[0..n) their
+ * Partial ops), all of one dtype and op, all-reduced together. */
 typedef struct ddp_bucket {
   dt_tensor *const *grads;
+  const dt_reduce_op *ops;
   int n;
   size_t bytes;
 } ddp_bucket;
 
-/* All-reduces one bucket over dp_dim (flat buffer: copy in, reduce, copy out; one
- * gradient: in place) and relabels its gradients Replicate on dp_dim. A dim of one
- * rank moves nothing (as dt_redistribute: a relabel, no collective). */
-static dt_status ddp_reduce_bucket(dt_ctx *ctx, dt_mesh *mesh, int dp_dim, const ddp_bucket *b) {
+/* All-reduces one bucket over the group (flat buffer: copy in, reduce, copy out;
+ * one gradient: in place) and relabels its gradients Replicate on the group's
+ * dims. A group of one rank moves nothing (as dt_redistribute: a relabel, no
+ * collective). */
+static dt_status ddp_reduce_bucket(dt_ctx *ctx, const ddp_group *grp, const ddp_bucket *b) {
   const dt_tensor *g0 = b->grads[0];
-  const dt_reduce_op op = g0->pl[dp_dim].op;
+  const dt_reduce_op op = b->ops[0];
   dt_status s = DT_OK;
-  if (dt_mesh_size(mesh, dp_dim) > 1) {
-    dt_comm *c = dt_mesh_comm(mesh, dp_dim);
+  if (grp->comm->size > 1) {
+    dt_comm *c = grp->comm;
     if (b->n == 1) {
       void *p = g0->local.data;
       s = dt_comm_all_reduce(c, p, p, (size_t)g0->local.numel, g0->dtype, op);
@@ -305,42 +314,73 @@ static dt_status ddp_reduce_bucket(dt_ctx *ctx, dt_mesh *mesh, int dp_dim, const
       dt_host_free(ctx, buf);
     }
   }
-  for (int i = 0; s == DT_OK && i < b->n; i++) b->grads[i]->pl[dp_dim] = dt_replicate();
+  for (int i = 0; s == DT_OK && i < b->n; i++)
+    for (int k = 0; k < grp->n_dims; k++) b->grads[i]->pl[grp->dims[k]] = dt_replicate();
   return s;
 }
 
 /* Cuts the list g[0..n) into buckets by DDP's rule (parallel.h) and reduces each as
  * soon as it closes, in list order. */
-static dt_status ddp_reduce_all(dt_ctx *ctx, dt_mesh *mesh, int dp_dim, dt_tensor *const *g,
-                                int n, double first_cap, double cap) {
+static dt_status ddp_reduce_all(dt_ctx *ctx, const ddp_group *grp, dt_tensor *const *g,
+                                const dt_reduce_op *ops, int n, double first_cap, double cap) {
   double limit = cap > 0 ? first_cap : 0; /* 0: every gradient closes its own bucket */
-  ddp_bucket b = {g, 0, 0};
+  ddp_bucket b = {g, ops, 0, 0};
   for (int i = 0; i < n; i++) {
-    if (b.n > 0 && (g[i]->dtype != b.grads[0]->dtype ||
-                    g[i]->pl[dp_dim].op != b.grads[0]->pl[dp_dim].op)) {
-      DT_CHECK(ddp_reduce_bucket(ctx, mesh, dp_dim, &b));
-      b = (ddp_bucket){g + i, 0, 0};
+    if (b.n > 0 && (g[i]->dtype != b.grads[0]->dtype || ops[i] != b.ops[0])) {
+      DT_CHECK(ddp_reduce_bucket(ctx, grp, &b));
+      b = (ddp_bucket){g + i, ops + i, 0, 0};
       limit = cap > 0 ? cap : 0;
     }
     b.n++;
     b.bytes += dt_array_bytes(&g[i]->local);
     if ((double)b.bytes >= limit) { /* reducer.cpp: bucket.size >= bucket_size_limit */
-      DT_CHECK(ddp_reduce_bucket(ctx, mesh, dp_dim, &b));
-      b = (ddp_bucket){g + i + 1, 0, 0};
+      DT_CHECK(ddp_reduce_bucket(ctx, grp, &b));
+      b = (ddp_bucket){g + i + 1, ops + i + 1, 0, 0};
       limit = cap > 0 ? cap : 0;
     }
   }
-  return b.n > 0 ? ddp_reduce_bucket(ctx, mesh, dp_dim, &b) : DT_OK;
+  return b.n > 0 ? ddp_reduce_bucket(ctx, grp, &b) : DT_OK;
 }
 
-dt_status dt_data_parallel_reduce_grads(dt_ctx *ctx, dt_model *m, int dp_dim,
+/* A gradient's part in the reduce over the group's dims: *take when it is Partial
+ * on one of them (with that op in *op), *zero when it is also Replicate on one
+ * where this rank's coordinate is not 0 (it is counted once, from coordinate 0).
+ * DT_ERR_UNSUPPORTED when it mixes Partial ops or is Shard on one of them. */
+static dt_status ddp_part(dt_ctx *ctx, const dt_mesh *mesh, const ddp_group *grp,
+                          const dt_module *md, const dt_tensor *gr, bool *take, bool *zero,
+                          dt_reduce_op *op) {
+  *take = *zero = false;
+  bool shard = false;
+  for (int k = 0; k < grp->n_dims; k++) {
+    const dt_placement p = gr->pl[grp->dims[k]];
+    if (p.kind == DT_PL_PARTIAL) {
+      if (*take && p.op != *op)
+        return dt_error(ctx, DT_ERR_UNSUPPORTED, "dt_data_parallel_reduce_grads",
+                        "%s: gradient Partial with different ops on the data-parallel dims",
+                        md->fqn);
+      *take = true;
+      *op = p.op;
+    } else if (p.kind == DT_PL_SHARD) {
+      shard = true;
+    } else if (dt_mesh_coord(mesh, grp->dims[k]) != 0) {
+      *zero = true;
+    }
+  }
+  if (*take && shard)
+    return dt_error(ctx, DT_ERR_UNSUPPORTED, "dt_data_parallel_reduce_grads",
+                    "%s: gradient Partial on one data-parallel dim and Shard on another", md->fqn);
+  return DT_OK;
+}
+
+dt_status dt_data_parallel_reduce_grads(dt_ctx *ctx, dt_model *m, unsigned dp_dims,
                                         const dt_ddp_opts *opts) {
   const char *call = "dt_data_parallel_reduce_grads";
   if (!ctx || !m) return dt_error(ctx, DT_ERR_INVALID, call, "NULL context or model");
   int nd = dt_mesh_ndim(m->mesh);
-  if (dp_dim < 0 || dp_dim >= nd)
+  if (dp_dims == 0 || nd <= 0 || dp_dims >> nd)
     return dt_error(ctx, DT_ERR_INVALID, call,
-                    "mesh dim %d out of range (the model's mesh has %d dims)", dp_dim, nd);
+                    "data-parallel dims mask 0x%x: no dim, or a dim past the model's mesh (%d "
+                    "dims)", dp_dims, nd);
   double cap = DT_DDP_BUCKET_CAP_BYTES, first_cap = DT_DDP_FIRST_BUCKET_BYTES;
   if (opts) {
     if (isnan(opts->bucket_cap_bytes) || isnan(opts->first_bucket_bytes))
@@ -348,11 +388,22 @@ dt_status dt_data_parallel_reduce_grads(dt_ctx *ctx, dt_model *m, int dp_dim,
     cap = opts->bucket_cap_bytes;
     first_cap = opts->first_bucket_bytes > 0 ? opts->first_bucket_bytes : cap;
   }
+  ddp_group grp;
+  memset(&grp, 0, sizeof grp);
+  const char *names[DT_MAX_MESH_DIMS];
+  for (int d = 0; d < nd; d++)
+    if (dp_dims >> d & 1u) {
+      names[grp.n_dims] = dt_mesh_name(m->mesh, d);
+      grp.dims[grp.n_dims++] = d;
+    }
   /* The gradients to reduce, in reverse module order; checked before any comm. */
   dt_tensor **g = dt_host_alloc(ctx, (size_t)(m->n_mods > 0 ? m->n_mods : 1) * sizeof *g);
-  if (!g) return dt_error(ctx, DT_ERR_NOMEM, call, "no memory for %d gradients", m->n_mods);
+  dt_reduce_op *ops = dt_host_alloc(ctx, (size_t)(m->n_mods > 0 ? m->n_mods : 1) * sizeof *ops);
+  bool *zero = dt_host_alloc(ctx, (size_t)(m->n_mods > 0 ? m->n_mods : 1) * sizeof *zero);
+  dt_status s = g && ops && zero ? DT_OK
+                                 : dt_error(ctx, DT_ERR_NOMEM, call, "no memory for %d gradients",
+                                            m->n_mods);
   int n = 0;
-  dt_status s = DT_OK;
   for (int i = m->n_mods - 1; i >= 0 && s == DT_OK; i--) {
     dt_module *md = &m->mods[i];
     if (md->wndim == 0) continue;
@@ -364,18 +415,39 @@ dt_status dt_data_parallel_reduce_grads(dt_ctx *ctx, dt_model *m, int dp_dim,
      * writes them in place (the tape's accessor is const), as DDP's Reducer
      * writes param.grad. */
     dt_tensor *gr = (dt_tensor *)dt_var_grad(md->weight);
-    if (!gr || gr->pl[dp_dim].kind != DT_PL_PARTIAL) continue;
+    if (!gr) continue;
+    bool take = false;
+    s = ddp_part(ctx, m->mesh, &grp, md, gr, &take, &zero[n], &ops[n]);
+    if (s != DT_OK || !take) continue;
     if (gr->local.numel && gr->local.dev != DT_DEV_CPU)
       s = dt_error(ctx, DT_ERR_UNSUPPORTED, call, "%s: gradient not in host memory", md->fqn);
     g[n++] = gr;
   }
+  /* One dim: its communicator; several: one over the flattened group, named by
+   * joining the dim names with "_" (PyTorch's DeviceMesh._flatten default;
+   * TorchTitan's dp_cp in torchtitan/distributed/parallel_dims.py, on which
+   * apply_ddp in torchtitan/models/llama3/infra/parallelize.py all-reduces).
+   * Collective over the root mesh the first time, cached after. */
+  if (s == DT_OK && grp.n_dims == 1) {
+    grp.comm = dt_mesh_comm(m->mesh, grp.dims[0]);
+  } else if (s == DT_OK) {
+    dt_mesh *sub = NULL, *flat = NULL;
+    s = dt_mesh_slice(m->mesh, grp.n_dims, names, &sub);
+    if (s == DT_OK) s = dt_mesh_flatten(sub, NULL, &flat);
+    if (s == DT_OK) grp.comm = dt_mesh_comm(flat, 0);
+  }
   if (s == DT_OK) {
+    /* a gradient Replicate on some of the dims counts once: zeros elsewhere */
+    for (int i = 0; i < n; i++)
+      if (zero[i] && g[i]->local.numel) memset(g[i]->local.data, 0, dt_array_bytes(&g[i]->local));
     char saved[sizeof ctx->phase];
     memcpy(saved, ctx->phase, sizeof saved);
     dt_ctx_set_phase(ctx, "backward");
-    s = ddp_reduce_all(ctx, m->mesh, dp_dim, g, n, first_cap, cap);
+    s = ddp_reduce_all(ctx, &grp, g, ops, n, first_cap, cap);
     dt_ctx_set_phase(ctx, saved);
   }
   dt_host_free(ctx, g);
+  dt_host_free(ctx, ops);
+  dt_host_free(ctx, zero);
   return s;
 }
