@@ -17,7 +17,8 @@
  * units: tok_embeddings, each block, [norm, output] kept after forward; apply_tp
  * with sequence and loss parallel). Meshes in TorchTitan's order (dp_replicate,
  * dp_shard, cp, tp; dims of size 1 left out):
- *   [cp 2]                        FSDP over cp alone (group "cp", 2 ranks)
+ *   [cp 2]                        FSDP over cp alone (group "dp_shard_cp", 2 ranks: named
+ *                                 as TorchTitan's mesh, apart from cp's own attention rows)
  *   [dp_shard 2, cp 2]            ZeRO-3, ZeRO-2, ZeRO-1 (group "dp_shard_cp", 4)
  *   [dp_replicate 2, dp_shard 2, cp 2]   HSDP
  *   [cp 2, tp 2], [dp_shard 2, cp 2, tp 2]   TP after the FSDP dims: Colwise weights
@@ -218,7 +219,7 @@ static void add_row(xrow *rows, int *n, const char *phase, int op, const char *g
 }
 
 static const char *fsdp_group(const tcase *tc) {
-  return tc->DS > 1 && tc->C > 1 ? "dp_shard_cp" : tc->DS > 1 ? "dp_shard" : "cp";
+  return tc->C > 1 ? "dp_shard_cp" : "dp_shard";
 }
 
 /* One step's FSDP rows of a case, as the file comment derives them. */

@@ -11,7 +11,7 @@
  *     otherwise; held 4 times (the weight, its gradient, AdamW's exp_avg and
  *     exp_avg_sq: torch.optim.AdamW keeps two moments per parameter), plus one
  *     more of the largest local weight for a transient (the update's temporary).
- *   data parallel (dp_replicate > 1): the flat buffer of one DDP gradient bucket
+ *   data parallel (dp_replicate or cp > 1, no FSDP): the flat buffer of one DDP gradient bucket
  *     (lib/parallel dt_data_parallel_reduce_grads, one bucket at a time): a
  *     bucket closes once it reaches its cap, so it holds less than the cap
  *     (the plan's bucket_cap_mb, else DDP's 25 MiB) plus its last gradient,
@@ -117,7 +117,12 @@ static double rank_bytes(const dt_llama_config *c, size_t elem, int tp, int dp, 
   const double per_token = c->n_layers * (8 * D + (8 * D + 6 * F + 2 * H) / tpa) + 4 * D + 2 * V / tpl;
   const double tokens = ceil((double)batch / dp) * seq / cp;
   if (nparams) *nparams = total;
-  const double bucket = dp > 1 ? fmin(cap + (double)elem * largest, (double)elem * local) : 0;
+  bool fsdp = false; /* DDP's buckets: data parallel over dp_replicate x cp without FSDP */
+  for (int i = 0; plan && i < plan->n_entries; i++)
+    fsdp = fsdp || plan->entries[i].style.kind == DT_STYLE_FULLY_SHARD;
+  const double bucket = (dp > 1 || cp > 1) && !fsdp
+                            ? fmin(cap + (double)elem * largest, (double)elem * local)
+                            : 0;
   /* context parallel, allgather: one layer's K and V over the whole sequence */
   const double kv_gathered =
       cp > 1 && plan && plan->cp_rotate == DT_CP_ALLGATHER ? 2 * KVD / tpa * tokens * cp : 0;

@@ -10,9 +10,9 @@
  * TorchTitan (torchtitan/distributed/parallel_dims.py ParallelDims: the
  * flattened "dp_shard_cp" mesh, fsdp_enabled when dp_shard or cp is) shards over
  * dp_shard x cp, and over cp alone when dp_shard is 1. Here the FSDP dims are
- * shard_dim, cp_dim or both (cp_dim == shard_dim + 1: dp_shard outer); with both,
- * the collectives run on one communicator over the flattened pair
- * (dt_mesh_flatten, named by joining the dim names: "dp_shard_cp"), of W = DS x C
+ * shard_dim, cp_dim or both (cp_dim == shard_dim + 1: dp_shard outer); with cp,
+ * the collectives run on one communicator over the flattened pair (or cp alone),
+ * named "dp_shard_cp" as TorchTitan's mesh (dt_mesh_flatten), of W = DS x C
  * ranks, flattened rank r = coord(dp_shard) x C + coord(cp).
  *
  * Units: each fully_shard entry (in plan order) claims the weights of the
@@ -616,13 +616,16 @@ dt_status dt_fully_shard(dt_ctx *ctx, dt_model *m, const dt_plan_entry *entries,
     f->coord = f->coord * dt_mesh_size(m->mesh, f->fd[k]) + dt_mesh_coord(m->mesh, f->fd[k]);
   }
   dt_status s = DT_OK;
-  if (f->nfd == 1) {
-    f->comm = dt_mesh_comm(m->mesh, f->fd[0]);
-  } else { /* one communicator over the pair (collective: every rank calls this) */
-    const char *names[2] = {dt_mesh_name(m->mesh, sd), dt_mesh_name(m->mesh, cd)};
+  if (cd < 0) {
+    f->comm = dt_mesh_comm(m->mesh, sd);
+  } else { /* one communicator over the pair (collective: every rank calls this); over cp
+            * alone too, named as TorchTitan's mesh, so that its rows are told apart
+            * from context parallel's own on cp */
+    const char *names[2] = {sd >= 0 ? dt_mesh_name(m->mesh, sd) : dt_mesh_name(m->mesh, cd),
+                            dt_mesh_name(m->mesh, cd)};
     dt_mesh *sub = NULL, *flat = NULL;
-    s = dt_mesh_slice(m->mesh, 2, names, &sub);
-    if (s == DT_OK) s = dt_mesh_flatten(sub, NULL, &flat);
+    s = dt_mesh_slice(m->mesh, f->nfd, names + (sd >= 0 ? 0 : 1), &sub);
+    if (s == DT_OK) s = dt_mesh_flatten(sub, sd >= 0 ? NULL : "dp_shard_cp", &flat);
     if (s == DT_OK) f->comm = dt_mesh_comm(flat, 0);
   }
   for (int e = 0; s == DT_OK && e < n_entries; e++)
