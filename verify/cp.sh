@@ -29,7 +29,8 @@ NAME=cp
 . "${srcdir:-.}/verify/harness-common.sh"
 command -v python3 >/dev/null 2>&1 || { echo "SKIP: $NAME: python3 is missing (scripts/install-deps)"; exit 77; }
 
-run() { "$SB" run --plans-dir "$PLANS" --steps 1 --warmup 1 --batch 4 --seq 48 --json "$@"; }
+SEQ=48
+run() { "$SB" run --plans-dir "$PLANS" --steps 1 --warmup 1 --batch 4 --seq "$SEQ" --json "$@"; }
 
 # plan variants: the other rotate method, and no load balancing
 for p in fsdp-cp dp-cp fsdp-tp-cp; do
@@ -90,10 +91,22 @@ elif C > 1:
     want[("all_gather", "cp", "forward")] = (2 * L, 2 * L * C * X * es)
     want[("all_gather", "cp", "backward")] = (2 * L, 2 * L * C * X * es)
     want[("reduce_scatter", "cp", "backward")] = (2 * L, 2 * L * C * X * es)
+# the gradients: FSDP's on dp_shard_cp (test_fsdp_cp derives its rows), DDP's over the
+# flattened data dims, one bucket here (bucket_cap_mb 100 holds the whole model): the
+# rank's weights once, on "cp" when it is the only data dim
+F = cfg.get("multiple_of", 256) * -(-int(2 * 4 * cfg["dim"] / 3) // cfg.get("multiple_of", 256))
+D, V, QD, KVD = cfg["dim"], cfg["vocab"], cfg["n_heads"] * hd, cfg["n_kv_heads"] * hd
+nparams = 2 * V * D + D + L * (2 * D + QD * D + 2 * KVD * D + D * QD + 3 * F * D)
+if key["plan"].startswith("dp-cp") and R == 1 and C > 1:
+    want[("all_reduce", "cp", "backward")] = (1, nparams * es)
 got = {(c["op"], c["mesh_dim"], c["phase"]): (c["calls"], c["payload_bytes"])
        for c in r["comm"] if c["mesh_dim"] == "cp"}
 if got != want:
     sys.exit(f"cp collectives {sorted(got.items())}, derived {sorted(want.items())}")
+groups = {c["mesh_dim"] for c in r["comm"]}
+data = "dp_shard_cp" if "fsdp" in key["plan"] else "dp_replicate_cp" if R > 1 else "cp"
+if C > 1 and data not in groups:
+    sys.exit(f"no gradient reduction on {data}: groups {sorted(groups)}")
 print(f"ok: {rotate}, X = {X}, error {r['max_rel_err']:.2e} (tolerance {r['tolerance']:.1e})")
 EOF
   echo "  $label: $(cat "$tmp/p")"
@@ -106,12 +119,16 @@ for rot in allgather ring; do
   expect "fsdp-cp $rot dp_shard 2 x cp 2 f32" --plan "$tmp/fsdp-cp-$rot.plan" --dp-shard 2 --cp 2 --model $SMALL
   expect "dp-cp $rot dp_replicate 2 x cp 2 f64" --plan "$tmp/dp-cp-$rot.plan" --dp-replicate 2 --cp 2 --dtype f64 --model $SMALL
   expect "dp-cp $rot cp 3 GQA f64" --plan "$tmp/dp-cp-$rot.plan" --cp 3 --dtype f64 --model $GQA
-  expect "dp-cp $rot cp 8 f32" --plan "$tmp/dp-cp-$rot.plan" --cp 8 --seq 64 --model $SMALL
+  SEQ=64
+  expect "dp-cp $rot cp 8 f32" --plan "$tmp/dp-cp-$rot.plan" --cp 8 --model $SMALL
+  SEQ=48
   expect "fsdp-tp-cp $rot cp 2 x tp 2 f64" --plan "$tmp/fsdp-tp-cp-$rot.plan" --cp 2 --tp 2 --dtype f64 --model $SMALL
   expect "fsdp-tp-cp $rot dp_shard 2 x cp 2 x tp 2 f32" --plan "$tmp/fsdp-tp-cp-$rot.plan" --dp-shard 2 --cp 2 --tp 2 --model $SMALL
 done
 expect "dp-cp no load balancing, cp 4 f64" --plan "$tmp/dp-cp-nolb.plan" --cp 4 --dtype f64 --model $SMALL
-expect "fsdp-cp shipped, cp 4 f64" --plan fsdp-cp --cp 4 --dtype f64 --model $SMALL --seq 64
+SEQ=64
+expect "fsdp-cp shipped, cp 4 f64" --plan fsdp-cp --cp 4 --dtype f64 --model $SMALL
+SEQ=36
 
 # 3. the check can fail
 checks=$((checks + 1))
@@ -146,7 +163,7 @@ echo "  memory: $(cat "$tmp/p")"
 
 # 5. the sequence must divide into 2 cp chunks (x tp under sequence parallel)
 checks=$((checks + 1))
-run --plan dp-cp --cp 4 --seq 36 >"$tmp/r.json" 2>"$tmp/e"
+run --plan dp-cp --cp 4 >"$tmp/r.json" 2>"$tmp/e"
 rc=$?
 if ! grep -q 'not divisible by 8 (2 x cp, load-balanced)' "$tmp/r.json" "$tmp/e"; then
   fail "seq 36 on cp 4: exit $rc: $(cat "$tmp/e") $(head -c 300 "$tmp/r.json")"
