@@ -104,7 +104,7 @@ CREATE TABLE IF NOT EXISTS comm (
 CREATE TABLE IF NOT EXISTS baselines (
   id         INTEGER PRIMARY KEY,
   config_id  INTEGER REFERENCES configs(id),
-  framework  TEXT NOT NULL,               -- megatron-tp | megatron-tp-sp | zero1 | zero2 | zero3 | fsdp | hsdp | ddp | gpipe | 1f1b | interleaved | ring-cp,
+  framework  TEXT NOT NULL,               -- megatron-tp | megatron-tp-sp | zero1 | zero2 | zero3 | fsdp | hsdp | ddp | gpipe | 1f1b | interleaved | ring-cp | allgather-cp,
                                           -- a sum of them ("megatron-tp-sp+ddp": quantity ..._combined, the comm chart's cross),
                                           -- or runtime-model (shardbench's own closed form: a regression model, not a framework)
   quantity   TEXT NOT NULL,               -- comm_bytes_per_step | comm_bytes_per_step_combined | comm_bytes_per_step_runtime_model | memory_bytes_per_rank | bubble_fraction | ...

@@ -24,15 +24,17 @@ NAME=harness.sh
 bgpid=
 on_exit '[ -n "$bgpid" ] && kill -9 "$bgpid" 2>/dev/null'
 
-# The tiny sweep: 15 mesh shapes x 10 plans x 1 workload (block) x 2 dtypes = 300 configs,
-# 34 of which run, per dtype: tp:4 and dp_replicate:2,tp:2 for the 3 TP plans,
+# The tiny sweep: 15 mesh shapes x 13 plans x 1 workload (block) x 2 dtypes = 390 configs,
+# 54 of which run, per dtype: tp:4 and dp_replicate:2,tp:2 for the 3 TP plans,
 # dp_replicate:4 for dp, dp_shard:4 and dp_replicate:2,dp_shard:2 for fsdp, fsdp-bf16,
 # zero2 and zero1, dp_replicate:2,dp_shard:2 for hsdp (dp_shard fixed at 2),
-# dp_shard:2,tp:2 for fsdp-tp-sp (tp fixed at 2); the model workload (6 layers) runs in
-# the README sweep.
+# dp_shard:2,tp:2 for fsdp-tp-sp (tp fixed at 2); fsdp-cp on cp:4, dp_replicate:2,cp:2,
+# dp_shard:2,cp:2, dp_shard:4 and dp_replicate:2,dp_shard:2; dp-cp on dp_replicate:4, cp:4
+# and dp_replicate:2,cp:2; fsdp-tp-cp on dp_shard:2,tp:2 and cp:2,tp:2; the model
+# workload (6 layers) runs in the README sweep.
 TINY="--world 4 --plans-dir $PLANS --plans all --workloads block --dtypes f32,f64 --batch 4 --seq 8 --steps 1 --warmup 0"
-TOTAL=300
-RUNS=34
+TOTAL=390
+RUNS=54
 
 # ---- 1. clean sweep -----------------------------------------------------------------
 A="$tmp/clean.db"
@@ -76,16 +78,19 @@ check "fsdp rows: params < the dp row's params" \
 check "TP ok rows have tp comm rows" \
   "$(q "$A" "SELECT count(*) FROM results r JOIN configs c ON c.id = r.config_id WHERE r.status = 'ok' AND c.tp > 1 AND NOT EXISTS (SELECT 1 FROM comm m WHERE m.result_id = r.id AND m.mesh_dim = 'tp' AND m.calls > 0 AND m.wire_bytes > 0)")" 0
 check "dp ok rows have dp_replicate all_reduce rows" \
-  "$(q "$A" "SELECT count(*) FROM results r JOIN configs c ON c.id = r.config_id WHERE r.status = 'ok' AND c.dp_replicate > 1 AND NOT EXISTS (SELECT 1 FROM comm m WHERE m.result_id = r.id AND m.mesh_dim = 'dp_replicate' AND m.op = 'all_reduce')")" 0
+  "$(q "$A" "SELECT count(*) FROM results r JOIN configs c ON c.id = r.config_id WHERE r.status = 'ok' AND c.dp_replicate > 1 AND NOT EXISTS (SELECT 1 FROM comm m WHERE m.result_id = r.id AND m.mesh_dim LIKE 'dp_replicate%' AND m.op = 'all_reduce')")" 0
 # Framework baselines: every ok config with a tp or dp_replicate dim has the one cross its
 # plan's settings select (comm_bytes_per_step_combined: Megatron-LM TP / TP + SP from the
 # papers' formulas, plus DDP), named after the parts.
 check "TP configs have a Megatron-LM framework cross" \
   "$(q "$A" "SELECT count(*) FROM results r JOIN configs c ON c.id = r.config_id WHERE r.status = 'ok' AND c.tp > 1 AND (SELECT count(*) FROM baselines b WHERE b.config_id = c.id AND b.quantity = 'comm_bytes_per_step_combined' AND b.framework LIKE 'megatron-tp%') != 1")" 0
 check "dp_replicate configs have a ddp part in their cross" \
-  "$(q "$A" "SELECT count(*) FROM results r JOIN configs c ON c.id = r.config_id WHERE r.status = 'ok' AND c.dp_replicate > 1 AND c.dp_shard = 1 AND NOT EXISTS (SELECT 1 FROM baselines b WHERE b.config_id = c.id AND b.quantity = 'comm_bytes_per_step_combined' AND b.framework LIKE '%ddp')")" 0
+  "$(q "$A" "SELECT count(*) FROM results r JOIN configs c ON c.id = r.config_id WHERE r.status = 'ok' AND c.dp_replicate > 1 AND c.dp_shard = 1 AND c.cp = 1 AND NOT EXISTS (SELECT 1 FROM baselines b WHERE b.config_id = c.id AND b.quantity = 'comm_bytes_per_step_combined' AND b.framework LIKE '%ddp')")" 0
+check "cp configs have a ring or all-gather attention part in their cross" \
+  "$(q "$A" "SELECT count(*) FROM results r JOIN configs c ON c.id = r.config_id WHERE r.status = 'ok' AND c.cp > 1 AND NOT EXISTS (SELECT 1 FROM baselines b WHERE b.config_id = c.id AND b.quantity = 'comm_bytes_per_step_combined' AND (b.framework LIKE '%+ring-cp' OR b.framework LIKE '%+allgather-cp'))")" 0
+check "cp ok rows" "$(q "$A" "SELECT count(*) FROM results r JOIN configs c ON c.id = r.config_id WHERE r.status = 'ok' AND c.cp > 1")" 12
 check "dp_shard configs have an fsdp (hsdp with dp_replicate, zero1, zero2) part in their cross" \
-  "$(q "$A" "SELECT count(*) FROM results r JOIN configs c ON c.id = r.config_id WHERE r.status = 'ok' AND c.dp_shard > 1 AND NOT EXISTS (SELECT 1 FROM baselines b WHERE b.config_id = c.id AND b.quantity = 'comm_bytes_per_step_combined' AND (b.framework LIKE (CASE WHEN c.dp_replicate > 1 THEN '%hsdp' ELSE '%fsdp' END) OR b.framework LIKE '%zero1' OR b.framework LIKE '%zero2'))")" 0
+  "$(q "$A" "SELECT count(*) FROM results r JOIN configs c ON c.id = r.config_id WHERE r.status = 'ok' AND c.dp_shard > 1 AND NOT EXISTS (SELECT 1 FROM baselines b WHERE b.config_id = c.id AND b.quantity = 'comm_bytes_per_step_combined' AND (b.framework LIKE (CASE WHEN c.dp_replicate > 1 THEN '%hsdp%' ELSE '%fsdp%' END) OR b.framework LIKE '%zero1' OR b.framework LIKE '%zero2'))")" 0
 # REGRESSION check (not an independent oracle): the measured comm bytes per step of every
 # ok config equal the runtime's own closed form stored next to them (framework
 # 'runtime-model'; bench/harness/baselines_model.c sb_runtime_comm_compute), ratio 1.00
@@ -146,10 +151,10 @@ cmp -s "$tmp/a.set" "$tmp/b.set" || { fail "killed + resumed (config, status) se
 C="$tmp/concurrent.db"
 SMALL="--world 4 --plans-dir $PLANS --workloads block --dtypes f32,f64 --batch 4 --seq 8 --steps 1 --warmup 0"
 # shellcheck disable=SC2086
-"$SB" sweep $SMALL --plans torchtitan-tp-sp,tp-no-loss-parallel,fsdp,hsdp,fsdp-tp-sp,fsdp-bf16 --db "$C" >/dev/null 2>"$tmp/c1.err" &
+"$SB" sweep $SMALL --plans torchtitan-tp-sp,tp-no-loss-parallel,fsdp,hsdp,fsdp-tp-sp,fsdp-bf16,fsdp-cp --db "$C" >/dev/null 2>"$tmp/c1.err" &
 p1=$!
 # shellcheck disable=SC2086
-"$SB" sweep $SMALL --plans dp,megatron-tp,zero1,zero2 --db "$C" >/dev/null 2>"$tmp/c2.err"
+"$SB" sweep $SMALL --plans dp,megatron-tp,zero1,zero2,dp-cp,fsdp-tp-cp --db "$C" >/dev/null 2>"$tmp/c2.err"
 rc2=$?
 wait $p1
 rc1=$?

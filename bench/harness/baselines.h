@@ -50,7 +50,7 @@ typedef struct sb_baseline_in {
 
 /* One analytic number, as the baselines table stores it. */
 typedef struct sb_baseline_row {
-  char framework[24];     /* megatron-tp | megatron-tp-sp | ddp | zero3 | ... (schema.sql) */
+  char framework[48];     /* megatron-tp | megatron-tp-sp | ddp | zero3 | ... (schema.sql) */
   char quantity[40];      /* comm_bytes_per_step | memory_bytes_per_rank | ... */
   double value;
   char unit[16];          /* bytes | fraction | flop */

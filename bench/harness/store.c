@@ -450,7 +450,8 @@ fail:
 /* The analytic numbers stored next to a measured config's comm rows:
  * - the framework baselines its plan's settings select (sb_baseline_plan_rows:
  *   the TP part, Megatron-LM TP or TP + sequence parallel, and the DP part,
- *   DDP / FSDP / HSDP, as comm_bytes_per_step rows, and their sum as
+ *   DDP / FSDP / HSDP, and the CP part, PyTorch's ring or all-gather attention,
+ *   as comm_bytes_per_step rows, and their sum as
  *   comm_bytes_per_step_combined, the comm chart's cross), read from
  *   r->plan_traits, never from the plan's name;
  * - the runtime's own closed form (framework "runtime-model", quantity
@@ -467,7 +468,7 @@ static int put_baselines(sb_store *st, const sb_config *c, const sb_result *r, i
                        .dp_shard = c->dp_shard, .cp = c->cp, .tp = c->tp, .batch = c->batch,
                        .seq = c->seq, .elem_bytes = (int)dt_dtype_size(dt), .microbatches = 1,
                        .virtual_stages = 1};
-  enum { MAX_ROWS = 4 }; /* tp part, dp part, their sum, the runtime model */
+  enum { MAX_ROWS = 5 }; /* tp, dp and cp parts, their sum, the runtime model */
   sb_baseline_row rows[MAX_ROWS];
   int n = sb_baseline_plan_rows(&in, &r->plan_traits, rows, MAX_ROWS - 1);
   if (n < 0) n = 0;
