@@ -119,6 +119,13 @@ ok rope -n 1 -- explain --mesh 2 --op rope --input '[1,4,2,8] S(1)' --scalar 100
 ok sdpa-backward -n 4 \
   -- explain --mesh 2 --op sdpa --input '[1,4,6,8] S(1)' --input '[1,2,6,8] S(1)' \
      --input '[1,2,6,8] S(1)' --backward
+# context parallel: the ring's send/recv inside the kernel, the all-gather's K, V
+ok sdpa-cp-ring -n 2 -e 'send            -      cp' \
+  -- explain --mesh 2 --names cp --op sdpa_cp --input '[2,16,4,8] S(1)' \
+     --input '[2,16,2,8] S(1)' --input '[2,16,2,8] S(1)' --dim 0 --i0 1 --i1 4 --i2 1
+ok sdpa-cp-allgather -n 2 -e 'all_gather      -      cp' \
+  -- explain --mesh 2 --names cp --op sdpa_cp --input '[2,16,4,8] S(1)' \
+     --input '[2,16,2,8] S(1)' --input '[2,16,2,8] S(1)' --dim 0 --i0 1 --i1 4 --i2 0
 ok embedding-rowwise-backward -n 2 -e 'grad input 1: none (ids)' \
   -- explain --mesh 2 --op embedding --input '[16,4] S(0)' --input '[2,5] R i64' --backward
 ok cross-entropy-backward -n 3 -e 'output 1: [R] [2, 5] f64' \

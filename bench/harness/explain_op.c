@@ -4,7 +4,7 @@
  *
  *   shardbench explain --mesh 4 --op matmul --input '[8,8] S(0)' \
  *       --input '[8,32] S(0)' [--dim D | --dims D,D] [--keepdim] [--to 4,-1] \
- *       [--eq 'bmk,bkn->bmn'] [--scalar X] [--i0 N] [--i1 N] [--dtype f32|f64] \
+ *       [--eq 'bmk,bkn->bmn'] [--scalar X] [--i0 N] [--i1 N] [--i2 N] [--dtype f32|f64] \
  *       [--planner greedy|min-cost] [--seed N] [--world N] [--backward] [--json]
  *
  * bench/harness/explain.c routes here when --op is given. Every flag is validated
@@ -83,10 +83,11 @@ enum {
   A_SCALAR = 1 << 5,
   A_I0 = 1 << 6,
   A_I1 = 1 << 7,
-  A_ALL = (1 << 8) - 1
+  A_I2 = 1 << 8,
+  A_ALL = (1 << 9) - 1
 };
 static const char *const ATTR_FLAG[] = {"--dim", "--dims", "--keepdim", "--to",
-                                        "--eq",  "--scalar", "--i0", "--i1"};
+                                        "--eq",  "--scalar", "--i0", "--i1", "--i2"};
 enum { N_ATTR_FLAGS = sizeof ATTR_FLAG / sizeof ATTR_FLAG[0] };
 
 typedef struct op_attr_use {
@@ -115,8 +116,9 @@ static const op_attr_use ATTR_USE[] = {
     {"transpose", A_DIMS, A_DIMS},
     {"permute", A_DIMS, A_DIMS},
     {"rms_norm", A_SCALAR, 0},
-    {"rope", A_SCALAR | A_I0, 0},
+    {"rope", A_SCALAR | A_I0 | A_I1, 0},
     {"sdpa", 0, 0},
+    {"sdpa_cp", A_DIM | A_I0 | A_I1 | A_I2, A_DIM},
     {"embedding", 0, 0},
     {"cross_entropy", 0, 0},
 };
@@ -387,7 +389,7 @@ static int unknown_op(const char *name) {
 /* Sets the attributes from the flags; see ATTR_USE. */
 static int set_attrs(eo_opts *o, const op_attr_use *use, long dim, const int64_t *dims, int ndims,
                      const int64_t *to, int nto, const char *eq, double scalar, long i0, long i1,
-                     bool keepdim) {
+                     long i2, bool keepdim) {
   unsigned reads = use ? use->reads : A_ALL, needs = use ? use->needs : 0;
   const char *nm = o->op->name;
   for (int b = 0; b < N_ATTR_FLAGS; b++) {
@@ -445,6 +447,7 @@ static int set_attrs(eo_opts *o, const op_attr_use *use, long dim, const int64_t
   if (o->given & A_SCALAR) a->scalar = scalar;
   if (o->given & A_I0) a->i0 = (int)i0;
   if (o->given & A_I1) a->i1 = (int)i1;
+  if (o->given & A_I2) a->i2 = (int)i2;
   return 0;
 }
 
@@ -468,14 +471,15 @@ static int parse_flags(int argc, char **argv, eo_opts *o) {
       {"dims", required_argument, 0, 'L'},   {"keepdim", no_argument, 0, 'k'},
       {"to", required_argument, 0, 't'},     {"eq", required_argument, 0, 'e'},
       {"scalar", required_argument, 0, 'x'}, {"i0", required_argument, 0, '0'},
-      {"i1", required_argument, 0, '1'},     {"dtype", required_argument, 0, 'd'},
+      {"i1", required_argument, 0, '1'},     {"i2", required_argument, 0, '2'},
+      {"dtype", required_argument, 0, 'd'},
       {"planner", required_argument, 0, 'p'}, {"seed", required_argument, 0, 'S'},
       {"backward", no_argument, 0, 'b'},     {"json", no_argument, 0, 'j'},
       {"shape", required_argument, 0, 's'},  {"from", required_argument, 0, 'f'},
       {"help", no_argument, 0, 'h'},         {0, 0, 0, 0}};
   const char *mesh_s = NULL, *names_s = NULL, *world_s = NULL, *op_s = NULL, *dim_s = NULL;
   const char *dims_s = NULL, *to_s = NULL, *eq_s = NULL, *scalar_s = NULL, *i0_s = NULL;
-  const char *i1_s = NULL, *dtype_s = "f32", *planner_s = "greedy", *seed_s = NULL;
+  const char *i1_s = NULL, *i2_s = NULL, *dtype_s = "f32", *planner_s = "greedy", *seed_s = NULL;
   const char *in_s[DT_OP_MAX_IN + 1];
   int n_in_s = 0;
   bool keepdim = false;
@@ -502,6 +506,7 @@ static int parse_flags(int argc, char **argv, eo_opts *o) {
       case 'x': scalar_s = optarg; o->given |= A_SCALAR; break;
       case '0': i0_s = optarg; o->given |= A_I0; break;
       case '1': i1_s = optarg; o->given |= A_I1; break;
+      case '2': i2_s = optarg; o->given |= A_I2; break;
       case 'd': dtype_s = optarg; break;
       case 'p': planner_s = optarg; break;
       case 'S': seed_s = optarg; break;
@@ -551,7 +556,7 @@ static int parse_flags(int argc, char **argv, eo_opts *o) {
       return sb_usage_error(CMD, "--input", "input %d: %s", j, err);
 
   /* Attributes. */
-  long dim = 0, i0 = 0, i1 = 0;
+  long dim = 0, i0 = 0, i1 = 0, i2 = 0;
   int64_t dims[DT_MAX_DIMS], to[DT_MAX_DIMS];
   int ndims = 0, nto = 0;
   double scalar = 0;
@@ -574,8 +579,10 @@ static int parse_flags(int argc, char **argv, eo_opts *o) {
     return sb_usage_error(CMD, "--i0", "%s", err);
   if (i1_s && sb_parse_long(i1_s, -2147483647L, 2147483647L, &i1, err, sizeof err) != DT_OK)
     return sb_usage_error(CMD, "--i1", "%s", err);
+  if (i2_s && sb_parse_long(i2_s, -2147483647L, 2147483647L, &i2, err, sizeof err) != DT_OK)
+    return sb_usage_error(CMD, "--i2", "%s", err);
   int rc = set_attrs(o, attr_use(o->op->name), dim, dims, ndims, to, nto, eq_s, scalar, i0, i1,
-                     keepdim);
+                     i2, keepdim);
   if (rc) return rc;
 
   if (o->backward && !o->op->backward)
@@ -888,6 +895,7 @@ static void print_attrs_text(const eo_opts *o) {
   if (o->given & A_SCALAR) printf(" scalar=%.17g", a->scalar);
   if ((o->given & (A_I0 | A_I1)) || (o->given & A_DIMS && !a->ndims))
     printf(" i0=%d i1=%d", a->i0, a->i1);
+  if (o->given & A_I2) printf(" i2=%d", a->i2);
   printf("\n");
 }
 
