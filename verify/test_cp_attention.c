@@ -30,7 +30,8 @@
  *     payload bytes derived from the shapes: ring C-1 (backward 2C-1) sends and
  *     as many receives of [K | V] (2 b (S/C) kvh_local hd elements); allgather
  *     2 all_gathers (backward 2 all_gathers and 2 reduce_scatters) of
- *     b S kvh_local hd elements; nothing else on any group;
+ *     b S kvh_local hd elements; nothing else on any group; the ring's forward
+ *     rows alternate send, recv (each rotation's send posted before its recv);
  *  4. the verifier can fail: natural-order tensors under attrs that claim the
  *     head-tail order give a mismatch far above the tolerance;
  *  5. rope with i1: the stored sequence rotated by its positions equals a naive
@@ -542,6 +543,14 @@ static void ledger_case(rk *R, int rotate, dt_dtype dt) {
   tally tf;
   tally_rows(ctx, n0, "forward", el, &tf);
   size_t n1 = l->n;
+  if (rotate) { /* the schedule: every rotation's send is posted before its recv waits (the
+                 * block's compute runs between them), send, recv, send, recv, ... */
+    bool alt = (n1 - n0) % 2 == 0;
+    for (size_t i = n0; alt && i < n1; i++)
+      alt = l->rows[i].op == ((i - n0) % 2 ? DT_COLL_RECV : DT_COLL_SEND);
+    TU_CHECK(alt, "%s, rank %d: the forward's rows are not send, recv, send, recv, ...", what,
+             ctx->rank);
+  }
   dt_ctx_set_phase(ctx, "backward");
   const dt_tensor *ov[2] = {&o[0], &o[1]}, *go[2] = {&t[3], NULL};
   dt_tensor *gi[3] = {&g[0], &g[1], &g[2]};

@@ -529,7 +529,12 @@ static dt_status launch(dt_backend b, int world, job *j, char *why, size_t whyn)
   j->per_process = b == DT_BACKEND_MPI;
   dt_launch_report rep;
   memset(&rep, 0, sizeof rep);
+  /* the ranks are the parallelism: one BLAS thread each (OpenBLAS's threads of several
+   * ranks on the same cores spin against each other; the MFU peak counts one core per
+   * rank too) */
+  const int blas = dt_device_cpu_blas_threads(1);
   dt_status s = dt_launch(&lo, job_rank, j, &rep);
+  if (blas > 0) dt_device_cpu_blas_threads(blas);
   if (s != DT_OK)
     snprintf(why, whyn, "rank %d: %s: %s", rep.failed_rank, dt_status_str(rep.failed_status),
              rep.failed_msg);

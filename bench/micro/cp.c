@@ -15,6 +15,11 @@
  * machine's load hits them alike. Each launch builds the model (same seed: the same
  * global weights), runs --warmup untimed steps, then --steps timed ones.
  *
+ * Every layout gets the machine's cores: the unsharded rank runs OpenBLAS with one
+ * thread per online CPU, the cp ranks one thread each (threads of several ranks'
+ * BLAS on the same cores spin against each other); only the GEMMs use the extra
+ * threads, the attention's softmax rows run on the rank's own thread.
+ *
  * Step time = forward + loss + backward + the gradient all-reduce + AdamW + end_step
  * (every rank starts the step after a barrier), the max over ranks per step; the
  * figure is the median over all timed steps of all reps, and its ratio to the
@@ -39,6 +44,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "dtensor.h"
 #include "../harness/verdict.h"
@@ -279,6 +285,8 @@ int main(int argc, char **argv) {
       fprintf(stderr, "%s: out of memory\n", PROG);
       return 1;
     }
+  long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+  if (ncpu < 1) ncpu = 1;
   const double w0 = dt_now();
   for (int rep = 0; rep < o.reps && rc == 0; rep++)
     for (int k = 0; k < L_COUNT && rc == 0; k++) {
@@ -292,6 +300,9 @@ int main(int argc, char **argv) {
       lo.device = DT_DEV_CPU;
       dt_launch_report rep_;
       memset(&rep_, 0, sizeof rep_);
+      /* every layout gets the machine's cores: the unsharded rank as BLAS threads, the
+       * cp ranks one thread each (more would spin against each other) */
+      dt_device_cpu_blas_threads(lo.world >= ncpu ? 1 : (int)(ncpu / lo.world));
       if (dt_launch(&lo, bench_rank, &sh, &rep_) != DT_OK) {
         fprintf(stderr, "%s: %s, rep %d: rank %d: %s\n", PROG, L_NAME[sh.cur], rep,
                 rep_.failed_rank, rep_.failed_msg);
