@@ -4,7 +4,8 @@
  * with each rotate method (allgather, ring).
  *
  *   bench/shardbench-cp [--world 4] [--model debugmodel] [--dtype f32] [--batch 1]
- *                       [--seq 4096] [--steps 2] [--warmup 1] [--reps 3] [--json]
+ *                       [--seq 4096] [--steps 2] [--warmup 1] [--reps 3]
+ *                       [--blas-threads 1] [--json]
  *
  * Layouts (threads backend): unsharded (a 1-rank mesh, plain sdpa), allgather and
  * ring (a 1-D mesh [cp] of --world ranks: dt_context_parallel with head-tail load
@@ -15,10 +16,12 @@
  * machine's load hits them alike. Each launch builds the model (same seed: the same
  * global weights), runs --warmup untimed steps, then --steps timed ones.
  *
- * Every layout gets the machine's cores: the unsharded rank runs OpenBLAS with one
- * thread per online CPU, the cp ranks one thread each (threads of several ranks'
- * BLAS on the same cores spin against each other); only the GEMMs use the extra
- * threads, the attention's softmax rows run on the rank's own thread.
+ * Every rank runs OpenBLAS with one thread (--blas-threads N: N): the unsharded run is
+ * one core's work, the cp ranks share the machine's cores (4 ranks on 2 cores here).
+ * More BLAS threads do not help the unsharded step: attention's GEMMs are 64 x L x hd
+ * blocks with hd = 16 on the debugmodel, too small to split, and the softmax rows run
+ * on the rank's own thread (measured: 2 threads made the unsharded seq-4096 step 21 s
+ * instead of about 8 s on 2 cores).
  *
  * Step time = forward + loss + backward + the gradient all-reduce + AdamW + end_step
  * (every rank starts the step after a barrier), the max over ranks per step; the
@@ -44,7 +47,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "dtensor.h"
 #include "../harness/verdict.h"
@@ -67,6 +69,7 @@ typedef struct bopts {
   char dtype_name[8];
   dt_dtype dtype;
   int batch, seq, steps, warmup, reps;
+  int blas;                     /* OpenBLAS threads per rank */
   bool json;
 } bopts;
 
@@ -167,11 +170,12 @@ static dt_status bench_rank(dt_ctx *ctx, void *arg) {
 static void usage(FILE *f) {
   fprintf(f,
           "usage: bench/shardbench-cp [--world N] [--model M] [--dtype f32|f64] [--batch B]\n"
-          "                           [--seq S] [--steps N] [--warmup N] [--reps N] [--json]\n"
+          "                           [--seq S] [--steps N] [--warmup N] [--reps N]\n"
+          "                           [--blas-threads N] [--json]\n"
           "  Step time and peak activation memory per rank of the unsharded model and of\n"
           "  context parallel over N ranks (allgather and ring), threads backend.\n"
           "  Defaults: world 4, debugmodel, f32, batch 1, seq 4096, 2 timed steps after 1\n"
-          "  warm-up step per launch, 3 reps.\n");
+          "  warm-up step per launch, 3 reps, 1 BLAS thread per rank.\n");
 }
 
 static int bad(const char *where, const char *fmt, ...) DT_PRINTF(2, 3);
@@ -201,6 +205,7 @@ static int parse_flags(int argc, char **argv, bopts *o) {
       {"dtype", required_argument, 0, 'd'},  {"batch", required_argument, 0, 'b'},
       {"seq", required_argument, 0, 's'},    {"steps", required_argument, 0, 'n'},
       {"warmup", required_argument, 0, 'W'}, {"reps", required_argument, 0, 'r'},
+      {"blas-threads", required_argument, 0, 'B'},
       {"json", no_argument, 0, O_JSON},      {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
   opterr = 0;
@@ -246,6 +251,10 @@ static int parse_flags(int argc, char **argv, bopts *o) {
         if (parse_int(optarg, 1, MAX_REPS, &v)) return bad("--reps", "expected 1..%d, got '%s'", MAX_REPS, optarg);
         o->reps = (int)v;
         break;
+      case 'B':
+        if (parse_int(optarg, 1, 1024, &v)) return bad("--blas-threads", "expected 1..1024, got '%s'", optarg);
+        o->blas = (int)v;
+        break;
       case O_JSON: o->json = true; break;
       case 'h': usage(stdout); return -1;
       case ':': return bad(argv[optind - 1], "missing value");
@@ -266,7 +275,7 @@ static int parse_flags(int argc, char **argv, bopts *o) {
 
 int main(int argc, char **argv) {
   bopts o = {.world = 4, .model = "debugmodel", .dtype_name = "f32", .dtype = DT_F32, .batch = 1,
-             .seq = 4096, .steps = 2, .warmup = 1, .reps = 3};
+             .seq = 4096, .steps = 2, .warmup = 1, .reps = 3, .blas = 1};
   int rc = parse_flags(argc, argv, &o);
   if (rc) return rc < 0 ? 0 : rc;
   shared sh;
@@ -285,8 +294,6 @@ int main(int argc, char **argv) {
       fprintf(stderr, "%s: out of memory\n", PROG);
       return 1;
     }
-  long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-  if (ncpu < 1) ncpu = 1;
   const double w0 = dt_now();
   for (int rep = 0; rep < o.reps && rc == 0; rep++)
     for (int k = 0; k < L_COUNT && rc == 0; k++) {
@@ -300,9 +307,7 @@ int main(int argc, char **argv) {
       lo.device = DT_DEV_CPU;
       dt_launch_report rep_;
       memset(&rep_, 0, sizeof rep_);
-      /* every layout gets the machine's cores: the unsharded rank as BLAS threads, the
-       * cp ranks one thread each (more would spin against each other) */
-      dt_device_cpu_blas_threads(lo.world >= ncpu ? 1 : (int)(ncpu / lo.world));
+      dt_device_cpu_blas_threads(o.blas > 0 ? o.blas : 1);
       if (dt_launch(&lo, bench_rank, &sh, &rep_) != DT_OK) {
         fprintf(stderr, "%s: %s, rep %d: rank %d: %s\n", PROG, L_NAME[sh.cur], rep,
                 rep_.failed_rank, rep_.failed_msg);
@@ -318,8 +323,9 @@ int main(int argc, char **argv) {
     const layout *F = &sh.L[L_FULL];
     if (o.json) {
       printf("{\"world\": %d, \"model\": \"%s\", \"dtype\": \"%s\", \"batch\": %d, \"seq\": %d, "
-             "\"steps\": %d, \"warmup\": %d, \"reps\": %d, \"wall_s\": %.3f, \"layouts\": [",
-             o.world, o.model, o.dtype_name, o.batch, o.seq, o.steps, o.warmup, o.reps, wall);
+             "\"steps\": %d, \"warmup\": %d, \"reps\": %d, \"blas_threads\": %d, \"wall_s\": %.3f, "
+             "\"layouts\": [", o.world, o.model, o.dtype_name, o.batch, o.seq, o.steps, o.warmup,
+             o.reps, o.blas, wall);
       for (int l = 0; l < L_COUNT; l++)
         printf("%s{\"layout\": \"%s\", \"step_time_s\": %.9g, \"step_ratio\": %.6g, "
                "\"activation_bytes\": %.0f, \"activation_ratio\": %.6g, \"peak_bytes\": %.0f}",
@@ -327,8 +333,8 @@ int main(int argc, char **argv) {
                sh.L[l].act / F->act, sh.L[l].peak);
       printf("], \"activation_goal\": %g}\n", ACT_GOAL);
     } else {
-      printf("# shardbench cp: threads, %s %s, batch %d, seq %d; cp = %d for allgather and ring\n",
-             o.model, o.dtype_name, o.batch, o.seq, o.world);
+      printf("# shardbench cp: threads, %s %s, batch %d, seq %d; cp = %d for allgather and ring; "
+             "%d BLAS thread(s) per rank\n", o.model, o.dtype_name, o.batch, o.seq, o.world, o.blas);
       printf("# step = forward + loss + backward + grad all-reduce + AdamW (max over ranks), "
              "median of %d steps x %d reps after %d warm-up step(s) per launch\n",
              o.steps, o.reps, o.warmup);
