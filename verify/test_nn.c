@@ -20,7 +20,11 @@
  *    (d) the initialisation: same seed -> identical weights, another seed ->
  *        different; truncated-normal weights within their bounds with about the
  *        right std; and weights generated sharded (S(0), and S(1) for matrices)
- *        on a 4-rank mesh, gathered, equal the 1-rank weights exactly.
+ *        on a 4-rank mesh, gathered, equal the 1-rank weights exactly;
+ *    (e) the model run as two parts (dt_model_forward_part, a pipeline's stages)
+ *        on two tapes, the second's input a leaf and the first's backward seeded
+ *        with that leaf's gradient, equals the whole model bit for bit (logits,
+ *        loss, every weight gradient); bad parts are refused.
  * What it is not: a test of sharded forward/backward (test_parallel) or of the
  * ops themselves (test_ops_*).
  */
@@ -417,6 +421,78 @@ static void check_fd_weight(dt_ctx *ctx, dt_model *m, const char *fqn, const dt_
   }
 }
 
+/* (e) parts: the model as two parts on two tapes (a pipeline's stages on one rank):
+ * part 0 = embedding + layer 0, part 1 = the other layers + norm + output. Part 1's
+ * input is a leaf holding part 0's output; backward from the loss on part 1's tape
+ * gives that leaf's gradient, the seed of part 0's backward. The logits, the loss
+ * and every weight gradient must equal dt_model_forward's bit for bit: the same ops
+ * run on the same values, and each weight is used once, so its gradient is
+ * accumulated from the same single contribution. */
+static void check_parts(dt_ctx *ctx, dt_model *m, const dt_tensor *tok, const dt_tensor *tgt) {
+  dt_var *logits = NULL, *loss = NULL;
+  TU_OK(ctx, dt_model_forward(ctx, m, tok, &logits));
+  TU_OK(ctx, dt_model_loss(ctx, m, logits, tgt, &loss));
+  dt_array lw, lg;
+  TU_OK(ctx, dt_tensor_full(ctx, dt_var_value(logits), &lw));
+  const double whole_loss = loss_value(ctx, loss);
+  TU_OK(ctx, dt_model_backward(ctx, m, loss));
+  double **G = full_weights(ctx, m, true);
+  TU_OK(ctx, dt_model_end_step(ctx, m));
+  dt_tape_zero_grad(m->tape);
+
+  const dt_model_part p0 = {true, 0, 1, false}, p1 = {false, 1, m->cfg.n_layers, true};
+  dt_tape *t0 = NULL, *t1 = NULL;
+  TU_OK(ctx, dt_tape_create(ctx, NULL, &t0));
+  TU_OK(ctx, dt_tape_create(ctx, NULL, &t1));
+  dt_var *h = NULL, *x = NULL;
+  m->step_tape = t0;
+  TU_OK(ctx, dt_model_forward_part(ctx, m, &p0, tok, NULL, &h));
+  const dt_tensor *hv = dt_var_value(h);
+  dt_tensor xc;
+  TU_OK(ctx, dt_tensor_from_local(ctx, hv->mesh, &hv->local, hv->pl, hv->ndim, hv->gshape, &xc));
+  x = dt_var_leaf(t1, &xc, true);
+  m->step_tape = t1;
+  TU_OK(ctx, dt_model_forward_part(ctx, m, &p1, NULL, x, &logits));
+  TU_OK(ctx, dt_model_loss(ctx, m, logits, tgt, &loss));
+  TU_OK(ctx, dt_tensor_full(ctx, dt_var_value(logits), &lg));
+  const double parts_loss = loss_value(ctx, loss);
+  TU_OK(ctx, dt_backward(t1, loss, NULL));
+  TU_CHECK(dt_var_grad(x) != NULL, "(e) part 1's input has no gradient");
+  if (dt_var_grad(x)) TU_OK(ctx, dt_backward(t0, h, dt_var_grad(x)));
+  m->step_tape = NULL;
+  double **P = full_weights(ctx, m, true);
+  TU_CHECK(lw.numel == lg.numel && !memcmp(lw.data, lg.data, dt_array_bytes(&lw)),
+           "(e) the parts' logits differ from the whole model's");
+  TU_CHECK(parts_loss == whole_loss, "(e) loss %.17g, whole model %.17g", parts_loss, whole_loss);
+  int64_t differ = 0, compared = 0;
+  for (int i = 0; i < m->n_mods; i++) {
+    if (!m->mods[i].weight) continue;
+    TU_CHECK(G[i] && P[i], "(e) %s: no gradient", m->mods[i].fqn);
+    if (!G[i] || !P[i]) continue;
+    int64_t n = m->mods[i].wshape[0] * (m->mods[i].wndim == 2 ? m->mods[i].wshape[1] : 1);
+    compared++;
+    if (memcmp(G[i], P[i], (size_t)n * sizeof(double))) differ++;
+  }
+  TU_CHECK(compared > 0 && differ == 0, "(e) %lld of %lld weight gradients differ", (long long)differ,
+           (long long)compared);
+  printf("  (e) two parts on two tapes = the whole model, bit for bit: logits, loss, %lld "
+         "gradients\n", (long long)compared);
+  /* bad parts are refused */
+  const dt_model_part bad[3] = {{false, 1, 0, true}, {false, 0, 9, false}, {false, 1, 1, false}};
+  for (int i = 0; i < 3; i++)
+    TU_CHECK(dt_model_forward_part(ctx, m, &bad[i], NULL, x, &h) == DT_ERR_INVALID,
+             "(e) bad part %d accepted", i);
+  TU_CHECK(dt_model_forward_part(ctx, m, &p0, NULL, x, &h) == DT_ERR_INVALID,
+           "(e) a first part without tokens accepted");
+  dt_tape_free(t1);
+  dt_tape_free(t0);
+  dt_tape_zero_grad(m->tape);
+  dt_array_free(ctx, &lw);
+  dt_array_free(ctx, &lg);
+  free_weights(m, G);
+  free_weights(m, P);
+}
+
 static dt_status body_one(dt_ctx *ctx, void *arg) {
   (void)arg;
   const char *names[1] = {"tp"};
@@ -478,6 +554,7 @@ static dt_status body_one(dt_ctx *ctx, void *arg) {
     check_fd_weight(ctx, m, fd_fqns[i], &tok, &tgt, G, &nfd, &worst);
   /* grads of the hook run are compared, then cleared; restore the original ones */
   check_hooks(ctx, m, &tok, &tgt, loss, G);
+  check_parts(ctx, m, &tok, &tgt);
   model_step(ctx, m, &tok, &tgt, true);
   printf("  (b) %d gradient elements vs central differences: worst err/tol %.3f\n", nfd, worst);
   for (int i = 0; i < m->n_mods; i++)

@@ -586,6 +586,47 @@ static dt_status const_leaf(dt_ctx *ctx, dt_model *m, const dt_tensor *t, dt_var
   return *out ? DT_OK : DT_ERR_NOMEM;
 }
 
+/* Runs the modules of one part on m->step_tape: the embedding of tokens when
+ * part->first (x NULL), else from x; layers [layer0, layer1); norm and output when
+ * part->last. */
+static dt_status forward_part(dt_ctx *ctx, dt_model *m, const dt_model_part *part,
+                              const dt_tensor *tokens, dt_var *x, dt_var **out) {
+  dt_module *mods = m->mods;
+  dt_var *io[1], *h = x;
+  if (part->first) {
+    dt_module *emb = &mods[1]; /* after the model root */
+    DT_CHECK(const_leaf(ctx, m, tokens, &io[0]));
+    DT_CHECK(hook(ctx, m, emb, true, io, 1));
+    DT_CHECK(op2(m, &dt_op_embedding, NULL, wvar(emb), io[0], &h));
+    io[0] = h;
+    DT_CHECK(hook(ctx, m, emb, false, io, 1));
+    h = io[0];
+  }
+  for (int l = part->layer0; l < part->layer1; l++) {
+    dt_module *blk = &mods[2 + l * MODS_PER_LAYER];
+    io[0] = h;
+    DT_CHECK(hook(ctx, m, blk, true, io, 1));
+    h = io[0];
+    dt_var *xn, *a, *f;
+    DT_CHECK(rmsnorm(ctx, m, &blk[1], h, &xn));
+    DT_CHECK(attention(ctx, m, &blk[2], xn, &a));
+    DT_CHECK(op2(m, &dt_op_add, NULL, h, a, &h));
+    DT_CHECK(rmsnorm(ctx, m, &blk[7], h, &xn));
+    DT_CHECK(feed_forward(ctx, m, &blk[8], xn, &f));
+    DT_CHECK(op2(m, &dt_op_add, NULL, h, f, &h));
+    io[0] = h;
+    DT_CHECK(hook(ctx, m, blk, false, io, 1));
+    h = io[0];
+  }
+  if (part->last) {
+    const int mi = 2 + m->cfg.n_layers * MODS_PER_LAYER;
+    DT_CHECK(rmsnorm(ctx, m, &mods[mi], h, &h));
+    DT_CHECK(linear(ctx, m, &mods[mi + 1], h, &h));
+  }
+  *out = h;
+  return DT_OK;
+}
+
 dt_status dt_model_forward(dt_ctx *ctx, dt_model *m, const dt_tensor *tokens, dt_var **logits) {
   const char *who = "dt_model_forward";
   if (!ctx || !m || !tokens || !logits) return dt_error(ctx, DT_ERR_INVALID, who, "NULL argument");
@@ -594,45 +635,40 @@ dt_status dt_model_forward(dt_ctx *ctx, dt_model *m, const dt_tensor *tokens, dt
   if (tokens->ndim != 2 || tokens->dtype != DT_I64 || tokens->mesh != m->mesh)
     return dt_error(ctx, DT_ERR_INVALID, who, "tokens must be i64 [b, s] on the model's mesh");
   if (!m->step_tape) DT_CHECK(dt_tape_create(ctx, NULL, &m->step_tape));
-  dt_module *mods = m->mods;
-  int mi = 1; /* after the model root */
+  const dt_model_part whole = {true, 0, m->cfg.n_layers, true};
   dt_var *io[1];
-  DT_CHECK(const_leaf(ctx, m, tokens, &io[0]));
-  if (m->param_pre) DT_CHECK(m->param_pre(ctx, &mods[0], m->step_tape, io, 1, m->param_state));
-  dt_var *h;
-  {
-    dt_module *emb = &mods[mi++];
-    DT_CHECK(hook(ctx, m, emb, true, io, 1));
-    DT_CHECK(op2(m, &dt_op_embedding, NULL, wvar(emb), io[0], &h));
-    io[0] = h;
-    DT_CHECK(hook(ctx, m, emb, false, io, 1));
-    h = io[0];
+  if (m->param_pre) { /* the root's parameter hook sees the tokens */
+    DT_CHECK(const_leaf(ctx, m, tokens, &io[0]));
+    DT_CHECK(m->param_pre(ctx, &m->mods[0], m->step_tape, io, 1, m->param_state));
   }
-  for (int l = 0; l < m->cfg.n_layers; l++) {
-    dt_module *blk = &mods[mi];
-    io[0] = h;
-    DT_CHECK(hook(ctx, m, blk, true, io, 1));
-    h = io[0];
-    dt_var *x, *a, *f;
-    DT_CHECK(rmsnorm(ctx, m, &blk[1], h, &x));
-    DT_CHECK(attention(ctx, m, &blk[2], x, &a));
-    DT_CHECK(op2(m, &dt_op_add, NULL, h, a, &h));
-    DT_CHECK(rmsnorm(ctx, m, &blk[7], h, &x));
-    DT_CHECK(feed_forward(ctx, m, &blk[8], x, &f));
-    DT_CHECK(op2(m, &dt_op_add, NULL, h, f, &h));
-    io[0] = h;
-    DT_CHECK(hook(ctx, m, blk, false, io, 1));
-    h = io[0];
-    mi += MODS_PER_LAYER;
-  }
-  DT_CHECK(rmsnorm(ctx, m, &mods[mi], h, &h));
-  DT_CHECK(linear(ctx, m, &mods[mi + 1], h, logits));
+  DT_CHECK(forward_part(ctx, m, &whole, tokens, NULL, logits));
   if (m->param_post) {
     io[0] = *logits;
-    DT_CHECK(m->param_post(ctx, &mods[0], m->step_tape, io, 1, m->param_state));
+    DT_CHECK(m->param_post(ctx, &m->mods[0], m->step_tape, io, 1, m->param_state));
     *logits = io[0];
   }
   return DT_OK;
+}
+
+dt_status dt_model_forward_part(dt_ctx *ctx, dt_model *m, const dt_model_part *part,
+                                const dt_tensor *tokens, dt_var *x, dt_var **out) {
+  const char *who = "dt_model_forward_part";
+  if (!ctx || !m || !part || !out) return dt_error(ctx, DT_ERR_INVALID, who, "NULL argument");
+  *out = NULL;
+  if (!m->tape) return dt_error(ctx, DT_ERR_INVALID, who, "call dt_model_materialize first");
+  if (part->layer0 < 0 || part->layer1 < part->layer0 || part->layer1 > m->cfg.n_layers ||
+      (!part->first && !part->last && part->layer0 == part->layer1))
+    return dt_error(ctx, DT_ERR_INVALID, who, "layers [%d, %d) of %d, %s%s", part->layer0,
+                    part->layer1, m->cfg.n_layers, part->first ? "first" : "not first",
+                    part->last ? ", last" : "");
+  if (part->first && (!tokens || x || tokens->ndim != 2 || tokens->dtype != DT_I64 ||
+                      tokens->mesh != m->mesh))
+    return dt_error(ctx, DT_ERR_INVALID, who,
+                    "the first part takes tokens (i64 [b, s] on the model's mesh) and no x");
+  if (!part->first && (tokens || !x || dt_var_value(x)->mesh != m->mesh))
+    return dt_error(ctx, DT_ERR_INVALID, who, "a later part takes x on the model's mesh, no tokens");
+  if (!m->step_tape) DT_CHECK(dt_tape_create(ctx, NULL, &m->step_tape));
+  return forward_part(ctx, m, part, tokens, x, out);
 }
 
 dt_status dt_model_loss(dt_ctx *ctx, dt_model *m, dt_var *logits, const dt_tensor *targets,

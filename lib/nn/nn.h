@@ -131,6 +131,22 @@ dt_status dt_model_materialize(dt_ctx *ctx, dt_model *m);
 /* One forward on the model's tape: tokens i64 [b, s] (a DTensor on the model's
  * mesh) -> logits var [b, s, vocab]. Hooks run at every module boundary. */
 dt_status dt_model_forward(dt_ctx *ctx, dt_model *m, const dt_tensor *tokens, dt_var **logits);
+/* A contiguous part of the model, a pipeline stage's (TorchTitan's
+ * pipeline_module_split keeps these modules of the model): tok_embeddings when
+ * first, transformer layers [layer0, layer1), norm and output when last. */
+typedef struct dt_model_part {
+  bool first;
+  int layer0, layer1;
+  bool last;
+} dt_model_part;
+/* The part's forward on m->step_tape (made when NULL; a pipeline runs each
+ * microbatch on a tape of its own by setting m->step_tape around the call):
+ * the first part from tokens (x NULL), a later one from x (the previous part's
+ * output [b, s, dim], e.g. a received activation made a leaf that requires a
+ * gradient); *out is [b, s, dim], or the logits when last. Module hooks run as in
+ * dt_model_forward; the model root's parameter hooks do not. */
+dt_status dt_model_forward_part(dt_ctx *ctx, dt_model *m, const dt_model_part *part,
+                                const dt_tensor *tokens, dt_var *x, dt_var **out);
 /* Mean cross-entropy of logits against targets (i64 [b, s]) -> 0-d loss var. */
 dt_status dt_model_loss(dt_ctx *ctx, dt_model *m, dt_var *logits, const dt_tensor *targets,
                         dt_var **loss);
