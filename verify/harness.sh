@@ -168,6 +168,13 @@ q "$C" "SELECT c.key || ' ' || r.status FROM results r JOIN configs c ON c.id = 
 checks=$((checks + 1))
 cmp -s "$tmp/a.set" "$tmp/c.set" || fail "concurrent (config, status) set differs from the clean sweep's"
 
+# --shapes: only the shapes given, each x plans x workloads x dtypes
+D="$tmp/shapes.db"
+"$SB" sweep --world 4 --plans-dir "$PLANS" --plans dp-cp,fsdp-cp --workloads block --dtypes f32 \
+  --batch 4 --seq 8 --steps 1 --warmup 0 --shapes cp:4/dp_replicate:2,cp:2 --db "$D" >/dev/null 2>"$tmp/s.err"
+check "--shapes: configs, ok" "$(q "$D" "SELECT count(*), sum(r.status = 'ok') FROM results r")" "4|4"
+check "--shapes: the shapes" "$(q "$D" "SELECT group_concat(DISTINCT dp_replicate || 'x' || cp) FROM (SELECT * FROM configs ORDER BY cp)")" "2x2,1x4"
+
 # ---- 4. bad flags ---------------------------------------------------------------------
 bad() { # bad NAME ARGS...: shardbench ARGS is bad input
   n=$1
@@ -182,6 +189,10 @@ bad "sweep bad dtype" sweep --world 2 --dtypes f16 --db "$tmp/x.db"
 bad "sweep bad workload" sweep --world 2 --workloads blocks --db "$tmp/x.db"
 bad "sweep bad backend" sweep --world 2 --backend carrier-pigeon --db "$tmp/x.db"
 bad "sweep missing value" sweep --world
+bad "sweep shape not the world" sweep --world 8 --shapes cp:4 --db "$tmp/x.db"
+bad "sweep shape twice" sweep --world 8 --shapes cp:8/cp:8 --db "$tmp/x.db"
+bad "sweep shape empty" sweep --world 8 --shapes cp:8/ --db "$tmp/x.db"
+bad "sweep shape bad dim" sweep --world 8 --shapes cq:8 --db "$tmp/x.db"
 bad "run bad mesh" run --mesh tp:4,dp_replicate:2 --plans-dir "$PLANS"
 bad "run mesh and dims" run --mesh tp:2 --tp 2 --plans-dir "$PLANS"
 bad "run world mismatch" run --tp 4 --world 2 --plans-dir "$PLANS"

@@ -218,8 +218,7 @@ const char sb_run_usage[] =
     "\n"
     "Exit: 0 ok or skipped, 1 mismatch or failure, 2 bad input (flags, plan, DB, memory).\n";
 
-/* "dp_replicate:2,tp:4" into dims (all others 1); "1" for one rank. */
-static int parse_mesh_named(const char *s, int dims[SB_NDIMS], char *err, size_t errn) {
+int sb_parse_mesh_named(const char *s, int dims[SB_NDIMS], char *err, size_t errn) {
   for (int i = 0; i < SB_NDIMS; i++) dims[i] = 1;
   if (!strcmp(s, "1")) return 0;
   const char *p = s;
@@ -313,7 +312,7 @@ static int run_flag(int ch, run_args *a, char **argv) {
     return 0;
   }
   case O_MESH:
-    if (parse_mesh_named(optarg, o->dims, err, sizeof err))
+    if (sb_parse_mesh_named(optarg, o->dims, err, sizeof err))
       return sb_usage_error(CMD, "--mesh", "%s", err);
     a->mesh_given = true;
     return 0;

@@ -134,6 +134,9 @@ enum { SB_NDIMS = 5 };
  * memory check bounds what the reference keeps per step. */
 enum { SB_MAX_STEPS = 500 };
 extern const char *const sb_dim_names[SB_NDIMS]; /* pp dp_replicate dp_shard cp tp */
+/* "dp_replicate:2,tp:4" into dims (TorchTitan's order, all others 1); "1" for one
+ * rank. 0, or -1 with the reason in err (bench/harness/run_cmd.c). */
+int sb_parse_mesh_named(const char *s, int dims[SB_NDIMS], char *err, size_t errn);
 
 typedef struct sb_opts {
   char model[96], workload[32];

@@ -5,6 +5,7 @@
  *                    [--workloads block,model] [--dtypes f32] [--batch 8] [--seq 32]
  *                    [--steps 2] [--warmup 1] [--db results/shardbench.db] [--resume]
  *                    [--backend threads|mpi] [--peak-tflops X] [--plans-dir DIR]
+ *                    [--shapes dp_shard:2,tp:4/cp:8]
  *
  * Mesh shapes: every ordered factorisation of the world into TorchTitan's
  * (pp, dp_replicate, dp_shard, cp, tp) (all 5-tuples of divisors whose product is
@@ -62,10 +63,11 @@ const char sb_sweep_usage[] =
     "                        [--seq 32] [--steps 2] [--warmup 1]\n"
     "                        [--db results/shardbench.db] [--resume]\n"
     "                        [--backend threads|mpi] [--peak-tflops X] [--plans-dir DIR]\n"
-    "                        [--mem-limit BYTES | --no-mem-check]\n"
+    "                        [--mem-limit BYTES | --no-mem-check] [--shapes S/S/...]\n"
     "\n"
     "Runs every ordered factorisation of the world into (pp, dp_replicate, dp_shard, cp,\n"
-    "tp) x plans x workloads x dtypes x models with `shardbench run`'s runner and writes\n"
+    "tp) (or only the --shapes given, each as run's --mesh: dp_shard:2,tp:4/cp:8)\n"
+    "x plans x workloads x dtypes x models with `shardbench run`'s runner and writes\n"
     "each outcome (ok, mismatch, failed, skipped with its reason) to the DB, one\n"
     "transaction per config. Each config runs in its own process (threads backend), so\n"
     "a crash is recorded and the sweep goes on. --resume skips configs that already have\n"
@@ -291,6 +293,7 @@ static void progress(bool tty, int done, int total, double t0, const char *statu
 typedef struct sweep_args {
   long world, batch, seq, steps, warmup;
   const char *models_s, *plans_s, *workloads_s, *dtypes_s, *db, *backend_s, *plans_flag;
+  const char *shapes_s; /* --shapes: NULL, every factorisation */
   const char *peak_s, *mem_s;
   bool resume, no_mem_check;
 } sweep_args;
@@ -311,7 +314,8 @@ typedef struct tally {
 } tally;
 
 enum { O_WORLD = 256, O_MODELS, O_PLANS, O_WORKLOADS, O_DTYPES, O_BATCH, O_SEQ, O_STEPS,
-       O_WARMUP, O_DB, O_RESUME, O_BACKEND, O_PEAK, O_MEMLIM, O_NOMEM, O_PLANSDIR, O_HELP };
+       O_WARMUP, O_DB, O_RESUME, O_BACKEND, O_PEAK, O_MEMLIM, O_NOMEM, O_PLANSDIR, O_SHAPES,
+       O_HELP };
 static const struct option sweep_lopts[] = {
     {"world", required_argument, NULL, O_WORLD},
     {"models", required_argument, NULL, O_MODELS},
@@ -329,6 +333,7 @@ static const struct option sweep_lopts[] = {
     {"mem-limit", required_argument, NULL, O_MEMLIM},
     {"no-mem-check", no_argument, NULL, O_NOMEM},
     {"plans-dir", required_argument, NULL, O_PLANSDIR},
+    {"shapes", required_argument, NULL, O_SHAPES},
     {"help", no_argument, NULL, O_HELP},
     {NULL, 0, NULL, 0}};
 
@@ -364,6 +369,7 @@ static int sweep_parse(int argc, char **argv, sweep_args *a) {
     case O_RESUME: a->resume = true; break;
     case O_BACKEND: a->backend_s = optarg; break;
     case O_PLANSDIR: a->plans_flag = optarg; break;
+    case O_SHAPES: a->shapes_s = optarg; break;
     case O_PEAK: a->peak_s = optarg; break;
     case O_MEMLIM: a->mem_s = optarg; break;
     case O_NOMEM: a->no_mem_check = true; break;
@@ -448,7 +454,36 @@ static int sweep_check(sweep_args *a, sweep_space *sp, sb_opts *lim, dt_backend 
   int cur[SB_NDIMS];
   sp->nshapes = 0;
   sp->shapes = shapes;
-  factor((int)a->world, 0, cur, shapes, &sp->nshapes);
+  if (a->shapes_s) {
+    /* --shapes S/S/...: each S as run's --mesh, its product the world, each once */
+    const char *q = a->shapes_s;
+    char one[256], err[SB_ERR_LEN];
+    for (;;) {
+      size_t k = strcspn(q, "/");
+      if (k == 0 || k >= sizeof one)
+        return sb_usage_error(CMD, "--shapes", "expected meshes joined by '/' (e.g. "
+                              "dp_shard:2,tp:4/cp:8), got '%s'", a->shapes_s);
+      memcpy(one, q, k);
+      one[k] = '\0';
+      int *d = shapes[sp->nshapes];
+      if (sb_parse_mesh_named(one, d, err, sizeof err))
+        return sb_usage_error(CMD, "--shapes", "'%s': %s", one, err);
+      long prod = 1;
+      for (int i = 0; i < SB_NDIMS; i++) prod *= d[i];
+      if (prod != a->world)
+        return sb_usage_error(CMD, "--shapes", "'%s' has %ld ranks, the world is %ld", one, prod,
+                              a->world);
+      for (int j = 0; j < sp->nshapes; j++)
+        if (!memcmp(shapes[j], d, sizeof shapes[j]))
+          return sb_usage_error(CMD, "--shapes", "'%s' given twice", one);
+      if (++sp->nshapes == MAX_SHAPES && q[k])
+        return sb_usage_error(CMD, "--shapes", "more than %d shapes", MAX_SHAPES);
+      if (!q[k]) break;
+      q += k + 1;
+    }
+  } else {
+    factor((int)a->world, 0, cur, shapes, &sp->nshapes);
+  }
   sp->total = sp->models.n * sp->workloads.n * sp->dtypes.n * sp->nshapes * sp->plans.n;
   return 0;
 }
