@@ -11,6 +11,7 @@
 #define DT_PARALLEL_H
 
 #include "../nn/nn.h"
+#include "pipeline.h"
 
 #ifdef __cplusplus
 extern "C" {
