@@ -259,7 +259,8 @@ static void check_split(dt_ctx *ctx) {
              ebad[i].msg);
   }
   /* spaces around names are fine, and an explicit uneven split is kept as given */
-  const char *ok2[] = {" tok_embeddings , layers.0 ", "layers.1,layers.2,layers.3,layers.4,layers.5, norm,output"};
+  const char *ok2[] = {" tok_embeddings , layers.0 ",
+                       "layers.1,layers.2,layers.3,layers.4,layers.5, norm,output"};
   dt_pp_layout l;
   TU_OK(ctx, dt_pp_split_fqns(ctx, 6, ok2, 2, NULL, &l));
   TU_CHECK(l.stages[0].embedding && l.stages[0].n_layers == 1 && l.stages[1].first_layer == 1 &&
@@ -690,7 +691,8 @@ static void check_csv_errors(dt_ctx *ctx) {
   EXPECT_CSV_ERR(ctx, "no stage", "0F0,F1\n", 1, 1, 2, "bad.csv:1:5: rank 0, cell 2: 'F1': no stage index");
   EXPECT_CSV_ERR(ctx, "trailing text", "0F0,0B0x\n", 1, 1, 1,
                  "bad.csv:1:5: rank 0, cell 2: '0B0x': trailing text");
-  EXPECT_CSV_ERR(ctx, "lower-case type", "0F0,0b0\n", 1, 1, 1, "bad.csv:1:5: rank 0, cell 2: '0b0': unknown action type");
+  EXPECT_CSV_ERR(ctx, "lower-case type", "0F0,0b0\n", 1, 1, 1,
+                 "bad.csv:1:5: rank 0, cell 2: '0b0': unknown action type");
   EXPECT_CSV_ERR(ctx, "unsupported W", "0F0,0I0,0W0\n", 1, 1, 1,
                  "bad.csv:1:5: rank 0, cell 2: '0I0': I actions are not supported");
   EXPECT_CSV_ERR(ctx, "unsupported UNSHARD", "0UNSHARD,0F0,0B0\n", 1, 1, 1,

@@ -189,8 +189,9 @@ dt_status dt_pp_schedule_lower(dt_ctx *ctx, dt_pp_schedule *s);
 typedef enum dt_pp_recv_mode { DT_PP_RECV_BLOCKING = 0, DT_PP_RECV_AT_USE } dt_pp_recv_mode;
 
 /* Checks a schedule before any work by running its lists with BLOCKING recvs
- * (the strict mode: what passes runs in either mode). Refused, DT_ERR_INVALID with a one-line message naming the rank, the
- * action's index and text (and FILE:LINE:COL for a loaded one):
+ * (the strict mode: what passes runs in either mode). Refused, DT_ERR_INVALID
+ * with a one-line message naming the rank, the action's index (1-based) and
+ * text (and FILE:LINE:COL for a loaded one):
  *   - a kind other than F, B, SEND_*, RECV_*; a stage or microbatch out of
  *     range; a stage on another rank than its placement;
  *   - a stage missing the F or the B of a microbatch, or running one twice;

@@ -40,10 +40,8 @@ dt_status dt_pp_split(dt_ctx *ctx, int n_layers, int n_stages, int first_less, i
     return dt_error(ctx, DT_ERR_INVALID, who,
                     "%d stages cannot be more than the %d effective layers (%d layers + %d + %d)",
                     n_stages, e, n_layers, first_less, last_less);
-  int per = e / n_stages, extra = e % n_stages;
-  if (per == 0) /* unreachable after the check above; kept as TorchTitan has it */
-    return dt_error(ctx, DT_ERR_INVALID, who, "%d stages over %d effective layers leave stages empty",
-                    n_stages, e);
+  int per = e / n_stages, extra = e % n_stages; /* per >= 1: TorchTitan's per == 0 error is
+                                                  * the case n_stages > E above */
   if (first_less > per)
     return dt_error(ctx, DT_ERR_INVALID, who,
                     "first stage weight %d exceeds the minimum layers per stage (%d)", first_less, per);
