@@ -53,7 +53,11 @@ static dt_llama_config tiny_config(void) {
 
 /* ids of rows [r0, r0 + nr) of the batch (which 0: tokens, 1: targets) */
 static void ids(int which, int r0, int nr, int vocab, int64_t *out) {
-  for (int i = 0; i < nr * TS; i++) out[i] = (int64_t)(((r0 * TS + i) * (31 + which * 6) + 7 * which + 3) % vocab);
+  for (int i = 0; i < nr * TS; i++) { /* a mixed index (Knuth's MMIX LCG constants): no period */
+    uint64_t x = (uint64_t)(r0 * TS + i + 1) * 6364136223846793005u + 1442695040888963407u * (uint64_t)(which + 1);
+    x ^= x >> 33;
+    out[i] = (int64_t)(x % (uint64_t)vocab);
+  }
 }
 
 static dt_status ids_tensor(dt_ctx *ctx, dt_mesh *mesh, int which, int r0, int nr, int vocab,

@@ -5,7 +5,8 @@
  * style.py) with their input_layouts, desired_input_layouts, output_layouts,
  * use_local_output and defaults. dt_parallelize_module matches fqn patterns token by token with
  * fnmatch and installs each style as module hooks plus weight placements on one
- * mesh dim. Plans are files (plans/NAME.plan) parsed here.
+ * mesh dim. Plans are files (plans/NAME.plan) parsed here. Pipeline stage splits
+ * and schedules are in pipeline.h (included below).
  */
 #ifndef DT_PARALLEL_H
 #define DT_PARALLEL_H
