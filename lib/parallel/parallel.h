@@ -208,7 +208,9 @@ dt_status dt_cp_shard_sequence(dt_ctx *ctx, const dt_model *m, const dt_array *g
 
 /* ---- pipeline parallel: the runtime, lib/parallel/pp.c ---- */
 
-/* One action of a step as it ran on this rank: when it started and ended (dt_now). */
+/* One action of a step as it ran on this rank: when it started and ended (dt_now).
+ * A RECV's event is the receive itself, done (waited for) just before the F or B
+ * that consumes it. */
 typedef struct dt_pp_event {
   dt_pp_action action;
   double t0, t1;
@@ -223,7 +225,7 @@ typedef struct dt_pp_event {
  * rescale_accumulated_loss); *loss is their sum on the last stage's rank (0
  * elsewhere); the weights' gradients accumulate over the microbatches (the
  * optimizer then steps once). events[0..*n_events) (may be NULL): every action's
- * start and end, at most max_events. Collective over the pp group (and the other
+ * start and end in the order they ran, at most max_events. Collective over the pp group (and the other
  * mesh dims the stages' ops use). DT_ERR_INVALID for a schedule not lowered or not
  * matching the layout, the mesh or the model. */
 dt_status dt_pipeline_step(dt_ctx *ctx, dt_model *m, int pp_dim, const dt_pp_layout *L,

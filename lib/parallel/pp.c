@@ -20,8 +20,13 @@
  *       input leaf, in the placements of the activation, is what goes back. The
  *       weights' gradients accumulate over the microbatches.
  *   SEND_F / RECV_F, SEND_B / RECV_B: dt_comm_send / dt_comm_recv on the pp dim's
- *       communicator to the rank of stage s + 1 / s - 1 (eager sends: a SEND
- *       never blocks). A forward transfer is preceded by the activation's
+ *       communicator to the rank of stage s + 1 / s - 1. A SEND is eager (never
+ *       blocks); a RECV only marks the transfer expected, and the F or B that
+ *       consumes it receives (waits) just before it runs, as
+ *       _PipelineScheduleRuntime posts its irecv at the RECV and waits at the
+ *       compute: a receive blocking where the lowering lists it would hold the
+ *       rank's other work back (1F1B's and the interleaved schedule's overlap).
+ *       A forward transfer is preceded by the activation's
  *       shape and placements (int64s) with the ledger off, as PyTorch infers the
  *       stage's shapes before the first step; a backward one needs none (the
  *       gradient takes the placements of the activation its receiver sent).
@@ -44,6 +49,7 @@ typedef struct cell {
   dt_tensor act_in; /* received or passed activation, before F makes it a leaf */
   dt_tensor g_out;  /* received or passed gradient of out, before B */
   dt_tensor g_in;   /* the gradient of in, after B, before it is sent or passed */
+  bool want_f, want_b; /* a RECV_F / RECV_B was listed: the F / B receives first */
 } cell;
 
 typedef struct pp_run {
@@ -54,7 +60,14 @@ typedef struct pp_run {
   int pp_dim, rank, m_mb;
   dt_comm *comm;
   cell *cells;      /* [n_stages][m] */
+  dt_pp_event *ev;  /* the timeline, or NULL */
+  int max_ev, *n_ev;
 } pp_run;
+
+static void event(pp_run *r, dt_pp_kind kind, int s, int k, double t0) {
+  if (r->ev && r->n_ev && *r->n_ev < r->max_ev)
+    r->ev[(*r->n_ev)++] = (dt_pp_event){{kind, s, k, 0}, t0, dt_now()};
+}
 
 static cell *at(pp_run *r, int s, int k) { return &r->cells[(size_t)s * (size_t)r->m_mb + (size_t)k]; }
 
@@ -195,15 +208,40 @@ static dt_status do_backward(pp_run *r, int s, int k) {
   return rc;
 }
 
+/* The receive a RECV marked, done where its consumer needs it (an event of its own). */
+static dt_status await(pp_run *r, int s, int k, bool fwd) {
+  cell *c = at(r, s, k);
+  const int pp = r->S->pp;
+  const double t0 = dt_now();
+  dt_status st;
+  if (fwd) {
+    if (!c->want_f) return DT_OK;
+    c->want_f = false;
+    st = recv_tensor(r, NULL, dt_pp_stage_rank(s - 1, pp), tag_of(r, s - 1, k, 0), &c->act_in);
+  } else {
+    if (!c->want_b) return DT_OK;
+    c->want_b = false;
+    if (!c->out) return dt_error(r->ctx, DT_ERR_INTERNAL, WHO, "%dRECV_B%d before its F", s, k);
+    st = recv_tensor(r, dt_var_value(c->out), dt_pp_stage_rank(s + 1, pp), tag_of(r, s + 1, k, 1),
+                     &c->g_out);
+  }
+  event(r, fwd ? DT_PP_RECV_F : DT_PP_RECV_B, s, k, t0);
+  return st;
+}
+
 static dt_status do_action(pp_run *r, const dt_pp_action *a, const dt_tensor *tokens,
                            const dt_tensor *targets, double *loss) {
   dt_ctx *ctx = r->ctx;
   const int s = a->stage, k = a->mb, pp = r->S->pp;
   cell *c = at(r, s, k);
+  dt_status st = DT_OK;
   switch (a->kind) {
-    case DT_PP_F:
+    case DT_PP_F: {
       dt_ctx_set_phase(ctx, "forward");
+      DT_CHECK(await(r, s, k, true));
+      const double t0 = dt_now();
       DT_CHECK(do_forward(r, s, k, tokens, targets));
+      event(r, a->kind, s, k, t0);
       if (r->L->stages[s].head) {
         dt_array v;
         DT_CHECK(dt_tensor_full(ctx, dt_var_value(c->out), &v)); /* 0-d: no comm */
@@ -211,26 +249,33 @@ static dt_status do_action(pp_run *r, const dt_pp_action *a, const dt_tensor *to
         dt_array_free(ctx, &v);
       }
       return DT_OK;
-    case DT_PP_B: return do_backward(r, s, k);
-    case DT_PP_SEND_F:
+    }
+    case DT_PP_B: {
+      DT_CHECK(await(r, s, k, false));
+      const double t0 = dt_now();
+      st = do_backward(r, s, k);
+      event(r, a->kind, s, k, t0);
+      return st;
+    }
+    case DT_PP_SEND_F: {
       dt_ctx_set_phase(ctx, "forward");
       if (!c->out) return dt_error(ctx, DT_ERR_INTERNAL, WHO, "%dSEND_F%d before its F", s, k);
-      return send_tensor(r, dt_var_value(c->out), dt_pp_stage_rank(s + 1, pp), tag_of(r, s, k, 0), true);
-    case DT_PP_RECV_F:
-      dt_ctx_set_phase(ctx, "forward");
-      return recv_tensor(r, NULL, dt_pp_stage_rank(s - 1, pp), tag_of(r, s - 1, k, 0), &c->act_in);
+      const double t0 = dt_now();
+      st = send_tensor(r, dt_var_value(c->out), dt_pp_stage_rank(s + 1, pp), tag_of(r, s, k, 0), true);
+      event(r, a->kind, s, k, t0);
+      return st;
+    }
     case DT_PP_SEND_B: {
       dt_ctx_set_phase(ctx, "backward");
       if (!c->g_in.mesh) return dt_error(ctx, DT_ERR_INTERNAL, WHO, "%dSEND_B%d before its B", s, k);
-      dt_status rc = send_tensor(r, &c->g_in, dt_pp_stage_rank(s - 1, pp), tag_of(r, s, k, 1), false);
+      const double t0 = dt_now();
+      st = send_tensor(r, &c->g_in, dt_pp_stage_rank(s - 1, pp), tag_of(r, s, k, 1), false);
+      event(r, a->kind, s, k, t0);
       dt_tensor_free(ctx, &c->g_in);
-      return rc;
+      return st;
     }
-    case DT_PP_RECV_B:
-      dt_ctx_set_phase(ctx, "backward");
-      if (!c->out) return dt_error(ctx, DT_ERR_INTERNAL, WHO, "%dRECV_B%d before its F", s, k);
-      return recv_tensor(r, dt_var_value(c->out), dt_pp_stage_rank(s + 1, pp), tag_of(r, s + 1, k, 1),
-                         &c->g_out);
+    case DT_PP_RECV_F: c->want_f = true; return DT_OK; /* received by the F (await) */
+    case DT_PP_RECV_B: c->want_b = true; return DT_OK; /* received by the B */
     default: {
       char t[32];
       dt_pp_action_str(*a, t, sizeof t);
@@ -258,19 +303,15 @@ dt_status dt_pipeline_step(dt_ctx *ctx, dt_model *m, int pp_dim, const dt_pp_lay
                     m->cfg.n_layers);
   pp_run r = {.ctx = ctx, .m = m, .L = L, .S = S, .pp_dim = pp_dim,
               .rank = dt_mesh_coord(m->mesh, pp_dim), .m_mb = S->n_microbatches,
-              .comm = dt_mesh_comm(m->mesh, pp_dim)};
+              .comm = dt_mesh_comm(m->mesh, pp_dim), .ev = events, .max_ev = max_events,
+              .n_ev = n_events};
   r.cells = calloc((size_t)S->n_stages * (size_t)r.m_mb, sizeof *r.cells);
   if (!r.cells) return dt_error(ctx, DT_ERR_NOMEM, WHO, "no memory");
   char saved[sizeof ctx->phase];
   memcpy(saved, ctx->phase, sizeof saved);
   dt_status s = DT_OK;
   const int n = S->len[r.rank];
-  for (int i = 0; i < n && s == DT_OK; i++) {
-    const double t0 = dt_now();
-    s = do_action(&r, &S->acts[r.rank][i], tokens, targets, loss);
-    if (events && n_events && *n_events < max_events)
-      events[(*n_events)++] = (dt_pp_event){S->acts[r.rank][i], t0, dt_now()};
-  }
+  for (int i = 0; i < n && s == DT_OK; i++) s = do_action(&r, &S->acts[r.rank][i], tokens, targets, loss);
   for (size_t i = 0; i < (size_t)S->n_stages * (size_t)r.m_mb; i++) {
     cell *c = &r.cells[i];
     dt_tape_free(c->tape);
