@@ -5,12 +5,14 @@
  * style.py) with their input_layouts, desired_input_layouts, output_layouts,
  * use_local_output and defaults. dt_parallelize_module matches fqn patterns token by token with
  * fnmatch and installs each style as module hooks plus weight placements on one
- * mesh dim. Plans are files (plans/NAME.plan) parsed here.
+ * mesh dim. Plans are files (plans/NAME.plan) parsed here. Pipeline stage splits
+ * and schedules are in pipeline.h (included below).
  */
 #ifndef DT_PARALLEL_H
 #define DT_PARALLEL_H
 
 #include "../nn/nn.h"
+#include "pipeline.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -203,6 +205,33 @@ dt_status dt_context_parallel(dt_ctx *ctx, dt_model *m, int cp_dim, dt_cp_rotate
  * another mesh dim shards seq_dim. */
 dt_status dt_cp_shard_sequence(dt_ctx *ctx, const dt_model *m, const dt_array *global, int seq_dim,
                                const dt_placement *pl, dt_tensor *out);
+
+/* ---- pipeline parallel: the runtime, lib/parallel/pp.c ---- */
+
+/* One action of a step as it ran on this rank: when it started and ended (dt_now).
+ * A RECV's event is the receive itself, done (waited for) just before the F or B
+ * that consumes it. */
+typedef struct dt_pp_event {
+  dt_pp_action action;
+  double t0, t1;
+} dt_pp_event;
+
+/* One step's forward and backward of every microbatch through the pipeline over
+ * mesh dim pp_dim: this rank runs its list of the lowered schedule S (actions in
+ * order) on the stages of layout L it holds (the model on every rank holds every
+ * weight; a rank runs only its stages' modules, dt_model_forward_part). tokens and
+ * targets: S->n_microbatches DTensors each (read on the first and the last stage's
+ * rank). Each microbatch's loss is divided by the count (TorchTitan's
+ * rescale_accumulated_loss); *loss is their sum on the last stage's rank (0
+ * elsewhere); the weights' gradients accumulate over the microbatches (the
+ * optimizer then steps once). events[0..*n_events) (may be NULL): every action's
+ * start and end in the order they ran, at most max_events. Collective over the pp group (and the other
+ * mesh dims the stages' ops use). DT_ERR_INVALID for a schedule not lowered or not
+ * matching the layout, the mesh or the model. */
+dt_status dt_pipeline_step(dt_ctx *ctx, dt_model *m, int pp_dim, const dt_pp_layout *L,
+                           const dt_pp_schedule *S, const dt_tensor *tokens,
+                           const dt_tensor *targets, double *loss, dt_pp_event *events,
+                           int max_events, int *n_events);
 
 /* ---- FSDP2 (fully_shard), HSDP, ZeRO: lib/parallel/fsdp.c ---- */
 
