@@ -898,7 +898,19 @@ static void check_fsdp_errors(dt_ctx *ctx) {
   EXPECT_ERR(ctx, "unknown setting", "dims = tp:2\nreshard = 1\n",
              "bad.plan:2:1: unknown setting 'reshard' (expected name, dims, loss_parallel, zero, "
              "mixed_precision_param, mixed_precision_reduce, bucket_cap_mb, "
-             "context_parallel_rotate_method or context_parallel_load_balance)");
+             "context_parallel_rotate_method, context_parallel_load_balance, "
+             "pipeline_parallel_schedule, pipeline_parallel_schedule_csv or "
+             "pipeline_parallel_microbatch_size)");
+  /* pipeline parallel settings */
+  EXPECT_ERR(ctx, "pp schedule word", "dims = pp:2\npipeline_parallel_schedule = 1F2B\n",
+             "bad.plan:2:30: expected GPipe, 1F1B or Interleaved1F1B");
+  EXPECT_ERR(ctx, "pp schedule without pp", "dims = tp:2\npipeline_parallel_schedule = GPipe\n",
+             "bad.plan:2:1: pipeline_parallel_schedule needs a pp dim in dims");
+  EXPECT_ERR(ctx, "pp microbatch size", "dims = pp:2\npipeline_parallel_microbatch_size = 0\n",
+             "bad.plan:2:37: expected a microbatch size >= 1");
+  EXPECT_ERR(ctx, "pp schedule and csv",
+             "dims = pp:2\npipeline_parallel_schedule = GPipe\npipeline_parallel_schedule_csv = x.csv\n",
+             "bad.plan:3:1: give pipeline_parallel_schedule (line 2) or pipeline_parallel_schedule_csv");
   /* context parallel settings */
   EXPECT_ERR(ctx, "rotate word", "dims = cp:2\ncontext_parallel_rotate_method = ringg\n",
              "bad.plan:2:34: expected allgather or ring (alltoall) after "

@@ -231,6 +231,7 @@ typedef struct job {
   int dp_dim, tp_dim;           /* mesh dims, -1: none */
   int dps_dim;                  /* the dp_shard mesh dim, -1: none */
   int cp_dim;                   /* the cp mesh dim, -1: none */
+  int pp_dim;                   /* the pp mesh dim, -1: none */
   bool fsdp;                    /* the plan's fully_shard entries apply (dp_shard or cp) */
   bool tp_before_dps;           /* mesh dims ordered ..., tp, dp_shard (FSDP + TP) */
   dt_plan *plan;                /* NULL: no entries */
@@ -341,10 +342,124 @@ static dt_status save_weights(dt_ctx *ctx, dt_model *m, const job *j) {
   return s;
 }
 
+/* ---- pipeline parallel ----------------------------------------------------------- */
+
+/* A rank's pipeline: the stages and this run's lowered schedule (the same on every
+ * rank), and the last step's loss (the last stage's rank's sum, shared for checks). */
+typedef struct pipe {
+  dt_pp_layout L;
+  dt_pp_schedule S;
+  int m;                        /* microbatches */
+  double loss;
+  dt_tape *loss_tape;           /* holds the loss as a variable for the verifier */
+} pipe;
+
+/* The plan's schedule over pp ranks with m microbatches (TorchTitan's defaults: one
+ * stage per rank, two for the interleaved schedule; split by
+ * generate_llm_fqn_per_model_part with the embedding and the head as one layer each). */
+static dt_status pipe_build(dt_ctx *ctx, const dt_plan *pl, int n_layers, int pp, int m, pipe *p) {
+  p->m = m;
+  if (pl->pp_schedule == DT_PP_CSV) {
+    char path[600];
+    const char *slash = strrchr(pl->path, '/');
+    if (pl->pp_schedule_csv[0] == '/' || !slash)
+      snprintf(path, sizeof path, "%s", pl->pp_schedule_csv);
+    else
+      snprintf(path, sizeof path, "%.*s/%s", (int)(slash - pl->path), pl->path, pl->pp_schedule_csv);
+    DT_CHECK(dt_pp_schedule_load(ctx, path, pp, -1, m, &p->S));
+    if (p->S.n_microbatches != m)
+      return dt_error(ctx, DT_ERR_INVALID, "pipeline", "%s has %d microbatches; the run has %d",
+                      path, p->S.n_microbatches, m);
+  } else {
+    const int v = pl->pp_schedule == DT_PP_INTERLEAVED_1F1B ? 2 : 1;
+    DT_CHECK(dt_pp_schedule_generate(ctx, pl->pp_schedule, pp, v, m, &p->S));
+    DT_CHECK(dt_pp_schedule_lower(ctx, &p->S));
+  }
+  return dt_pp_split(ctx, n_layers, p->S.n_stages, 1, 1, &p->L);
+}
+
+/* Microbatch k of the step's batch as a [batch / m, seq] tensor whose shard on the
+ * data-parallel dims is that rank's k-th chunk of its local batch (the schedule
+ * splits each rank's batch, split_args_kwargs_into_chunks). */
+static dt_status microbatch_tensor(dt_ctx *ctx, const job *j, dt_mesh *mesh, const dt_model *m,
+                                   unsigned dp_dims, int ndp, int step, int which, int k, int nm,
+                                   dt_tensor *out) {
+  const sb_opts *o = j->o;
+  const int64_t B = o->batch, S = o->seq, local = B / ndp, mb = local / nm;
+  int64_t *all = malloc(sizeof *all * (size_t)(B * S));
+  int64_t *ids = malloc(sizeof *ids * (size_t)(B / nm * S));
+  dt_status s = all && ids ? DT_OK : dt_error(ctx, DT_ERR_NOMEM, "pipeline", "no memory");
+  if (s == DT_OK) {
+    sb_token_ids(step, which, B * S, j->cfg.vocab, all);
+    for (int d = 0; d < ndp; d++)
+      memcpy(ids + (size_t)(d * mb * S), all + (size_t)((d * local + k * mb) * S),
+             sizeof *ids * (size_t)(mb * S));
+    const int64_t shape[2] = {B / nm, S};
+    dt_array a;
+    dt_placement pl[DT_MAX_MESH_DIMS];
+    for (int i = 0; i < dt_mesh_ndim(mesh); i++)
+      pl[i] = dp_dims & (1u << i) ? dt_shard(0) : dt_replicate();
+    s = dt_array_wrap(ctx, DT_DEV_CPU, DT_I64, 2, shape, ids, &a);
+    if (s == DT_OK)
+      s = j->cp_dim >= 0 ? dt_cp_shard_sequence(ctx, m, &a, 1, pl, out)
+                         : dt_tensor_distribute(ctx, mesh, &a, pl, out);
+  }
+  free(all);
+  free(ids);
+  return s;
+}
+
+/* One pipelined step's forward and backward: every microbatch through the schedule
+ * (the token batches made with the ledger off, before the barrier). */
+static dt_status pipe_step(dt_ctx *ctx, dt_mesh *mesh, dt_model *m, const job *j, pipe *p,
+                           unsigned dp_dims, int step) {
+  const int nm = p->m;
+  int ndp = 1;
+  for (int i = 0; i < dt_mesh_ndim(mesh); i++)
+    if (dp_dims & (1u << i)) ndp *= dt_mesh_size(mesh, i);
+  dt_tensor *tok = calloc((size_t)(2 * nm), sizeof *tok), *tgt = tok ? tok + nm : NULL;
+  dt_status s = tok ? DT_OK : dt_error(ctx, DT_ERR_NOMEM, "pipeline", "no memory");
+  const bool was = dt_ledger_of(ctx)->enabled;
+  dt_ledger_enable(ctx, false);
+  for (int k = 0; s == DT_OK && k < nm; k++) {
+    s = microbatch_tensor(ctx, j, mesh, m, dp_dims, ndp, step, 0, k, nm, &tok[k]);
+    if (s == DT_OK) s = microbatch_tensor(ctx, j, mesh, m, dp_dims, ndp, step, 1, k, nm, &tgt[k]);
+  }
+  if (s == DT_OK) s = dt_comm_barrier(ctx->world);
+  dt_ledger_enable(ctx, was);
+  if (s == DT_OK)
+    s = dt_pipeline_step(ctx, m, j->pp_dim, &p->L, &p->S, tok, tgt, &p->loss, NULL, 0, NULL);
+  for (int k = 0; tok && k < 2 * nm; k++) dt_tensor_free(ctx, &tok[k]);
+  free(tok);
+  return s;
+}
+
+/* For the verifier: the loss (from the last stage's rank) and every weight's gradient
+ * (from its stage's rank) on every rank; *loss a variable holding the loss. */
+static dt_status pipe_share(dt_ctx *ctx, dt_model *m, const job *j, pipe *p, dt_var **loss) {
+  dt_comm *c = dt_mesh_comm(m->mesh, j->pp_dim);
+  DT_CHECK(dt_comm_broadcast(c, &p->loss, 1, DT_F64, dt_pp_stage_rank(p->S.n_stages - 1, c->size)));
+  DT_CHECK(dt_pipeline_share(ctx, m, j->pp_dim, &p->L, true));
+  dt_tape_free(p->loss_tape);
+  p->loss_tape = NULL;
+  DT_CHECK(dt_tape_create(ctx, NULL, &p->loss_tape));
+  dt_array a;
+  dt_tensor t;
+  const int64_t none[1] = {0};
+  dt_placement pl[DT_MAX_MESH_DIMS];
+  for (int i = 0; i < DT_MAX_MESH_DIMS; i++) pl[i] = dt_replicate();
+  DT_CHECK(dt_array_create(ctx, DT_DEV_CPU, DT_F64, 0, none, &a));
+  ((double *)a.data)[0] = p->loss;
+  dt_status s = dt_tensor_distribute(ctx, m->mesh, &a, pl, &t);
+  dt_array_free(ctx, &a);
+  if (s == DT_OK && !(*loss = dt_var_leaf(p->loss_tape, &t, false))) s = DT_ERR_NOMEM;
+  return s;
+}
+
 /* One step's forward, loss, backward and data-parallel reduce, timed: *secs.
  * *loss lives until dt_model_end_step. */
-static dt_status step_grads(dt_ctx *ctx, dt_mesh *mesh, dt_model *m, const job *j, int step,
-                            bool timed, dt_var **loss, double *secs) {
+static dt_status step_grads(dt_ctx *ctx, dt_mesh *mesh, dt_model *m, const job *j, pipe *pp,
+                            int step, bool timed, dt_var **loss, double *secs) {
   const int dp = j->reference ? -1 : j->dp_dim, dps = j->reference ? -1 : j->dps_dim;
   const int cp = j->reference ? -1 : j->cp_dim;
   const unsigned dp_dims = (dp >= 0 ? 1u << dp : 0u) | (dps >= 0 ? 1u << dps : 0u);
@@ -354,7 +469,7 @@ static dt_status step_grads(dt_ctx *ctx, dt_mesh *mesh, dt_model *m, const job *
   dt_ledger_enable(ctx, false);
   const sb_opts *o = j->o;
   dt_status s = DT_OK;
-  for (int which = 0; which < 2 && s == DT_OK; which++) /* inputs, targets */
+  for (int which = 0; which < 2 && s == DT_OK && !pp; which++) /* inputs, targets */
     s = cp >= 0 ? sb_token_tensor_cp(ctx, m, o->batch, o->seq, j->cfg.vocab, dp_dims, step, which,
                                      which ? &tgt : &tok)
                 : sb_token_tensor(ctx, mesh, o->batch, o->seq, j->cfg.vocab, dp_dims, step, which,
@@ -364,9 +479,13 @@ static dt_status step_grads(dt_ctx *ctx, dt_mesh *mesh, dt_model *m, const job *
   dt_ctx_set_phase(ctx, "forward");
   double t0 = dt_now();
   dt_var *logits = NULL;
-  if (s == DT_OK) s = dt_model_forward(ctx, m, &tok, &logits);
-  if (s == DT_OK) s = dt_model_loss(ctx, m, logits, &tgt, loss);
-  if (s == DT_OK) s = dt_model_backward(ctx, m, *loss);
+  if (pp) { /* the microbatches through the pipeline */
+    if (s == DT_OK) s = pipe_step(ctx, mesh, m, j, pp, dp_dims, step);
+  } else {
+    if (s == DT_OK) s = dt_model_forward(ctx, m, &tok, &logits);
+    if (s == DT_OK) s = dt_model_loss(ctx, m, logits, &tgt, loss);
+    if (s == DT_OK) s = dt_model_backward(ctx, m, *loss);
+  }
   const bool fsdp = !j->reference && j->fsdp;
   if (s == DT_OK && fsdp) s = dt_fsdp_reduce_grads(ctx, m); /* ZeRO-1's all-reduce */
   /* DDP over dp_replicate x cp (TorchTitan's dp_cp); under FSDP (HSDP) the units reduce */
@@ -403,14 +522,22 @@ static dt_status step_update(dt_ctx *ctx, dt_model *m, bool timed, double *secs)
 /* The check data of a step (step >= 0: loss and gradients) or of the final weights
  * (step < 0, after last): kept (reference) or compared into c (sharded), with the
  * ledger off and outside the timed region. */
-static dt_status collect(dt_ctx *ctx, dt_model *m, job *j, const dt_var *loss, int step, int last,
-                         sb_cmp *c) {
+static dt_status collect(dt_ctx *ctx, dt_model *m, job *j, pipe *pp, const dt_var *loss, int step,
+                         int last, sb_cmp *c) {
   dt_ledger_enable(ctx, false);
   dt_ctx_set_phase(ctx, "check");
   sb_snap *rec = j->reference && ctx->rank == 0 ? &j->out : NULL;
   const sb_snap *ref = j->reference ? NULL : &j->ref->snap;
-  dt_status s = step >= 0 ? sb_snap_step(ctx, m, loss, step, rec, ref, c)
-                          : sb_snap_params(ctx, m, last, rec, ref, c);
+  dt_status s = DT_OK;
+  if (pp) { /* every rank checks every weight: the owners' copies shared over pp */
+    dt_var *pl = NULL;
+    s = step >= 0 ? pipe_share(ctx, m, j, pp, &pl) : dt_pipeline_share(ctx, m, j->pp_dim, &pp->L, false);
+    loss = pl;
+  }
+  if (s == DT_OK)
+    s = step >= 0 ? sb_snap_step(ctx, m, loss, step, rec, ref, c)
+                  : sb_snap_params(ctx, m, last, rec, ref, c);
+  if (pp) dt_pipeline_drop_foreign_grads(m, j->pp_dim, &pp->L); /* AdamW trains this rank's */
   dt_ctx_set_phase(ctx, "");
   return s;
 }
@@ -445,8 +572,21 @@ static dt_status train(dt_ctx *ctx, dt_mesh *mesh, job *j) {
   /* FSDP mixed precision: the weights' rounding to param_dtype sets the tolerance */
   if (j->plan && j->fsdp) c.param_dtype = j->plan->param_dtype;
   double *times = calloc((size_t)total, sizeof *times);
-  if (!times) return dt_error(ctx, DT_ERR_NOMEM, "train", "no memory");
-  dt_status s = build_model(ctx, mesh, j, &m);
+  pipe *pp = !j->reference && j->pp_dim >= 0 ? calloc(1, sizeof *pp) : NULL;
+  if (!times || (!j->reference && j->pp_dim >= 0 && !pp)) {
+    free(times);
+    free(pp);
+    return dt_error(ctx, DT_ERR_NOMEM, "train", "no memory");
+  }
+  dt_status s = DT_OK;
+  if (pp) { /* microbatches: each data-parallel rank's batch over the microbatch size */
+    int ndp = 1;
+    if (j->dp_dim >= 0) ndp *= dt_mesh_size(mesh, j->dp_dim);
+    if (j->dps_dim >= 0) ndp *= dt_mesh_size(mesh, j->dps_dim);
+    s = pipe_build(ctx, j->plan, j->cfg.n_layers, dt_mesh_size(mesh, j->pp_dim),
+                   j->o->batch / ndp / j->plan->pp_microbatch_size, pp);
+  }
+  if (s == DT_OK) s = build_model(ctx, mesh, j, &m);
   if (s == DT_OK && !j->reference && j->o->save_weights[0]) {
     s = save_weights(ctx, m, j);
     if (s == DT_OK && ctx->rank == 0) j->weights_saved = true;
@@ -461,10 +601,10 @@ static dt_status train(dt_ctx *ctx, dt_mesh *mesh, job *j) {
     const size_t run_peak = ctx->mem.host_peak;
     ctx->mem.host_peak = ctx->mem.host_cur;
     dt_model_mem grads, after;
-    s = step_grads(ctx, mesh, m, j, step, timed, &loss, &t_grad);
+    s = step_grads(ctx, mesh, m, j, pp, step, timed, &loss, &t_grad);
     dt_model_state_bytes(m, &grads);
     const size_t grad_peak = ctx->mem.host_peak;
-    if (s == DT_OK) s = collect(ctx, m, j, loss, step, total - 1, &c);
+    if (s == DT_OK) s = collect(ctx, m, j, pp, loss, step, total - 1, &c);
     ctx->mem.host_peak = ctx->mem.host_cur; /* not the checks' gathers */
     if (s == DT_OK) s = step_update(ctx, m, timed, &t_update);
     dt_model_state_bytes(m, &after);
@@ -481,11 +621,16 @@ static dt_status train(dt_ctx *ctx, dt_mesh *mesh, job *j) {
   }
   dt_ledger_enable(ctx, false);
   if (s == DT_OK) s = measures(ctx, j, times, total);
-  if (s == DT_OK) s = collect(ctx, m, j, NULL, -1, total - 1, &c);
+  if (s == DT_OK) s = collect(ctx, m, j, pp, NULL, -1, total - 1, &c);
   if (s == DT_OK && !j->reference) s = sb_cmp_merge(ctx->world, &c);
   if (s == DT_OK && !j->reference && (ctx->rank == 0 || j->per_process)) j->cmp = c;
   dt_ctx_set_phase(ctx, "");
   free(times);
+  if (pp) {
+    dt_tape_free(pp->loss_tape);
+    dt_pp_schedule_free(ctx, &pp->S);
+    free(pp);
+  }
   if (m) {
     dt_parallelize_release(ctx, m);
     dt_model_free(ctx, m);
@@ -566,9 +711,7 @@ static void failed(sb_result *r, const char *fmt, ...) {
 
 /* What the runner cannot do: status skipped with the reason. True when skipped. */
 static bool unsupported(const sb_opts *o, sb_result *r) {
-  if (o->dims[0] > 1)
-    skip(r, "pp=%d: pipeline parallel is not implemented in libdtensor", o->dims[0]);
-  else if (strcmp(o->workload, "model") && strcmp(o->workload, "block"))
+  if (strcmp(o->workload, "model") && strcmp(o->workload, "block"))
     skip(r, "workload '%s' is not implemented (model and block are)", o->workload);
   else
     return false;
@@ -639,6 +782,29 @@ static bool plan_unfit(const sb_opts *o, dt_ctx *hc, dt_plan *plan, const dt_lla
     skip(r, "batch %d is not divisible by dp_replicate=%d", o->batch, o->dims[1]);
     return true;
   }
+  if (o->dims[0] > 1) { /* pipeline: the microbatches, the schedule and the stage split */
+    if (has_fsdp) {
+      skip(r, "pp=%d with fully_shard: FSDP inside pipeline stages is not implemented yet",
+           o->dims[0]);
+      return true;
+    }
+    const int ndp = o->dims[1] * o->dims[2];
+    if (o->batch % ndp || (o->batch / ndp) % plan->pp_microbatch_size) {
+      skip(r, "batch %d over dp_replicate x dp_shard = %d is not a multiple of the pipeline "
+              "microbatch size %d", o->batch, ndp, plan->pp_microbatch_size);
+      return true;
+    }
+    pipe *p = calloc(1, sizeof *p);
+    if (!p) return false; /* the run reports the memory */
+    dt_status st = pipe_build(hc, plan, cfg->n_layers, o->dims[0],
+                              o->batch / ndp / plan->pp_microbatch_size, p);
+    dt_pp_schedule_free(hc, &p->S);
+    free(p);
+    if (st != DT_OK) {
+      skip(r, "pipeline: %s", sb_strip_rank(dt_last_error(hc)));
+      return true;
+    }
+  }
   return false;
 }
 
@@ -675,7 +841,7 @@ static bool reference(const sb_opts *o, job *j, sb_ref *cache, sb_result *r) {
   j->mesh_ndim = 1;
   j->mesh_shape[0] = 1;
   snprintf(j->mesh_names[0], DT_MESH_NAME_LEN, "ref");
-  j->dp_dim = j->tp_dim = j->dps_dim = j->cp_dim = -1;
+  j->dp_dim = j->tp_dim = j->dps_dim = j->cp_dim = j->pp_dim = -1;
   j->fsdp = j->tp_before_dps = false;
   if (launch(DT_BACKEND_THREADS, 1, j, why, sizeof why) != DT_OK) {
     sb_snap_free(&j->out);
@@ -691,7 +857,7 @@ static bool reference(const sb_opts *o, job *j, sb_ref *cache, sb_result *r) {
 /* The sharded job's mesh: the dims of size > 1 in TorchTitan's order. */
 static void sharded_mesh(const sb_opts *o, job *j) {
   j->mesh_ndim = 0;
-  j->dp_dim = j->tp_dim = j->dps_dim = j->cp_dim = -1;
+  j->dp_dim = j->tp_dim = j->dps_dim = j->cp_dim = j->pp_dim = -1;
   /* FSDP + TP: tp before dp_shard, so that FSDP splits TP's blocks (fsdp.c). Not with
    * cp: sequence parallel and cp both shard the sequence, cp outer (TorchTitan's
    * order), and FSDP then shards the other dim of TP's dim-0 blocks (fsdp.c) */
@@ -701,6 +867,7 @@ static void sharded_mesh(const sb_opts *o, job *j) {
   for (int k = 0; k < SB_NDIMS; k++) {
     const int d = order[k];
     if (o->dims[d] > 1) {
+      if (d == 0) j->pp_dim = j->mesh_ndim;
       if (d == 1) j->dp_dim = j->mesh_ndim;
       if (d == 2) j->dps_dim = j->mesh_ndim;
       if (d == 3) j->cp_dim = j->mesh_ndim;

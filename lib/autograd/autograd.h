@@ -112,6 +112,10 @@ bool dt_var_requires_grad(const dt_var *v);
  * all_reduce per Partial dim, phase "backward"; no comm when none is Partial).
  * No gradient: DT_OK, nothing done. */
 dt_status dt_var_grad_reduce(dt_tape *t, dt_var *v);
+/* Replaces v's gradient by *g (moved in: *g is zeroed; same mesh and global shape
+ * as v's value, any placements), or drops it when g is NULL (param.grad = ... /
+ * None). t: the tape that made v. DT_ERR_INVALID (g freed) on a mismatch. */
+dt_status dt_var_set_grad(dt_tape *t, dt_var *v, dt_tensor *g);
 /* Drops every leaf's gradient (like optimizer.zero_grad(set_to_none=True)). */
 void dt_tape_zero_grad(dt_tape *t);
 

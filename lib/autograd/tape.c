@@ -434,6 +434,26 @@ dt_status dt_backward(dt_tape *t, dt_var *root, const dt_tensor *seed) {
   return s;
 }
 
+dt_status dt_var_set_grad(dt_tape *t, dt_var *v, dt_tensor *g) {
+  dt_ctx *ctx = t ? t->ctx : NULL;
+  if (!t || !v) {
+    if (g) dt_tensor_free(ctx, g);
+    return dt_error(ctx, DT_ERR_INVALID, "dt_var_set_grad", "NULL tape or variable");
+  }
+  if (g && (g->mesh != v->value.mesh || g->ndim != v->value.ndim ||
+            memcmp(g->gshape, v->value.gshape, sizeof(int64_t) * (size_t)g->ndim))) {
+    dt_tensor_free(ctx, g);
+    return dt_error(ctx, DT_ERR_INVALID, "dt_var_set_grad", "the gradient's mesh or shape differs");
+  }
+  var_drop_grad(ctx, v);
+  if (g) {
+    v->grad = *g;
+    v->has_grad = true;
+    memset(g, 0, sizeof *g);
+  }
+  return DT_OK;
+}
+
 dt_status dt_var_grad_reduce(dt_tape *t, dt_var *v) {
   dt_ctx *ctx = t ? t->ctx : NULL;
   if (!t || !v) return dt_error(ctx, DT_ERR_INVALID, "dt_var_grad_reduce", "NULL argument");

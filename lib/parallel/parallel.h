@@ -84,6 +84,14 @@ typedef struct dt_plan {
    * default, or ring) and context_parallel_load_balance (head-tail; default true) */
   dt_cp_rotate cp_rotate;
   bool cp_load_balance;
+  /* pipeline parallel (a pp dim): pipeline_parallel_schedule (1F1B, TorchTitan's
+   * default; GPipe, Interleaved1F1B with 2 stages per rank) or
+   * pipeline_parallel_schedule_csv (DT_PP_CSV: pp_schedule_csv, relative to the plan
+   * file's directory), pipeline_parallel_microbatch_size (default 1: microbatches
+   * = the local batch) */
+  dt_pp_schedule_kind pp_schedule;
+  char pp_schedule_csv[256];
+  int pp_microbatch_size;
   int n_entries;
   dt_plan_entry entries[DT_PLAN_MAX_ENTRIES];
 } dt_plan;
@@ -232,6 +240,19 @@ dt_status dt_pipeline_step(dt_ctx *ctx, dt_model *m, int pp_dim, const dt_pp_lay
                            const dt_pp_schedule *S, const dt_tensor *tokens,
                            const dt_tensor *targets, double *loss, dt_pp_event *events,
                            int max_events, int *n_events);
+
+/* The stage of layout L holding module i's weight (tok_embeddings: the first stage,
+ * layers.N: the stage with layer N, norm and output: the last), -1 when none. */
+int dt_pp_module_stage(const dt_model *m, const dt_pp_layout *L, int i);
+/* For checks (the verifier, checkpoints): makes every pp rank's copy of each weight's
+ * value (grads false) or gradient (grads true) its owner's: the pp rank holding the
+ * weight's stage broadcasts it over the pp group (a gradient's placements first).
+ * Collective over the pp group. Afterwards the other ranks hold gradients of weights
+ * they do not train: dt_pipeline_drop_foreign_grads before the optimizer. */
+dt_status dt_pipeline_share(dt_ctx *ctx, dt_model *m, int pp_dim, const dt_pp_layout *L,
+                            bool grads);
+/* Drops the gradients of the weights whose stages this rank does not hold. */
+void dt_pipeline_drop_foreign_grads(dt_model *m, int pp_dim, const dt_pp_layout *L);
 
 /* ---- FSDP2 (fully_shard), HSDP, ZeRO: lib/parallel/fsdp.c ---- */
 

@@ -68,11 +68,14 @@ static const unsigned k_style_kwargs[N_STYLES] = {
 /* Settings allowed above the first [dim] header. */
 typedef enum setting_id {
   SET_NAME = 0, SET_DIMS, SET_LOSS_PARALLEL, SET_ZERO, SET_MP_PARAM, SET_MP_REDUCE,
-  SET_BUCKET_CAP_MB, SET_CP_ROTATE, SET_CP_LOAD_BALANCE, N_SETTINGS
+  SET_BUCKET_CAP_MB, SET_CP_ROTATE, SET_CP_LOAD_BALANCE, SET_PP_SCHEDULE, SET_PP_CSV,
+  SET_PP_MBS, N_SETTINGS
 } setting_id;
 static const char *const k_settings[N_SETTINGS] = {
     "name", "dims", "loss_parallel", "zero", "mixed_precision_param", "mixed_precision_reduce",
-    "bucket_cap_mb", "context_parallel_rotate_method", "context_parallel_load_balance"};
+    "bucket_cap_mb", "context_parallel_rotate_method", "context_parallel_load_balance",
+    "pipeline_parallel_schedule", "pipeline_parallel_schedule_csv",
+    "pipeline_parallel_microbatch_size"};
 #define SETBIT(k) (1u << (k))
 
 /* The model itself in a fully_shard entry (TorchTitan's final fully_shard(model)). */
@@ -801,6 +804,48 @@ static dt_status rotate_setting(pstate *s) {
   return setting_end(s, w);
 }
 
+/* pipeline_parallel_schedule = GPipe | 1F1B | Interleaved1F1B (TorchTitan's
+ * parallelism.pipeline_parallel_schedule, PyTorch's schedule class names). */
+static dt_status pp_schedule_setting(pstate *s) {
+  const char *b = s->p;
+  while (s->p < s->end && !isspace((unsigned char)*s->p)) s->p++;
+  char w[WORD_MAX];
+  size_t l = (size_t)(s->p - b);
+  dt_pp_schedule_kind k = DT_PP_SCHEDULE_KIND_COUNT;
+  if (l > 0 && l < sizeof w) {
+    memcpy(w, b, l);
+    w[l] = '\0';
+    dt_ctx quiet;
+    dt_ctx_init(&quiet, 0, 1);
+    if (dt_pp_schedule_kind_parse(&quiet, w, &k) != DT_OK || k == DT_PP_CSV) k = DT_PP_SCHEDULE_KIND_COUNT;
+    dt_ctx_release(&quiet);
+  }
+  if (k == DT_PP_SCHEDULE_KIND_COUNT) {
+    s->p = b;
+    return perr(s, s->line, col_of(s, b), "expected GPipe, 1F1B or Interleaved1F1B after "
+                "'pipeline_parallel_schedule =' (a CSV: pipeline_parallel_schedule_csv)");
+  }
+  s->plan->pp_schedule = k;
+  return setting_end(s, "pipeline_parallel_schedule");
+}
+
+/* pipeline_parallel_schedule_csv = PATH (a schedule in PyTorch's CSV form; relative
+ * to the plan file's directory). */
+static dt_status pp_csv_setting(pstate *s) {
+  const char *b = s->p;
+  while (s->p < s->end && !isspace((unsigned char)*s->p)) s->p++;
+  size_t l = (size_t)(s->p - b);
+  if (l == 0 || l >= sizeof s->plan->pp_schedule_csv) {
+    s->p = b;
+    return perr(s, s->line, col_of(s, b), "expected a path (at most %zu characters) after "
+                "'pipeline_parallel_schedule_csv ='", sizeof s->plan->pp_schedule_csv - 1);
+  }
+  memcpy(s->plan->pp_schedule_csv, b, l);
+  s->plan->pp_schedule_csv[l] = '\0';
+  s->plan->pp_schedule = DT_PP_CSV;
+  return setting_end(s, "pipeline_parallel_schedule_csv");
+}
+
 /* bucket_cap_mb = X: a decimal number > 0 (DDP takes a float: 25 by default). */
 static dt_status bucket_setting(pstate *s) {
   const char *b = s->p;
@@ -876,6 +921,19 @@ static dt_status setting(pstate *s, setting_id which, const char *kb) {
                            &pl->reduce_dtype);
     case SET_BUCKET_CAP_MB: return bucket_setting(s);
     case SET_CP_ROTATE: return rotate_setting(s);
+    case SET_PP_SCHEDULE: return pp_schedule_setting(s);
+    case SET_PP_CSV: return pp_csv_setting(s);
+    case SET_PP_MBS: {
+      const char *b = s->p;
+      long v;
+      if (!integer(s, 1, 1 << 20, &v) || (s->p < s->end && is_ident(*s->p))) {
+        s->p = b;
+        return perr(s, s->line, col_of(s, b),
+                    "expected a microbatch size >= 1 after 'pipeline_parallel_microbatch_size ='");
+      }
+      pl->pp_microbatch_size = (int)v;
+      return setting_end(s, "pipeline_parallel_microbatch_size");
+    }
     case SET_CP_LOAD_BALANCE:
       return bool_setting(s, "context_parallel_load_balance", &pl->cp_load_balance);
     case N_SETTINGS: break;
@@ -1105,13 +1163,20 @@ static dt_status check_fsdp_settings(pstate *s) {
   return DT_OK;
 }
 
-/* The context-parallel settings need a cp dim. */
+/* The context- and pipeline-parallel settings need their dim. */
 static dt_status check_cp_settings(pstate *s) {
-  static const setting_id cps[] = {SET_CP_ROTATE, SET_CP_LOAD_BALANCE};
-  for (int i = 0; i < 2; i++)
-    if ((s->seen & SETBIT(cps[i])) && dt_plan_dim(s->plan, "cp") < 0)
-      return perr(s, s->set_line[cps[i]], s->set_col[cps[i]], "%s needs a cp dim in dims",
-                  k_settings[cps[i]]);
+  static const setting_id cps[] = {SET_CP_ROTATE, SET_CP_LOAD_BALANCE, SET_PP_SCHEDULE, SET_PP_CSV,
+                                   SET_PP_MBS};
+  for (int i = 0; i < 5; i++) {
+    const char *dim = i < 2 ? "cp" : "pp";
+    if ((s->seen & SETBIT(cps[i])) && dt_plan_dim(s->plan, dim) < 0)
+      return perr(s, s->set_line[cps[i]], s->set_col[cps[i]], "%s needs a %s dim in dims",
+                  k_settings[cps[i]], dim);
+  }
+  if ((s->seen & SETBIT(SET_PP_SCHEDULE)) && (s->seen & SETBIT(SET_PP_CSV)))
+    return perr(s, s->set_line[SET_PP_CSV], s->set_col[SET_PP_CSV],
+                "give pipeline_parallel_schedule (line %d) or pipeline_parallel_schedule_csv, "
+                "not both", s->set_line[SET_PP_SCHEDULE]);
   return DT_OK;
 }
 
@@ -1124,6 +1189,8 @@ dt_status dt_plan_parse(dt_ctx *ctx, const char *text, const char *path, dt_plan
   out->param_dtype = out->reduce_dtype = DT_DTYPE_COUNT; /* not given */
   out->cp_rotate = DT_CP_ALLGATHER;                      /* TorchTitan's default */
   out->cp_load_balance = true;
+  out->pp_schedule = DT_PP_1F1B;                         /* TorchTitan's defaults */
+  out->pp_microbatch_size = 1;
   pstate s = {.ctx = ctx, .path = shown, .plan = out, .cur_dim = -1};
   const char *t = text;
   while (*t) {

@@ -251,6 +251,7 @@ static dt_status do_action(pp_run *r, const dt_pp_action *a, const dt_tensor *to
       return DT_OK;
     }
     case DT_PP_B: {
+      dt_ctx_set_phase(ctx, "backward");
       DT_CHECK(await(r, s, k, false));
       const double t0 = dt_now();
       st = do_backward(r, s, k);
@@ -322,4 +323,89 @@ dt_status dt_pipeline_step(dt_ctx *ctx, dt_model *m, int pp_dim, const dt_pp_lay
   free(r.cells);
   dt_ctx_set_phase(ctx, saved);
   return s;
+}
+
+/* ---- checks: every rank's copy made its owner's ------------------------------------ */
+
+int dt_pp_module_stage(const dt_model *m, const dt_pp_layout *L, int i) {
+  if (!m || !L || i < 0 || i >= m->n_mods) return -1;
+  const char *f = m->mods[i].fqn;
+  for (int s = 0; s < L->n_stages; s++) {
+    const dt_pp_stage *st = &L->stages[s];
+    if (!strcmp(f, "tok_embeddings") && st->embedding) return s;
+    if ((!strcmp(f, "norm") || !strcmp(f, "output")) && st->head) return s;
+    if (!strncmp(f, "layers.", 7)) {
+      const int l = atoi(f + 7);
+      if (l >= st->first_layer && l < st->first_layer + st->n_layers) return s;
+    }
+  }
+  return -1;
+}
+
+dt_status dt_pipeline_share(dt_ctx *ctx, dt_model *m, int pp_dim, const dt_pp_layout *L,
+                            bool grads) {
+  static const char who[] = "dt_pipeline_share";
+  if (!ctx || !m || !L || !m->tape) return dt_error(ctx, DT_ERR_INVALID, who, "NULL argument");
+  if (pp_dim < 0 || pp_dim >= dt_mesh_ndim(m->mesh))
+    return dt_error(ctx, DT_ERR_INVALID, who, "pp mesh dim %d", pp_dim);
+  dt_comm *comm = dt_mesh_comm(m->mesh, pp_dim);
+  const int pp = comm->size, me = dt_mesh_coord(m->mesh, pp_dim), nd = dt_mesh_ndim(m->mesh);
+  for (int i = 0; i < m->n_mods; i++) {
+    dt_module *md = &m->mods[i];
+    if (!md->weight) continue;
+    const int st = dt_pp_module_stage(m, L, i);
+    if (st < 0) return dt_error(ctx, DT_ERR_INVALID, who, "%s is in no stage", md->fqn);
+    const int owner = dt_pp_stage_rank(st, pp);
+    dt_tensor *w = (dt_tensor *)dt_var_value(md->weight); /* overwritten in place */
+    if (!grads) {
+      DT_CHECK(dt_comm_broadcast(comm, w->local.data, (size_t)w->local.numel, w->dtype, owner));
+      continue;
+    }
+    /* the gradient's placements, then its data */
+    const dt_tensor *g = dt_var_grad(md->weight);
+    int64_t h[1 + 3 * DT_MAX_MESH_DIMS] = {0};
+    if (me == owner && g) {
+      h[0] = 1;
+      for (int d = 0; d < nd; d++) {
+        h[1 + 3 * d] = g->pl[d].kind;
+        h[2 + 3 * d] = g->pl[d].dim;
+        h[3 + 3 * d] = g->pl[d].op;
+      }
+    }
+    DT_CHECK(dt_comm_broadcast(comm, h, 1 + 3 * DT_MAX_MESH_DIMS, DT_I64, owner));
+    if (!h[0]) { /* the owner has none: neither has anyone */
+      if (me != owner) DT_CHECK(dt_var_set_grad(m->tape, md->weight, NULL));
+      continue;
+    }
+    if (me == owner) {
+      DT_CHECK(dt_comm_broadcast(comm, g->local.data, (size_t)g->local.numel, g->dtype, owner));
+      continue;
+    }
+    dt_placement pl[DT_MAX_MESH_DIMS];
+    for (int d = 0; d < nd; d++) {
+      pl[d].kind = (dt_pl_kind)h[1 + 3 * d];
+      pl[d].dim = (int)h[2 + 3 * d];
+      pl[d].op = (dt_reduce_op)h[3 + 3 * d];
+    }
+    dt_tensor t;
+    DT_CHECK(dt_tensor_meta(ctx, m->mesh, pl, w->ndim, w->gshape, w->dtype, who, &t));
+    int64_t ls[DT_MAX_DIMS];
+    dt_tensor_local_shape(&t, ls);
+    dt_status s = dt_array_create(ctx, DT_DEV_CPU, w->dtype, w->ndim, ls, &t.local);
+    if (s == DT_OK) s = dt_comm_broadcast(comm, t.local.data, (size_t)t.local.numel, w->dtype, owner);
+    if (s == DT_OK) s = dt_var_set_grad(m->tape, md->weight, &t);
+    else dt_tensor_free(ctx, &t);
+    DT_CHECK(s);
+  }
+  return DT_OK;
+}
+
+void dt_pipeline_drop_foreign_grads(dt_model *m, int pp_dim, const dt_pp_layout *L) {
+  if (!m || !L || !m->tape || pp_dim < 0 || pp_dim >= dt_mesh_ndim(m->mesh)) return;
+  const int pp = dt_mesh_size(m->mesh, pp_dim), me = dt_mesh_coord(m->mesh, pp_dim);
+  for (int i = 0; i < m->n_mods; i++) {
+    const int st = dt_pp_module_stage(m, L, i);
+    if (m->mods[i].weight && st >= 0 && dt_pp_stage_rank(st, pp) != me)
+      (void)dt_var_set_grad(m->tape, m->mods[i].weight, NULL); /* a drop cannot fail */
+  }
 }
