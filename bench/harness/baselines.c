@@ -596,8 +596,8 @@ static int compute(const sb_baseline_in *in, const plan_summary *ps, sb_baseline
       sb_framework_comm_compute(in, &ts, &tp[1].c))
     return sb_usage_error(CMD, NULL, "bad config");
   if (ps->name) {
-    sb_baseline_row pr[4];
-    int k = sb_baseline_plan_rows(in, &ps->tr, pr, 4);
+    sb_baseline_row pr[5];
+    int k = sb_baseline_plan_rows(in, &ps->tr, pr, 5);
     for (int i = 0; i < k && *n < SB_BASELINE_MAX_ROWS; i++)
       if (!strcmp(pr[i].quantity, "comm_bytes_per_step_combined")) rows[(*n)++] = pr[i];
   }

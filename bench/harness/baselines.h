@@ -82,6 +82,7 @@ typedef struct sb_plan_traits {
   int fsdp_reduce_bytes;  /* bytes per reduced gradient element (mixed_precision_reduce);
                              0: the run's dtype */
   dt_cp_rotate cp_rotate; /* context_parallel_rotate_method (allgather unless the plan says) */
+  int pp_virtual;         /* pipeline stages per rank of the plan's schedule (interleaved: 2) */
 } sb_plan_traits;
 
 /* Fills *out from a parsed plan (the entries on its "tp" dim; a plan without one
@@ -118,8 +119,11 @@ typedef struct sb_framework_comm {
   char cp_framework[24];  /* ring-cp | allgather-cp | "" (cp = 1) */
   double cp;              /* attention's K/V traffic over cp */
   char cp_formula[160];
-  char name[72];          /* "megatron-tp-sp+ddp": the parts that apply, joined by '+' */
-  double total;           /* tp + dp + cp: the comm chart's cross */
+  char pp_framework[24];  /* pp-p2p | "" (pp = 1) */
+  double pp;              /* rank 0's pipeline sends */
+  char pp_formula[160];
+  char name[96];          /* "megatron-tp-sp+ddp": the parts that apply, joined by '+' */
+  double total;           /* tp + dp + cp + pp: the comm chart's cross */
 } sb_framework_comm;
 
 /* Returns 0, or -1 for a bad input (sb_baseline_check) or invalid traits. */

@@ -74,8 +74,8 @@ int sb_baseline_check(const sb_baseline_in *in, char *err, size_t errn) {
     snprintf(err, errn, "seq %lld is not divisible by cp %d", (long long)in->seq, in->cp);
     return -1;
   }
-  if (in->pp > m->n_layers) {
-    snprintf(err, errn, "pp %d is more than the model's %d layers", in->pp, m->n_layers);
+  if (in->pp > m->n_layers + 2) { /* the embedding and the head count as a layer each */
+    snprintf(err, errn, "pp %d is more than the model's %d layers + 2", in->pp, m->n_layers);
     return -1;
   }
   return 0;
@@ -133,6 +133,7 @@ void sb_plan_traits_get(const dt_plan *plan, const dt_llama_config *cfg, sb_plan
   out->loss_parallel = plan->loss_parallel;
   out->zero = plan->zero;
   out->cp_rotate = plan->cp_rotate;
+  out->pp_virtual = plan->pp_schedule == DT_PP_INTERLEAVED_1F1B ? 2 : 1;
   if (plan->param_dtype < DT_DTYPE_COUNT)
     out->fsdp_param_bytes = (int)dt_dtype_size(plan->param_dtype);
   if (plan->reduce_dtype < DT_DTYPE_COUNT)
@@ -421,11 +422,27 @@ int sb_framework_comm_compute(const sb_baseline_in *in0, const sb_plan_traits *t
              "arXiv:2304.11277 sec. 3.2 hybrid sharding: 3 Psi (F-1)/F within F + AR 2 (Psi/F) "
              "(R-1)/R across R");
   }
-  snprintf(out->name, sizeof out->name, "%s%s%s%s%s", out->tp_framework,
+  if (in->pp > 1) {
+    /* PyTorch's pipelining (torch/distributed/pipelining/schedules.py, _add_send_recv):
+     * the first rank's stages send each microbatch's activation forward (the last stage
+     * overall excepted) and its gradient back (stage 0 excepted): with v stages per rank
+     * (loop placement) rank 0 sends (2v - 1) activations of b/m x s x h per microbatch,
+     * (2v - 1) b s h e per step; under sequence parallel the activation is split over tp */
+    const int v = tr->pp_virtual > 0 ? tr->pp_virtual : 1;
+    snprintf(out->pp_framework, sizeof out->pp_framework, "pp-p2p");
+    out->pp = (2 * v - 1) * act / (tr->sequence_parallel ? t : 1);
+    snprintf(out->pp_formula, sizeof out->pp_formula,
+             "PyTorch pipelining _add_send_recv: rank 0's (2v-1) activation sends of b s h e "
+             "per step (/tp under SP), v stages per rank");
+  }
+  snprintf(out->name, sizeof out->name, "%s%s%s%s%s%s%s", out->tp_framework,
            out->tp_framework[0] && out->dp_framework[0] ? "+" : "", out->dp_framework,
            out->cp_framework[0] && (out->tp_framework[0] || out->dp_framework[0]) ? "+" : "",
-           out->cp_framework);
-  out->total = out->tp + out->dp + out->cp;
+           out->cp_framework,
+           out->pp_framework[0] && (out->tp_framework[0] || out->dp_framework[0] ||
+                                    out->cp_framework[0]) ? "+" : "",
+           out->pp_framework);
+  out->total = out->tp + out->dp + out->cp + out->pp;
   return 0;
 }
 
@@ -466,6 +483,9 @@ int sb_baseline_plan_rows(const sb_baseline_in *in, const sb_plan_traits *tr,
     return n;
   if (fw.cp_framework[0] &&
       add(rows, &n, max, fw.cp_framework, "comm_bytes_per_step", fw.cp, "bytes", fw.cp_formula))
+    return n;
+  if (fw.pp_framework[0] &&
+      add(rows, &n, max, fw.pp_framework, "comm_bytes_per_step", fw.pp, "bytes", fw.pp_formula))
     return n;
   char f[192];
   snprintf(f, sizeof f,

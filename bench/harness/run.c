@@ -756,6 +756,11 @@ static bool plan_unfit(const sb_opts *o, dt_ctx *hc, dt_plan *plan, const dt_lla
             "tp > 1); the run equals plan dp's");
     return true;
   }
+  if (dt_plan_dim(plan, "pp") >= 0 && o->dims[0] == 1) {
+    skip(r, "pp=1: the plan's pipeline would not apply (TorchTitan applies PP only when pp > "
+            "1); the run equals the plan's without its pp dim");
+    return true;
+  }
   if (has_fsdp && o->dims[2] == 1 && o->dims[3] == 1) {
     skip(r, "dp_shard=1, cp=1: the plan's fully_shard entries would not apply (TorchTitan "
             "applies FSDP only when dp_shard x cp > 1); the run equals plan dp's");

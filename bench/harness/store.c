@@ -468,7 +468,7 @@ static int put_baselines(sb_store *st, const sb_config *c, const sb_result *r, i
                        .dp_shard = c->dp_shard, .cp = c->cp, .tp = c->tp, .batch = c->batch,
                        .seq = c->seq, .elem_bytes = (int)dt_dtype_size(dt), .microbatches = 1,
                        .virtual_stages = 1};
-  enum { MAX_ROWS = 5 }; /* tp, dp and cp parts, their sum, the runtime model */
+  enum { MAX_ROWS = 6 }; /* tp, dp, cp and pp parts, their sum, the runtime model */
   sb_baseline_row rows[MAX_ROWS];
   int n = sb_baseline_plan_rows(&in, &r->plan_traits, rows, MAX_ROWS - 1);
   if (n < 0) n = 0;
