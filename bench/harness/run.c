@@ -47,8 +47,15 @@
  * also when dp_shard is 1), DDP all-reduces over dp_replicate x cp (dp_cp). The
  * mesh keeps TorchTitan's order then (sequence parallel nests in cp's chunks).
  *
- * Unsupported (status skipped, with the reason): pp > 1 (no pipeline parallel
- * in libdtensor), the embedding / attention / feed_forward
+ * Pipeline parallel (a pp dim): the plan's schedule (generated or from its CSV) over
+ * each data-parallel rank's batch cut into microbatches of the plan's size, the
+ * stages split as TorchTitan does (pipe_build, dt_pipeline_step); the loss and
+ * every weight's gradient are shared from their stage's rank for the verifier
+ * (dt_pipeline_share; each rank's optimizer then trains its own stages only).
+ *
+ * Unsupported (status skipped, with the reason): fully_shard entries with pp > 1
+ * (FSDP inside stages), a pp plan on pp = 1, a batch the microbatches or a model
+ * the stages do not divide, the embedding / attention / feed_forward
  * workloads, a plan whose dims do not fit the mesh, a plan with [tp] entries on a
  * mesh without tp or fully_shard entries without dp_shard or cp (TorchTitan applies
  * TP and FSDP only when their dims are > 1; the run would be the dp plan's), a
