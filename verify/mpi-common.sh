@@ -22,3 +22,25 @@ sb_mpirun() {
   # timeout: a hung MPI job is a failure, not a stalled suite.
   timeout 300 "$MPIRUN" --oversubscribe -np "$np" "$@"
 }
+# sb_mpirun_runs NP "FLAGS..." CFG...: `shardbench run --backend mpi CFG FLAGS` under
+# mpirun -np NP for each CFG (a string of flags); prints each run's status lines and
+# exits 1 when one did not exit 0 with status ok, else 0.
+sb_mpirun_runs() {
+  np=$1 common=$2
+  shift 2
+  status=0
+  for cfg in "$@"; do
+    echo "== mpirun -np $np shardbench run --backend mpi $cfg"
+    # shellcheck disable=SC2086 # cfg and common are lists of flags
+    out=$(sb_mpirun "$np" "$sb_top/bench/shardbench" run --backend mpi \
+      --plans-dir "${srcdir:-.}/plans" $cfg $common 2>&1)
+    rc=$?
+    echo "$out" | grep -E "status|worst| (cp|pp|dp_shard|dp_shard_cp) "
+    if [ $rc -ne 0 ] || ! echo "$out" | grep -q "status: ok"; then
+      echo "FAIL: $cfg: exit $rc"
+      echo "$out" | tail -5
+      status=1
+    fi
+  done
+  exit $status
+}

@@ -6,18 +6,4 @@
 # against the unsharded reference (status ok, exit 0). Exits 77 (SKIP) when this build
 # has no MPI (mpi-common.sh).
 . "$(dirname "$0")/mpi-common.sh"
-status=0
-for cfg in "--plan fsdp-tp-cp --cp 2 --tp 2" "--plan fsdp-cp --dp-shard 2 --cp 2"; do
-  echo "== mpirun -np 4 shardbench run --backend mpi $cfg"
-  # shellcheck disable=SC2086 # cfg is a list of flags
-  out=$(sb_mpirun 4 "$sb_top/bench/shardbench" run --backend mpi --plans-dir "${srcdir:-.}/plans" \
-    $cfg --model debugmodel:n_layers=2 --dtype f64 --batch 4 --seq 32 --steps 1 --warmup 1 2>&1)
-  rc=$?
-  echo "$out" | grep -E "status|worst|cp "
-  if [ $rc -ne 0 ] || ! echo "$out" | grep -q "status: ok"; then
-    echo "FAIL: $cfg: exit $rc"
-    echo "$out" | tail -5
-    status=1
-  fi
-done
-exit $status
+sb_mpirun_runs 4 "--model debugmodel:n_layers=2 --dtype f64 --batch 4 --seq 32 --steps 1 --warmup 1" "--plan fsdp-tp-cp --cp 2 --tp 2" "--plan fsdp-cp --dp-shard 2 --cp 2"

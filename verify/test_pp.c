@@ -31,8 +31,11 @@
 
 enum { TB = 24, TS = 8 }; /* 24: microbatches of 1, 2, 3, 4, 6 and 8 equal rows */
 static const uint64_t SEED = 4321;
-/* f64 sums of the same products in another order: ~1e-16 x the terms' count */
-static const double TOL = 1e-12;
+/* f64: the microbatches sum the same products in another order. 2^10 u, the
+ * harness's bound for a reordered sum before an update (bench/harness/verdict.c
+ * sb_tolerance); measured <= 1.0e-15 on the gradients and 9e-15 on the weights after
+ * AdamW (its sqrt(v) division amplifies the gradients' rounding), so one bound fits both */
+static const double TOL = 0x1p-43;
 
 static dt_llama_config tiny_config(void) {
   dt_llama_config c;

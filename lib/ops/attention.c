@@ -65,6 +65,7 @@
 #include "device/device.h"
 #include "ops/ops.h"
 #include "ops/vmath.h"
+#include "ops/attention_impl.h"
 
 /* ---- shared helpers ---------------------------------------------------------------- */
 
@@ -75,7 +76,7 @@ static dt_status check_float(dt_ctx *ctx, const char *name, int j, dt_dtype t) {
   return DT_OK;
 }
 
-static dt_status zeros_like(dt_ctx *ctx, const dt_tensor *x, dt_tensor *out) {
+dt_status dt_attn_zeros_like(dt_ctx *ctx, const dt_tensor *x, dt_tensor *out) {
   dt_op_attrs z;
   memset(&z, 0, sizeof z); /* scale by 0 */
   const dt_tensor *i1[1] = {x};
@@ -184,22 +185,19 @@ static dt_status rope_backward(dt_ctx *ctx, const dt_op_attrs *a, const dt_tenso
                                dt_tensor *const *gin) {
   (void)out;
   if (!gin[0]) return DT_OK;
-  if (!gout[0]) return zeros_like(ctx, in[0], gin[0]);
+  if (!gout[0]) return dt_attn_zeros_like(ctx, in[0], gin[0]);
   const dt_tensor *i1[1] = {gout[0]};
   return dt_op_call(ctx, &op_rope_bwd, a, i1, gin, NULL);
 }
 
 /* ---- sdpa ------------------------------------------------------------------------- */
 
-/* attrs.i0 of sdpa: the layout of q, k, v and the output. */
-enum { SDPA_BHSD = 0, SDPA_BSHD = 1 };
-
-static dt_status sdpa_layout(dt_ctx *ctx, const char *name, const dt_op_attrs *a, int *hdim, int *sdim) {
-  int l = a ? a->i0 : SDPA_BHSD;
-  if (l != SDPA_BHSD && l != SDPA_BSHD)
+dt_status dt_attn_layout(dt_ctx *ctx, const char *name, const dt_op_attrs *a, int *hdim, int *sdim) {
+  int l = a ? a->i0 : DT_ATTN_BHSD;
+  if (l != DT_ATTN_BHSD && l != DT_ATTN_BSHD)
     return dt_error(ctx, DT_ERR_INVALID, name, "layout (i0) %d: 0 is [b, h, s, hd], 1 is [b, s, h, hd]", l);
-  *hdim = l == SDPA_BSHD ? 2 : 1;
-  *sdim = l == SDPA_BSHD ? 1 : 2;
+  *hdim = l == DT_ATTN_BSHD ? 2 : 1;
+  *sdim = l == DT_ATTN_BSHD ? 1 : 2;
   return DT_OK;
 }
 
@@ -209,7 +207,7 @@ static dt_status sdpa_check(dt_ctx *ctx, const char *name, const dt_op_attrs *a,
                             int n) {
   static const char *const NM[4] = {"q", "k", "v", "dout"};
   int hd_ = 1, sd_ = 2;
-  DT_CHECK(sdpa_layout(ctx, name, a, &hd_, &sd_));
+  DT_CHECK(dt_attn_layout(ctx, name, a, &hd_, &sd_));
   const char *lay = hd_ == 1 ? "[b, heads, s, hd]" : "[b, s, heads, hd]";
   for (int j = 0; j < n; j++) {
     DT_CHECK(check_float(ctx, name, j, in[j].dtype));
@@ -261,7 +259,7 @@ static dt_status bwd_infer(dt_ctx *ctx, const dt_op_attrs *a, const dt_spec *in,
 static dt_status sdpa_cands(dt_ctx *ctx, const char *name, const dt_op_attrs *a, const dt_spec *in,
                             int n_in, int n_out, dt_candidate *cand, int *n, int max) {
   int m = in[0].mesh_ndim, hdim = 1, sdim = 2;
-  DT_CHECK(sdpa_layout(ctx, name, a, &hdim, &sdim));
+  DT_CHECK(dt_attn_layout(ctx, name, a, &hdim, &sdim));
   dt_dim_option opts[DT_MAX_MESH_DIMS][3];
   const dt_dim_option *optp[DT_MAX_MESH_DIMS];
   int nopt[DT_MAX_MESH_DIMS];
@@ -277,6 +275,12 @@ static dt_status sdpa_cands(dt_ctx *ctx, const char *name, const dt_op_attrs *a,
   }
   if (dt_op_expand(m, n_in, n_out, optp, nopt, cand, n, max) != DT_OK)
     return dt_error(ctx, DT_ERR_UNSUPPORTED, name, "more than %d candidates", max);
+  return dt_attn_keep_head_splits(ctx, name, in, hdim, cand, n);
+}
+
+dt_status dt_attn_keep_head_splits(dt_ctx *ctx, const char *name, const dt_spec *in, int hdim,
+                                   dt_candidate *cand, int *n) {
+  const int m = in[0].mesh_ndim;
   int64_t h = in[0].gshape[hdim], kvh = in[1].gshape[hdim];
   int kept = 0;
   for (int c = 0; c < *n; c++) {
@@ -316,7 +320,7 @@ typedef struct sdpa_geo {
 static dt_status sdpa_geo_get(dt_ctx *ctx, const char *name, const dt_op_attrs *a,
                               const dt_tensor *const *in, sdpa_geo *g) {
   int hdim = 1, sdim = 2;
-  DT_CHECK(sdpa_layout(ctx, name, a, &hdim, &sdim));
+  DT_CHECK(dt_attn_layout(ctx, name, a, &hdim, &sdim));
   const dt_array *q = &in[0]->local, *k = &in[1]->local, *v = &in[2]->local;
   g->B = q->shape[0];
   g->H = q->shape[hdim];
@@ -353,9 +357,9 @@ static dt_status sdpa_geo_get(dt_ctx *ctx, const char *name, const dt_op_attrs *
  * dP = dO V^T, dS = P (dP - rowsum(dP P)), dQ = dS K * scale, and for the kv head
  * of each group dK += dS^T Q * scale, dV += P^T dO (GEMMs with beta = 1). */
 
-static dt_status gemm(dt_ctx *ctx, dt_dtype t, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
-                      double alpha, const void *A, int64_t lda, const void *B, int64_t ldb,
-                      double beta, void *C, int64_t ldc) {
+dt_status dt_attn_gemm(dt_ctx *ctx, dt_dtype t, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+                       double alpha, const void *A, int64_t lda, const void *B, int64_t ldb,
+                       double beta, void *C, int64_t ldc) {
   dt_gemm_desc d = {.dtype = t, .trans_a = ta, .trans_b = tb, .m = m, .n = n, .k = k,
                     .alpha = alpha, .beta = beta, .a = A, .lda = lda, .b = B, .ldb = ldb,
                     .c = C, .ldc = ldc, .batch = 1};
@@ -424,7 +428,7 @@ static void dsoft_block_float(const float *P, float *dP, int64_t ld, int64_t r0,
 static dt_status sdpa_probs(dt_ctx *ctx, dt_dtype t, const char *Q, const char *K, const sdpa_geo *g,
                             int64_t r0, int64_t r1, void *P) {
   size_t es = dt_dtype_size(t);
-  DT_CHECK(gemm(ctx, t, false, true, r1 - r0, r1, g->HD, g->scale, Q + (size_t)(r0 * g->qld) * es,
+  DT_CHECK(dt_attn_gemm(ctx, t, false, true, r1 - r0, r1, g->HD, g->scale, Q + (size_t)(r0 * g->qld) * es,
                 g->qld, K, g->kld, 0.0, P, g->S));
   if (t == DT_F32) softmax_block_float(P, g->S, r0, r1);
   else softmax_block_double(P, g->S, r0, r1);
@@ -453,7 +457,7 @@ static dt_status sdpa_kernel(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor 
         int64_t r1 = r0 + bq < g.S ? r0 + bq : g.S;
         s = sdpa_probs(ctx, t, Q, K, &g, r0, r1, P);
         char *O = (char *)o->data + qo + (size_t)(r0 * g.qld) * es;
-        if (s == DT_OK) s = gemm(ctx, t, false, false, r1 - r0, g.HD, r1, 1.0, P, g.S, V, g.kld, 0.0, O, g.qld);
+        if (s == DT_OK) s = dt_attn_gemm(ctx, t, false, false, r1 - r0, g.HD, r1, 1.0, P, g.S, V, g.kld, 0.0, O, g.qld);
       }
     }
   dt_host_free(ctx, P);
@@ -493,16 +497,16 @@ static dt_status bwd_kernel(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor *
         s = sdpa_probs(ctx, t, Q, K, &g, r0, r1, P);
         /* dP = dO V^T, then dS in place */
         if (s == DT_OK)
-          s = gemm(ctx, t, false, true, rb, r1, g.HD, 1.0, DO + ro, g.qld, V, g.kld, 0.0, dS, g.S);
+          s = dt_attn_gemm(ctx, t, false, true, rb, r1, g.HD, 1.0, DO + ro, g.qld, V, g.kld, 0.0, dS, g.S);
         if (s != DT_OK) break;
         if (t == DT_F32) dsoft_block_float((const float *)P, (float *)dS, g.S, r0, r1);
         else dsoft_block_double((const double *)P, (double *)dS, g.S, r0, r1);
         char *DQ = (char *)dq->data + qo + ro;
-        s = gemm(ctx, t, false, false, rb, g.HD, r1, g.scale, dS, g.S, K, g.kld, 0.0, DQ, g.qld);
+        s = dt_attn_gemm(ctx, t, false, false, rb, g.HD, r1, g.scale, dS, g.S, K, g.kld, 0.0, DQ, g.qld);
         if (s == DT_OK)
-          s = gemm(ctx, t, true, false, r1, g.HD, rb, g.scale, dS, g.S, Q + ro, g.qld, 1.0, DK, g.kld);
+          s = dt_attn_gemm(ctx, t, true, false, r1, g.HD, rb, g.scale, dS, g.S, Q + ro, g.qld, 1.0, DK, g.kld);
         if (s == DT_OK)
-          s = gemm(ctx, t, true, false, r1, g.HD, rb, 1.0, P, g.S, DO + ro, g.qld, 1.0, DV, g.kld);
+          s = dt_attn_gemm(ctx, t, true, false, r1, g.HD, rb, 1.0, P, g.S, DO + ro, g.qld, 1.0, DV, g.kld);
       }
     }
   dt_host_free(ctx, P);
@@ -519,7 +523,7 @@ static dt_status sdpa_backward(dt_ctx *ctx, const dt_op_attrs *a, const dt_tenso
   dt_status s = DT_OK;
   if (!gout[0]) {
     for (int j = 0; j < 3 && s == DT_OK; j++)
-      if (gin[j]) s = zeros_like(ctx, in[j], gin[j]);
+      if (gin[j]) s = dt_attn_zeros_like(ctx, in[j], gin[j]);
     return s;
   }
   const dt_tensor *bi[4] = {in[0], in[1], in[2], gout[0]};

@@ -83,6 +83,7 @@
 #include "device/device.h"
 #include "ops/ops.h"
 #include "ops/vmath.h"
+#include "ops/attention_impl.h"
 
 /* ---- storage order ---------------------------------------------------------------- */
 
@@ -135,8 +136,6 @@ static dt_status counts_add(dt_ctx *ctx, const dt_cp_counts *add) {
 
 /* ---- checks, shapes and candidates -------------------------------------------------- */
 
-enum { CP_BHSD = 0, CP_BSHD = 1 };
-
 /* Message tags on the cp communicator, one per purpose (a receive takes the
  * oldest message of its tag from its peer, so the streams never mix). */
 enum { CP_TAG_FWD_KV = 0x4350, CP_TAG_BWD_KV = 0x4351, CP_TAG_BWD_DKV = 0x4352 };
@@ -144,14 +143,6 @@ enum { CP_TAG_FWD_KV = 0x4350, CP_TAG_BWD_KV = 0x4351, CP_TAG_BWD_DKV = 0x4352 }
 /* Query rows per block: CP_BQ x L scores of scratch (as sdpa's SDPA_BQ). */
 enum { CP_BQ = 64 };
 
-static dt_status cp_layout(dt_ctx *ctx, const char *name, const dt_op_attrs *a, int *hdim, int *sdim) {
-  if (a->i0 != CP_BHSD && a->i0 != CP_BSHD)
-    return dt_error(ctx, DT_ERR_INVALID, name, "layout (i0) %d: 0 is [b, h, s, hd], 1 is [b, s, h, hd]",
-                    a->i0);
-  *hdim = a->i0 == CP_BSHD ? 2 : 1;
-  *sdim = a->i0 == CP_BSHD ? 1 : 2;
-  return DT_OK;
-}
 
 /* Checks the inputs (q, k, v; with bwd also out, lse, dout) and the attrs
  * against the mesh sizes in the specs; sets *units (U) and *cp (C). */
@@ -159,7 +150,7 @@ static dt_status cp_check(dt_ctx *ctx, const char *name, const dt_op_attrs *a, c
                           bool bwd, int64_t *units, int *cp) {
   static const char *const NM[6] = {"q", "k", "v", "out", "lse", "dout"};
   int hdim = 1, sdim = 2, n = bwd ? 6 : 3;
-  DT_CHECK(cp_layout(ctx, name, a, &hdim, &sdim));
+  DT_CHECK(dt_attn_layout(ctx, name, a, &hdim, &sdim));
   for (int j = 0; j < n; j++) {
     if (in[j].dtype != DT_F32 && in[j].dtype != DT_F64)
       return dt_error(ctx, DT_ERR_UNSUPPORTED, name, "%s is %s; only f32 and f64 are supported", NM[j],
@@ -238,7 +229,7 @@ static dt_status cp_bwd_infer(dt_ctx *ctx, const dt_op_attrs *a, const dt_spec *
 static dt_status cp_cands(dt_ctx *ctx, const char *name, const dt_op_attrs *a, const dt_spec *in,
                           bool bwd, dt_candidate *cand, int *n, int max) {
   int m = in[0].mesh_ndim, hdim = 1, sdim = 2, n_in = bwd ? 6 : 3, n_out = bwd ? 3 : 2;
-  DT_CHECK(cp_layout(ctx, name, a, &hdim, &sdim));
+  DT_CHECK(dt_attn_layout(ctx, name, a, &hdim, &sdim));
   if (a->dim < 0 || a->dim >= m)
     return dt_error(ctx, DT_ERR_INVALID, name, "cp mesh dim (attrs.dim) %d is not a dim of the %d-d mesh",
                     a->dim, m);
@@ -269,18 +260,7 @@ static dt_status cp_cands(dt_ctx *ctx, const char *name, const dt_op_attrs *a, c
   }
   if (dt_op_expand(m, n_in, n_out, optp, nopt, cand, n, max) != DT_OK)
     return dt_error(ctx, DT_ERR_UNSUPPORTED, name, "more than %d candidates", max);
-  int64_t h = in[0].gshape[hdim], kvh = in[1].gshape[hdim];
-  int kept = 0;
-  for (int c = 0; c < *n; c++) {
-    int64_t N = 1;
-    for (int i = 0; i < m; i++)
-      if (cand[c].in[0][i].kind == DT_PL_SHARD && cand[c].in[0][i].dim == hdim) N *= in[0].mesh_shape[i];
-    if (N <= 0) return dt_error(ctx, DT_ERR_INTERNAL, name, "mesh sizes missing from the spec");
-    if (h % N || kvh % N) continue;
-    cand[kept++] = cand[c];
-  }
-  *n = kept;
-  return DT_OK;
+  return dt_attn_keep_head_splits(ctx, name, in, hdim, cand, n);
 }
 
 static dt_status cp_candidates(dt_ctx *ctx, const dt_op_attrs *a, const dt_spec *in,
@@ -315,14 +295,14 @@ typedef struct cp_geo {
 
 static void kv_strides(const cp_geo *g, int64_t rows, int64_t *kb, int64_t *kh, int64_t *kld) {
   *kb = g->KVH * rows * g->HD;
-  *kh = g->layout == CP_BHSD ? rows * g->HD : g->HD;
-  *kld = g->layout == CP_BHSD ? g->HD : g->KVH * g->HD;
+  *kh = g->layout == DT_ATTN_BHSD ? rows * g->HD : g->HD;
+  *kld = g->layout == DT_ATTN_BHSD ? g->HD : g->KVH * g->HD;
 }
 
 static dt_status cp_geo_get(dt_ctx *ctx, const char *name, const dt_op_attrs *a,
                             const dt_tensor *const *in, cp_geo *g) {
   int hdim = 1, sdim = 2;
-  DT_CHECK(cp_layout(ctx, name, a, &hdim, &sdim));
+  DT_CHECK(dt_attn_layout(ctx, name, a, &hdim, &sdim));
   memset(g, 0, sizeof *g);
   const dt_array *q = &in[0]->local, *k = &in[1]->local, *v = &in[2]->local;
   int m = 0, shape[DT_MAX_MESH_DIMS], coords[DT_MAX_MESH_DIMS];
@@ -358,11 +338,11 @@ static dt_status cp_geo_get(dt_ctx *ctx, const char *name, const dt_op_attrs *a,
   g->group = g->KVH > 0 ? g->H / g->KVH : 1;
   g->scale = 1.0 / sqrt((double)in[0]->gshape[3]);
   g->qb = g->H * g->Sq * g->HD;
-  g->qh = g->layout == CP_BHSD ? g->Sq * g->HD : g->HD;
-  g->qld = g->layout == CP_BHSD ? g->HD : g->H * g->HD;
+  g->qh = g->layout == DT_ATTN_BHSD ? g->Sq * g->HD : g->HD;
+  g->qld = g->layout == DT_ATTN_BHSD ? g->HD : g->H * g->HD;
   g->lb = g->H * g->Sq;
-  g->lh = g->layout == CP_BHSD ? g->Sq : 1;
-  g->lld = g->layout == CP_BHSD ? 1 : g->H;
+  g->lh = g->layout == DT_ATTN_BHSD ? g->Sq : 1;
+  g->lld = g->layout == DT_ATTN_BHSD ? 1 : g->H;
   kv_strides(g, g->Sq, &g->kb, &g->kh, &g->kld);
   kv_strides(g, g->Sk, &g->fkb, &g->fkh, &g->fkld);
   return DT_OK;
@@ -429,14 +409,6 @@ static void view_of(const cp_geo *g, bool held, const char *buf, char *gbuf, con
   w->kld = g->fkld;
 }
 
-static dt_status gemm(dt_ctx *ctx, dt_dtype t, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
-                      double alpha, const void *A, int64_t lda, const void *B, int64_t ldb,
-                      double beta, void *C, int64_t ldc) {
-  dt_gemm_desc d = {.dtype = t, .trans_a = ta, .trans_b = tb, .m = m, .n = n, .k = k,
-                    .alpha = alpha, .beta = beta, .a = A, .lda = lda, .b = B, .ldb = ldb,
-                    .c = C, .ldc = ldc, .batch = 1};
-  return dt_device_gemm(ctx->device, &d);
-}
 
 /* ---- forward -------------------------------------------------------------------------- */
 
@@ -488,7 +460,7 @@ static dt_status fwd_pair(dt_ctx *ctx, const cp_geo *g, const kv_view *w, int64_
   for (int64_t r0 = 0; r0 < L; r0 += bq) {
     int64_t r1 = r0 + bq < L ? r0 + bq : L, nk = diag ? r1 : L;
     size_t ro = (size_t)(r0 * g->qld) * es;
-    DT_CHECK(gemm(ctx, g->t, false, true, r1 - r0, nk, g->HD, g->scale, Q + ro, g->qld, K, w->kld, 0.0,
+    DT_CHECK(dt_attn_gemm(ctx, g->t, false, true, r1 - r0, nk, g->HD, g->scale, Q + ro, g->qld, K, w->kld, 0.0,
                   P, L));
     online_rows(g, P, L, r0, r1, nk, diag, m, l, alpha);
     for (int64_t i = r0; i < r1; i++) {
@@ -499,7 +471,7 @@ static dt_status fwd_pair(dt_ctx *ctx, const cp_geo *g, const kv_view *w, int64_
       else
         for (int64_t d = 0; d < g->HD; d++) ((double *)row)[d] *= al;
     }
-    DT_CHECK(gemm(ctx, g->t, false, false, r1 - r0, g->HD, nk, 1.0, P, L, V, w->kld, 1.0, O + ro, g->qld));
+    DT_CHECK(dt_attn_gemm(ctx, g->t, false, false, r1 - r0, g->HD, nk, 1.0, P, L, V, w->kld, 1.0, O + ro, g->qld));
   }
   return DT_OK;
 }
@@ -611,8 +583,8 @@ static dt_status bwd_pair(dt_ctx *ctx, const cp_geo *g, const kv_view *w, int64_
   for (int64_t r0 = 0; r0 < L; r0 += bq) {
     int64_t r1 = r0 + bq < L ? r0 + bq : L, rb = r1 - r0, nk = diag ? r1 : L;
     size_t ro = (size_t)(r0 * g->qld) * es;
-    DT_CHECK(gemm(ctx, g->t, false, true, rb, nk, g->HD, g->scale, Q + ro, g->qld, K, w->kld, 0.0, P, L));
-    DT_CHECK(gemm(ctx, g->t, false, true, rb, nk, g->HD, 1.0, DO + ro, g->qld, V, w->kld, 0.0, dS, L));
+    DT_CHECK(dt_attn_gemm(ctx, g->t, false, true, rb, nk, g->HD, g->scale, Q + ro, g->qld, K, w->kld, 0.0, P, L));
+    DT_CHECK(dt_attn_gemm(ctx, g->t, false, true, rb, nk, g->HD, 1.0, DO + ro, g->qld, V, w->kld, 0.0, dS, L));
     for (int64_t i = r0; i < r1; i++) {
       int64_t cnt = diag ? i + 1 : nk;
       double li = dt_elem_ld(lse, l0 + i * g->lld), Di = D[i];
@@ -634,9 +606,9 @@ static dt_status bwd_pair(dt_ctx *ctx, const cp_geo *g, const kv_view *w, int64_
         for (int64_t j = cnt; j < nk; j++) p[j] = d[j] = 0;
       }
     }
-    DT_CHECK(gemm(ctx, g->t, false, false, rb, g->HD, nk, g->scale, dS, L, K, w->kld, 1.0, DQ + ro, g->qld));
-    DT_CHECK(gemm(ctx, g->t, true, false, nk, g->HD, rb, g->scale, dS, L, Q + ro, g->qld, 1.0, DK, w->kld));
-    DT_CHECK(gemm(ctx, g->t, true, false, nk, g->HD, rb, 1.0, P, L, DO + ro, g->qld, 1.0, DV, w->kld));
+    DT_CHECK(dt_attn_gemm(ctx, g->t, false, false, rb, g->HD, nk, g->scale, dS, L, K, w->kld, 1.0, DQ + ro, g->qld));
+    DT_CHECK(dt_attn_gemm(ctx, g->t, true, false, nk, g->HD, rb, g->scale, dS, L, Q + ro, g->qld, 1.0, DK, w->kld));
+    DT_CHECK(dt_attn_gemm(ctx, g->t, true, false, nk, g->HD, rb, 1.0, P, L, DO + ro, g->qld, 1.0, DV, w->kld));
   }
   return DT_OK;
 }
@@ -764,13 +736,6 @@ static const dt_op op_sdpa_cp_bwd = {.name = "sdpa_cp_bwd", .n_in = 6, .n_out = 
                                      .infer = cp_bwd_infer, .candidates = cp_bwd_candidates,
                                      .kernel = cp_bwd_kernel};
 
-static dt_status zeros_like(dt_ctx *ctx, const dt_tensor *x, dt_tensor *out) {
-  dt_op_attrs z;
-  memset(&z, 0, sizeof z); /* scale by 0 */
-  const dt_tensor *i1[1] = {x};
-  dt_tensor *o1[1] = {out};
-  return dt_op_call(ctx, &dt_op_scale, &z, i1, o1, NULL);
-}
 
 static dt_status cp_backward(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor *const *in,
                              const dt_tensor *const *out, const dt_tensor *const *gout,
@@ -781,7 +746,7 @@ static dt_status cp_backward(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor 
   dt_status s = DT_OK;
   if (!gout[0]) {
     for (int j = 0; j < 3 && s == DT_OK; j++)
-      if (gin[j]) s = zeros_like(ctx, in[j], gin[j]);
+      if (gin[j]) s = dt_attn_zeros_like(ctx, in[j], gin[j]);
     return s;
   }
   const dt_tensor *bi[6] = {in[0], in[1], in[2], out[0], out[1], gout[0]};

@@ -1,0 +1,26 @@
+/* lib/ops/attention_impl.h: what sdpa (attention.c) and sdpa_cp (attention_cp.c)
+ * share; internal to lib/ops, not installed. */
+#ifndef DT_ATTENTION_IMPL_H
+#define DT_ATTENTION_IMPL_H
+
+#include "ops/ops.h"
+
+/* attrs.i0 of both: the layout of q, k, v and the output. */
+enum { DT_ATTN_BHSD = 0, DT_ATTN_BSHD = 1 };
+
+/* The heads dim and the sequence dim of a layout (a NULL: [b, h, s, hd]);
+ * DT_ERR_INVALID naming `name` for another i0. */
+dt_status dt_attn_layout(dt_ctx *ctx, const char *name, const dt_op_attrs *a, int *hdim, int *sdim);
+/* One GEMM on the rank's device in dtype t (row-major, C = alpha op(A) op(B) + beta C). */
+dt_status dt_attn_gemm(dt_ctx *ctx, dt_dtype t, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+                       double alpha, const void *A, int64_t lda, const void *B, int64_t ldb,
+                       double beta, void *C, int64_t ldc);
+/* out = x * 0 (a gradient of x's shape and placements that is all zeros). */
+dt_status dt_attn_zeros_like(dt_ctx *ctx, const dt_tensor *x, dt_tensor *out);
+/* Drops the candidates whose head shards N (the product of the mesh sizes sharding
+ * dim hdim of input 0) do not divide both q's heads and k's (input 1's): only then
+ * are a rank's query heads exactly those that read its kv heads. */
+dt_status dt_attn_keep_head_splits(dt_ctx *ctx, const char *name, const dt_spec *in, int hdim,
+                                   dt_candidate *cand, int *n);
+
+#endif
