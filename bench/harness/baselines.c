@@ -64,7 +64,8 @@ const char sb_baselines_usage[] =
     "                       dtype= batch= seq= steps= backend= world=), else config_id NULL\n"
     "  --plans-dir DIR      where NAME.plan lives (default: $SHARDBENCH_PLANS,\n"
     "                       $SHARDBENCH_DATADIR/plans, ./plans, the installed plans/)\n"
-    "  --workload W         model (default) or block (one layer), with --plan\n"
+    "  --workload W         model (default) or block (one layer), with --plan (the\n"
+    "                       single-layer workloads have no whole-model formulas)\n"
     "  --steps N, --backend B   the rest of the configs key (1, threads)\n"
     "  --json               one JSON object instead of the table\n";
 
@@ -556,7 +557,9 @@ static int make_input(bl_args *a, sb_baseline_in *in) {
   if (!a->da.plan && (a->plans_flag || strcmp(a->da.workload, "model")))
     return sb_usage_error(CMD, a->plans_flag ? "--plans-dir" : "--workload", "needs --plan");
   if (strcmp(a->da.workload, "model") && strcmp(a->da.workload, "block"))
-    return sb_usage_error(CMD, "--workload", "expected model or block, got '%s'",
+    return sb_usage_error(CMD, "--workload",
+                          "expected model or block, got '%s' (the framework formulas count a "
+                          "whole model; the single-layer workloads have no baselines)",
                           a->da.workload);
   (void)sb_workload_config(NULL, a->model, a->da.workload, &in->model); /* known model */
   if (sb_baseline_check(in, err, sizeof err)) return sb_usage_error(CMD, NULL, "%s", err);

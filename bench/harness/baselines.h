@@ -92,10 +92,20 @@ void sb_plan_traits_get(const dt_plan *plan, const dt_llama_config *cfg, sb_plan
  * and MLP block split, vocabulary-parallel embedding and output, the output fused
  * with the cross-entropy; sequence parallel as given. */
 /* The model a harness workload trains: `model` is the named config, `block` the
- * same with one TransformerBlock. DT_ERR_INVALID (recorded on ctx, which may be
- * NULL) for an unknown model. */
+ * same with one TransformerBlock; the single-layer workloads keep only their
+ * modules (dt_llama_config's no_* fields): `embedding` tok_embeddings alone (no
+ * layers), `attention` one block of attention_norm + attention, `feed_forward` one
+ * block of ffn_norm + feed_forward, `output` norm + output alone (no layers).
+ * DT_ERR_INVALID (recorded on ctx, which may be NULL) for an unknown model or
+ * workload. */
 dt_status sb_workload_config(dt_ctx *ctx, const char *model, const char *workload,
                              dt_llama_config *out);
+/* Whether the workload is one of the single-layer ones (not model or block). */
+bool sb_workload_single(const char *workload);
+/* The whole model a workload's config c is cut from (every module, at least one
+ * layer): what its plan is resolved against, so that a plan pattern that names a
+ * module of the model but not of the workload is no error, a typo still one. */
+void sb_workload_whole(const dt_llama_config *c, dt_llama_config *out);
 void sb_plan_traits_megatron(const dt_llama_config *cfg, bool sequence_parallel,
                              sb_plan_traits *out);
 /* Parameters on one rank under the traits' tp split: tp_params/tp + rep_params,

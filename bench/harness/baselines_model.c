@@ -51,6 +51,11 @@ static double ring_ag(double bytes, int n) { return n > 1 ? (double)(n - 1) / n 
 
 int sb_baseline_check(const sb_baseline_in *in, char *err, size_t errn) {
   const dt_llama_config *m = &in->model;
+  if (m->no_embedding || m->no_attention || m->no_feed_forward || m->no_head) {
+    snprintf(err, errn, "the framework formulas count a whole model (embedding, layers, head); "
+                        "the single-layer workloads have none");
+    return -1;
+  }
   if (in->pp < 1 || in->dp_replicate < 1 || in->dp_shard < 1 || in->cp < 1 || in->tp < 1) {
     snprintf(err, errn, "mesh sizes must be >= 1");
     return -1;
@@ -120,8 +125,28 @@ static mod_sizes sizes_of(const dt_llama_config *c) {
 dt_status sb_workload_config(dt_ctx *ctx, const char *model, const char *workload,
                              dt_llama_config *out) {
   DT_CHECK(dt_llama_config_get(ctx, model, out));
-  if (!strcmp(workload, "block")) out->n_layers = 1;
+  if (!strcmp(workload, "model")) return DT_OK;
+  /* one layer, or none, with only the workload's modules (lib/nn's no_* fields) */
+  const bool emb = !strcmp(workload, "embedding"), att = !strcmp(workload, "attention");
+  const bool ffn = !strcmp(workload, "feed_forward"), head = !strcmp(workload, "output");
+  if (!emb && !att && !ffn && !head && strcmp(workload, "block"))
+    return dt_error(ctx, DT_ERR_INVALID, "sb_workload_config", "unknown workload '%s'", workload);
+  out->n_layers = att || ffn || !strcmp(workload, "block") ? 1 : 0;
+  out->no_embedding = !emb && strcmp(workload, "block");
+  out->no_head = !head && strcmp(workload, "block");
+  out->no_attention = ffn;
+  out->no_feed_forward = att;
   return DT_OK;
+}
+
+bool sb_workload_single(const char *workload) {
+  return strcmp(workload, "model") && strcmp(workload, "block");
+}
+
+void sb_workload_whole(const dt_llama_config *c, dt_llama_config *out) {
+  *out = *c;
+  out->no_embedding = out->no_attention = out->no_feed_forward = out->no_head = false;
+  if (out->n_layers < 1) out->n_layers = 1;
 }
 
 void sb_plan_traits_get(const dt_plan *plan, const dt_llama_config *cfg, sb_plan_traits *out) {

@@ -7,7 +7,29 @@
  * The mesh keeps only the dims of size > 1, in that order (but for FSDP + TP,
  * below), with their names (TorchTitan's torchtitan/distributed/parallel_dims.py
  * ParallelDims). Workloads: `model` is the config's layers, `block` the same model
- * with one layer. The plan's [tp] entries go on the tp dim (dt_parallelize_module);
+ * with one layer; the single-layer workloads run one layer type alone, with only
+ * its modules (sb_workload_config: the others are not created, so the weights,
+ * memory, comm and FLOPs are that layer type's):
+ *   embedding     tok_embeddings: tokens -> y [b, s, dim];
+ *   attention     y = x + attention(attention_norm(x)), one layer's (sdpa_cp under cp);
+ *   feed_forward  y = x + feed_forward(ffn_norm(x));
+ *   output        norm + output + the model's cross-entropy against the targets.
+ * x is an N(0, 1) activation [b, s, dim] drawn from the seed (wl_normal: the same
+ * values on every rank and in the reference, new ones each step), N(0, 1) as
+ * tok_embeddings' init makes layer 0's input, placed as the model's layers receive
+ * it: Shard(0) on the dp dims, Shard(1) on cp in its storage order, on tp what the
+ * plan's tok_embeddings style puts out (Shard(1) under sequence parallel, else
+ * Replicate), so the layer's comm is the one a layer of the model does. The ones
+ * without the head train on L = mean(y * R), R a fixed N(0, 1) [b, s, dim] tensor
+ * placed like y: a linear probe, whose gradient dL/dy = R / N does not depend on
+ * y, so every weight's gradient is the layer's own backward, not a function of
+ * its forward error, and the loss is sharding-invariant (mean over every element,
+ * for any placement: P(avg)/Shard reduce in the op). 0.5 mean(y^2) was the other
+ * choice: its value is dominated by the residual x, not the layer. The plan is
+ * resolved against the whole layer (sb_workload_whole: a typo is still an error);
+ * its entries that match no module of the workload are left out. pp > 1 is
+ * skipped (one layer has no stages to split).
+ * The plan's [tp] entries go on the tp dim (dt_parallelize_module);
  * a dp_replicate dim without FSDP adds data parallel (dt_data_parallel_reduce_grads,
  * DDP's buckets, the plan's bucket_cap_mb), as TorchTitan composes DDP with TP.
  * Tokens are Shard(0) on the dp dims, Shard(1) on cp and Replicate on tp.
@@ -26,8 +48,9 @@
  * Measures (per timed step, after --warmup steps): step time = forward + loss +
  * backward + DP grad reduce + AdamW + end_step, the max over ranks, median over
  * the timed steps; tokens/s = batch*seq / step time; TFLOP/s by TorchTitan's
- * flops_per_token (torchtitan/models/utils.py get_dense_model_nparams_and_flops)
- * x tokens / step time; MFU = that / the invocation's peak (o->peak_tflops:
+ * flops_per_token (torchtitan/models/utils.py get_dense_model_nparams_and_flops;
+ * over the workload's modules, dt_llama_flops_per_token: the embedding alone counts
+ * 0, a lookup) x tokens / step time; MFU = that / the invocation's peak (o->peak_tflops:
  * --peak-tflops, or a single-core sgemm rate x min(world, online CPUs) measured
  * once per run or sweep and stored on its runs row; under MPI on several nodes
  * pass --peak-tflops); peak host memory = max over ranks of
@@ -55,8 +78,7 @@
  *
  * Unsupported (status skipped, with the reason): fully_shard entries with pp > 1
  * (FSDP inside stages), a pp plan on pp = 1, a batch the microbatches or a model
- * the stages do not divide, the embedding / attention / feed_forward
- * workloads, a plan whose dims do not fit the mesh, a plan with [tp] entries on a
+ * the stages do not divide, a single-layer workload on pp > 1, a plan whose dims do not fit the mesh, a plan with [tp] entries on a
  * mesh without tp or fully_shard entries without dp_shard or cp (TorchTitan applies
  * TP and FSDP only when their dims are > 1; the run would be the dp plan's), a
  * dp_shard dim without fully_shard entries, anything dt_plan_resolve refuses
@@ -224,7 +246,59 @@ static void fault_perturb_grad(dt_ctx *ctx, dt_model *m, const fault *f) {
     else ((float *)a->data)[i] += (float)(FAULT_PERTURB * big);
 }
 
-/* ---- one training job (reference or sharded) ------------------------------------ */
+/* ---- the single-layer workloads' inputs and loss ---------------------------------- */
+
+typedef enum wl_kind { WL_MODEL = 0, WL_EMBEDDING, WL_ATTENTION, WL_FEED_FORWARD, WL_OUTPUT } wl_kind;
+
+static wl_kind wl_of(const char *w) {
+  return !strcmp(w, "embedding")      ? WL_EMBEDDING
+         : !strcmp(w, "attention")    ? WL_ATTENTION
+         : !strcmp(w, "feed_forward") ? WL_FEED_FORWARD
+         : !strcmp(w, "output")       ? WL_OUTPUT
+                                      : WL_MODEL; /* model, block */
+}
+
+/* Which random tensor: the activation x of a step, or the probe R (one for the run). */
+enum { WL_X = 2, WL_PROBE = 3 }; /* after sb_token_ids' inputs (0) and targets (1) */
+
+/* n N(0, 1) values of (which, step) from SEED: splitmix64 (Steele et al., "Fast
+ * splittable pseudorandom number generators", OOPSLA 2014) uniforms through
+ * Box-Muller; the same on every rank, like sb_token_ids. */
+static void wl_normal(int which, int step, int64_t n, double *out) {
+  uint64_t st = SEED ^ (0x9E3779B97F4A7C15ull * (uint64_t)(1 + which + 4 * (int64_t)step));
+  for (int64_t i = 0; i < n; i += 2) {
+    double u[2];
+    for (int k = 0; k < 2; k++) {
+      uint64_t z = (st += 0x9E3779B97F4A7C15ull);
+      z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+      z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+      z ^= z >> 31;
+      u[k] = (double)(z >> 11) * 0x1p-53; /* [0, 1) */
+    }
+    const double r = sqrt(-2.0 * log(1.0 - u[0])), a = 6.283185307179586 * u[1]; /* 2 pi */
+    out[i] = r * cos(a);
+    if (i + 1 < n) out[i + 1] = r * sin(a);
+  }
+}
+
+/* The tp placement of the activations between the model's layers: what the plan's
+ * tok_embeddings style puts out (TorchTitan's RowwiseParallel(output_layouts=
+ * Shard(1)) under sequence parallel; Replicate, its default, otherwise), as a dim
+ * of [b, s, dim]. Replicate without a [tp] entry for it. */
+static dt_placement wl_layer_tp(const dt_plan *p) {
+  dt_placement r = dt_replicate();
+  const int ptp = p ? dt_plan_dim(p, "tp") : -1;
+  for (int i = 0; ptp >= 0 && i < p->n_entries; i++) {
+    const dt_plan_entry *e = &p->entries[i];
+    if (e->dim == ptp && dt_fqn_match(e->pattern, "tok_embeddings") &&
+        (e->style.kind == DT_STYLE_ROWWISE || e->style.kind == DT_STYLE_COLWISE) &&
+        e->style.n_out > 0 && !e->style.output_layouts[0].none)
+      r = e->style.output_layouts[0].pl; /* the last entry wins, as in dt_parallelize_module */
+  }
+  if (r.kind == DT_PL_SHARD && r.dim < 0) r.dim += 3;
+  return r;
+}
+
 
 typedef struct job {
   /* in */
@@ -257,6 +331,89 @@ typedef struct job {
   sb_comm_row comm[MAX_COMM];
 } job;
 
+/* An N(0, 1) [batch, seq, dim] tensor (wl_normal) in the model's dtype, placed as the
+ * model's layers receive their input: Shard(0) on dp_dims, Shard(1) on cp in its
+ * storage order (cp >= 0), wl_layer_tp on tp. The global values are made on every
+ * rank outside the counted allocator (as the token batches are). */
+static dt_status wl_tensor(dt_ctx *ctx, const job *j, dt_mesh *mesh, const dt_model *m,
+                           unsigned dp_dims, int cp, int which, int step, dt_tensor *out) {
+  const int64_t shape[3] = {j->o->batch, j->o->seq, j->cfg.dim}, n = shape[0] * shape[1] * shape[2];
+  const size_t es = j->dtype == DT_F64 ? sizeof(double) : sizeof(float);
+  double *v = malloc(sizeof *v * (size_t)(n ? n : 1));
+  void *data = malloc(es * (size_t)(n ? n : 1));
+  dt_status s = v && data ? DT_OK : dt_error(ctx, DT_ERR_NOMEM, "workload", "no memory");
+  dt_tensor t;
+  memset(&t, 0, sizeof t);
+  const int nd = dt_mesh_ndim(mesh);
+  dt_placement pl[DT_MAX_MESH_DIMS];
+  for (int i = 0; i < nd; i++) pl[i] = dp_dims & (1u << i) ? dt_shard(0) : dt_replicate();
+  if (s == DT_OK) {
+    wl_normal(which, step, n, v);
+    for (int64_t i = 0; i < n; i++)
+      if (j->dtype == DT_F64) ((double *)data)[i] = v[i];
+      else ((float *)data)[i] = (float)v[i];
+    dt_array a;
+    s = dt_array_wrap(ctx, DT_DEV_CPU, j->dtype, 3, shape, data, &a);
+    if (s == DT_OK)
+      s = cp >= 0 ? dt_cp_shard_sequence(ctx, m, &a, 1, pl, &t)
+                  : dt_tensor_distribute(ctx, mesh, &a, pl, &t);
+  }
+  free(v);
+  free(data);
+  const int tp = j->reference ? -1 : j->tp_dim;
+  const dt_placement want = tp >= 0 ? wl_layer_tp(j->plan) : dt_replicate();
+  if (s == DT_OK && tp >= 0 && !dt_placement_eq(want, t.pl[tp])) { /* a local slice */
+    for (int i = 0; i < nd; i++) pl[i] = t.pl[i];
+    pl[tp] = want;
+    s = dt_redistribute(ctx, &t, pl, DT_PLANNER_GREEDY, out);
+    dt_tensor_free(ctx, &t);
+  } else if (s == DT_OK) {
+    *out = t;
+  }
+  return s;
+}
+
+/* L = mean(y * R) on the step tape: the probe R is moved to y's placements first
+ * (Partial read as Replicate), with the ledger off, when the plan left y elsewhere
+ * than the layers' input (wl_tensor). R is consumed. */
+static dt_status wl_probe_loss(dt_ctx *ctx, dt_model *m, dt_var *y, dt_tensor *R, dt_var **loss) {
+  const dt_tensor *yv = dt_var_value(y);
+  dt_placement want[DT_MAX_MESH_DIMS];
+  bool same = true;
+  for (int d = 0; d < yv->mesh_ndim; d++) {
+    want[d] = yv->pl[d].kind == DT_PL_PARTIAL ? dt_replicate() : yv->pl[d];
+    same = same && dt_placement_eq(want[d], R->pl[d]);
+  }
+  if (!same) {
+    const bool was = dt_ledger_of(ctx)->enabled;
+    dt_ledger_enable(ctx, false);
+    dt_tensor moved;
+    dt_status s = dt_redistribute(ctx, R, want, DT_PLANNER_GREEDY, &moved);
+    dt_ledger_enable(ctx, was);
+    dt_tensor_free(ctx, R);
+    memset(R, 0, sizeof *R);
+    DT_CHECK(s);
+    *R = moved;
+  }
+  dt_var *r = dt_var_leaf(m->step_tape, R, false), *in[2] = {y, r}, *p;
+  memset(R, 0, sizeof *R); /* moved into r, or freed when r is NULL */
+  if (!r) return dt_error(ctx, DT_ERR_NOMEM, "workload", "no memory for the probe");
+  DT_CHECK(dt_ad_op(m->step_tape, &dt_op_mul, NULL, in, &p));
+  return dt_ad_op(m->step_tape, &dt_op_mean, NULL, &p, loss); /* ndims 0: every element */
+}
+
+/* Whether one of the entry's patterns matches a module of m ("root": the model). */
+static bool wl_entry_matches(const dt_model *m, const dt_plan_entry *e) {
+  char pats[8][96];
+  const int np = dt_plan_entry_patterns(e, pats, 8);
+  for (int k = 0; k < np; k++) {
+    if (e->style.kind == DT_STYLE_FULLY_SHARD && !strcmp(pats[k], "root")) return true;
+    for (int i = 1; i < m->n_mods; i++)
+      if (dt_fqn_match(pats[k], m->mods[i].fqn)) return true;
+  }
+  return false;
+}
+
 static void add_comm(job *j, const dt_ledger_row *r) {
   const char *op = dt_coll_name((dt_coll)r->op);
   for (int i = 0; i < j->n_comm; i++) {
@@ -285,6 +442,7 @@ static void add_comm(job *j, const dt_ledger_row *r) {
 static dt_status build_model(dt_ctx *ctx, dt_mesh *mesh, const job *j, dt_model **out) {
   dt_model *m = NULL;
   DT_CHECK(dt_model_create(ctx, mesh, &j->cfg, j->dtype, SEED, &m));
+  const bool single = sb_workload_single(j->o->workload);
   dt_status s = DT_OK;
   if (j->plan && j->tp_dim >= 0) {
     int ptp = dt_plan_dim(j->plan, "tp");
@@ -292,7 +450,8 @@ static dt_status build_model(dt_ctx *ctx, dt_mesh *mesh, const job *j, dt_model 
     if (!e) s = dt_error(ctx, DT_ERR_NOMEM, "train", "no memory");
     int n = 0;
     for (int i = 0; e && i < j->plan->n_entries; i++)
-      if (j->plan->entries[i].dim == ptp) e[n++] = j->plan->entries[i];
+      if (j->plan->entries[i].dim == ptp && (!single || wl_entry_matches(m, &j->plan->entries[i])))
+        e[n++] = j->plan->entries[i];
     if (s == DT_OK) s = dt_parallelize_module(ctx, m, j->tp_dim, e, n);
     free(e);
   }
@@ -303,8 +462,9 @@ static dt_status build_model(dt_ctx *ctx, dt_mesh *mesh, const job *j, dt_model 
     int pds = dt_plan_dim(p, "dp_shard"), n = 0;
     dt_plan_entry *e = malloc(sizeof(dt_plan_entry) * DT_PLAN_MAX_ENTRIES);
     if (!e) s = dt_error(ctx, DT_ERR_NOMEM, "train", "no memory");
-    for (int i = 0; e && i < p->n_entries; i++)
-      if (p->entries[i].dim == pds) e[n++] = p->entries[i];
+    for (int i = 0; e && i < p->n_entries; i++) /* a single-layer workload: its modules' */
+      if (p->entries[i].dim == pds && (!single || wl_entry_matches(m, &p->entries[i])))
+        e[n++] = p->entries[i];
     /* FSDP over dp_shard x cp (TorchTitan's dp_shard_cp), HSDP's replicas on dp_replicate */
     dt_fsdp_opts fo = {.shard_dim = j->dps_dim, .replicate_dim = j->dp_dim, .cp_dim = j->cp_dim,
                        .zero = p->zero ? p->zero : 3, .param_dtype = p->param_dtype,
@@ -470,17 +630,26 @@ static dt_status step_grads(dt_ctx *ctx, dt_mesh *mesh, dt_model *m, const job *
   const int dp = j->reference ? -1 : j->dp_dim, dps = j->reference ? -1 : j->dps_dim;
   const int cp = j->reference ? -1 : j->cp_dim;
   const unsigned dp_dims = (dp >= 0 ? 1u << dp : 0u) | (dps >= 0 ? 1u << dps : 0u);
-  dt_tensor tok, tgt;
+  dt_tensor tok, tgt, probe; /* the input (tokens, or x), the targets, the probe R */
   memset(&tok, 0, sizeof tok);
   memset(&tgt, 0, sizeof tgt);
+  memset(&probe, 0, sizeof probe);
   dt_ledger_enable(ctx, false);
   const sb_opts *o = j->o;
+  const wl_kind wl = wl_of(o->workload);
   dt_status s = DT_OK;
-  for (int which = 0; which < 2 && s == DT_OK && !pp; which++) /* inputs, targets */
+  for (int which = 0; which < 2 && s == DT_OK && !pp; which++) { /* inputs, targets */
+    if (wl != WL_MODEL && which == (wl == WL_EMBEDDING ? 1 : 0))
+      continue; /* the embedding has no targets; the others take x */
     s = cp >= 0 ? sb_token_tensor_cp(ctx, m, o->batch, o->seq, j->cfg.vocab, dp_dims, step, which,
                                      which ? &tgt : &tok)
                 : sb_token_tensor(ctx, mesh, o->batch, o->seq, j->cfg.vocab, dp_dims, step, which,
                                   which ? &tgt : &tok);
+  }
+  if (s == DT_OK && wl != WL_MODEL && wl != WL_EMBEDDING)
+    s = wl_tensor(ctx, j, mesh, m, dp_dims, cp, WL_X, step, &tok);
+  if (s == DT_OK && wl != WL_MODEL && wl != WL_OUTPUT)
+    s = wl_tensor(ctx, j, mesh, m, dp_dims, cp, WL_PROBE, 0, &probe);
   if (s == DT_OK) s = dt_comm_barrier(ctx->world); /* every rank starts the step together */
   dt_ledger_enable(ctx, timed);
   dt_ctx_set_phase(ctx, "forward");
@@ -488,6 +657,12 @@ static dt_status step_grads(dt_ctx *ctx, dt_mesh *mesh, dt_model *m, const job *
   dt_var *logits = NULL;
   if (pp) { /* the microbatches through the pipeline */
     if (s == DT_OK) s = pipe_step(ctx, mesh, m, j, pp, dp_dims, step);
+  } else if (wl != WL_MODEL) { /* from tokens (embedding) or x; the probe without the head */
+    if (s == DT_OK) s = dt_model_forward_input(ctx, m, &tok, &logits);
+    if (s == DT_OK)
+      s = wl == WL_OUTPUT ? dt_model_loss(ctx, m, logits, &tgt, loss)
+                          : wl_probe_loss(ctx, m, logits, &probe, loss);
+    if (s == DT_OK) s = dt_model_backward(ctx, m, *loss);
   } else {
     if (s == DT_OK) s = dt_model_forward(ctx, m, &tok, &logits);
     if (s == DT_OK) s = dt_model_loss(ctx, m, logits, &tgt, loss);
@@ -509,6 +684,7 @@ static dt_status step_grads(dt_ctx *ctx, dt_mesh *mesh, dt_model *m, const job *
   *secs = dt_now() - t0;
   dt_tensor_free(ctx, &tok);
   dt_tensor_free(ctx, &tgt);
+  dt_tensor_free(ctx, &probe); /* zeroed when the loss consumed it */
   return s;
 }
 
@@ -718,8 +894,9 @@ static void failed(sb_result *r, const char *fmt, ...) {
 
 /* What the runner cannot do: status skipped with the reason. True when skipped. */
 static bool unsupported(const sb_opts *o, sb_result *r) {
-  if (strcmp(o->workload, "model") && strcmp(o->workload, "block"))
-    skip(r, "workload '%s' is not implemented (model and block are)", o->workload);
+  if (sb_workload_single(o->workload) && o->dims[0] > 1)
+    skip(r, "pp=%d: workload '%s' is one layer type, with no stages to split over pp",
+         o->dims[0], o->workload);
   else
     return false;
   return true;
@@ -785,7 +962,9 @@ static bool plan_unfit(const sb_opts *o, dt_ctx *hc, dt_plan *plan, const dt_lla
     plan->dim_sizes[i] = d < SB_NDIMS ? o->dims[d] : 1;
     plan_world *= plan->dim_sizes[i];
   }
-  if (dt_plan_resolve(hc, plan, plan_world, cfg, o->seq) != DT_OK) {
+  dt_llama_config whole; /* a single-layer workload: the plan is the whole layer's */
+  sb_workload_whole(cfg, &whole);
+  if (dt_plan_resolve(hc, plan, plan_world, &whole, o->seq) != DT_OK) {
     skip(r, "%s", sb_strip_rank(dt_last_error(hc)));
     return true;
   }

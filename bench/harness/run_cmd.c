@@ -100,11 +100,13 @@ int sb_check_model(const char *cmd, const char *flag, const char *model) {
 }
 
 int sb_check_workload(const char *cmd, const char *flag, const char *w) {
-  static const char *const known[] = {"model", "block", "embedding", "attention", "feed_forward"};
+  static const char *const known[] = {"model", "block", "embedding", "attention", "feed_forward",
+                                      "output"};
   for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
     if (!strcmp(w, known[i])) return 0;
   return sb_usage_error(cmd, flag,
-                        "expected model, block, embedding, attention or feed_forward, got '%s'", w);
+                        "expected model, block, embedding, attention, feed_forward or output, got "
+                        "'%s'", w);
 }
 
 /* ---- the MFU peak and the memory limit --------------------------------------------- */
@@ -167,7 +169,7 @@ int sb_limits_from_flags(const char *cmd, const char *peak_s, const char *mem_s,
 /* ---- shardbench run ------------------------------------------------------------------- */
 
 const char sb_run_usage[] =
-    "usage: shardbench run [--model debugmodel] [--workload model|block] [--plan NAME|PATH]\n"
+    "usage: shardbench run [--model debugmodel] [--workload W] [--plan NAME|PATH]\n"
     "                      [--mesh dp_replicate:2,tp:4 | --pp N --dp-replicate N --dp-shard N\n"
     "                       --cp N --tp N] [--dtype f32|f64] [--batch 8] [--seq 32]\n"
     "                      [--steps 2] [--warmup 1] [--backend threads|mpi] [--world N]\n"
@@ -193,6 +195,15 @@ const char sb_run_usage[] =
     "                   Parsed, and its patterns matched against the model's modules,\n"
     "                   before anything runs; the stored name is the file's base name\n"
     "                   without .plan\n"
+    "  --workload W     model (default: the config's layers), block (one layer), or one\n"
+    "                   layer type alone, on every plan and mesh that fits (pp = 1):\n"
+    "                   embedding     tok_embeddings: tokens -> [b, s, dim]\n"
+    "                   attention     x + attention(attention_norm(x))\n"
+    "                   feed_forward  x + feed_forward(ffn_norm(x))\n"
+    "                   output        norm + output + the model's cross-entropy loss\n"
+    "                   x: an N(0, 1) activation [b, s, dim] from the seed, placed as the\n"
+    "                   model's layers receive it; the loss of the ones without the\n"
+    "                   head: mean(y * R), R a fixed N(0, 1) [b, s, dim] tensor\n"
     "  --world N        ranks (default: the mesh's product; alone: tp = N)\n"
     "  --peak-tflops X  MFU denominator (default: measured once, 1-core sgemm x\n"
     "                   min(world, CPUs)); stored with the run\n"
@@ -419,6 +430,9 @@ static int weights_check(run_args *a, dt_dtype run_dtype) {
     return rc;
   char trace[sizeof o->save_weights];
   if (a->trace && (rc = out_path("--save-trace", a->trace, trace, sizeof trace))) return rc;
+  if (a->trace && sb_workload_single(o->workload))
+    return sb_usage_error(CMD, "--save-trace", "the trace replays the model from its tokens; "
+                          "workload '%s' starts elsewhere (model or block)", o->workload);
   if (a->trace && a->save_w && !strcmp(a->trace, a->save_w))
     return sb_usage_error(CMD, "--save-trace", "is the same file as --save-weights ('%s')",
                           a->trace);

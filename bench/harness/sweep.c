@@ -80,6 +80,11 @@ const char sb_sweep_usage[] =
     "measured once and stored with the run. A config whose estimated memory is over\n"
     "--mem-limit (default: the machine's available memory) is recorded as skipped with\n"
     "both numbers; --no-mem-check runs it anyway.\n"
+    "Workloads: model (the config's layers), block (one layer), and one layer type\n"
+    "alone, to isolate its cost and communication: embedding (tok_embeddings), attention\n"
+    "(x + attention(attention_norm(x))), feed_forward (x + feed_forward(ffn_norm(x))),\n"
+    "output (norm + output + the cross-entropy loss); see `shardbench run --help`. They\n"
+    "skip pp > 1 (one layer has no stages to split).\n"
     "\n"
     "Exit: 0 all ok or skipped, 1 a mismatch or failure, 2 bad input (flags, a plan,\n"
     "the DB).\n";

@@ -11,7 +11,9 @@
  *   "" (the model), tok_embeddings, then per layer N: layers.N (block),
  *   layers.N.attention_norm, layers.N.attention, layers.N.attention.{wq,wk,wv,wo},
  *   layers.N.ffn_norm, layers.N.feed_forward, layers.N.feed_forward.{w1,w2,w3};
- *   then norm, output. A module's index is its RNG stream.
+ *   then norm, output. A module's index is its RNG stream. The config's no_*
+ *   fields leave modules out (a part of the model run alone): the list keeps the
+ *   others in the same order, so the positions follow from the config (layout()).
  *
  * Weights (dt_model_materialize): generated with dt_tensor_rand on the module's
  * placements wpl (sharding-invariant: element i of the global weight depends on
@@ -175,15 +177,19 @@ int dt_llama_ffn_hidden(const dt_llama_config *c) {
 int64_t dt_llama_nparams(const dt_llama_config *c) {
   int64_t D = c->dim, V = c->vocab, hd = c->dim / c->n_heads, F = dt_llama_ffn_hidden(c);
   int64_t H = c->n_heads, KV = c->n_kv_heads;
-  int64_t attn = D * H * hd + 2 * D * KV * hd + H * hd * D;
-  int64_t layer = attn + 3 * D * F + 2 * D; /* + attention_norm, ffn_norm */
-  return V * D + (int64_t)c->n_layers * layer + D + V * D; /* embedding, layers, norm, output */
+  int64_t attn = D * H * hd + 2 * D * KV * hd + H * hd * D + D; /* + attention_norm */
+  int64_t ffn = 3 * D * F + D;                                  /* + ffn_norm */
+  int64_t layer = (c->no_attention ? 0 : attn) + (c->no_feed_forward ? 0 : ffn);
+  return (c->no_embedding ? 0 : V * D) + (int64_t)c->n_layers * layer +
+         (c->no_head ? 0 : D + V * D); /* embedding, layers, norm + output */
 }
 
 double dt_llama_flops_per_token(const dt_llama_config *c, int64_t seq) {
-  const double n_embed = (double)c->vocab * c->dim, hd = (double)(c->dim / c->n_heads);
+  const double n_embed = c->no_embedding ? 0.0 : (double)c->vocab * c->dim;
+  const double hd = (double)(c->dim / c->n_heads);
+  const int attn_layers = c->no_attention ? 0 : c->n_layers;
   return 6.0 * ((double)dt_llama_nparams(c) - n_embed) +
-         12.0 * c->n_layers * c->n_heads * hd * (double)seq;
+         12.0 * attn_layers * c->n_heads * hd * (double)seq;
 }
 
 dt_status dt_llama_config_check(dt_ctx *ctx, const dt_llama_config *c) {
@@ -191,12 +197,18 @@ dt_status dt_llama_config_check(dt_ctx *ctx, const dt_llama_config *c) {
   if (!c) return dt_error(ctx, DT_ERR_INVALID, who, "NULL config");
   if (!memchr(c->name, 0, sizeof c->name))
     return dt_error(ctx, DT_ERR_INVALID, who, "name is not NUL-terminated");
-  if (c->dim <= 0 || c->n_layers <= 0 || c->n_heads <= 0 || c->n_kv_heads <= 0 || c->vocab <= 0 ||
-      c->multiple_of <= 0)
+  const bool part = c->no_embedding || c->no_attention || c->no_feed_forward || c->no_head;
+  if (c->dim <= 0 || c->n_layers < (part ? 0 : 1) || c->n_heads <= 0 || c->n_kv_heads <= 0 ||
+      c->vocab <= 0 || c->multiple_of <= 0)
     return dt_error(ctx, DT_ERR_INVALID, who,
                     "dim %d, n_layers %d, n_heads %d, n_kv_heads %d, vocab %d, multiple_of %d "
-                    "must all be > 0",
+                    "must all be > 0 (n_layers >= 0 for a part of the model)",
                     c->dim, c->n_layers, c->n_heads, c->n_kv_heads, c->vocab, c->multiple_of);
+  if (c->n_layers > 0 && c->no_attention && c->no_feed_forward)
+    return dt_error(ctx, DT_ERR_INVALID, who,
+                    "blocks without attention and feed_forward are empty (n_layers 0 instead)");
+  if (c->n_layers == 0 && c->no_embedding && c->no_head)
+    return dt_error(ctx, DT_ERR_INVALID, who, "no module: no layers, no embedding, no head");
   if (c->dim % c->n_heads)
     return dt_error(ctx, DT_ERR_INVALID, who, "dim %d is not a multiple of n_heads %d", c->dim,
                     c->n_heads);
@@ -227,9 +239,32 @@ static const double TRUNC_ABS_BOUND = 2.0;
 /* Init std of wq, wk, wv, w1 (and of wo, w2, w3 before depth scaling), as
  * Attention.init_weights and FeedForward.init_weights use it. */
 static const double LINEAR_INIT_STD = 0.02;
-/* Modules per transformer block: the block, attention_norm, attention, wq, wk, wv,
- * wo, ffn_norm, feed_forward, w1, w2, w3 */
-enum { MODS_PER_LAYER = 12 };
+/* Modules of a block's sublayers: attention_norm, attention, wq, wk, wv, wo; and
+ * ffn_norm, feed_forward, w1, w2, w3 (a block: itself, then those present) */
+enum { ATTN_MODS = 6, FFN_MODS = 5 };
+
+/* Where a model's modules are in its list (the order dt_model_create adds them). */
+typedef struct layout {
+  int emb;       /* tok_embeddings; -1: none */
+  int block0;    /* layers.0 */
+  int per_layer; /* modules per block */
+  int attn, ffn; /* attention_norm / ffn_norm within a block (offset); -1: none */
+  int head;      /* norm (output follows); -1: none */
+  int n;         /* modules in all */
+} layout;
+
+static layout layout_of(const dt_llama_config *c) {
+  layout L;
+  L.emb = c->no_embedding ? -1 : 1; /* after the root */
+  L.block0 = c->no_embedding ? 1 : 2;
+  L.attn = c->no_attention ? -1 : 1;
+  L.ffn = c->no_feed_forward ? -1 : 1 + (c->no_attention ? 0 : ATTN_MODS);
+  L.per_layer = 1 + (c->no_attention ? 0 : ATTN_MODS) + (c->no_feed_forward ? 0 : FFN_MODS);
+  const int end = L.block0 + c->n_layers * L.per_layer;
+  L.head = c->no_head ? -1 : end;
+  L.n = end + (c->no_head ? 0 : 2);
+  return L;
+}
 
 static dt_module *add_mod(dt_model *m, const char *fqn, dt_module_kind kind) {
   dt_module *md = &m->mods[m->n_mods];
@@ -270,7 +305,7 @@ dt_status dt_model_create(dt_ctx *ctx, dt_mesh *mesh, const dt_llama_config *cfg
     return dt_error(ctx, DT_ERR_INVALID, who, "dtype must be f32 or f64");
   dt_model *m = dt_host_calloc(ctx, sizeof *m);
   if (!m) return dt_error(ctx, DT_ERR_NOMEM, who, "no memory");
-  int cap = 2 + MODS_PER_LAYER * cfg->n_layers + 2;
+  const int cap = layout_of(cfg).n;
   m->mods = dt_host_calloc(ctx, (size_t)cap * sizeof *m->mods);
   m->adam_m = dt_host_calloc(ctx, (size_t)cap * sizeof *m->adam_m);
   m->adam_v = dt_host_calloc(ctx, (size_t)cap * sizeof *m->adam_v);
@@ -286,29 +321,36 @@ dt_status dt_model_create(dt_ctx *ctx, dt_mesh *mesh, const dt_llama_config *cfg
   const int64_t D = cfg->dim, V = cfg->vocab, hd = cfg->dim / cfg->n_heads;
   const int64_t F = dt_llama_ffn_hidden(cfg), QD = cfg->n_heads * hd, KVD = cfg->n_kv_heads * hd;
   add_mod(m, "", DT_MOD_MODEL);
-  set_weight(add_mod(m, "tok_embeddings", DT_MOD_EMBEDDING), 2, V, D, DT_INIT_NORMAL, 1.0, 0);
+  if (!cfg->no_embedding)
+    set_weight(add_mod(m, "tok_embeddings", DT_MOD_EMBEDDING), 2, V, D, DT_INIT_NORMAL, 1.0, 0);
   char f[64];
   for (int l = 0; l < cfg->n_layers; l++) {
     double deep = cfg->depth_init ? LINEAR_INIT_STD / sqrt(2.0 * (l + 1))
                                   : LINEAR_INIT_STD / sqrt(2.0 * cfg->n_layers);
 #define FQN(...) (snprintf(f, sizeof f, __VA_ARGS__), f)
     add_mod(m, FQN("layers.%d", l), DT_MOD_BLOCK);
-    add_norm(m, FQN("layers.%d.attention_norm", l), D);
-    add_mod(m, FQN("layers.%d.attention", l), DT_MOD_ATTENTION);
-    add_linear(m, FQN("layers.%d.attention.wq", l), QD, D, LINEAR_INIT_STD);
-    add_linear(m, FQN("layers.%d.attention.wk", l), KVD, D, LINEAR_INIT_STD);
-    add_linear(m, FQN("layers.%d.attention.wv", l), KVD, D, LINEAR_INIT_STD);
-    add_linear(m, FQN("layers.%d.attention.wo", l), D, QD, deep);
-    add_norm(m, FQN("layers.%d.ffn_norm", l), D);
-    add_mod(m, FQN("layers.%d.feed_forward", l), DT_MOD_FEEDFORWARD);
-    add_linear(m, FQN("layers.%d.feed_forward.w1", l), F, D, LINEAR_INIT_STD);
-    add_linear(m, FQN("layers.%d.feed_forward.w2", l), D, F, deep);
-    add_linear(m, FQN("layers.%d.feed_forward.w3", l), F, D, deep);
+    if (!cfg->no_attention) {
+      add_norm(m, FQN("layers.%d.attention_norm", l), D);
+      add_mod(m, FQN("layers.%d.attention", l), DT_MOD_ATTENTION);
+      add_linear(m, FQN("layers.%d.attention.wq", l), QD, D, LINEAR_INIT_STD);
+      add_linear(m, FQN("layers.%d.attention.wk", l), KVD, D, LINEAR_INIT_STD);
+      add_linear(m, FQN("layers.%d.attention.wv", l), KVD, D, LINEAR_INIT_STD);
+      add_linear(m, FQN("layers.%d.attention.wo", l), D, QD, deep);
+    }
+    if (!cfg->no_feed_forward) {
+      add_norm(m, FQN("layers.%d.ffn_norm", l), D);
+      add_mod(m, FQN("layers.%d.feed_forward", l), DT_MOD_FEEDFORWARD);
+      add_linear(m, FQN("layers.%d.feed_forward.w1", l), F, D, LINEAR_INIT_STD);
+      add_linear(m, FQN("layers.%d.feed_forward.w2", l), D, F, deep);
+      add_linear(m, FQN("layers.%d.feed_forward.w3", l), F, D, deep);
+    }
 #undef FQN
   }
-  add_norm(m, "norm", D);
-  dt_module *o = add_mod(m, "output", DT_MOD_LINEAR);
-  set_weight(o, 2, V, D, DT_INIT_TRUNC_NORMAL, 1.0 / sqrt((double)D), OUTPUT_TRUNC_STD);
+  if (!cfg->no_head) {
+    add_norm(m, "norm", D);
+    dt_module *o = add_mod(m, "output", DT_MOD_LINEAR);
+    set_weight(o, 2, V, D, DT_INIT_TRUNC_NORMAL, 1.0 / sqrt((double)D), OUTPUT_TRUNC_STD);
+  }
   *out = m;
   return DT_OK;
 }
@@ -587,14 +629,15 @@ static dt_status const_leaf(dt_ctx *ctx, dt_model *m, const dt_tensor *t, dt_var
 }
 
 /* Runs the modules of one part on m->step_tape: the embedding of tokens when
- * part->first (x NULL), else from x; layers [layer0, layer1); norm and output when
- * part->last. */
+ * part->first (x NULL), else from x; layers [layer0, layer1) with the sublayers
+ * the model has; norm and output when part->last. */
 static dt_status forward_part(dt_ctx *ctx, dt_model *m, const dt_model_part *part,
                               const dt_tensor *tokens, dt_var *x, dt_var **out) {
   dt_module *mods = m->mods;
+  const layout L = layout_of(&m->cfg);
   dt_var *io[1], *h = x;
   if (part->first) {
-    dt_module *emb = &mods[1]; /* after the model root */
+    dt_module *emb = &mods[L.emb];
     DT_CHECK(const_leaf(ctx, m, tokens, &io[0]));
     DT_CHECK(hook(ctx, m, emb, true, io, 1));
     DT_CHECK(op2(m, &dt_op_embedding, NULL, wvar(emb), io[0], &h));
@@ -603,51 +646,77 @@ static dt_status forward_part(dt_ctx *ctx, dt_model *m, const dt_model_part *par
     h = io[0];
   }
   for (int l = part->layer0; l < part->layer1; l++) {
-    dt_module *blk = &mods[2 + l * MODS_PER_LAYER];
+    dt_module *blk = &mods[L.block0 + l * L.per_layer];
     io[0] = h;
     DT_CHECK(hook(ctx, m, blk, true, io, 1));
     h = io[0];
     dt_var *xn, *a, *f;
-    DT_CHECK(rmsnorm(ctx, m, &blk[1], h, &xn));
-    DT_CHECK(attention(ctx, m, &blk[2], xn, &a));
-    DT_CHECK(op2(m, &dt_op_add, NULL, h, a, &h));
-    DT_CHECK(rmsnorm(ctx, m, &blk[7], h, &xn));
-    DT_CHECK(feed_forward(ctx, m, &blk[8], xn, &f));
-    DT_CHECK(op2(m, &dt_op_add, NULL, h, f, &h));
+    if (L.attn >= 0) {
+      DT_CHECK(rmsnorm(ctx, m, &blk[L.attn], h, &xn));
+      DT_CHECK(attention(ctx, m, &blk[L.attn + 1], xn, &a));
+      DT_CHECK(op2(m, &dt_op_add, NULL, h, a, &h));
+    }
+    if (L.ffn >= 0) {
+      DT_CHECK(rmsnorm(ctx, m, &blk[L.ffn], h, &xn));
+      DT_CHECK(feed_forward(ctx, m, &blk[L.ffn + 1], xn, &f));
+      DT_CHECK(op2(m, &dt_op_add, NULL, h, f, &h));
+    }
     io[0] = h;
     DT_CHECK(hook(ctx, m, blk, false, io, 1));
     h = io[0];
   }
   if (part->last) {
-    const int mi = 2 + m->cfg.n_layers * MODS_PER_LAYER;
-    DT_CHECK(rmsnorm(ctx, m, &mods[mi], h, &h));
-    DT_CHECK(linear(ctx, m, &mods[mi + 1], h, &h));
+    DT_CHECK(rmsnorm(ctx, m, &mods[L.head], h, &h));
+    DT_CHECK(linear(ctx, m, &mods[L.head + 1], h, &h));
   }
   *out = h;
   return DT_OK;
 }
 
-dt_status dt_model_forward(dt_ctx *ctx, dt_model *m, const dt_tensor *tokens, dt_var **logits) {
-  const char *who = "dt_model_forward";
-  if (!ctx || !m || !tokens || !logits) return dt_error(ctx, DT_ERR_INVALID, who, "NULL argument");
-  *logits = NULL;
+/* The whole model from in (tokens, or x without the embedding), the root's
+ * parameter hooks around it. */
+static dt_status forward_whole(dt_ctx *ctx, dt_model *m, const char *who, const dt_tensor *in,
+                               dt_var **out) {
+  if (!ctx || !m || !in || !out) return dt_error(ctx, DT_ERR_INVALID, who, "NULL argument");
+  *out = NULL;
   if (!m->tape) return dt_error(ctx, DT_ERR_INVALID, who, "call dt_model_materialize first");
-  if (tokens->ndim != 2 || tokens->dtype != DT_I64 || tokens->mesh != m->mesh)
+  const dt_llama_config *c = &m->cfg;
+  if (!c->no_embedding && (in->ndim != 2 || in->dtype != DT_I64 || in->mesh != m->mesh))
     return dt_error(ctx, DT_ERR_INVALID, who, "tokens must be i64 [b, s] on the model's mesh");
+  if (c->no_embedding && (in->ndim != 3 || in->gshape[2] != c->dim || in->dtype != m->dtype ||
+                          in->mesh != m->mesh))
+    return dt_error(ctx, DT_ERR_INVALID, who,
+                    "the model has no tok_embeddings: its input is x [b, s, %d] in the model's "
+                    "dtype on its mesh", c->dim);
   if (!m->step_tape) DT_CHECK(dt_tape_create(ctx, NULL, &m->step_tape));
-  const dt_model_part whole = {true, 0, m->cfg.n_layers, true};
-  dt_var *io[1];
-  if (m->param_pre) { /* the root's parameter hook sees the tokens */
-    DT_CHECK(const_leaf(ctx, m, tokens, &io[0]));
+  const dt_model_part whole = {!c->no_embedding, 0, c->n_layers, !c->no_head};
+  dt_var *io[1], *x = NULL;
+  if (c->no_embedding || m->param_pre) DT_CHECK(const_leaf(ctx, m, in, &x));
+  if (m->param_pre) { /* the root's parameter hook sees the input */
+    io[0] = x;
     DT_CHECK(m->param_pre(ctx, &m->mods[0], m->step_tape, io, 1, m->param_state));
+    x = io[0];
   }
-  DT_CHECK(forward_part(ctx, m, &whole, tokens, NULL, logits));
+  DT_CHECK(forward_part(ctx, m, &whole, c->no_embedding ? NULL : in, c->no_embedding ? x : NULL,
+                        out));
   if (m->param_post) {
-    io[0] = *logits;
+    io[0] = *out;
     DT_CHECK(m->param_post(ctx, &m->mods[0], m->step_tape, io, 1, m->param_state));
-    *logits = io[0];
+    *out = io[0];
   }
   return DT_OK;
+}
+
+dt_status dt_model_forward(dt_ctx *ctx, dt_model *m, const dt_tensor *tokens, dt_var **logits) {
+  if (m && (m->cfg.no_embedding || m->cfg.no_head))
+    return dt_error(ctx, DT_ERR_INVALID, "dt_model_forward",
+                    "the model has no %s: dt_model_forward_input",
+                    m->cfg.no_embedding ? "tok_embeddings" : "head (norm, output)");
+  return forward_whole(ctx, m, "dt_model_forward", tokens, logits);
+}
+
+dt_status dt_model_forward_input(dt_ctx *ctx, dt_model *m, const dt_tensor *in, dt_var **out) {
+  return forward_whole(ctx, m, "dt_model_forward_input", in, out);
 }
 
 dt_status dt_model_forward_part(dt_ctx *ctx, dt_model *m, const dt_model_part *part,
@@ -661,6 +730,10 @@ dt_status dt_model_forward_part(dt_ctx *ctx, dt_model *m, const dt_model_part *p
     return dt_error(ctx, DT_ERR_INVALID, who, "layers [%d, %d) of %d, %s%s", part->layer0,
                     part->layer1, m->cfg.n_layers, part->first ? "first" : "not first",
                     part->last ? ", last" : "");
+  if ((part->first && m->cfg.no_embedding) || (part->last && m->cfg.no_head))
+    return dt_error(ctx, DT_ERR_INVALID, who, "the model has no %s for a %s part",
+                    part->first && m->cfg.no_embedding ? "tok_embeddings" : "head",
+                    part->first && m->cfg.no_embedding ? "first" : "last");
   if (part->first && (!tokens || x || tokens->ndim != 2 || tokens->dtype != DT_I64 ||
                       tokens->mesh != m->mesh))
     return dt_error(ctx, DT_ERR_INVALID, who,

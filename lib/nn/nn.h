@@ -28,6 +28,15 @@ typedef struct dt_llama_config {
   double rope_theta;          /* 500000 for every Llama 3 flavour */
   bool rope_scaling;          /* Llama 3.1 frequency scaling */
   bool depth_init;            /* wo/w2/w3 std 0.02/sqrt(2(layer+1)) */
+  /* Modules left out, to run one layer type alone (all false: TorchTitan's whole
+   * Transformer; dt_llama_config_get sets none). no_embedding: no tok_embeddings,
+   * the input is an activation x [b, s, dim] (dt_model_forward_input); no_head: no
+   * norm and output, the output is the last block's [b, s, dim]; no_attention /
+   * no_feed_forward: every block is x + feed_forward(ffn_norm(x)) / x +
+   * attention(attention_norm(x)), the other sublayer's modules absent. n_layers may
+   * be 0 when the embedding or the head is kept. The parameter and FLOP counts
+   * below count only the modules present. */
+  bool no_embedding, no_attention, no_feed_forward, no_head;
 } dt_llama_config;
 
 /* "debugmodel", "8B", "70B", "405B", optionally followed by overrides
@@ -39,10 +48,13 @@ typedef struct dt_llama_config {
 dt_status dt_llama_config_get(dt_ctx *ctx, const char *name, dt_llama_config *out);
 /* TorchTitan's FeedForward hidden size (multiple_of, ffn_dim_multiplier). */
 int dt_llama_ffn_hidden(const dt_llama_config *c);
+/* The parameters of the modules present (all: TorchTitan's count). */
 int64_t dt_llama_nparams(const dt_llama_config *c);
 /* Training FLOPs per token at sequence length seq, TorchTitan's count
  * (torchtitan/models/utils.py get_dense_model_nparams_and_flops):
- * 6 (N - N_embedding) + 12 L H hd seq, attention counted full (no causal discount). */
+ * 6 (N - N_embedding) + 12 L H hd seq, attention counted full (no causal discount);
+ * over the modules present (the 12 L H hd seq term for the layers with attention;
+ * the embedding alone: 0, a lookup has no matmul). */
 double dt_llama_flops_per_token(const dt_llama_config *c, int64_t seq);
 /* Checks a config (dims divide into heads, kv heads divide heads, ...). */
 dt_status dt_llama_config_check(dt_ctx *ctx, const dt_llama_config *c);
@@ -129,11 +141,20 @@ dt_module *dt_model_find(dt_model *m, const char *fqn);
  * the placements are set (lib/parallel) and before the first forward. */
 dt_status dt_model_materialize(dt_ctx *ctx, dt_model *m);
 /* One forward on the model's tape: tokens i64 [b, s] (a DTensor on the model's
- * mesh) -> logits var [b, s, vocab]. Hooks run at every module boundary. */
+ * mesh) -> logits var [b, s, vocab]. Hooks run at every module boundary. A model
+ * without the embedding or the head: dt_model_forward_input. */
 dt_status dt_model_forward(dt_ctx *ctx, dt_model *m, const dt_tensor *tokens, dt_var **logits);
+/* dt_model_forward for any model (with or without the embedding and the head,
+ * dt_llama_config's no_* fields): in is the tokens (i64 [b, s]) when the model has
+ * tok_embeddings, else the activation x [b, s, dim] in the model's dtype, copied
+ * into a leaf without a gradient; both on the model's mesh. *out is the logits, or
+ * [b, s, dim] for a model without the head. The root's parameter hooks run (io:
+ * the input's leaf, then *out), as in dt_model_forward. */
+dt_status dt_model_forward_input(dt_ctx *ctx, dt_model *m, const dt_tensor *in, dt_var **out);
 /* A contiguous part of the model, a pipeline stage's (TorchTitan's
  * pipeline_module_split keeps these modules of the model): tok_embeddings when
- * first, transformer layers [layer0, layer1), norm and output when last. */
+ * first, transformer layers [layer0, layer1), norm and output when last. first
+ * needs a model with the embedding, last one with the head. */
 typedef struct dt_model_part {
   bool first;
   int layer0, layer1;
