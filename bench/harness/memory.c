@@ -16,6 +16,9 @@
  *     bucket closes once it reaches its cap, so it holds less than the cap
  *     (the plan's bucket_cap_mb, else DDP's 25 MiB) plus its last gradient,
  *     and at most every local weight.
+ *   FSDP: 3 copies of the largest unit (a layer's local weights, or the largest
+ *     weight: the unit's gathered parameters, its unsharded gradient and the
+ *     reduce-scatter's input live together during its backward).
  *   activations, per token on the rank (batch / dp_replicate x seq / cp: attention is
  *     a flash-style kernel that keeps one logsumexp per head and token, no
  *     seq x seq scores, so nothing grows with seq^2):
@@ -26,7 +29,11 @@
  *     w1, w3, SiLU and product outputs with their gradients' transients; the
  *     logsumexp), and outside the layers 4 D (embedding output, final norm) plus
  *     2 V (the logits and their gradient, live together in the loss backward;
- *     split over tp under loss parallel). Each term counts every tensor the
+ *     split over tp under loss parallel; none without the head). A single-layer
+ *     workload counts only its modules (dt_llama_config's no_*): attention 4 D +
+ *     (8 D + 2 H) / tp, feed_forward 4 D + 6 F / tp per token, and 6 D outside
+ *     (its input or output, the probe R of its loss, their product and
+ *     gradients) for the 4 D. Each term counts every tensor the
  *     forward creates as saved for backward, which over-counts those that are
  *     freed early: that is what makes it an upper bound. Context parallel with
  *     the allgather method adds one layer's K and V over the whole sequence.
@@ -93,28 +100,41 @@ static double rank_bytes(const dt_llama_config *c, size_t elem, int tp, int dp, 
     total += (double)(d0) * (d1);                                                   \
     if (w_ > largest) largest = w_;                                                 \
   } while (0)
-  W("tok_embeddings", V, D);
+  if (!c->no_embedding) W("tok_embeddings", V, D);
   bool layer_tp = false;
-  for (int l = 0; l < c->n_layers; l++) {
+  const double before_layers = local;
+  double layer_local = 0; /* one layer's local weights: FSDP's layers.* unit */
+  for (int l = 0; l < c->n_layers; l++) { /* the sublayers the workload has (no_*) */
     static const char *const lin[] = {"attention.wq", "attention.wk", "attention.wv",
                                       "attention.wo", "feed_forward.w1", "feed_forward.w2",
                                       "feed_forward.w3"};
     const double d0[] = {QD, KVD, KVD, D, F, D, F}, d1[] = {D, D, D, QD, D, F, D};
     snprintf(fqn, sizeof fqn, "layers.%d.attention_norm", l);
-    W(fqn, D, 1);
+    if (!c->no_attention) W(fqn, D, 1);
     snprintf(fqn, sizeof fqn, "layers.%d.ffn_norm", l);
-    W(fqn, D, 1);
+    if (!c->no_feed_forward) W(fqn, D, 1);
     for (int k = 0; k < 7; k++) {
+      if (k < 4 ? c->no_attention : c->no_feed_forward) continue;
       snprintf(fqn, sizeof fqn, "layers.%d.%s", l, lin[k]);
       W(fqn, d0[k], d1[k]);
       layer_tp |= tp_sharded(tp_plan, fqn);
     }
+    if (l == 0) layer_local = local - before_layers;
   }
-  W("norm", D, 1);
-  W("output", V, D);
+  if (!c->no_head) {
+    W("norm", D, 1);
+    W("output", V, D);
+  }
 #undef W
   const int tpa = layer_tp ? tp : 1, tpl = tp_plan && tp_plan->loss_parallel ? tp : 1;
-  const double per_token = c->n_layers * (8 * D + (8 * D + 6 * F + 2 * H) / tpa) + 4 * D + 2 * V / tpl;
+  /* a layer's 8 D unsplit terms, half per sublayer; outside the layers a single-layer
+   * workload holds 6 D: its input x (or output y), the probe R, y * R and their
+   * gradients, where the model has the embedding output and the final norm's 4 D */
+  const double attn_tok = c->no_attention ? 0 : 4 * D + (8 * D + 2 * H) / tpa;
+  const double ffn_tok = c->no_feed_forward ? 0 : 4 * D + 6 * F / tpa;
+  const double outside = (c->no_embedding || c->no_head ? 6 * D : 4 * D) +
+                         (c->no_head ? 0 : 2 * V / tpl);
+  const double per_token = c->n_layers * (attn_tok + ffn_tok) + outside;
   const double tokens = ceil((double)batch / dp) * seq / cp;
   if (nparams) *nparams = total;
   bool fsdp = false; /* DDP's buckets: data parallel over dp_replicate x cp without FSDP */
@@ -126,7 +146,14 @@ static double rank_bytes(const dt_llama_config *c, size_t elem, int tp, int dp, 
   /* context parallel, allgather: one layer's K and V over the whole sequence */
   const double kv_gathered =
       cp > 1 && plan && plan->cp_rotate == DT_CP_ALLGATHER ? 2 * KVD / tpa * tokens * cp : 0;
-  return (double)elem * (4 * local + largest + tokens * per_token + kv_gathered) + bucket;
+  /* FSDP: a unit's backward holds its all-gathered flat buffer and the parameters
+   * copied out of it, its unsharded gradient and the reduce-scatter's flat input at
+   * once: 3 copies of the largest unit (TorchTitan's: a layer, or the embedding or
+   * the output alone), measured 2-2.2 on the single-layer workloads, where one unit
+   * is most of the weights */
+  const double fsdp_units = fsdp ? 3 * fmax(largest, layer_local) : 0;
+  return (double)elem * (4 * local + largest + fsdp_units + tokens * per_token + kv_gathered) +
+         bucket;
 }
 
 int sb_mem_estimate(const sb_opts *o, const dt_plan *plan, sb_mem_est *e) {
