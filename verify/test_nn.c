@@ -25,6 +25,14 @@
  *        on two tapes, the second's input a leaf and the first's backward seeded
  *        with that leaf's gradient, equals the whole model bit for bit (logits,
  *        loss, every weight gradient); bad parts are refused.
+ *    (f) the single-layer parts (dt_llama_config's no_*: the embedding alone, one
+ *        block of attention only or feed_forward only, norm + output alone):
+ *        exactly their modules, their parameter and FLOP counts derived here
+ *        (TorchTitan's get_dense_model_nparams_and_flops over those modules),
+ *        the output (or, for the head, the cross-entropy of the logits) equal to
+ *        the naive model's pieces, weight gradients of the probe loss
+ *        mean(y * R) (or the cross-entropy) equal to central differences;
+ *        dt_model_forward and a first part refused without the embedding.
  * What it is not: a test of sharded forward/backward (test_parallel) or of the
  * ops themselves (test_ops_*).
  */
@@ -493,6 +501,240 @@ static void check_parts(dt_ctx *ctx, dt_model *m, const dt_tensor *tok, const dt
   free_weights(m, P);
 }
 
+/* ---- (f) single-layer parts --------------------------------------------------------------- */
+
+typedef enum { PT_EMB, PT_ATTN, PT_FFN, PT_HEAD } part_kind;
+
+static dt_llama_config part_config(part_kind k) {
+  dt_llama_config c = tiny_config();
+  c.n_layers = k == PT_ATTN || k == PT_FFN ? 1 : 0;
+  c.no_embedding = k != PT_EMB;
+  c.no_head = k != PT_HEAD;
+  c.no_attention = k == PT_FFN;
+  c.no_feed_forward = k == PT_ATTN;
+  return c;
+}
+
+/* a fixed [TB, TS, D] pattern of O(1) values (x, or the probe R with salt 1) */
+static void part_pattern(int D, int salt, double *v) {
+  for (int i = 0; i < TB * TS * D; i++) v[i] = sin(0.37 * i + 1.3 * salt) + 0.25 * cos(0.011 * i * i);
+}
+
+static void part_tensor(dt_ctx *ctx, dt_mesh *mesh, int D, const double *v, dt_tensor *out) {
+  const int64_t sh[3] = {TB, TS, D};
+  dt_array a;
+  TU_OK(ctx, dt_array_wrap(ctx, DT_DEV_CPU, DT_F64, 3, sh, (void *)v, &a));
+  dt_placement pl[DT_MAX_MESH_DIMS];
+  memset(pl, 0, sizeof pl);
+  TU_OK(ctx, dt_tensor_distribute(ctx, mesh, &a, pl, out));
+}
+
+/* The part's loss (the cross-entropy with the head, else mean(y * R)), its output y
+ * gathered into *y when y != NULL, its backward when asked; ends the step. */
+static double part_step(dt_ctx *ctx, dt_model *m, const dt_tensor *in, const dt_tensor *R,
+                        const dt_tensor *tgt, bool backward, double *y) {
+  dt_var *out = NULL, *loss = NULL;
+  double v = NAN;
+  TU_OK(ctx, dt_model_forward_input(ctx, m, in, &out));
+  if (out && y) {
+    dt_array f;
+    TU_OK(ctx, dt_tensor_full(ctx, dt_var_value(out), &f));
+    memcpy(y, f.data, dt_array_bytes(&f));
+    dt_array_free(ctx, &f);
+  }
+  if (out && m->cfg.no_head) {
+    dt_tensor rc;
+    TU_OK(ctx, dt_tensor_from_local(ctx, R->mesh, &R->local, R->pl, R->ndim, R->gshape, &rc));
+    dt_var *r = dt_var_leaf(m->step_tape, &rc, false), *mi[2] = {out, r}, *p = NULL;
+    TU_OK(ctx, dt_ad_op(m->step_tape, &dt_op_mul, NULL, mi, &p));
+    if (p) TU_OK(ctx, dt_ad_op(m->step_tape, &dt_op_mean, NULL, &p, &loss));
+  } else if (out) {
+    TU_OK(ctx, dt_model_loss(ctx, m, out, tgt, &loss));
+  }
+  if (loss) v = loss_value(ctx, loss);
+  if (loss && backward) TU_OK(ctx, dt_model_backward(ctx, m, loss));
+  TU_OK(ctx, dt_model_end_step(ctx, m));
+  return v;
+}
+
+/* The naive part (plain arrays, the nv_* pieces of the model above) from the same
+ * weights: y [TB TS, D] (logits [TB TS, V] for the head) and its loss. */
+static double part_naive(const naive *c, part_kind k, dt_model *m, double *const *w,
+                         const double *x, const int64_t *tok, const double *R, const int64_t *tgt,
+                         double *y) {
+  const int N = TB * TS, D = c->D, QD = c->H * c->hd, KD = c->KV * c->hd, F = c->F;
+#define WT(fqn) w[dt_model_find(m, fqn)->index]
+  double *xn = malloc(sizeof(double) * N * D), *t = malloc(sizeof(double) * N * D);
+  double *q = malloc(sizeof(double) * N * QD), *kk = malloc(sizeof(double) * N * KD);
+  double *v = malloc(sizeof(double) * N * KD), *o = malloc(sizeof(double) * N * QD);
+  double *g = malloc(sizeof(double) * N * F), *u = malloc(sizeof(double) * N * F);
+  double loss = 0;
+  if (k == PT_EMB) {
+    for (int r = 0; r < N; r++) memcpy(&y[r * D], &WT("tok_embeddings")[tok[r] * D], sizeof(double) * D);
+  } else if (k == PT_ATTN) {
+    nv_rmsnorm(N, D, c->eps, x, WT("layers.0.attention_norm"), xn);
+    nv_linear(N, D, QD, xn, WT("layers.0.attention.wq"), q);
+    nv_linear(N, D, KD, xn, WT("layers.0.attention.wk"), kk);
+    nv_linear(N, D, KD, xn, WT("layers.0.attention.wv"), v);
+    nv_rope(c, c->H, q);
+    nv_rope(c, c->KV, kk);
+    nv_attention(c, q, kk, v, o);
+    nv_linear(N, QD, D, o, WT("layers.0.attention.wo"), t);
+    for (int e = 0; e < N * D; e++) y[e] = x[e] + t[e];
+  } else if (k == PT_FFN) {
+    nv_rmsnorm(N, D, c->eps, x, WT("layers.0.ffn_norm"), xn);
+    nv_linear(N, D, F, xn, WT("layers.0.feed_forward.w1"), g);
+    nv_linear(N, D, F, xn, WT("layers.0.feed_forward.w3"), u);
+    for (int e = 0; e < N * F; e++) g[e] = g[e] / (1 + exp(-g[e])) * u[e];
+    nv_linear(N, F, D, g, WT("layers.0.feed_forward.w2"), t);
+    for (int e = 0; e < N * D; e++) y[e] = x[e] + t[e];
+  } else { /* the head: logits by hand, then the mean cross-entropy */
+    nv_rmsnorm(N, D, c->eps, x, WT("norm"), xn);
+    nv_linear(N, D, c->V, xn, WT("output"), y);
+    for (int r = 0; r < N; r++) {
+      const double *z = &y[r * c->V];
+      double mx = -INFINITY, se = 0;
+      for (int e = 0; e < c->V; e++) mx = z[e] > mx ? z[e] : mx;
+      for (int e = 0; e < c->V; e++) se += exp(z[e] - mx);
+      loss += mx + log(se) - z[tgt[r]];
+    }
+    loss /= N;
+  }
+#undef WT
+  if (k != PT_HEAD) {
+    for (int e = 0; e < N * D; e++) loss += y[e] * R[e];
+    loss /= N * D;
+  }
+  free(xn); free(t); free(q); free(kk); free(v); free(o); free(g); free(u);
+  return loss;
+}
+
+static void check_single_layers(dt_ctx *ctx, dt_mesh *mesh, const dt_tensor *tok,
+                                const dt_tensor *tgt) {
+  static const char *const names[4] = {"embedding", "attention", "feed_forward", "output"};
+  static const char *const fqns[4][7] = {
+      {"", "tok_embeddings"},
+      {"", "layers.0", "layers.0.attention_norm", "layers.0.attention", "layers.0.attention.wq",
+       "layers.0.attention.wk", "layers.0.attention.wv"}, /* then wo */
+      {"", "layers.0", "layers.0.ffn_norm", "layers.0.feed_forward", "layers.0.feed_forward.w1",
+       "layers.0.feed_forward.w2", "layers.0.feed_forward.w3"},
+      {"", "norm", "output"}};
+  static const int nmods[4] = {2, 8, 7, 3};
+  const dt_llama_config tc = tiny_config();
+  const naive nc = naive_of(&tc);
+  const int D = tc.dim, N = TB * TS;
+  const int64_t Dl = D, V = tc.vocab, hd = D / tc.n_heads, F = dt_llama_ffn_hidden(&tc);
+  /* the parameters of each part (TorchTitan counts them the same way for the model) */
+  const int64_t params[4] = {V * Dl, Dl + Dl * tc.n_heads * hd + 2 * Dl * tc.n_kv_heads * hd +
+                                         tc.n_heads * hd * Dl,
+                             Dl + 3 * Dl * F, Dl + V * Dl};
+  double *x = malloc(sizeof(double) * N * D), *R = malloc(sizeof(double) * N * D);
+  double *y = malloc(sizeof(double) * N * (D > V ? D : V)), *yn = malloc(sizeof(double) * N * (D > V ? D : V));
+  part_pattern(D, 0, x);
+  part_pattern(D, 1, R);
+  int64_t htok[TB * TS], htgt[TB * TS];
+  host_ids(ctx, tok, htok);
+  host_ids(ctx, tgt, htgt);
+  dt_tensor xt, Rt;
+  part_tensor(ctx, mesh, D, x, &xt);
+  part_tensor(ctx, mesh, D, R, &Rt);
+  int nfd = 0;
+  double worst_y = 0, worst_loss = 0, worst_fd = 0;
+  for (int k = 0; k < 4; k++) {
+    const dt_llama_config c = part_config((part_kind)k);
+    TU_OK(ctx, dt_llama_config_check(ctx, &c));
+    TU_CHECK(dt_llama_nparams(&c) == params[k], "(f) %s: %lld parameters, want %lld", names[k],
+             (long long)dt_llama_nparams(&c), (long long)params[k]);
+    /* 6 x the matmul parameters (the embedding's are a lookup) + 12 L H hd seq with attention */
+    const double fpt = 6.0 * (k == PT_EMB ? 0 : (double)params[k]) +
+                       (k == PT_ATTN ? 12.0 * tc.n_heads * hd * TS : 0);
+    TU_CHECK(dt_llama_flops_per_token(&c, TS) == fpt, "(f) %s: %.0f flops per token, want %.0f",
+             names[k], dt_llama_flops_per_token(&c, TS), fpt);
+    dt_model *m = NULL;
+    TU_OK(ctx, dt_model_create(ctx, mesh, &c, DT_F64, SEED, &m));
+    if (!m) continue;
+    TU_CHECK(m->n_mods == nmods[k], "(f) %s: %d modules, want %d", names[k], m->n_mods, nmods[k]);
+    for (int i = 0; i < m->n_mods && i < nmods[k]; i++) {
+      const char *want = i < 7 && fqns[k][i] ? fqns[k][i] : "layers.0.attention.wo";
+      TU_CHECK(!strcmp(m->mods[i].fqn, want), "(f) %s: module %d is '%s', want '%s'", names[k], i,
+               m->mods[i].fqn, want);
+    }
+    TU_OK(ctx, dt_model_materialize(ctx, m));
+    const dt_tensor *in = k == PT_EMB ? tok : &xt;
+    dt_var *out = NULL;
+    if (k != PT_EMB) /* no embedding: the whole-model forward and a first part refused */
+      TU_CHECK(dt_model_forward(ctx, m, tok, &out) == DT_ERR_INVALID,
+               "(f) %s: dt_model_forward accepted a model without the embedding", names[k]);
+    const double loss = part_step(ctx, m, in, &Rt, tgt, true, y);
+    double **W = full_weights(ctx, m, false), **G = full_weights(ctx, m, true);
+    const double ref = part_naive(&nc, (part_kind)k, m, W, x, htok, R, htgt, yn);
+    const int ny = N * (k == PT_HEAD ? (int)V : D);
+    double dmax = 0, ymax = 0;
+    for (int e = 0; e < ny; e++) {
+      dmax = fmax(dmax, fabs(y[e] - yn[e]));
+      ymax = fmax(ymax, fabs(yn[e]));
+    }
+    const double rel_y = dmax / ymax, rel_loss = fabs(loss - ref) / fabs(ref);
+    TU_CHECK(rel_y <= TOL_LOSS, "(f) %s: output differs from the naive one by %.3g", names[k], rel_y);
+    TU_CHECK(rel_loss <= TOL_LOSS, "(f) %s: loss %.17g, naive %.17g", names[k], loss, ref);
+    worst_y = fmax(worst_y, rel_y);
+    worst_loss = fmax(worst_loss, rel_loss);
+    /* every weight's gradient against central differences, 3 elements each */
+    for (int i = 0; i < m->n_mods; i++) {
+      dt_module *md = &m->mods[i];
+      if (!md->weight) continue;
+      TU_CHECK(G[i] != NULL, "(f) %s: %s has no gradient", names[k], md->fqn);
+      if (!G[i]) continue;
+      dt_tensor *wt = (dt_tensor *)dt_var_value(md->weight);
+      double *Wd = wt->local.data;
+      const int64_t n = wt->local.numel, picks[3] = {0, n / 2 + 1, n - 1};
+      /* the embedding: rows of tokens that occur (others have no gradient) */
+      const int64_t epicks[3] = {htok[0] * D, htok[5] * D + 3, htok[TB * TS - 1] * D + D - 1};
+      for (int p = 0; p < 3; p++) {
+        const int64_t e = k == PT_EMB ? epicks[p] : picks[p];
+        const double w0 = Wd[e];
+        Wd[e] = w0 + FD_H;
+        const double up = part_step(ctx, m, in, &Rt, tgt, false, NULL);
+        Wd[e] = w0 - FD_H;
+        const double dn = part_step(ctx, m, in, &Rt, tgt, false, NULL);
+        Wd[e] = w0;
+        const double fd = (up - dn) / (2 * FD_H), tol = TOL_FD_ABS + TOL_FD_REL * fabs(fd);
+        TU_CHECK(fabs(fd - G[i][e]) <= tol, "(f) %s: grad %s[%lld]: backward %.12g, finite "
+                 "difference %.12g", names[k], md->fqn, (long long)e, G[i][e], fd);
+        worst_fd = fmax(worst_fd, fabs(fd - G[i][e]) / tol);
+        nfd++;
+      }
+    }
+    if (k != PT_EMB) {
+      const dt_model_part first = {true, 0, c.n_layers, false};
+      TU_CHECK(dt_model_forward_part(ctx, m, &first, tok, NULL, &out) == DT_ERR_INVALID,
+               "(f) %s: a first part accepted without the embedding", names[k]);
+    }
+    free_weights(m, W);
+    free_weights(m, G);
+    dt_model_free(ctx, m);
+  }
+  /* bad parts of the config */
+  dt_llama_config bad = part_config(PT_ATTN);
+  bad.no_attention = true; /* a block with neither sublayer */
+  TU_CHECK(dt_llama_config_check(ctx, &bad) == DT_ERR_INVALID, "(f) an empty block accepted");
+  bad = part_config(PT_EMB);
+  bad.no_embedding = true; /* nothing at all */
+  TU_CHECK(dt_llama_config_check(ctx, &bad) == DT_ERR_INVALID, "(f) a model of no module accepted");
+  bad = tiny_config();
+  bad.n_layers = 0; /* the whole model keeps its layers */
+  TU_CHECK(dt_llama_config_check(ctx, &bad) == DT_ERR_INVALID, "(f) a 0-layer model accepted");
+  printf("  (f) embedding, attention, feed_forward, output alone: outputs vs naive rel %.2e, "
+         "losses %.2e (tol %.0e); %d gradient elements vs central differences: worst err/tol "
+         "%.3f\n", worst_y, worst_loss, TOL_LOSS, nfd, worst_fd);
+  dt_tensor_free(ctx, &xt);
+  dt_tensor_free(ctx, &Rt);
+  free(x);
+  free(R);
+  free(y);
+  free(yn);
+}
+
 static dt_status body_one(dt_ctx *ctx, void *arg) {
   (void)arg;
   const char *names[1] = {"tp"};
@@ -598,6 +840,7 @@ static dt_status body_one(dt_ctx *ctx, void *arg) {
   TU_CHECK(worst_adam <= TOL_ADAM, "(c) AdamW differs from the naive update: rel %.3g",
            worst_adam);
   printf("  (c) 2 AdamW steps vs naive: worst rel diff %.2e (tol %.0e)\n", worst_adam, TOL_ADAM);
+  check_single_layers(ctx, mesh, &tok, &tgt);
   double after = model_step(ctx, m, &tok, &tgt, false);
   TU_CHECK(after < loss, "(c) loss did not decrease after 2 steps: %.6f -> %.6f", loss, after);
   for (int i = 0; i < m->n_mods; i++) {
