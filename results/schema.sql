@@ -41,7 +41,7 @@ CREATE TABLE IF NOT EXISTS runs (
 CREATE TABLE IF NOT EXISTS configs (
   id           INTEGER PRIMARY KEY,
   key          TEXT NOT NULL UNIQUE,      -- "model=debugmodel workload=block plan=torchtitan-tp-sp mesh=dp_replicate:2,tp:4 dtype=f32 batch=8 seq=64 steps=3 backend=threads world=8"
-  workload     TEXT NOT NULL,             -- embedding | attention | feed_forward | block | model
+  workload     TEXT NOT NULL,             -- embedding | attention | feed_forward | output | block | model
   model        TEXT NOT NULL,             -- debugmodel | 8B | 70B | 405B | custom:...
   plan         TEXT NOT NULL,             -- plan name (plans/NAME.plan)
   pp           INTEGER NOT NULL,
