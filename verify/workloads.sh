@@ -123,8 +123,8 @@ if comm_case in want_rows:
     if set(rows) != set(exp):
         sys.exit(f"comm rows {sorted(rows)}, want {sorted(exp)}")
     # wire bytes are exact here (W = t = 2 halve whole byte counts); 0.5 B absorbs only
-# the JSON's decimal printing
-for k, (calls, payload, wire) in exp.items():
+    # the JSON's decimal printing
+    for k, (calls, payload, wire) in exp.items():
         c = rows[k]
         if (c["calls"], c["payload_bytes"]) != (calls, payload) or abs(c["wire_bytes"] - wire) > 0.5:
             sys.exit(f"{k}: calls {c['calls']} payload {c['payload_bytes']} wire "
