@@ -23,6 +23,8 @@
 # Each checker is also run on a copy of the DB with a planted defect (one rank's
 # events of a step dropped; two F events' times swapped; a stage's in-flight count
 # changed) and must report it: the checks can fail.
+# With MPI, the pp 2 x dp 2 run again under mpirun -np 4: its counts and in-flight
+# figures (the events gathered from every process).
 # Skips (77) without the sqlite3 CLI (harness-common.sh).
 
 NAME=pp-timeline.sh
@@ -131,6 +133,27 @@ for cfg in "$R_1F1B_2 1F1B 2 1 $M 2" "$R_GPIPE_2 GPipe 2 1 $M 2" "$R_1F1B_3 1F1B
     "$(q "$DB" "SELECT count(*) FROM pp_stages WHERE result_id = $rid AND peak_act_bytes > 0")" "$p"
 done
 
+NPP=8 NSTAGES=22 # results and stages for the report: 2 + 2 + 3 + 3 + 4 + 4 + 2 + 2 stages
+# ---- MPI: every process's events reach rank 0 (the gather); clocks per rank, so only
+# the counts and the in-flight figures are checked (not the cross-rank order) ----------
+if [ "${SB_HAVE_MPI:-no}" = yes ] && [ -n "${MPIRUN:-}" ] && [ "${SB_SANITIZER:-none}" != thread ]; then
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader \
+    OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_rmaps_base_oversubscribe=1
+  export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0" # Open MPI's own allocations
+  # shellcheck disable=SC2086
+  timeout 300 "$MPIRUN" --oversubscribe -np 4 "$SB" run --backend mpi --world 4 --pp 2 --dp-replicate 2 \
+    --plan "$tmp/pp-1F1B.plan" $COMMON >"$tmp/mpi.out" 2>&1
+  check "MPI run: exit, status ok" "$?$(grep -c 'status: ok' "$tmp/mpi.out")" 01
+  R_MPI=$(q "$DB" 'SELECT max(id) FROM results')
+  NPP=9 NSTAGES=24 # its key differs (backend=mpi): one more result of 2 stages
+  check "MPI 1F1B p 2 x dp 2: event count per rank per step" "$(count_bad "$DB" "$R_MPI" 2 1 2 4)" 0
+  check "MPI 1F1B p 2 x dp 2: max_in_flight per stage" "$(inflight "$DB" "$R_MPI")" "$(expected_inflight 1F1B 2 2)"
+  check "MPI 1F1B p 2 x dp 2: t1 >= t0 >= 0" \
+    "$(q "$DB" "SELECT count(*) FROM pp_events WHERE result_id = $R_MPI AND NOT (t1_s >= t0_s AND t0_s >= 0)")" 0
+else
+  echo "$NAME: no MPI in this build: the MPI gather was not checked"
+fi
+
 # ---- the checkers catch planted defects ---------------------------------------------
 BAD="$tmp/bad.db"
 cp "$DB" "$BAD"
@@ -149,9 +172,8 @@ checks=$((checks + 1))
 # ---- the report (each run above is a run of its own: --run all) ---------------------
 "$SB" report --db "$DB" --run all --out "$tmp/rep" --scripts "${srcdir:-.}/scripts" --format png >"$tmp/rep.out" 2>"$tmp/rep.err"
 check "report exit" "$?" 0
-check "report: pp_bubble.dat rows (one per result)" "$(grep -vc '^#' "$tmp/rep/data/pp_bubble.dat")" 8
-# 2 + 2 + 3 + 3 + 4 + 4 + 2 + 2 stages
-check "report: pp_stages.dat rows (one per stage)" "$(grep -vc '^#' "$tmp/rep/data/pp_stages.dat")" 22
+check "report: pp_bubble.dat rows (one per result)" "$(grep -vc '^#' "$tmp/rep/data/pp_bubble.dat")" $NPP
+check "report: pp_stages.dat rows (one per stage)" "$(grep -vc '^#' "$tmp/rep/data/pp_stages.dat")" $NSTAGES
 check "report: the 1F1B p 2 Gantt data holds its last timed step's events" \
   "$(grep -vc '^#' "$tmp/rep/data/pp_gantt_$R_1F1B_2.dat")" \
   "$(q "$DB" "SELECT count(*) FROM pp_events WHERE result_id = $R_1F1B_2 AND step = 1")"
