@@ -52,6 +52,9 @@
  * stages split as TorchTitan does (pipe_build, dt_pipeline_step); the loss and
  * every weight's gradient are shared from their stage's rank for the verifier
  * (dt_pipeline_share; each rank's optimizer then trains its own stages only).
+ * Every rank's timeline of each timed step (dt_pipeline_step's events) and its host
+ * peak during the step go to rank 0 after the run (pipe_gather), which derives the
+ * measured bubble and the per-stage figures of results/schema.sql's pp_* tables.
  *
  * Unsupported (status skipped, with the reason): fully_shard entries with pp > 1
  * (FSDP inside stages), a pp plan on pp = 1, a batch the microbatches or a model
