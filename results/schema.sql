@@ -3,9 +3,10 @@
 --   PRAGMA journal_mode = WAL; PRAGMA foreign_keys = ON; busy timeout 30 s
 -- so that two sweeps can write one DB. A DB whose schema_version differs from
 -- the program's, or a file that is not a SQLite DB, is refused untouched; a
--- version 1 or 2 DB is upgraded in place to version 3 (the ALTER TABLEs at the
+-- version 1 to 3 DB is upgraded in place to version 4 (the statements at the
 -- end of this comment, from its version on, in one transaction) by the first run
--- or sweep that writes it; its rows keep NULL in the added columns:
+-- or sweep that writes it; its rows keep NULL in the added columns and have no
+-- rows in the added tables:
 --   version 1 -> 2:
 --   ALTER TABLE runs ADD COLUMN peak_tflops REAL;
 --   ALTER TABLE runs ADD COLUMN peak_source TEXT;
@@ -17,9 +18,12 @@
 --   ALTER TABLE results ADD COLUMN mem_optimizer_bytes INTEGER;
 --   ALTER TABLE results ADD COLUMN mem_activations_bytes INTEGER;
 --   UPDATE schema_version SET version = 3;
+--   version 3 -> 4 (pipeline timelines: new tables only, made by this file's
+--   CREATE TABLE IF NOT EXISTS, which runs on every open before the upgrade):
+--   UPDATE schema_version SET version = 4;
 
 CREATE TABLE IF NOT EXISTS schema_version (
-  version INTEGER NOT NULL                -- 3
+  version INTEGER NOT NULL                -- 4
 );
 
 -- One invocation of shardbench (run or sweep).
@@ -125,5 +129,69 @@ CREATE TABLE IF NOT EXISTS published (
   source    TEXT NOT NULL
 );
 
+-- Pipeline parallel (configs with pp > 1), measured, not assumed. Times come from
+-- dt_pipeline_step's per-rank timeline (lib/parallel/pipeline.h: each action's
+-- start and end; a RECV's event is the wait for its data, done just before the F
+-- or B that consumes it), gathered from every rank after the run. Zero of a step:
+-- every rank starts the pipelined step after a barrier; on the threads backend
+-- (one clock) the zero is the earliest rank's exit from that barrier; under MPI
+-- each rank's own exit (clocks of different hosts are not compared), so offsets
+-- across ranks are good to the barrier's exit skew.
+
+-- Every action of every rank in every timed step (warm-up steps are not kept).
+CREATE TABLE IF NOT EXISTS pp_events (
+  result_id  INTEGER NOT NULL REFERENCES results(id) ON DELETE CASCADE,
+  step       INTEGER NOT NULL,            -- timed step, 0-based
+  rank       INTEGER NOT NULL,            -- global rank
+  pp_rank    INTEGER NOT NULL,            -- its coordinate on the pp mesh dim
+  action     TEXT NOT NULL CHECK (action IN ('F', 'B', 'SEND_F', 'RECV_F', 'SEND_B', 'RECV_B')),
+  stage      INTEGER NOT NULL,            -- global stage index (loop placement: stage % pp = pp_rank)
+  microbatch INTEGER NOT NULL,
+  t0_s       REAL NOT NULL,               -- start, seconds from the step's zero
+  t1_s       REAL NOT NULL                -- end (>= t0_s)
+);
+
+-- One row per pipelined result.
+--   bubble_measured: for each timed step and each rank, 1 - (the rank's F and B
+--     seconds) / (the step's span: the first action's start to the last action's
+--     end over the ranks of that rank's pipeline, i.e. the ranks that differ only
+--     in pp_rank); the mean over ranks and timed steps. The idle share of the
+--     step: sends, waits for receives and idling all count as bubble.
+--   bubble_analytic: dt_pp_bubble_fraction, (p - 1) / (m + p - 1) for GPipe and
+--     1F1B and (p - 1) / (v m + p - 1) for interleaved 1F1B (NULL for a CSV
+--     schedule). Narayanan et al. 2021 (arXiv:2104.04473) sec. 2.2 state the
+--     bubble relative to the ideal time, t_pb / t_id = (p - 1) / m; the step is
+--     t_id + t_pb, so the idle share of the step, which is what is measured here,
+--     is t_pb / (t_id + t_pb) = (p - 1) / (m + p - 1). Both assume equal stage
+--     times and free communication.
+CREATE TABLE IF NOT EXISTS pp_stats (
+  result_id       INTEGER PRIMARY KEY REFERENCES results(id) ON DELETE CASCADE,
+  schedule        TEXT NOT NULL,          -- GPipe | 1F1B | Interleaved1F1B | CSV
+  pp              INTEGER NOT NULL,       -- p, ranks per pipeline
+  virtual_stages  INTEGER NOT NULL,       -- v, stages per rank
+  microbatches    INTEGER NOT NULL,       -- m
+  steps           INTEGER NOT NULL,       -- timed steps in pp_events
+  bubble_measured REAL NOT NULL,
+  bubble_analytic REAL,
+  span_s          REAL NOT NULL           -- the step's span, mean over pipelines and steps
+);
+
+-- Per pp rank (the stages it holds), over its ranks (one per pipeline) and the timed steps.
+CREATE TABLE IF NOT EXISTS pp_stages (
+  result_id      INTEGER NOT NULL REFERENCES results(id) ON DELETE CASCADE,
+  pp_rank        INTEGER NOT NULL,
+  max_in_flight  INTEGER NOT NULL,        -- most (stage, microbatch) forwards whose backward had
+                                          -- not ended (their activations held), from the events:
+                                          -- 1F1B min(p - pp_rank, m), GPipe m
+  peak_act_bytes INTEGER NOT NULL,        -- max of the rank's host peak during the pipelined step
+                                          -- above its level at the step's start: the held
+                                          -- activations, plus its weights' gradients (made at
+                                          -- their first backward) and the p2p buffers
+  busy_s         REAL NOT NULL,           -- F + B seconds per step, mean
+  bubble         REAL NOT NULL,           -- 1 - busy_s / span per step, mean
+  PRIMARY KEY (result_id, pp_rank)
+);
+
 CREATE INDEX IF NOT EXISTS results_config ON results(config_id);
+CREATE INDEX IF NOT EXISTS pp_events_result ON pp_events(result_id);
 CREATE INDEX IF NOT EXISTS comm_result ON comm(result_id);

@@ -14,8 +14,8 @@
 #    plans): nothing lost.
 # 4. Bad flags: exit 2, one line on stderr, nothing on stdout.
 # 5. A file of random bytes and a DB of schema version 7 are refused (exit 2,
-#    one line) and left byte-identical (cmp); version 1 and 2 DBs are upgraded in
-#    place, keeping their rows.
+#    one line) and left byte-identical (cmp); version 1, 2 and 3 DBs are upgraded
+#    in place, keeping their rows.
 # Program: ${top_builddir:-.}/bench/shardbench; plans: ${srcdir:-.}/plans.
 # Skips (77) when the sqlite3 CLI is missing (scripts/install-deps installs it).
 
@@ -46,7 +46,7 @@ t0=$(date +%s)
 rc=$?
 echo "clean sweep: $(( $(date +%s) - t0 )) s: $(cat "$tmp/a.out")"
 check "clean sweep exit" "$rc" 0
-check "schema_version" "$(q "$A" 'SELECT group_concat(version) FROM schema_version')" 3
+check "schema_version" "$(q "$A" 'SELECT group_concat(version) FROM schema_version')" 4
 check "configs" "$(q "$A" 'SELECT count(*) FROM configs')" $TOTAL
 check "results" "$(q "$A" 'SELECT count(*) FROM results')" $TOTAL
 check "one result per config" \
@@ -111,6 +111,11 @@ check "pp configs: ok, or skipped for a plan without pp or a split that does not
   "$(q "$A" "SELECT count(*) FROM results r JOIN configs c ON c.id = r.config_id WHERE c.pp > 1 AND r.status != 'ok' AND NOT (r.status = 'skipped' AND (r.reason LIKE 'plan %' OR r.reason LIKE 'pipeline: %' OR r.reason LIKE 'tp=1:%'))")" 0
 check "pp ok configs: their pipeline sends equal the pp-p2p cross" \
   "$(q "$A" "SELECT count(*) FROM results r JOIN configs c ON c.id = r.config_id JOIN baselines b ON b.config_id = c.id AND b.framework = 'pp-p2p' WHERE r.status = 'ok' AND c.pp > 1 AND abs((SELECT sum(wire_bytes) FROM comm m WHERE m.result_id = r.id AND m.mesh_dim = 'pp') - b.value) <= 1e-9 * b.value")" 4
+# the timeline comes back from the sweep's child (bench/harness/sweep.c): pp_stats and
+# events for each pp ok result, none for the others (verify/pp-timeline.sh checks the rows)
+check "pp ok configs: a pp_stats row, pp_stages rows and events each; no other result has them" \
+  "$(q "$A" "SELECT count(*) FROM results r JOIN configs c ON c.id = r.config_id JOIN pp_stats p ON p.result_id = r.id WHERE r.status = 'ok' AND c.pp > 1 AND p.pp = c.pp AND (SELECT count(*) FROM pp_stages g WHERE g.result_id = r.id) = c.pp AND EXISTS (SELECT 1 FROM pp_events e WHERE e.result_id = r.id)") $(q "$A" "SELECT count(*) FROM pp_stats") $(q "$A" "SELECT count(DISTINCT result_id) FROM pp_events")" \
+  "4 4 4"
 q "$A" "SELECT c.key || ' ' || r.status FROM results r JOIN configs c ON c.id = r.config_id ORDER BY 1" >"$tmp/a.set"
 
 # ---- 2. SIGKILL mid-sweep, then --resume ----------------------------------------------
@@ -231,9 +236,9 @@ refused_db() { # refused_db NAME FILE PATTERN
 head -c 8192 /dev/urandom >"$tmp/random.db"
 refused_db "random bytes" "$tmp/random.db" "not a SQLite database"
 sqlite3 "$tmp/v7.db" "CREATE TABLE schema_version (version INTEGER NOT NULL); INSERT INTO schema_version VALUES (7);"
-refused_db "schema version 7" "$tmp/v7.db" "schema version 7, this shardbench reads 1 to 3"
+refused_db "schema version 7" "$tmp/v7.db" "schema version 7, this shardbench reads 1 to 4"
 
-# ---- version 1 and 2 DBs (version 3 less the columns added since) are upgraded in place --
+# ---- version 1 to 3 DBs (version 4 less what was added since) are upgraded in place ------
 # the split's columns and the ones version 2 added, in results/schema.sql's order
 cols() { q "$1" "SELECT group_concat(name, ' ') FROM pragma_table_info('results') WHERE cid >= 15"; }
 NEWCOLS="worst mem_params_bytes mem_grads_bytes mem_optimizer_bytes mem_activations_bytes"
@@ -241,7 +246,7 @@ V1="$tmp/v1.db"
 make_v1_db "$A" "$V1"
 "$SB" run --tp 2 --world 2 --plans-dir "$PLANS" --workload block --batch 2 --seq 4 --steps 1 --warmup 0 --db "$V1" >/dev/null 2>&1
 check "v1 upgraded: run exit" "$?" 0
-check "v1 upgraded: version" "$(q "$V1" 'SELECT group_concat(version) FROM schema_version')" 3
+check "v1 upgraded: version" "$(q "$V1" 'SELECT group_concat(version) FROM schema_version')" 4
 check "v1 upgraded: old rows kept, one added" "$(q "$V1" 'SELECT count(*) FROM results')" $((TOTAL + 1))
 check "v1 upgraded: new columns" "$(cols "$V1")" "$NEWCOLS"
 check "v1 upgraded: the added row has its split" \
@@ -258,7 +263,7 @@ check "v2 DB: version 2, two results out" \
 # shellcheck disable=SC2086
 "$SB" sweep $TINY --db "$V2" --resume >"$tmp/v2.out" 2>"$tmp/v2.err"
 check "v2 upgraded by sweep --resume: exit" "$?" 0
-check "v2 upgraded: version" "$(q "$V2" 'SELECT group_concat(version) FROM schema_version')" 3
+check "v2 upgraded: version" "$(q "$V2" 'SELECT group_concat(version) FROM schema_version')" 4
 check "v2 upgraded: new columns" "$(cols "$V2")" "$NEWCOLS"
 check "v2 upgraded: old rows kept, the two run" "$(q "$V2" 'SELECT count(*) FROM results')" $TOTAL
 check "v2 upgraded: old rows without a split, the two with it" \
@@ -267,6 +272,15 @@ check "v2 upgraded: old rows without a split, the two with it" \
 q "$V2" "SELECT c.key || ' ' || r.status FROM results r JOIN configs c ON c.id = r.config_id ORDER BY 1" >"$tmp/v2.set"
 checks=$((checks + 1))
 cmp -s "$tmp/a.set" "$tmp/v2.set" || fail "v2 upgraded: (config, status) set differs from the clean sweep's"
+
+# A version 3 DB (no pp tables): a pp run upgrades it and writes its timeline.
+V3="$tmp/v3.db"
+make_v3_db "$A" "$V3"
+"$SB" run --pp 2 --world 2 --plan pp --plans-dir "$PLANS" --workload block --batch 2 --seq 4 --steps 1 --warmup 0 --db "$V3" >/dev/null 2>&1
+check "v3 upgraded by a pp run: exit" "$?" 0
+check "v3 upgraded: version, results, the new result's pp_stats row" \
+  "$(q "$V3" 'SELECT group_concat(version) FROM schema_version') $(q "$V3" 'SELECT count(*) FROM results') $(q "$V3" 'SELECT count(*) FROM pp_stats WHERE result_id = (SELECT max(id) FROM results)')" \
+  "4 $((TOTAL + 1)) 1"
 
 # ---- run --db appends to an existing DB ------------------------------------------------
 "$SB" run --tp 2 --world 2 --plans-dir "$PLANS" --workload block --batch 2 --seq 4 --steps 1 --warmup 0 --db "$A" >/dev/null 2>&1

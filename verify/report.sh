@@ -32,7 +32,7 @@ rows() { grep -vc '^#' "$1" 2>/dev/null || true; }
 DB="$T/tmp.db"
 sqlite3 "$DB" <"$SCHEMA" || { echo "FAIL: schema"; exit 1; }
 sqlite3 "$DB" <<'SQL' || { echo "FAIL: populate"; exit 1; }
-INSERT INTO schema_version VALUES (3);
+INSERT INTO schema_version VALUES (4);
 INSERT INTO runs VALUES (1, '2026-01-01T00:00:00Z', '2026-01-01T00:10:00Z', 'old-host', '0.1.0',
   'sqlite 3', 'shardbench sweep --world 4', 'threads', 4, NULL, NULL);
 INSERT INTO runs VALUES (2, '2026-01-02T00:00:00Z', '2026-01-02T00:10:00Z', 'testhost', '0.1.0',
@@ -227,17 +227,19 @@ rc=$?
 
 # an empty DB (schema only): an index that says so, exit 0
 EMPTY="$T/empty.db"
-sqlite3 "$EMPTY" <"$SCHEMA" && sqlite3 "$EMPTY" 'INSERT INTO schema_version VALUES (3);'
+sqlite3 "$EMPTY" <"$SCHEMA" && sqlite3 "$EMPTY" 'INSERT INTO schema_version VALUES (4);'
 "$SB" report --db "$EMPTY" --out "$T/empty" --scripts "$SCRIPTS" >/dev/null 2>&1
 rc=$?
 [ $rc -eq 0 ] && grep -q 'holds no results' "$T/empty/index.html" &&
   [ -e "$T/empty/data/comm.dat" ] && pass "empty DB: index says so, exit 0" ||
   fail "empty DB: rc $rc"
 
-# a schema version 2 DB (version 3 less the split's columns, results/schema.sql's
-# header): read, not upgraded, the split NaN, the memory chart drawn from peaks only
+# a schema version 2 DB (version 4 less the pp tables and the split's columns,
+# results/schema.sql's header): read, not upgraded, the split NaN, the memory chart
+# drawn from peaks only
 V2="$T/v2.db"
-cp "$DB" "$V2" && sqlite3 "$V2" "ALTER TABLE results DROP COLUMN mem_params_bytes;
+cp "$DB" "$V2" && sqlite3 "$V2" "DROP TABLE pp_events; DROP TABLE pp_stats; DROP TABLE pp_stages;
+  ALTER TABLE results DROP COLUMN mem_params_bytes;
   ALTER TABLE results DROP COLUMN mem_grads_bytes; ALTER TABLE results DROP COLUMN mem_optimizer_bytes;
   ALTER TABLE results DROP COLUMN mem_activations_bytes; UPDATE schema_version SET version = 2;
   PRAGMA journal_mode = delete;" >/dev/null || fail "making the v2 DB"
@@ -270,7 +272,7 @@ fi
 # Bytes are whole MiB (2^20), so the .dat's MiB are the numbers below exactly.
 CPDB="$T/cp.db"
 sqlite3 "$CPDB" <"$SCHEMA" && sqlite3 "$CPDB" <<'SQL' || fail "populate the cp DB"
-INSERT INTO schema_version VALUES (3);
+INSERT INTO schema_version VALUES (4);
 INSERT INTO runs VALUES (1, '2026-01-01T00:00:00Z', '2026-01-01T00:10:00Z', 'h', '0.1.0',
   'sqlite 3', 'shardbench sweep', 'threads', 8, NULL, NULL);
 INSERT INTO runs VALUES (2, '2026-01-02T00:00:00Z', '2026-01-02T00:10:00Z', 'h', '0.1.0',
@@ -367,8 +369,8 @@ printf 'this is not a database, just some text\n' >"$T/notadb.db"
 refuse "non-DB file" "$T/notadb.db"
 head -c 4096 /dev/zero | tr '\0' 'x' >"$T/junk.db"
 refuse "4 KiB of junk" "$T/junk.db"
-cp "$DB" "$T/v4.db" && sqlite3 "$T/v4.db" 'UPDATE schema_version SET version = 4;'
-refuse "schema version 4" "$T/v4.db"
+cp "$DB" "$T/v5.db" && sqlite3 "$T/v5.db" 'UPDATE schema_version SET version = 5;'
+refuse "schema version 5" "$T/v5.db"
 : >"$T/zero.db"
 refuse "empty file" "$T/zero.db"
 refuse "unknown run" "$DB" --run 99

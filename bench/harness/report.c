@@ -24,8 +24,12 @@
  * and activations + buffers, stacked, with the peak bytes per rank and the
  * memory_bytes_per_rank baselines, grouped by plan), error (max_rel_err against the tolerance, log scale),
  * cp_memory (the peak per rank and rank 0's activations against cp, one line per group
- * of configs that differ only in cp, for a fixed global sequence). A chart with no
- * rows is not drawn; the index says why.
+ * of configs that differ only in cp, for a fixed global sequence), pp_bubble (each
+ * pipelined result's measured bubble against the analytic one, and per stage its
+ * peak activation memory and most microbatches in flight; schema version 4 on) and
+ * one pp_gantt_RID per pipelined result (result id RID: its last timed step as a Gantt
+ * chart, a row per rank, a box per action, drawn by scripts/pp_gantt.gp with
+ * rid=RID). A chart with no rows is not drawn; the index says why.
  *
  * gnuplot is found as $GNUPLOT or `gnuplot` on PATH; the scripts as --scripts,
  * $SHARDBENCH_SCRIPTS, $SHARDBENCH_DATADIR/scripts, ./scripts, or the installed
@@ -85,8 +89,12 @@ const char sb_report_usage[] =
     "config: the frameworks' published formulas), throughput (tokens/s and MFU by mesh shape), memory (rank 0's\n"
     "weights, gradients, optimizer state and activations stacked, and the peak bytes per\n"
     "rank, by plan), error (max_rel_err against the tolerance), cp_memory (the peak per\n"
-    "rank and rank 0's activations against cp, for a fixed global sequence). Redraw any chart by\n"
+    "rank and rank 0's activations against cp, for a fixed global sequence), pp_bubble\n"
+    "(pipelined configs: measured vs analytic bubble, per-stage activation peak and\n"
+    "microbatches in flight) and pp_gantt_RID (a pipelined result's timeline, one row per\n"
+    "rank, one box per action). Redraw any chart by\n"
     "hand: gnuplot -e \"datadir='report/data'; outdir='report'\" scripts/comm.gp\n"
+    "(a Gantt chart: add rid=RID; scripts/pp_gantt.gp)\n"
     "Without gnuplot the data files and the index are still written (exit 0).\n"
     "Exit codes: 0 written, 1 a write or gnuplot failed, 2 bad input (DB refused).\n";
 
@@ -828,6 +836,135 @@ static size_t write_error(rp_report *r) {
   return n;
 }
 
+/* ---- pipeline parallel (the pp_* tables, schema version 4 on) ---- */
+
+static bool keep_pp(const rp_row *w) { return measured(w) && w->pp > 1; }
+
+static const char rp_pp_query[] =
+    "SELECT schedule, pp, virtual_stages, microbatches, steps, bubble_measured, "
+    "bubble_analytic, span_s FROM pp_stats WHERE result_id = ?1";
+static const char rp_pp_stages_query[] =
+    "SELECT pp_rank, max_in_flight, peak_act_bytes, busy_s, bubble FROM pp_stages "
+    "WHERE result_id = ?1 ORDER BY pp_rank";
+static const char rp_pp_events_query[] =
+    "SELECT rank, pp_rank, action, stage, microbatch, t0_s, t1_s FROM pp_events "
+    "WHERE result_id = ?1 AND step = (SELECT max(step) FROM pp_events WHERE result_id = ?1) "
+    "ORDER BY rank, t0_s";
+
+/* The Gantt chart's box colour of an action: 1 F, 2 B, 3 a send, 4 a receive's wait. */
+static int gantt_kind(const char *a) {
+  if (!strcmp(a, "F")) return 1;
+  if (!strcmp(a, "B")) return 2;
+  return !strncmp(a, "SEND", 4) ? 3 : 4;
+}
+
+/* data/pp_gantt_RID.dat of one result: its last timed step's events. Rows written. */
+static size_t write_gantt(rp_report *r, sqlite3_stmt *ev, long long rid, int v) {
+  char name[64];
+  snprintf(name, sizeof name, "data/pp_gantt_%lld.dat", rid);
+  FILE *f = open_out(r, name);
+  if (!f) return 0;
+  fprintf(f, "# rank pp_rank action kid stage microbatch t0_ms t1_ms text\n");
+  fprintf(f, "# query: %s (?1 = %lld; kid 1 F, 2 B, 3 SEND_*, 4 RECV_* (the wait for the "
+             "data); ms from the step's zero; text: the box's label, microbatch or "
+             "stage:microbatch)\n", rp_pp_events_query, rid);
+  sqlite3_reset(ev);
+  sqlite3_bind_int64(ev, 1, rid);
+  size_t n = 0;
+  while (sqlite3_step(ev) == SQLITE_ROW) {
+    char act[16], text[32];
+    snprintf(act, sizeof act, "%s", col_text(ev, 2));
+    dat_token(act);
+    const int stage = sqlite3_column_int(ev, 3), mb = sqlite3_column_int(ev, 4);
+    if (v > 1) snprintf(text, sizeof text, "%d:%d", stage, mb);
+    else snprintf(text, sizeof text, "%d", mb);
+    fprintf(f, "%d %d %s %d %d %d", sqlite3_column_int(ev, 0), sqlite3_column_int(ev, 1), act,
+            gantt_kind(act), stage, mb);
+    dat_num(f, 1e3 * sqlite3_column_double(ev, 5)); /* s to ms */
+    dat_num(f, 1e3 * sqlite3_column_double(ev, 6));
+    fprintf(f, " %s\n", text);
+    n++;
+  }
+  close_out(r, f, name);
+  return n;
+}
+
+/* Why pp_bubble is empty; the index prints it after "Not drawn: ". */
+static const char rp_pp_old_db[] =
+    "the DB is of a schema version before 4, which has no pipeline timelines";
+static const char rp_pp_none[] =
+    "no measured pipelined config (pp of 2 or more with a pp_stats row) in the selected results";
+
+/* pp_bubble.dat (idx rid label schedule pp v m bubble_measured bubble_analytic span_ms
+ * status), pp_stages.dat (idx rid label pp pp_rank max_in_flight peak_act_mib busy_ms
+ * bubble) and each result's pp_gantt_RID.dat. Returns the results charted; their ids and
+ * rows into *rids / *rows (malloc'd), *why the reason when there are none. */
+static size_t write_pp(rp_report *r, long long **rids, const rp_row ***rows, const char **why) {
+  size_t n = 0;
+  const rp_row **v = select_rows(r, keep_pp, by_plan, &n);
+  *rids = calloc(n ? n : 1, sizeof **rids);
+  if (!*rids) exit(SB_EXIT_FAIL);
+  *rows = v;
+  *why = r->st.version < 4 ? rp_pp_old_db : rp_pp_none;
+  FILE *f = open_out(r, "data/pp_bubble.dat"), *g = open_out(r, "data/pp_stages.dat");
+  sqlite3_stmt *st = NULL, *sg = NULL, *ev = NULL;
+  size_t charted = 0;
+  if (f) {
+    fprintf(f, "# idx rid label schedule pp v m bubble_measured bubble_analytic span_ms status\n");
+    fprintf(f, "# query: %s (?1 = each ok/mismatch result with pp > 1, by plan then mesh; "
+               "rid = the result's id; v = virtual_stages, m = microbatches; span_ms = "
+               "span_s in ms; the bubbles as results/schema.sql defines them)\n", rp_pp_query);
+  }
+  if (g) {
+    fprintf(g, "# idx rid label pp pp_rank max_in_flight peak_act_mib busy_ms bubble\n");
+    fprintf(g, "# query: %s (?1 = each result of pp_bubble.dat; idx its idx there; "
+               "peak_act_mib = peak_act_bytes / 2^20; busy_ms = busy_s in ms)\n",
+            rp_pp_stages_query);
+  }
+  if (r->st.version >= 4 && f && g &&
+      (sqlite3_prepare_v2(r->db, rp_pp_query, -1, &st, NULL) != SQLITE_OK ||
+       sqlite3_prepare_v2(r->db, rp_pp_stages_query, -1, &sg, NULL) != SQLITE_OK ||
+       sqlite3_prepare_v2(r->db, rp_pp_events_query, -1, &ev, NULL) != SQLITE_OK)) {
+    fprintf(stderr, "shardbench report: cannot read the pipeline tables: %s\n",
+            sqlite3_errmsg(r->db));
+    r->write_failed = true;
+  }
+  for (size_t i = 0; st && sg && ev && i < n; i++) {
+    sqlite3_reset(st);
+    sqlite3_bind_int64(st, 1, v[i]->result_id);
+    if (sqlite3_step(st) != SQLITE_ROW) continue; /* no timeline (an older run) */
+    char sched[32];
+    snprintf(sched, sizeof sched, "%s", col_text(st, 0));
+    dat_token(sched);
+    const int pp = sqlite3_column_int(st, 1), vs = sqlite3_column_int(st, 2);
+    fprintf(f, "%zu %lld %s %s %d %d %d", charted, v[i]->result_id, v[i]->label, sched, pp, vs,
+            sqlite3_column_int(st, 3));
+    dat_num(f, col_real(st, 5));
+    dat_num(f, col_real(st, 6)); /* NaN: no formula (a CSV schedule) */
+    dat_num(f, 1e3 * col_real(st, 7));
+    fprintf(f, " %s\n", v[i]->status);
+    sqlite3_reset(sg);
+    sqlite3_bind_int64(sg, 1, v[i]->result_id);
+    while (sqlite3_step(sg) == SQLITE_ROW) {
+      fprintf(g, "%zu %lld %s %d %d %d", charted, v[i]->result_id, v[i]->label, pp,
+              sqlite3_column_int(sg, 0), sqlite3_column_int(sg, 1));
+      dat_num(g, col_real(sg, 2) / (1024.0 * 1024.0)); /* bytes per MiB */
+      dat_num(g, 1e3 * col_real(sg, 3));
+      dat_num(g, col_real(sg, 4));
+      fputc('\n', g);
+    }
+    write_gantt(r, ev, v[i]->result_id, vs);
+    (*rids)[charted] = v[i]->result_id;
+    v[charted++] = v[i];
+  }
+  sqlite3_finalize(st);
+  sqlite3_finalize(sg);
+  sqlite3_finalize(ev);
+  close_out(r, f, "data/pp_bubble.dat");
+  close_out(r, g, "data/pp_stages.dat");
+  return charted;
+}
+
 /* ---- gnuplot ---- */
 
 /* The program to run: $GNUPLOT or gnuplot, if it is an executable on PATH. */
@@ -865,16 +1002,18 @@ static void gp_quote(char *dst, size_t n, const char *s) {
   dst[k] = '\0';
 }
 
-/* Runs gnuplot on scripts/NAME.gp for one format; output to the log. */
-static bool run_gnuplot(rp_report *r, const char *gp, const char *scripts, const char *name,
-                        const char *fmt) {
+/* Runs gnuplot on scripts/SCRIPT.gp for one format, extra (NULL: none) appended to
+ * its -e expression, which writes OUT/NAME.FMT; output to the log. */
+static bool run_gnuplot(rp_report *r, const char *gp, const char *scripts, const char *script_name,
+                        const char *name, const char *extra, const char *fmt) {
   char script[RP_PATH], datadir[RP_PATH], qdata[2 * RP_PATH], qout[2 * RP_PATH];
   char expr[5 * RP_PATH];
-  snprintf(script, sizeof script, "%s/%s.gp", scripts, name);
+  snprintf(script, sizeof script, "%s/%s.gp", scripts, script_name);
   snprintf(datadir, sizeof datadir, "%s/data", r->out);
   gp_quote(qdata, sizeof qdata, datadir);
   gp_quote(qout, sizeof qout, r->out);
-  snprintf(expr, sizeof expr, "datadir='%s'; outdir='%s'; fmt='%s'", qdata, qout, fmt);
+  snprintf(expr, sizeof expr, "datadir='%s'; outdir='%s'; fmt='%s'%s%s", qdata, qout, fmt,
+           extra ? "; " : "", extra ? extra : "");
   if (r->log) {
     fprintf(r->log, "$ %s -e \"%s\" %s\n", gp, expr, script);
     fflush(r->log);
@@ -916,6 +1055,10 @@ static bool run_gnuplot(rp_report *r, const char *gp, const char *scripts, const
 
 typedef struct rp_chart {
   const char *name, *title, *how;
+  const char *script;   /* scripts/SCRIPT.gp (NULL: NAME) */
+  const char *data;     /* its data file's name without .dat (NULL: NAME) */
+  char extra[32];       /* appended to gnuplot's -e ("rid=12"), "" none */
+  char name_buf[48], title_buf[RP_LABEL + 64];
   size_t rows;      /* configs charted */
   size_t baselines; /* baseline rows next to them */
   size_t series;    /* lines drawn, for a chart of series (cp_memory) */
@@ -991,7 +1134,8 @@ static void write_index(rp_report *r, rp_chart *charts, size_t ncharts, const ch
       fprintf(f, "<p><img src=\"%s.%s\" alt=\"%s\"></p>\n<p>", c->name, img, c->title);
       if (r->png) fprintf(f, "<a href=\"%s.png\">PNG</a> ", c->name);
       if (r->svg) fprintf(f, "<a href=\"%s.svg\">SVG</a> ", c->name);
-      fprintf(f, "data: <a href=\"data/%s.dat\">data/%s.dat</a>", c->name, c->name);
+      const char *dat = c->data ? c->data : c->name;
+      fprintf(f, "data: <a href=\"data/%s.dat\">data/%s.dat</a>", dat, dat);
       fprintf(f, " (%zu config%s", c->rows, c->rows == 1 ? "" : "s");
       if (c->series) fprintf(f, " in %zu series", c->series);
       if (c->baselines) fprintf(f, ", %zu baseline row%s", c->baselines, c->baselines == 1 ? "" : "s");
@@ -1010,7 +1154,8 @@ static void write_index(rp_report *r, rp_chart *charts, size_t ncharts, const ch
     html_str(f, r->out);
     fputs("/data'; outdir='", f);
     html_str(f, r->out);
-    fprintf(f, "'; fmt='png'\" scripts/%s.gp</code></p>\n", c->name);
+    fprintf(f, "'; fmt='png'%s%s\" scripts/%s.gp</code></p>\n", c->extra[0] ? "; " : "",
+            c->extra, c->script ? c->script : c->name);
   }
   /* The configs that were not measured, or did not match the reference. */
   size_t nbad = 0;
@@ -1157,6 +1302,32 @@ static const char rp_how_cp_memory[] =
     "parallel_dims.py), so elsewhere the peak levels off at them. Red rings mark "
     "mismatched results. A group measured at a single cp value is not drawn.";
 
+static const char rp_how_pp_bubble[] =
+    "Pipelined configs only (pp of 2 or more). Top: per config, the measured bubble "
+    "(filled bar): the share of the step a rank spends outside its forwards and "
+    "backwards (sends, waits for receives, idling), 1 - its F and B seconds / the step's "
+    "span from the first action's start to the last action's end, the mean over ranks and "
+    "timed steps (results/schema.sql, pp_stats); next to it the analytic bubble (hollow "
+    "bar), (p - 1) / (m + p - 1) for GPipe and 1F1B and (p - 1) / (v m + p - 1) for "
+    "interleaved 1F1B, the idle share of the step for equal stage times and free "
+    "communication (Narayanan et al. 2021, arXiv:2104.04473 sec. 2.2, state it relative to "
+    "the ideal time as (p - 1) / m). A measured bar above its analytic one means unequal "
+    "stages (the first holds the embedding, the last the norm, output layer and loss), "
+    "communication or scheduling noise. Bottom: per stage (pp rank, left to right within "
+    "a config), its peak host memory during the pipelined step above the step's start "
+    "(activations held, plus its weights' gradients and the transfers' buffers), labelled "
+    "with the most microbatches it held in flight: 1F1B keeps at most p - s on stage s, "
+    "GPipe all m.";
+static const char rp_how_pp_gantt[] =
+    "The last timed step of this pipelined result: one row per rank (its pp rank in "
+    "brackets), one box per action from its start to its end, in ms from the step's zero "
+    "(every rank leaves a barrier just before the step). Tall boxes are computations, "
+    "forward F (blue) and backward B (orange), labelled with the microbatch (stage:"
+    "microbatch when a rank holds several stages); thin boxes are communication: a send "
+    "(grey) and the wait for a receive's data (red, just before the F or B that needs it). "
+    "White space is idle time; the title gives the measured and analytic bubble of the "
+    "result (the mean over its timed steps).";
+
 static void free_rows(rp_report *r) {
   for (size_t i = 0; i < r->nrows; i++) {
     rp_row *w = &r->rows[i];
@@ -1199,7 +1370,15 @@ int sb_cmd_report(int argc, char **argv) {
     return sb_usage_error(CMD, "--out", "cannot create '%s': %s", data, strerror(e));
   }
 
-  rp_chart charts[5] = {
+  long long *pp_rids = NULL;
+  const rp_row **pp_rows = NULL;
+  const char *pp_why = NULL;
+  const size_t npp = write_pp(&r, &pp_rids, &pp_rows, &pp_why);
+  /* the fixed charts, then a Gantt chart per pipelined result */
+  enum { NFIXED = 6 };
+  rp_chart *charts = calloc(NFIXED + npp, sizeof *charts);
+  if (!charts) exit(SB_EXIT_FAIL);
+  const rp_chart fixed[NFIXED] = {
       {.name = "comm", .title = "Communication per step (wire bytes per rank)", .how = rp_how_comm},
       {.name = "throughput", .title = "Throughput (tokens/s) and MFU by mesh shape",
        .how = rp_how_throughput},
@@ -1210,13 +1389,33 @@ int sb_cmd_report(int argc, char **argv) {
       {.name = "cp_memory",
        .title = "Peak memory per rank vs context-parallel degree (fixed global sequence)",
        .how = rp_how_cp_memory},
+      {.name = "pp_bubble",
+       .title = "Pipeline bubble: measured vs analytic, and activation memory per stage",
+       .how = rp_how_pp_bubble},
   };
-  const size_t ncharts = sizeof charts / sizeof charts[0];
+  memcpy(charts, fixed, sizeof fixed);
+  const size_t ncharts = NFIXED + npp;
   charts[0].rows = write_comm(&r, &charts[0].baselines);
   charts[1].rows = write_throughput(&r);
   charts[2].rows = write_memory(&r, &charts[2].baselines);
   charts[3].rows = write_error(&r);
   charts[4].rows = write_cp_memory(&r, &charts[4].series, &charts[4].why_empty);
+  charts[5].rows = npp;
+  charts[5].why_empty = pp_why;
+  for (size_t i = 0; i < npp; i++) {
+    rp_chart *c = &charts[NFIXED + i];
+    snprintf(c->name_buf, sizeof c->name_buf, "pp_gantt_%lld", pp_rids[i]);
+    snprintf(c->title_buf, sizeof c->title_buf, "Pipeline timeline of %s (result %lld)",
+             pp_rows[i]->label, pp_rids[i]);
+    snprintf(c->extra, sizeof c->extra, "rid=%lld", pp_rids[i]);
+    c->name = c->name_buf;
+    c->title = c->title_buf;
+    c->script = "pp_gantt";
+    c->how = rp_how_pp_gantt;
+    c->rows = 1;
+  }
+  free(pp_rids);
+  free(pp_rows);
   sqlite3_exec(r.db, "COMMIT", NULL, NULL, NULL);
 
   char gpbuf[RP_PATH], scbuf[RP_PATH];
@@ -1243,8 +1442,9 @@ int sb_cmd_report(int argc, char **argv) {
       any = true;
     }
     bool ok = true;
-    if (r.png) ok &= run_gnuplot(&r, gp, scripts, c->name, "png");
-    if (r.svg) ok &= run_gnuplot(&r, gp, scripts, c->name, "svg");
+    const char *script = c->script ? c->script : c->name, *extra = c->extra[0] ? c->extra : NULL;
+    if (r.png) ok &= run_gnuplot(&r, gp, scripts, script, c->name, extra, "png");
+    if (r.svg) ok &= run_gnuplot(&r, gp, scripts, script, c->name, extra, "svg");
     c->drawn = ok;
     if (!ok) {
       c->why_not = "gnuplot failed (see gnuplot.log)";
@@ -1258,6 +1458,7 @@ int sb_cmd_report(int argc, char **argv) {
   if (note && r.nrows) fprintf(stderr, "shardbench report: %s\n", note);
   size_t drawn = 0;
   for (size_t i = 0; i < ncharts; i++) drawn += charts[i].drawn;
+  free(charts);
   printf("shardbench report: %zu result%s, %zu chart%s; see %s/index.html\n", r.nrows,
          r.nrows == 1 ? "" : "s", drawn, drawn == 1 ? "" : "s", r.out);
   free_rows(&r);

@@ -75,6 +75,9 @@
  * stages split as TorchTitan does (pipe_build, dt_pipeline_step); the loss and
  * every weight's gradient are shared from their stage's rank for the verifier
  * (dt_pipeline_share; each rank's optimizer then trains its own stages only).
+ * Every rank's timeline of each timed step (dt_pipeline_step's events) and its host
+ * peak during the step go to rank 0 after the run (pipe_gather), which derives the
+ * measured bubble and the per-stage figures of results/schema.sql's pp_* tables.
  *
  * Unsupported (status skipped, with the reason): fully_shard entries with pp > 1
  * (FSDP inside stages), a pp plan on pp = 1, a batch the microbatches or a model
@@ -329,6 +332,7 @@ typedef struct job {
                                  * the rest of the step's peak (sb_result.mem_*) */
   int n_comm;
   sb_comm_row comm[MAX_COMM];
+  sb_pp_timeline *ppt;          /* rank 0, a pipelined sharded job: the timeline (pipe_gather) */
 } job;
 
 /* An N(0, 1) [batch, seq, dim] tensor (wl_normal) in the model's dtype, placed as the
@@ -519,7 +523,18 @@ typedef struct pipe {
   int m;                        /* microbatches */
   double loss;
   dt_tape *loss_tape;           /* holds the loss as a variable for the verifier */
+  /* the timeline of this rank's timed steps (pipe_step), gathered by pipe_gather */
+  int cap;                      /* events per step: the longest rank's action list */
+  dt_pp_event *ev;              /* [cap], one step's */
+  double *rec;                  /* [timed steps][REC_HEAD + 5 cap]: pipe_rec */
 } pipe;
+
+/* A rank's record of one timed step, as doubles for one all_gather over the world:
+ * the event count, pp rank, pipeline (the rank's coordinates off the pp dim), the
+ * step's zero on its clock (its exit from the barrier before the step), its host
+ * peak above the step's start, then per event kind, stage, microbatch, t0, t1. */
+enum { REC_N = 0, REC_PP_RANK, REC_PIPE, REC_ZERO, REC_PEAK, REC_HEAD };
+static size_t rec_stride(const pipe *p) { return REC_HEAD + 5 * (size_t)p->cap; }
 
 /* The plan's schedule over pp ranks with m microbatches (TorchTitan's defaults: one
  * stage per rank, two for the interleaved schedule; split by
@@ -592,13 +607,156 @@ static dt_status pipe_step(dt_ctx *ctx, dt_mesh *mesh, dt_model *m, const job *j
     s = microbatch_tensor(ctx, j, mesh, m, dp_dims, ndp, step, 0, k, nm, &tok[k]);
     if (s == DT_OK) s = microbatch_tensor(ctx, j, mesh, m, dp_dims, ndp, step, 1, k, nm, &tgt[k]);
   }
+  const int timed = step - j->o->warmup; /* the timed step's index, < 0: warm-up */
+  if (s == DT_OK && timed >= 0 && !p->rec) { /* the timeline's buffers, at the first timed step */
+    for (int r = 0; r < p->S.pp; r++) p->cap = p->S.len[r] > p->cap ? p->S.len[r] : p->cap;
+    p->ev = calloc((size_t)p->cap, sizeof *p->ev);
+    p->rec = calloc((size_t)j->o->steps * rec_stride(p), sizeof *p->rec);
+    if (!p->ev || !p->rec) s = dt_error(ctx, DT_ERR_NOMEM, "pipeline", "no memory");
+  }
   if (s == DT_OK) s = dt_comm_barrier(ctx->world);
   dt_ledger_enable(ctx, was);
+  const double zero = dt_now();
+  /* the step's own peak above its start (restored to the larger one after) */
+  const size_t run_peak = ctx->mem.host_peak, base = ctx->mem.host_cur;
+  ctx->mem.host_peak = base;
+  int n_ev = 0;
   if (s == DT_OK)
-    s = dt_pipeline_step(ctx, m, j->pp_dim, &p->L, &p->S, tok, tgt, &p->loss, NULL, 0, NULL);
+    s = dt_pipeline_step(ctx, m, j->pp_dim, &p->L, &p->S, tok, tgt, &p->loss,
+                         timed >= 0 ? p->ev : NULL, timed >= 0 ? p->cap : 0, &n_ev);
+  const size_t peak = ctx->mem.host_peak;
+  if (run_peak > ctx->mem.host_peak) ctx->mem.host_peak = run_peak;
+  if (s == DT_OK && timed >= 0) {
+    double *rec = p->rec + (size_t)timed * rec_stride(p);
+    int pipe_id = 0;
+    for (int d = 0; d < dt_mesh_ndim(mesh); d++)
+      if (d != j->pp_dim) pipe_id = pipe_id * dt_mesh_size(mesh, d) + dt_mesh_coord(mesh, d);
+    rec[REC_N] = n_ev;
+    rec[REC_PP_RANK] = dt_mesh_coord(mesh, j->pp_dim);
+    rec[REC_PIPE] = pipe_id;
+    rec[REC_ZERO] = zero;
+    rec[REC_PEAK] = (double)(peak - base);
+    for (int i = 0; i < n_ev; i++) {
+      double *e = rec + REC_HEAD + 5 * (size_t)i;
+      e[0] = p->ev[i].action.kind;
+      e[1] = p->ev[i].action.stage;
+      e[2] = p->ev[i].action.mb;
+      e[3] = p->ev[i].t0;
+      e[4] = p->ev[i].t1;
+    }
+  }
   for (int k = 0; tok && k < 2 * nm; k++) dt_tensor_free(ctx, &tok[k]);
   free(tok);
   return s;
+}
+
+/* The in-flight count walked from one rank's events of a step in execution order:
+ * an F holds its (stage, microbatch) activations from its end until its B ends. */
+static int in_flight_max(const double *rec) {
+  int cur = 0, most = 0;
+  for (int i = 0; i < (int)rec[REC_N]; i++) {
+    const int kind = (int)rec[REC_HEAD + 5 * (size_t)i];
+    if (kind == DT_PP_F && ++cur > most) most = cur;
+    if (kind == DT_PP_B) cur--;
+  }
+  return most;
+}
+
+/* Every rank's timeline records to rank 0 (an all_gather over the world with the
+ * ledger off, outside the timed steps), which builds j->ppt: the events with times
+ * from the step's zero (results/schema.sql, pp_events: the earliest rank's barrier
+ * exit when the ranks share a clock (the threads backend); each rank's own under
+ * MPI, whose processes may run on hosts with unrelated clocks), the measured and
+ * analytic bubbles and the per-stage figures. */
+static dt_status pipe_gather(dt_ctx *ctx, job *j, const pipe *p) {
+  const int world = ctx->world_size, steps = j->o->steps, pp = p->S.pp;
+  const size_t stride = rec_stride(p), mine = (size_t)steps * stride;
+  if (steps <= 0 || !p->rec) return DT_OK;
+  double *all = malloc(sizeof *all * mine * (size_t)world);
+  if (!all) return dt_error(ctx, DT_ERR_NOMEM, "pipeline", "no memory");
+  const bool was = dt_ledger_of(ctx)->enabled;
+  dt_ledger_enable(ctx, false);
+  dt_status s = dt_comm_all_gather(ctx->world, p->rec, all, mine, DT_F64);
+  dt_ledger_enable(ctx, was);
+  if (s != DT_OK || ctx->rank != 0) {
+    free(all);
+    return s;
+  }
+#define REC(r, st) (all + (size_t)(r) * mine + (size_t)(st) * stride)
+  int n = 0;
+  for (int r = 0; r < world; r++)
+    for (int st = 0; st < steps; st++) n += (int)REC(r, st)[REC_N];
+  sb_pp_timeline *t = calloc(1, sb_pp_timeline_bytes(n));
+  double *span = malloc(sizeof *span * 3 * (size_t)world); /* per pipeline id, one step */
+  if (!t || !span) {
+    free(t);
+    free(span);
+    free(all);
+    return dt_error(ctx, DT_ERR_NOMEM, "pipeline", "no memory");
+  }
+  const int v = p->S.n_stages / pp, npipe = world / pp;
+  snprintf(t->schedule, sizeof t->schedule, "%s", dt_pp_schedule_kind_str(p->S.kind));
+  t->pp = pp;
+  t->virtual_stages = v;
+  t->microbatches = p->S.n_microbatches;
+  t->steps = steps;
+  const double an = dt_pp_bubble_fraction(p->S.kind, pp, v, p->S.n_microbatches);
+  t->bubble_analytic = an >= 0 ? an : NAN;
+  int per_rank[DT_PP_MAX_RANKS] = {0}; /* (rank, step) samples per pp rank */
+  double bubble_sum = 0, span_sum = 0;
+  for (int st = 0; st < steps; st++) {
+    double zero = INFINITY; /* the shared clock's zero: the earliest barrier exit */
+    for (int r = 0; r < world; r++) zero = fmin(zero, REC(r, st)[REC_ZERO]);
+    double *lo = span + world, *hi = span + 2 * world; /* each pipeline's first start, last end */
+    for (int g = 0; g < npipe; g++) lo[g] = INFINITY, hi[g] = -INFINITY;
+    for (int r = 0; r < world; r++) {
+      const double *rec = REC(r, st);
+      const double z = j->per_process ? rec[REC_ZERO] : zero;
+      const int g = (int)rec[REC_PIPE] % npipe;
+      for (int i = 0; i < (int)rec[REC_N]; i++) {
+        const double *e = rec + REC_HEAD + 5 * (size_t)i;
+        sb_pp_event *o = &t->events[t->n_events++];
+        *o = (sb_pp_event){st, r, (int)rec[REC_PP_RANK], (int)e[0], (int)e[1], (int)e[2],
+                           e[3] - z, e[4] - z};
+        lo[g] = fmin(lo[g], o->t0);
+        hi[g] = fmax(hi[g], o->t1);
+      }
+    }
+    for (int g = 0; g < npipe; g++) {
+      span[g] = hi[g] > lo[g] ? hi[g] - lo[g] : 0;
+      span_sum += span[g];
+    }
+    for (int r = 0; r < world; r++) {
+      const double *rec = REC(r, st);
+      const int pr = (int)rec[REC_PP_RANK], g = (int)rec[REC_PIPE] % npipe;
+      double busy = 0;
+      for (int i = 0; i < (int)rec[REC_N]; i++) {
+        const double *e = rec + REC_HEAD + 5 * (size_t)i;
+        if ((int)e[0] == DT_PP_F || (int)e[0] == DT_PP_B) busy += e[4] - e[3];
+      }
+      const double b = span[g] > 0 ? 1 - busy / span[g] : 0;
+      sb_pp_stage *sg = &t->stages[pr];
+      const int fl = in_flight_max(rec);
+      if (fl > sg->max_in_flight) sg->max_in_flight = fl;
+      if ((int64_t)rec[REC_PEAK] > sg->peak_act_bytes) sg->peak_act_bytes = (int64_t)rec[REC_PEAK];
+      sg->busy_s += busy;
+      sg->bubble += b;
+      per_rank[pr]++;
+      bubble_sum += b;
+    }
+  }
+#undef REC
+  for (int r = 0; r < pp; r++) {
+    t->stages[r].busy_s /= per_rank[r] ? per_rank[r] : 1;
+    t->stages[r].bubble /= per_rank[r] ? per_rank[r] : 1;
+  }
+  t->bubble_measured = bubble_sum / ((double)steps * world);
+  t->span_s = span_sum / ((double)steps * npipe);
+  free(j->ppt);
+  j->ppt = t;
+  free(span);
+  free(all);
+  return DT_OK;
 }
 
 /* For the verifier: the loss (from the last stage's rank) and every weight's gradient
@@ -804,12 +962,15 @@ static dt_status train(dt_ctx *ctx, dt_mesh *mesh, job *j) {
   }
   dt_ledger_enable(ctx, false);
   if (s == DT_OK) s = measures(ctx, j, times, total);
+  if (s == DT_OK && pp) s = pipe_gather(ctx, j, pp);
   if (s == DT_OK) s = collect(ctx, m, j, pp, NULL, -1, total - 1, &c);
   if (s == DT_OK && !j->reference) s = sb_cmp_merge(ctx->world, &c);
   if (s == DT_OK && !j->reference && (ctx->rank == 0 || j->per_process)) j->cmp = c;
   dt_ctx_set_phase(ctx, "");
   free(times);
   if (pp) {
+    free(pp->ev);
+    free(pp->rec);
     dt_tape_free(pp->loss_tape);
     dt_pp_schedule_free(ctx, &pp->S);
     free(pp);
@@ -1105,6 +1266,7 @@ static void result_of(const sb_opts *o, const job *j, sb_result *r) {
              "%lld compared tensors over)", j->cmp.worst, j->cmp.worst_rel, j->cmp.worst_tol,
              (long long)j->cmp.n_over, (long long)j->cmp.n);
   }
+  r->pp = j->ppt; /* moved: the result owns it */
   r->n_comm = j->n_comm;
   if (j->n_comm) {
     r->comm = malloc(sizeof *r->comm * (size_t)j->n_comm);
@@ -1172,8 +1334,10 @@ void sb_execute(const sb_opts *o, sb_ref *cache, sb_stage stage, sb_result *r) {
     goto done;
   }
   result_of(o, j, r); /* rank 0's; under MPI the other ranks' are not used */
+  j->ppt = NULL;
 done:
   free(plan);
+  if (j) free(j->ppt);
   free(j);
   dt_ctx_release(&hc);
 }

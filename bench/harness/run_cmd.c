@@ -570,7 +570,7 @@ int sb_cmd_run(int argc, char **argv) {
   }
   sb_ref_free(&ref);
   if (!strcmp(r.status, "mismatch") || !strcmp(r.status, "failed")) rc = SB_EXIT_FAIL;
-  free(r.comm);
+  sb_result_free(&r);
   /* a failed job may leave collectives pending: dt_mpi_finish(false) aborts */
   if (be == DT_BACKEND_MPI) dt_mpi_finish(strcmp(r.status, "failed") != 0);
   return rc;

@@ -75,6 +75,18 @@ void sb_result_init(sb_result *r) {
   r->mem_activations_bytes = -1;
 }
 
+void sb_result_free(sb_result *r) {
+  free(r->comm);
+  free(r->pp);
+  r->comm = NULL;
+  r->pp = NULL;
+  r->n_comm = 0;
+}
+
+size_t sb_pp_timeline_bytes(int n_events) {
+  return sizeof(sb_pp_timeline) + sizeof(sb_pp_event) * (size_t)(n_events > 0 ? n_events : 0);
+}
+
 void sb_utc_now(char *buf, size_t n) {
   time_t t = time(NULL);
   struct tm tm;
@@ -259,6 +271,8 @@ static const char *const upgrade_sql[SB_SCHEMA_VERSION - 1] = {
     "ALTER TABLE results ADD COLUMN mem_optimizer_bytes INTEGER;"
     "ALTER TABLE results ADD COLUMN mem_activations_bytes INTEGER;"
     "UPDATE schema_version SET version = 3;",
+    /* the pp_* tables: created by the schema text, which runs first */
+    "UPDATE schema_version SET version = 4;",
 };
 
 /* Inside the open's write transaction: an older DB gets every later version's
@@ -625,11 +639,81 @@ fail:
   return 1;
 }
 
+/* The pp_stats, pp_stages and pp_events rows of a pipelined r. Inside a transaction. */
+static int put_pp(sb_store *st, int64_t result_id, const sb_result *r) {
+  const sb_pp_timeline *t = r->pp;
+  if (!t) return 0;
+  sqlite3_stmt *q = NULL;
+  SB_SQL(st,
+         sqlite3_prepare_v2(st->db,
+                            "INSERT INTO pp_stats(result_id, schedule, pp, virtual_stages, "
+                            "microbatches, steps, bubble_measured, bubble_analytic, span_s) "
+                            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                            -1, &q, NULL),
+         "prepare pp_stats");
+  sqlite3_bind_int64(q, 1, result_id);
+  sqlite3_bind_text(q, 2, t->schedule, -1, SQLITE_TRANSIENT);
+  sqlite3_bind_int(q, 3, t->pp);
+  sqlite3_bind_int(q, 4, t->virtual_stages);
+  sqlite3_bind_int(q, 5, t->microbatches);
+  sqlite3_bind_int(q, 6, t->steps);
+  sqlite3_bind_double(q, 7, t->bubble_measured);
+  bind_real(q, 8, t->bubble_analytic);
+  sqlite3_bind_double(q, 9, t->span_s);
+  SB_SQL(st, sqlite3_step(q), "insert pp_stats");
+  sqlite3_finalize(q);
+  q = NULL;
+  SB_SQL(st,
+         sqlite3_prepare_v2(st->db,
+                            "INSERT INTO pp_stages(result_id, pp_rank, max_in_flight, "
+                            "peak_act_bytes, busy_s, bubble) VALUES (?, ?, ?, ?, ?, ?)",
+                            -1, &q, NULL),
+         "prepare pp_stages");
+  for (int i = 0; i < t->pp && i < DT_PP_MAX_RANKS; i++) {
+    const sb_pp_stage *g = &t->stages[i];
+    sqlite3_reset(q);
+    sqlite3_bind_int64(q, 1, result_id);
+    sqlite3_bind_int(q, 2, i);
+    sqlite3_bind_int(q, 3, g->max_in_flight);
+    sqlite3_bind_int64(q, 4, g->peak_act_bytes);
+    sqlite3_bind_double(q, 5, g->busy_s);
+    sqlite3_bind_double(q, 6, g->bubble);
+    SB_SQL(st, sqlite3_step(q), "insert pp_stages");
+  }
+  sqlite3_finalize(q);
+  q = NULL;
+  SB_SQL(st,
+         sqlite3_prepare_v2(st->db,
+                            "INSERT INTO pp_events(result_id, step, rank, pp_rank, action, stage, "
+                            "microbatch, t0_s, t1_s) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                            -1, &q, NULL),
+         "prepare pp_events");
+  for (int i = 0; i < t->n_events; i++) {
+    const sb_pp_event *e = &t->events[i];
+    sqlite3_reset(q);
+    sqlite3_bind_int64(q, 1, result_id);
+    sqlite3_bind_int(q, 2, e->step);
+    sqlite3_bind_int(q, 3, e->rank);
+    sqlite3_bind_int(q, 4, e->pp_rank);
+    sqlite3_bind_text(q, 5, dt_pp_kind_str((dt_pp_kind)e->kind), -1, SQLITE_STATIC);
+    sqlite3_bind_int(q, 6, e->stage);
+    sqlite3_bind_int(q, 7, e->mb);
+    sqlite3_bind_double(q, 8, e->t0);
+    sqlite3_bind_double(q, 9, e->t1);
+    SB_SQL(st, sqlite3_step(q), "insert pp_events");
+  }
+  sqlite3_finalize(q);
+  return 0;
+fail:
+  sqlite3_finalize(q);
+  return 1;
+}
+
 int sb_store_put(sb_store *st, const sb_config *c, const sb_result *r) {
   int64_t config_id = 0, result_id = 0;
   SB_SQL(st, sqlite3_exec(st->db, "BEGIN IMMEDIATE", NULL, NULL, NULL), "BEGIN");
   if (sb_store_config_id(st, c, &config_id) || put_result(st, config_id, r, &result_id) ||
-      put_comm(st, result_id, r) || (!strcmp(r->status, "ok") && put_baselines(st, c, r, config_id))) {
+      put_comm(st, result_id, r) || put_pp(st, result_id, r) || (!strcmp(r->status, "ok") && put_baselines(st, c, r, config_id))) {
     sqlite3_exec(st->db, "ROLLBACK", NULL, NULL, NULL);
     return 1;
   }

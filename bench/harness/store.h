@@ -7,7 +7,7 @@
  * not a SQLite DB, another application's SQLite DB, or a schema_version outside
  * 1 to SB_SCHEMA_VERSION; otherwise it creates the schema (the text of
  * results/schema.sql, embedded at build time as bench/harness/schema_sql.h),
- * inserts the version row and upgrades an older DB. Every config's rows (configs, results, comm) are written in
+ * inserts the version row and upgrades an older DB. Every config's rows (configs, results, comm, pp_*) are written in
  * one transaction, so a kill at any moment loses no committed row and leaves no
  * half one. WAL journal and a 30 s busy timeout let two sweeps share one file.
  *
@@ -28,7 +28,7 @@
 #include "verdict.h"
 
 /* The schema this program writes (results/schema.sql: schema_version). */
-enum { SB_SCHEMA_VERSION = 3 };
+enum { SB_SCHEMA_VERSION = 4 };
 
 typedef struct sb_store {
   sqlite3 *db;
@@ -56,6 +56,35 @@ typedef struct sb_config {
   int batch, seq, steps, world;
 } sb_config;
 
+/* A pipelined config's timeline (results/schema.sql: pp_events, pp_stats,
+ * pp_stages), gathered from every rank by bench/harness/run.c. */
+typedef struct sb_pp_event {
+  int step;                      /* the timed step, 0-based (warm-up steps are not kept) */
+  int rank, pp_rank;             /* global rank; its coordinate on the pp dim */
+  int kind;                      /* dt_pp_kind: F, B, SEND_F, RECV_F, SEND_B, RECV_B */
+  int stage, mb;
+  double t0, t1;                 /* seconds from the step's start (pp_events) */
+} sb_pp_event;
+
+typedef struct sb_pp_stage {     /* one pp rank (stage group), over its ranks and the steps */
+  int max_in_flight;             /* (stage, microbatch) forwards whose backward has not run */
+  int64_t peak_act_bytes;        /* host peak during the pipelined step above its start */
+  double busy_s;                 /* F + B seconds per step, mean */
+  double bubble;                 /* 1 - busy / span, mean */
+} sb_pp_stage;
+
+typedef struct sb_pp_timeline {
+  char schedule[32];             /* dt_pp_schedule_kind_str */
+  int pp, virtual_stages, microbatches, steps;
+  double bubble_measured, bubble_analytic, span_s; /* pp_stats; analytic NaN: no formula */
+  sb_pp_stage stages[DT_PP_MAX_RANKS];             /* [pp] */
+  int n_events;
+  sb_pp_event events[];          /* n_events, by step, rank, then execution order */
+} sb_pp_timeline;
+
+/* Bytes of a timeline with n events. */
+size_t sb_pp_timeline_bytes(int n_events);
+
 /* A config's outcome (results columns; NaN / negative = NULL, see store.c). */
 typedef struct sb_result {
   char status[16];               /* ok | mismatch | failed | skipped */
@@ -80,10 +109,13 @@ typedef struct sb_result {
   sb_comm_row *comm;             /* n_comm rows (borrowed) */
   sb_plan_traits plan_traits;    /* the plan's settings (sb_execute); the store picks the
                                     framework baselines from them, not from the plan's name */
+  sb_pp_timeline *pp;            /* pipelined configs: the timeline (malloc'd, NULL: none) */
 } sb_result;
 
 /* Fills the NULL markers of a result (NaN for reals, -1 for peak_mem and the split). */
 void sb_result_init(sb_result *r);
+/* Frees what a result owns (comm, pp) and sets them NULL. */
+void sb_result_free(sb_result *r);
 
 /* Opens (creating when absent) the DB at path for writing. Returns 0
  * (SB_EXIT_OK), or SB_EXIT_USAGE (bad input: the file is left untouched, nothing
@@ -93,7 +125,7 @@ int sb_store_open(sb_store *st, const char *path, const char *cmd);
 /* Opens an existing DB of schema version 1 to SB_SCHEMA_VERSION read-only
  * (st->version says which; a version 1 DB lacks runs.peak_tflops,
  * runs.peak_source and results.worst, a version 1 or 2 DB the results.mem_*_bytes
- * split). Writes nothing, and creates no -wal or
+ * split, a version 1 to 3 DB the pp_* tables). Writes nothing, and creates no -wal or
  * -shm where none exists or where the directory is read-only (the DB is then
  * read immutable). Same returns and messages as sb_store_open. */
 int sb_store_open_read(sb_store *st, const char *path, const char *cmd);
@@ -110,7 +142,8 @@ int sb_store_end_run(sb_store *st);
 /* True when some run already has a result row for this config key. */
 int sb_store_has_result(sb_store *st, const char *key, bool *has);
 
-/* Writes config (upsert by key), its result and comm rows in one transaction. */
+/* Writes config (upsert by key), its result, comm rows and (pipelined) its
+ * pp_stats, pp_stages and pp_events rows in one transaction. */
 int sb_store_put(sb_store *st, const sb_config *c, const sb_result *r);
 /* Inside a write transaction the caller holds: the configs row of c, inserted
  * when new; its id into *id. */
@@ -181,7 +214,7 @@ void sb_config_fill(const sb_opts *o, sb_config *c);
  * work), the checks and the reference, or the whole config. */
 typedef enum sb_stage { SB_STAGE_CHECK, SB_STAGE_PREPARE, SB_STAGE_RUN } sb_stage;
 /* Runs one config (skipping it, with the reason, when unsupported), filling r
- * (r->comm malloc'd: free it). Never exits; failures are r->status "failed".
+ * (r->comm and r->pp malloc'd: sb_result_free). Never exits; failures are r->status "failed".
  * The reference is computed into cache unless cache already holds it (cache
  * may be NULL for SB_STAGE_CHECK). Before SB_STAGE_RUN r->status stays "" when
  * the config would run (the sweep then runs it in a child process). */

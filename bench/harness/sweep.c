@@ -211,24 +211,35 @@ static void run_isolated(const sb_opts *o, sb_ref *cache, sb_result *r) {
     sb_result cr;
     sb_execute(o, cache, SB_STAGE_RUN, &cr);
     int rc = write_all(fd[1], &cr, sizeof cr) ||
-             (cr.n_comm > 0 && write_all(fd[1], cr.comm, sizeof *cr.comm * (size_t)cr.n_comm));
+             (cr.n_comm > 0 && write_all(fd[1], cr.comm, sizeof *cr.comm * (size_t)cr.n_comm)) ||
+             (cr.pp && write_all(fd[1], cr.pp, sb_pp_timeline_bytes(cr.pp->n_events)));
     _exit(rc ? 3 : 0);
   }
   close(fd[1]);
   size_t got = read_all(fd[0], r, sizeof *r);
   bool whole = got == sizeof *r;
   r->comm = NULL;
+  const bool has_pp = r->pp != NULL; /* the child's pointer: whether a timeline follows */
+  r->pp = NULL;
   if (whole && r->n_comm > 0) {
     r->comm = malloc(sizeof *r->comm * (size_t)r->n_comm);
     size_t want = sizeof *r->comm * (size_t)r->n_comm;
     if (!r->comm || read_all(fd[0], r->comm, want) != want) whole = false;
+  }
+  if (whole && has_pp) { /* the fixed part, then its events */
+    sb_pp_timeline head;
+    whole = read_all(fd[0], &head, sizeof head) == sizeof head && head.n_events >= 0;
+    r->pp = whole ? malloc(sb_pp_timeline_bytes(head.n_events)) : NULL;
+    const size_t rest = whole ? sizeof(sb_pp_event) * (size_t)head.n_events : 0;
+    if (!r->pp || read_all(fd[0], r->pp->events, rest) != rest) whole = false;
+    else memcpy(r->pp, &head, sizeof head);
   }
   close(fd[0]);
   int ws = 0;
   while (waitpid(pid, &ws, 0) < 0 && errno == EINTR) {
   }
   if (!whole || !WIFEXITED(ws) || WEXITSTATUS(ws) != 0) {
-    free(r->comm);
+    sb_result_free(r);
     sb_result_init(r);
     snprintf(r->status, sizeof r->status, "failed");
     if (WIFSIGNALED(ws))
@@ -539,7 +550,7 @@ static void sweep_config(const sweep_args *a, const sb_opts *o, sb_ref *ref, sb_
     if (sb_store_put(st, &c, &r)) t->db_err = true;
     progress(tty, t->done, total, t0, r.status, c.key);
   }
-  free(r.comm);
+  sb_result_free(&r);
 }
 
 /* Every config of the space, in order: model, workload, dtype, mesh shape, plan. */
