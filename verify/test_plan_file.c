@@ -899,8 +899,10 @@ static void check_fsdp_errors(dt_ctx *ctx) {
              "bad.plan:2:1: unknown setting 'reshard' (expected name, dims, loss_parallel, zero, "
              "mixed_precision_param, mixed_precision_reduce, bucket_cap_mb, "
              "context_parallel_rotate_method, context_parallel_load_balance, "
-             "pipeline_parallel_schedule, pipeline_parallel_schedule_csv or "
-             "pipeline_parallel_microbatch_size)");
+             "pipeline_parallel_schedule, pipeline_parallel_schedule_csv, "
+             "pipeline_parallel_microbatch_size, module_fqns_per_model_part, "
+             "pipeline_parallel_first_stage_less_layers or "
+             "pipeline_parallel_last_stage_less_layers)");
   /* pipeline parallel settings */
   EXPECT_ERR(ctx, "pp schedule word", "dims = pp:2\npipeline_parallel_schedule = 1F2B\n",
              "bad.plan:2:30: expected GPipe, 1F1B or Interleaved1F1B");
@@ -911,6 +913,59 @@ static void check_fsdp_errors(dt_ctx *ctx) {
   EXPECT_ERR(ctx, "pp schedule and csv",
              "dims = pp:2\npipeline_parallel_schedule = GPipe\npipeline_parallel_schedule_csv = x.csv\n",
              "bad.plan:3:1: give pipeline_parallel_schedule (line 2) or pipeline_parallel_schedule_csv");
+  /* the stage split: TorchTitan's module_fqns_per_model_part (a TOML list of lists) */
+  {
+    dt_plan p;
+    TU_OK(ctx, dt_plan_parse(ctx,
+                             "dims = pp:2\nmodule_fqns_per_model_part = [[\"tok_embeddings\", "
+                             "'layers.0'],[ \"layers.1\" ,\"layers.2\", \"norm\", \"output\" ] ]\n",
+                             "split.plan", &p));
+    TU_CHECK(p.pp_n_stages == 2 && p.pp_stages_line == 2 &&
+                 !strcmp(p.pp_stages, "tok_embeddings,layers.0;layers.1,layers.2,norm,output"),
+             "split: %d stages on line %d: '%s'", p.pp_n_stages, p.pp_stages_line, p.pp_stages);
+    TU_CHECK(p.pp_first_less == 1 && p.pp_last_less == 1, "TorchTitan's defaults 1, 1: %d, %d",
+             p.pp_first_less, p.pp_last_less);
+    TU_OK(ctx, dt_plan_parse(ctx,
+                             "dims = pp:2\npipeline_parallel_first_stage_less_layers = 0\n"
+                             "pipeline_parallel_last_stage_less_layers = 3\n", "less.plan", &p));
+    TU_CHECK(p.pp_first_less == 0 && p.pp_last_less == 3 && p.pp_n_stages == 0,
+             "less: %d, %d, %d stages", p.pp_first_less, p.pp_last_less, p.pp_n_stages);
+  }
+  EXPECT_ERR(ctx, "split not a list", "dims = pp:2\nmodule_fqns_per_model_part = tok_embeddings\n",
+             "bad.plan:2:30: expected '['");
+  EXPECT_ERR(ctx, "split unquoted", "dims = pp:2\nmodule_fqns_per_model_part = [[tok_embeddings]]\n",
+             "bad.plan:2:32: expected a quoted module name in stage 0");
+  EXPECT_ERR(ctx, "split unterminated", "dims = pp:2\nmodule_fqns_per_model_part = [[\"norm]]\n",
+             "bad.plan:2:32: unterminated string");
+  EXPECT_ERR(ctx, "split empty stage",
+             "dims = pp:2\nmodule_fqns_per_model_part = [[\"tok_embeddings\"], []]\n",
+             "bad.plan:2:52: expected a quoted module name in stage 1");
+  EXPECT_ERR(ctx, "split typo",
+             "dims = pp:2\nmodule_fqns_per_model_part = [[\"tok_embedding\", \"layers.0\"], "
+             "[\"norm\", \"output\"]]\n",
+             "bad.plan:2: module_fqns_per_model_part: stage 0: 'tok_embedding' is not tok_embeddings, layers.N, norm or output");
+  EXPECT_ERR(ctx, "split order",
+             "dims = pp:2\nmodule_fqns_per_model_part = [[\"tok_embeddings\", \"layers.1\"], "
+             "[\"layers.0\", \"norm\", \"output\"]]\n",
+             "bad.plan:2: module_fqns_per_model_part: stage 0: layers.1 out of order (expected "
+             "layers.0");
+  EXPECT_ERR(ctx, "split head not last",
+             "dims = pp:2\nmodule_fqns_per_model_part = [[\"tok_embeddings\", \"norm\", "
+             "\"output\"], [\"layers.0\"]]\n",
+             "stage 0: norm must be in the last stage");
+  EXPECT_ERR(ctx, "split trailing", "dims = pp:2\nmodule_fqns_per_model_part = "
+             "[[\"tok_embeddings\", \"norm\", \"output\"]] x\n",
+             "bad.plan:2:69: expected the end of the line after 'module_fqns_per_model_part'");
+  EXPECT_ERR(ctx, "split without pp", "dims = tp:2\nmodule_fqns_per_model_part = "
+             "[[\"tok_embeddings\", \"norm\", \"output\"]]\n",
+             "bad.plan:2:1: module_fqns_per_model_part needs a pp dim in dims");
+  EXPECT_ERR(ctx, "split and less", "dims = pp:2\nmodule_fqns_per_model_part = "
+             "[[\"tok_embeddings\", \"norm\", \"output\"]]\n"
+             "pipeline_parallel_last_stage_less_layers = 2\n",
+             "bad.plan:3:1: pipeline_parallel_last_stage_less_layers shapes the generated split; "
+             "module_fqns_per_model_part (line 2) gives the stages: not both");
+  EXPECT_ERR(ctx, "less negative", "dims = pp:2\npipeline_parallel_first_stage_less_layers = -1\n",
+             "bad.plan:2:45: expected a number of layers >= 0");
   /* context parallel settings */
   EXPECT_ERR(ctx, "rotate word", "dims = cp:2\ncontext_parallel_rotate_method = ringg\n",
              "bad.plan:2:34: expected allgather or ring (alltoall) after "

@@ -83,6 +83,8 @@ typedef struct sb_plan_traits {
                              0: the run's dtype */
   dt_cp_rotate cp_rotate; /* context_parallel_rotate_method (allgather unless the plan says) */
   int pp_virtual;         /* pipeline stages per rank of the plan's schedule (interleaved: 2) */
+  int pp_stages;          /* the plan's explicit stage count (module_fqns_per_model_part),
+                             0: none; stages per rank are then pp_stages / pp */
 } sb_plan_traits;
 
 /* Fills *out from a parsed plan (the entries on its "tp" dim; a plan without one

@@ -159,6 +159,7 @@ void sb_plan_traits_get(const dt_plan *plan, const dt_llama_config *cfg, sb_plan
   out->zero = plan->zero;
   out->cp_rotate = plan->cp_rotate;
   out->pp_virtual = plan->pp_schedule == DT_PP_INTERLEAVED_1F1B ? 2 : 1;
+  out->pp_stages = plan->pp_n_stages;
   if (plan->param_dtype < DT_DTYPE_COUNT)
     out->fsdp_param_bytes = (int)dt_dtype_size(plan->param_dtype);
   if (plan->reduce_dtype < DT_DTYPE_COUNT)
@@ -453,7 +454,9 @@ int sb_framework_comm_compute(const sb_baseline_in *in0, const sb_plan_traits *t
      * overall excepted) and its gradient back (stage 0 excepted): with v stages per rank
      * (loop placement) rank 0 sends (2v - 1) activations of b/m x s x h per microbatch,
      * (2v - 1) b s h e per step; under sequence parallel the activation is split over tp */
-    const int v = tr->pp_virtual > 0 ? tr->pp_virtual : 1;
+    const int v = tr->pp_stages > 0 && tr->pp_stages % in->pp == 0 ? tr->pp_stages / in->pp
+                  : tr->pp_virtual > 0                                ? tr->pp_virtual
+                                                                      : 1;
     snprintf(out->pp_framework, sizeof out->pp_framework, "pp-p2p");
     out->pp = (2 * v - 1) * act / (tr->sequence_parallel ? t : 1);
     snprintf(out->pp_formula, sizeof out->pp_formula,

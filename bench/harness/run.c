@@ -553,11 +553,45 @@ static dt_status pipe_build(dt_ctx *ctx, const dt_plan *pl, int n_layers, int pp
       return dt_error(ctx, DT_ERR_INVALID, "pipeline", "%s has %d microbatches; the run has %d",
                       path, p->S.n_microbatches, m);
   } else {
-    const int v = pl->pp_schedule == DT_PP_INTERLEAVED_1F1B ? 2 : 1;
+    /* stages per rank: the explicit split's count over pp (pipeline_module_split),
+     * else 2 for the interleaved schedule (TorchTitan's default for multi-stage
+     * schedules) */
+    int v = pl->pp_schedule == DT_PP_INTERLEAVED_1F1B ? 2 : 1;
+    if (pl->pp_n_stages > 0) {
+      if (pl->pp_n_stages % pp)
+        return dt_error(ctx, DT_ERR_INVALID, "plan",
+                        "%s:%d: module_fqns_per_model_part has %d stages, not a multiple of pp=%d",
+                        pl->path, pl->pp_stages_line, pl->pp_n_stages, pp);
+      v = pl->pp_n_stages / pp;
+      if ((v > 1) != (pl->pp_schedule == DT_PP_INTERLEAVED_1F1B))
+        return dt_error(ctx, DT_ERR_INVALID, "plan",
+                        "%s:%d: module_fqns_per_model_part gives %d stages per pp rank (pp=%d); "
+                        "%s", pl->path, pl->pp_stages_line, v, pp,
+                        v > 1 ? "a single-stage schedule (GPipe, 1F1B) runs one"
+                              : "Interleaved1F1B needs 2 or more");
+    }
     DT_CHECK(dt_pp_schedule_generate(ctx, pl->pp_schedule, pp, v, m, &p->S));
     DT_CHECK(dt_pp_schedule_lower(ctx, &p->S));
   }
-  return dt_pp_split(ctx, n_layers, p->S.n_stages, 1, 1, &p->L);
+  if (pl->pp_n_stages > 0) {
+    if (pl->pp_n_stages != p->S.n_stages)
+      return dt_error(ctx, DT_ERR_INVALID, "plan",
+                      "%s:%d: module_fqns_per_model_part has %d stages; the schedule has %d",
+                      pl->path, pl->pp_stages_line, pl->pp_n_stages, p->S.n_stages);
+    char copy[sizeof pl->pp_stages], where[sizeof pl->path + 48];
+    const char *parts[DT_PP_MAX_STAGES];
+    memcpy(copy, pl->pp_stages, sizeof copy);
+    int k = 0;
+    for (char *q = copy, *e; k < pl->pp_n_stages; q = e + 1) {
+      parts[k++] = q;
+      if (!(e = strchr(q, ';'))) break;
+      *e = '\0';
+    }
+    snprintf(where, sizeof where, "%s:%d: module_fqns_per_model_part", pl->path,
+             pl->pp_stages_line);
+    return dt_pp_split_fqns(ctx, n_layers, parts, k, where, &p->L);
+  }
+  return dt_pp_split(ctx, n_layers, p->S.n_stages, pl->pp_first_less, pl->pp_last_less, &p->L);
 }
 
 /* Microbatch k of the step's batch as a [batch / m, seq] tensor whose shard on the

@@ -73,7 +73,7 @@ typedef struct dt_ctx dt_ctx;
 typedef struct dt_comm dt_comm;
 typedef struct dt_device dt_device;
 
-enum { DT_ERRMSG_LEN = 512, DT_LABEL_LEN = 64 };
+enum { DT_ERRMSG_LEN = 1024, DT_LABEL_LEN = 64 };
 
 /* Where a dt_array's data lives: host memory, or a device's memory. */
 typedef enum dt_device_kind { DT_DEV_CPU = 0, DT_DEV_CUDA = 1 } dt_device_kind;

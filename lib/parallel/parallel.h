@@ -92,6 +92,16 @@ typedef struct dt_plan {
   dt_pp_schedule_kind pp_schedule;
   char pp_schedule_csv[256];
   int pp_microbatch_size;
+  /* the stage split: module_fqns_per_model_part (TorchTitan's
+   * parallelism.module_fqns_per_model_part, one stage per inner list) as stage s's
+   * module names joined by ',' and the stages by ';'
+   * ("tok_embeddings,layers.0;layers.1,norm,output"; pp_n_stages of them, given on
+   * line pp_stages_line), or "" for TorchTitan's generated split, where the embedding
+   * and norm + output count as pp_first_less / pp_last_less layers
+   * (pipeline_parallel_first_stage_less_layers / _last_stage_less_layers, default 1) */
+  char pp_stages[2048];
+  int pp_n_stages, pp_stages_line;
+  int pp_first_less, pp_last_less;
   int n_entries;
   dt_plan_entry entries[DT_PLAN_MAX_ENTRIES];
 } dt_plan;

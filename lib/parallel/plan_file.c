@@ -69,13 +69,14 @@ static const unsigned k_style_kwargs[N_STYLES] = {
 typedef enum setting_id {
   SET_NAME = 0, SET_DIMS, SET_LOSS_PARALLEL, SET_ZERO, SET_MP_PARAM, SET_MP_REDUCE,
   SET_BUCKET_CAP_MB, SET_CP_ROTATE, SET_CP_LOAD_BALANCE, SET_PP_SCHEDULE, SET_PP_CSV,
-  SET_PP_MBS, N_SETTINGS
+  SET_PP_MBS, SET_PP_STAGES, SET_PP_FIRST_LESS, SET_PP_LAST_LESS, N_SETTINGS
 } setting_id;
 static const char *const k_settings[N_SETTINGS] = {
     "name", "dims", "loss_parallel", "zero", "mixed_precision_param", "mixed_precision_reduce",
     "bucket_cap_mb", "context_parallel_rotate_method", "context_parallel_load_balance",
     "pipeline_parallel_schedule", "pipeline_parallel_schedule_csv",
-    "pipeline_parallel_microbatch_size"};
+    "pipeline_parallel_microbatch_size", "module_fqns_per_model_part",
+    "pipeline_parallel_first_stage_less_layers", "pipeline_parallel_last_stage_less_layers"};
 #define SETBIT(k) (1u << (k))
 
 /* The model itself in a fully_shard entry (TorchTitan's final fully_shard(model)). */
@@ -846,6 +847,112 @@ static dt_status pp_csv_setting(pstate *s) {
   return setting_end(s, "pipeline_parallel_schedule_csv");
 }
 
+/* module_fqns_per_model_part = [["tok_embeddings", "layers.0"], ["layers.1", "norm",
+ * "output"]]: TorchTitan's TOML list of lists (double or single quotes), one inner
+ * list per stage, into pp_stages ("a,b;c,d,e"). The names and their order are
+ * checked here (dt_pp_split_fqns over the layers the list names); whether they cover
+ * the model's layers, and whether the stages match pp, is the run's check. */
+static dt_status pp_stages_setting(pstate *s) {
+  static const char key[] = "module_fqns_per_model_part";
+  dt_plan *pl = s->plan;
+  char *out = pl->pp_stages;
+  const size_t cap = sizeof pl->pp_stages;
+  size_t n = 0;
+  int stages = 0, max_layer = -1;
+  if (!at(s, '['))
+    return perr(s, s->line, col_of(s, s->p), "expected '[' (a list of lists of module names, "
+                "e.g. [[\"tok_embeddings\", \"layers.0\"], [\"layers.1\", \"norm\", \"output\"]]) "
+                "after '%s ='", key);
+  s->p++;
+  for (;;) {
+    ws(s);
+    if (at(s, ']') && stages > 0) {
+      s->p++;
+      break;
+    }
+    if (!at(s, '['))
+      return perr(s, s->line, col_of(s, s->p), "expected '[' (stage %d's module names) in '%s'",
+                  stages, key);
+    s->p++;
+    if (stages > 0) {
+      if (n + 1 >= cap) return perr(s, s->line, col_of(s, s->p), "'%s' is too long", key);
+      out[n++] = ';';
+    }
+    int names = 0;
+    for (;;) {
+      ws(s);
+      if (at(s, ']') && names > 0) {
+        s->p++;
+        break;
+      }
+      const char q = s->p < s->end ? *s->p : '\0';
+      if (q != '"' && q != '\'')
+        return perr(s, s->line, col_of(s, s->p), "expected a quoted module name in stage %d of '%s'",
+                    stages, key);
+      const char *b = ++s->p;
+      while (s->p < s->end && *s->p != q) s->p++;
+      if (s->p >= s->end)
+        return perr(s, s->line, col_of(s, b - 1), "unterminated string in '%s'", key);
+      const size_t l = (size_t)(s->p - b);
+      s->p++;
+      if (l == 0 || memchr(b, ',', l) || memchr(b, ';', l))
+        return perr(s, s->line, col_of(s, b - 1), "expected a module name in stage %d of '%s'",
+                    stages, key);
+      if (l > 7 && !memcmp(b, "layers.", 7)) {
+        long k = 0;
+        for (size_t i = 7; i < l && isdigit((unsigned char)b[i]) && k <= PLAN_DIM_MAX; i++)
+          k = k * 10 + (b[i] - '0');
+        if (k <= PLAN_DIM_MAX && k > max_layer) max_layer = (int)k;
+      }
+      if (n + l + 2 >= cap) return perr(s, s->line, col_of(s, b), "'%s' is too long", key);
+      if (names > 0) out[n++] = ',';
+      memcpy(out + n, b, l);
+      n += l;
+      names++;
+      ws(s);
+      if (at(s, ',')) s->p++;
+      else if (!at(s, ']'))
+        return perr(s, s->line, col_of(s, s->p), "expected ',' or ']' in stage %d of '%s'", stages,
+                    key);
+    }
+    stages++;
+    ws(s);
+    if (at(s, ',')) s->p++;
+    else if (!at(s, ']'))
+      return perr(s, s->line, col_of(s, s->p), "expected ',' or ']' after stage %d of '%s'",
+                  stages - 1, key);
+  }
+  out[n] = '\0';
+  if (stages > DT_PP_MAX_STAGES)
+    return perr(s, s->line, 0, "'%s' has %d stages (at most %d)", key, stages, DT_PP_MAX_STAGES);
+  /* the names and their order, over the layers the list names */
+  const char *parts[DT_PP_MAX_STAGES];
+  char copy[sizeof pl->pp_stages];
+  memcpy(copy, out, n + 1);
+  int k = 0;
+  for (char *p = copy, *e; k < stages; p = e + 1) {
+    parts[k++] = p;
+    e = strchr(p, ';');
+    if (!e) break;
+    *e = '\0';
+  }
+  dt_ctx quiet;
+  dt_ctx_init(&quiet, 0, 1);
+  dt_pp_layout *L = dt_host_alloc(&quiet, sizeof *L);
+  dt_status st = L ? dt_pp_split_fqns(&quiet, max_layer + 1, parts, stages, key, L) : DT_ERR_NOMEM;
+  char msg[DT_ERRMSG_LEN];
+  snprintf(msg, sizeof msg, "%s", st == DT_ERR_NOMEM ? "no memory" : dt_last_error(&quiet));
+  dt_host_free(&quiet, L);
+  dt_ctx_release(&quiet);
+  /* the message after dt_pp_split_fqns' "rank 0: who: key: " prefix */
+  const char *why = strstr(msg, key);
+  why = why && why[sizeof key - 1] == ':' ? why + sizeof key + 1 : msg;
+  if (st != DT_OK) return perr(s, s->line, 0, "%s: %s", key, why);
+  pl->pp_n_stages = stages;
+  pl->pp_stages_line = s->line;
+  return setting_end(s, key);
+}
+
 /* bucket_cap_mb = X: a decimal number > 0 (DDP takes a float: 25 by default). */
 static dt_status bucket_setting(pstate *s) {
   const char *b = s->p;
@@ -936,6 +1043,19 @@ static dt_status setting(pstate *s, setting_id which, const char *kb) {
     }
     case SET_CP_LOAD_BALANCE:
       return bool_setting(s, "context_parallel_load_balance", &pl->cp_load_balance);
+    case SET_PP_STAGES: return pp_stages_setting(s);
+    case SET_PP_FIRST_LESS:
+    case SET_PP_LAST_LESS: {
+      const char *b = s->p;
+      long v;
+      if (!integer(s, 0, PLAN_DIM_MAX, &v) || (s->p < s->end && is_ident(*s->p))) {
+        s->p = b;
+        return perr(s, s->line, col_of(s, b), "expected a number of layers >= 0 after '%s ='",
+                    k_settings[which]);
+      }
+      *(which == SET_PP_FIRST_LESS ? &pl->pp_first_less : &pl->pp_last_less) = (int)v;
+      return setting_end(s, k_settings[which]);
+    }
     case N_SETTINGS: break;
   }
   return perr(s, s->line, col_of(s, kb), "unknown setting");
@@ -1165,9 +1285,10 @@ static dt_status check_fsdp_settings(pstate *s) {
 
 /* The context- and pipeline-parallel settings need their dim. */
 static dt_status check_cp_settings(pstate *s) {
-  static const setting_id cps[] = {SET_CP_ROTATE, SET_CP_LOAD_BALANCE, SET_PP_SCHEDULE, SET_PP_CSV,
-                                   SET_PP_MBS};
-  for (int i = 0; i < 5; i++) {
+  static const setting_id cps[] = {SET_CP_ROTATE,     SET_CP_LOAD_BALANCE, SET_PP_SCHEDULE,
+                                   SET_PP_CSV,        SET_PP_MBS,          SET_PP_STAGES,
+                                   SET_PP_FIRST_LESS, SET_PP_LAST_LESS};
+  for (int i = 0; i < 8; i++) {
     const char *dim = i < 2 ? "cp" : "pp";
     if ((s->seen & SETBIT(cps[i])) && dt_plan_dim(s->plan, dim) < 0)
       return perr(s, s->set_line[cps[i]], s->set_col[cps[i]], "%s needs a %s dim in dims",
@@ -1177,6 +1298,11 @@ static dt_status check_cp_settings(pstate *s) {
     return perr(s, s->set_line[SET_PP_CSV], s->set_col[SET_PP_CSV],
                 "give pipeline_parallel_schedule (line %d) or pipeline_parallel_schedule_csv, "
                 "not both", s->set_line[SET_PP_SCHEDULE]);
+  for (int i = SET_PP_FIRST_LESS; i <= SET_PP_LAST_LESS; i++)
+    if ((s->seen & SETBIT(i)) && (s->seen & SETBIT(SET_PP_STAGES)))
+      return perr(s, s->set_line[i], s->set_col[i],
+                  "%s shapes the generated split; module_fqns_per_model_part (line %d) gives "
+                  "the stages: not both", k_settings[i], s->set_line[SET_PP_STAGES]);
   return DT_OK;
 }
 
@@ -1191,6 +1317,7 @@ dt_status dt_plan_parse(dt_ctx *ctx, const char *text, const char *path, dt_plan
   out->cp_load_balance = true;
   out->pp_schedule = DT_PP_1F1B;                         /* TorchTitan's defaults */
   out->pp_microbatch_size = 1;
+  out->pp_first_less = out->pp_last_less = 1;
   pstate s = {.ctx = ctx, .path = shown, .plan = out, .cur_dim = -1};
   const char *t = text;
   while (*t) {
