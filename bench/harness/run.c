@@ -53,8 +53,12 @@
  * every weight's gradient are shared from their stage's rank for the verifier
  * (dt_pipeline_share; each rank's optimizer then trains its own stages only).
  *
- * Unsupported (status skipped, with the reason): fully_shard entries with pp > 1
- * (FSDP inside stages), a pp plan on pp = 1, a batch the microbatches or a model
+ * FSDP inside pipeline stages (fully_shard entries with pp > 1): dt_pipeline_step
+ * gathers each unit once per step and reduce-scatters it after its stage's last
+ * backward (dt_fsdp_pipeline_begin); that reduction precedes dt_pipeline_share.
+ *
+ * Unsupported (status skipped, with the reason): fully_shard(reshard_after_forward=True)
+ * with pp > 1, a pp plan on pp = 1, a batch the microbatches or a model
  * the stages do not divide, the embedding / attention / feed_forward
  * workloads, a plan whose dims do not fit the mesh, a plan with [tp] entries on a
  * mesh without tp or fully_shard entries without dp_shard or cp (TorchTitan applies
@@ -795,11 +799,14 @@ static bool plan_unfit(const sb_opts *o, dt_ctx *hc, dt_plan *plan, const dt_lla
     return true;
   }
   if (o->dims[0] > 1) { /* pipeline: the microbatches, the schedule and the stage split */
-    if (has_fsdp) {
-      skip(r, "pp=%d with fully_shard: FSDP inside pipeline stages is not implemented yet",
-           o->dims[0]);
-      return true;
-    }
+    for (int i = 0; has_fsdp && i < plan->n_entries; i++) /* dt_fsdp_pipeline_begin's refusal */
+      if (plan->entries[i].dim == pds && plan->entries[i].style.reshard_after_forward == 1 &&
+          (plan->zero == 0 || plan->zero == 3)) {
+        skip(r, "pp=%d: '%s' = fully_shard(reshard_after_forward=True): inside pipeline stages "
+                "a unit stays gathered for the step (TorchTitan's default with pp)",
+             o->dims[0], plan->entries[i].pattern);
+        return true;
+      }
     const int ndp = o->dims[1] * o->dims[2];
     if (o->batch % ndp || (o->batch / ndp) % plan->pp_microbatch_size) {
       skip(r, "batch %d over dp_replicate x dp_shard = %d is not a multiple of the pipeline "
