@@ -251,7 +251,9 @@ static dt_status do_action(pp_run *r, const dt_pp_action *a, const dt_tensor *to
       event(r, a->kind, s, k, t0);
       if (r->L->stages[s].head) {
         dt_array v;
-        DT_CHECK(dt_tensor_full(ctx, dt_var_value(c->out), &v)); /* 0-d: no comm */
+        /* 0-d, Partial(sum) over the dims the batch is sharded on: a 1-element
+         * all_reduce on each */
+        DT_CHECK(dt_tensor_full(ctx, dt_var_value(c->out), &v));
         *loss += v.dtype == DT_F64 ? ((const double *)v.data)[0] : ((const float *)v.data)[0];
         dt_array_free(ctx, &v);
       }
