@@ -79,9 +79,14 @@
  * peak during the step go to rank 0 after the run (pipe_gather), which derives the
  * measured bubble and the per-stage figures of results/schema.sql's pp_* tables.
  *
- * Unsupported (status skipped, with the reason): fully_shard entries with pp > 1
- * (FSDP inside stages), a pp plan on pp = 1, a batch the microbatches or a model
- * the stages do not divide, a single-layer workload on pp > 1, a plan whose dims do not fit the mesh, a plan with [tp] entries on a
+ * FSDP inside pipeline stages (fully_shard entries with pp > 1): dt_pipeline_step
+ * gathers each unit once per step and reduce-scatters it after its stage's last
+ * backward (dt_fsdp_pipeline_begin); that reduction precedes dt_pipeline_share.
+ *
+ * Unsupported (status skipped, with the reason): fully_shard(reshard_after_forward=True)
+ * with pp > 1, a pp plan on pp = 1, a batch the microbatches or a model the stages
+ * do not divide, a single-layer workload on pp > 1, a plan whose dims do not fit the
+ * mesh, a plan with [tp] entries on a
  * mesh without tp or fully_shard entries without dp_shard or cp (TorchTitan applies
  * TP and FSDP only when their dims are > 1; the run would be the dp plan's), a
  * dp_shard dim without fully_shard entries, anything dt_plan_resolve refuses
@@ -1169,11 +1174,14 @@ static bool plan_unfit(const sb_opts *o, dt_ctx *hc, dt_plan *plan, const dt_lla
     return true;
   }
   if (o->dims[0] > 1) { /* pipeline: the microbatches, the schedule and the stage split */
-    if (has_fsdp) {
-      skip(r, "pp=%d with fully_shard: FSDP inside pipeline stages is not implemented yet",
-           o->dims[0]);
-      return true;
-    }
+    for (int i = 0; has_fsdp && i < plan->n_entries; i++) /* dt_fsdp_pipeline_begin's refusal */
+      if (plan->entries[i].dim == pds && plan->entries[i].style.reshard_after_forward == 1 &&
+          (plan->zero == 0 || plan->zero == 3)) {
+        skip(r, "pp=%d: '%s' = fully_shard(reshard_after_forward=True): inside pipeline stages "
+                "a unit stays gathered for the step (TorchTitan's default with pp)",
+             o->dims[0], plan->entries[i].pattern);
+        return true;
+      }
     const int ndp = o->dims[1] * o->dims[2];
     if (o->batch % ndp || (o->batch / ndp) % plan->pp_microbatch_size) {
       skip(r, "batch %d over dp_replicate x dp_shard = %d is not a multiple of the pipeline "

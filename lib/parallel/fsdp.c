@@ -59,6 +59,34 @@
  * (ZeRO-2, and TorchTitan's last group) they stay until the reduce_scatter.
  * After the reduce_scatter they are freed (reshard after backward).
  *
+ * Pipeline mode (dt_fsdp_pipeline_begin .. _end, called by dt_pipeline_step): with
+ * pp, TorchTitan's apply_fsdp keeps every unit gathered after forward
+ * (reshard_after_forward_policy "default": `not pp_enabled`), and PyTorch's
+ * pipelining accumulates unsharded gradients over the microbatches and reduces
+ * once (torch/distributed/pipelining/stage.py _PipelineStageBase:
+ * backward_maybe_with_nosync runs every microbatch's backward with
+ * set_requires_gradient_sync(False) and set_reshard_after_backward(False);
+ * perform_reduce_grad, the REDUCE_GRAD action schedules.py places after a
+ * stage's last backward, turns them back on and runs each group's
+ * post_backward: one reduce_scatter). Here a unit's view holds its members on
+ * this rank's stages (TorchTitan applies fully_shard to each stage's model part,
+ * so a unit never spans ranks; a "root" unit whose modules sit on two stages is
+ * the part each rank holds), packed anew. A view opens at the pre hook of the
+ * unit's first matched module or of any of its members, whichever runs first
+ * (a root unit has no hook of its own in a stage): one all_gather into leaves
+ * of a tape of the step's own (not the microbatch tapes, which pp.c frees
+ * after each backward), requiring a gradient, that m->mods[].compute points at
+ * for the step; the microbatch tapes' backwards accumulate their gradients.
+ * After the last backward of every stage its members are on
+ * (dt_fsdp_pipeline_stage_done), the view's reduce_scatter (+ HSDP all_reduce)
+ * runs on the accumulated gradients (reduce_unit, ag_backward's body), the
+ * result is added to the sharded weights' gradients and the unsharded data is
+ * freed. A unit with no member here is never gathered; its weights get no
+ * gradient here (their stage's rank trains them). An explicit
+ * reshard_after_forward=True is refused there (TorchTitan's "always" policy
+ * would gather per microbatch); the default is False. ZeRO-1 keeps its whole
+ * weights (the gradients accumulate in them) and reduces / gathers each view.
+ *
  * Mixed precision (MixedPrecisionPolicy in _fsdp_api.py): the all_gather moves
  * param_dtype (bf16: the f32 shard rounded to nearest even; the copy holds those
  * values widened, since the ops compute in f32 / f64), the reduce_scatter
@@ -94,6 +122,7 @@ typedef struct fsdp_unit {
   char name[96];
   int first, last;          /* the modules whose pre / post hooks open and close it */
   bool raf;                 /* reshard after forward */
+  bool raf_given;           /* the entry sets it (else FSDP2's default) */
   int n;
   fsdp_member *mem;
   int64_t P;                /* a rank's flat segment (elements) */
@@ -108,6 +137,15 @@ typedef struct fsdp {
   int W, coord;             /* the group's size and this rank's flattened rank */
   int n_units;
   fsdp_unit *u;
+  /* pipeline mode (dt_fsdp_pipeline_begin .. _end; see the top) */
+  bool piped;               /* pv holds the last pipeline step's views */
+  bool in_step;             /* between begin and end: units open once, stay open */
+  fsdp_unit *pv;            /* [n_units]: each unit's members on this rank's stages */
+  bool *opened, *reduced;   /* [n_units], this step */
+  int *stage;               /* [n_mods]: a module's stage here, -1: not on this rank */
+  bool *done;               /* [n_stages]: the stage's last backward has run */
+  int n_stages;
+  dt_tape *ptape;           /* the step's unsharded leaves */
 } fsdp;
 
 static const char WHO[] = "dt_fully_shard";
@@ -254,17 +292,15 @@ static bool is_fsdp_dim(const fsdp *f, int d) {
   return false;
 }
 
-static dt_status ag_backward(dt_ctx *ctx, void *state, int n_out, const dt_tensor *const *gout,
-                             int n_in, dt_tensor *const *gin) {
-  fsdp_unit *u = state;
+/* The unit's reduce_scatter (+ HSDP all_reduce) of its members' unsharded gradients
+ * gout[k] (NULL: none, zeros) into the sharded gradients gin[k] (NULL: not wanted). */
+static dt_status reduce_unit(dt_ctx *ctx, fsdp_unit *u, const dt_tensor *const *gout,
+                             dt_tensor *const *gin) {
   fsdp *f = u->f;
   dt_model *m = f->m;
   const int rd = f->o.replicate_dim, nd = dt_mesh_ndim(m->mesh);
   const dt_dtype rt = comm_dtype(f, true), md = m->dtype;
   const size_t es = dt_dtype_size(rt);
-  if (n_out != u->n || n_in != u->n)
-    return dt_error(ctx, DT_ERR_INTERNAL, WHO, "%s: %d/%d gradients for %d weights", u->name,
-                    n_out, n_in, u->n);
   char *send = dt_host_calloc(ctx, (size_t)u->P * es * (size_t)f->W);
   char *recv = dt_host_alloc(ctx, (size_t)u->P * es);
   dt_tensor *g = dt_host_calloc(ctx, sizeof *g * (size_t)u->n); /* each gradient, redistributed */
@@ -347,23 +383,30 @@ static dt_status ag_backward(dt_ctx *ctx, void *state, int n_out, const dt_tenso
   dt_host_free(ctx, partial_rep);
   dt_host_free(ctx, send);
   dt_host_free(ctx, recv);
-  if (s == DT_OK) reshard(ctx, u); /* reshard after backward */
   return s;
+}
+
+static dt_status ag_backward(dt_ctx *ctx, void *state, int n_out, const dt_tensor *const *gout,
+                             int n_in, dt_tensor *const *gin) {
+  fsdp_unit *u = state;
+  if (n_out != u->n || n_in != u->n)
+    return dt_error(ctx, DT_ERR_INTERNAL, WHO, "%s: %d/%d gradients for %d weights", u->name,
+                    n_out, n_in, u->n);
+  DT_CHECK(reduce_unit(ctx, u, gout, gin));
+  reshard(ctx, u); /* reshard after backward */
+  return DT_OK;
 }
 
 /* ---- the unit's boundaries --------------------------------------------------------- */
 
-static dt_status open_unit(dt_ctx *ctx, fsdp_unit *u, dt_tape *tape) {
-  fsdp *f = u->f;
-  dt_model *m = f->m;
-  const size_t n = (size_t)u->n;
-  dt_var **in = dt_host_alloc(ctx, sizeof *in * n), **out = dt_host_alloc(ctx, sizeof *out * n);
-  dt_tensor *vals = dt_host_calloc(ctx, sizeof *vals * n);
-  dt_tensor **vp = dt_host_alloc(ctx, sizeof *vp * n);
-  dt_status s = in && out && vals && vp ? DT_OK : dt_error(ctx, DT_ERR_NOMEM, WHO, "no memory");
+/* The unit's unsharded values, gathered into vals[0..n) (made here: the members'
+ * unsharded shapes and placements); on failure none is left allocated. */
+static dt_status gather_new(dt_ctx *ctx, fsdp_unit *u, dt_tensor *vals) {
+  dt_model *m = u->f->m;
+  dt_tensor **vp = dt_host_alloc(ctx, sizeof *vp * (size_t)u->n);
+  dt_status s = vp ? DT_OK : dt_error(ctx, DT_ERR_NOMEM, WHO, "no memory");
   for (int k = 0; s == DT_OK && k < u->n; k++) {
     const dt_module *md = &m->mods[u->mem[k].mod];
-    in[k] = md->weight;
     vp[k] = &vals[k];
     /* uninitialised: the all_gather writes every element */
     s = dt_tensor_meta(ctx, m->mesh, u->mem[k].upl, md->wndim, md->wshape, m->dtype, WHO,
@@ -373,9 +416,21 @@ static dt_status open_unit(dt_ctx *ctx, fsdp_unit *u, dt_tape *tape) {
     if (s == DT_OK) s = dt_array_create(ctx, DT_DEV_CPU, m->dtype, md->wndim, ls, &vals[k].local);
   }
   if (s == DT_OK) s = gather_into(ctx, u, vp);
-  if (s != DT_OK) {
-    for (int k = 0; vals && k < u->n; k++) dt_tensor_free(ctx, &vals[k]);
-  } else { /* dt_ad_custom takes the values (and frees them on failure) */
+  for (int k = 0; s != DT_OK && k < u->n; k++) dt_tensor_free(ctx, &vals[k]);
+  dt_host_free(ctx, vp);
+  return s;
+}
+
+static dt_status open_unit(dt_ctx *ctx, fsdp_unit *u, dt_tape *tape) {
+  fsdp *f = u->f;
+  dt_model *m = f->m;
+  const size_t n = (size_t)u->n;
+  dt_var **in = dt_host_alloc(ctx, sizeof *in * n), **out = dt_host_alloc(ctx, sizeof *out * n);
+  dt_tensor *vals = dt_host_calloc(ctx, sizeof *vals * n);
+  dt_status s = in && out && vals ? DT_OK : dt_error(ctx, DT_ERR_NOMEM, WHO, "no memory");
+  for (int k = 0; s == DT_OK && k < u->n; k++) in[k] = m->mods[u->mem[k].mod].weight;
+  if (s == DT_OK) s = gather_new(ctx, u, vals);
+  if (s == DT_OK) { /* dt_ad_custom takes the values (and frees them on failure) */
     s = dt_ad_custom(tape, "fsdp_all_gather", ag_backward, u, u->n, in, u->n, vals, out);
     for (int k = 0; s == DT_OK && k < u->n; k++) {
       u->mem[k].unsharded = out[k];
@@ -385,7 +440,6 @@ static dt_status open_unit(dt_ctx *ctx, fsdp_unit *u, dt_tape *tape) {
   dt_host_free(ctx, in);
   dt_host_free(ctx, out);
   dt_host_free(ctx, vals);
-  dt_host_free(ctx, vp);
   return s;
 }
 
@@ -413,12 +467,136 @@ static dt_status close_unit(dt_ctx *ctx, fsdp_unit *u, dt_tape *tape, dt_var **i
   return DT_OK;
 }
 
+/* ---- pipeline mode ------------------------------------------------------------------- */
+
+/* Unit i's view's members gathered once into leaves of the step's tape that
+ * require a gradient; the stages' forwards compute with them (m->mods[].compute)
+ * and every microbatch's backward accumulates into their gradients. */
+static dt_status pipe_open(dt_ctx *ctx, fsdp *f, int i) {
+  fsdp_unit *v = &f->pv[i];
+  dt_model *m = f->m;
+  dt_tensor *vals = dt_host_calloc(ctx, sizeof *vals * (size_t)v->n);
+  dt_status s = vals ? DT_OK : dt_error(ctx, DT_ERR_NOMEM, WHO, "no memory");
+  if (s == DT_OK) s = gather_new(ctx, v, vals);
+  f->opened[i] = s == DT_OK;
+  for (int k = 0; s == DT_OK && k < v->n; k++) { /* the leaf takes (or frees) the value */
+    dt_var *leaf = dt_var_leaf(f->ptape, &vals[k], true);
+    if (!leaf) {
+      s = DT_ERR_NOMEM;
+      for (int j = k + 1; j < v->n; j++) dt_tensor_free(ctx, &vals[j]);
+      break;
+    }
+    v->mem[k].unsharded = leaf;
+    m->mods[v->mem[k].mod].compute = leaf;
+  }
+  dt_host_free(ctx, vals);
+  return s;
+}
+
+/* g added into weight w's gradient (g moved in; freed). */
+static dt_status add_grad(dt_ctx *ctx, dt_model *m, dt_var *w, dt_tensor *g) {
+  const dt_tensor *old = dt_var_grad(w);
+  if (!old) return dt_var_set_grad(m->tape, w, g);
+  bool same = old->dtype == g->dtype;
+  for (int d = 0; d < old->mesh_ndim; d++) same = same && dt_placement_eq(old->pl[d], g->pl[d]);
+  dt_tensor r = {0};
+  dt_status s = same ? DT_OK : dt_redistribute(ctx, g, old->pl, DT_PLANNER_GREEDY, &r);
+  const dt_tensor *a = same ? g : &r;
+  if (s == DT_OK && a->local.numel != old->local.numel)
+    s = dt_error(ctx, DT_ERR_INTERNAL, WHO, "a gradient of %lld elements for one of %lld",
+                 (long long)a->local.numel, (long long)old->local.numel);
+  dt_tensor *o = (dt_tensor *)old; /* the tape's, accumulated into in place */
+  for (int64_t e = 0; s == DT_OK && e < o->local.numel; e++)
+    put(o->local.data, o->dtype, e,
+        get(o->local.data, o->dtype, e) + get(a->local.data, a->dtype, e));
+  dt_tensor_free(ctx, &r);
+  dt_tensor_free(ctx, g);
+  return s;
+}
+
+/* Unit i's reduction after the last backward of every stage its view's members are
+ * on: the accumulated unsharded gradients reduce-scattered (+ HSDP all_reduce)
+ * into the sharded weights' gradients, then the unsharded values and gradients
+ * freed (reshard after backward). */
+static dt_status pipe_reduce(dt_ctx *ctx, fsdp *f, int i) {
+  fsdp_unit *v = &f->pv[i];
+  dt_model *m = f->m;
+  f->reduced[i] = true;
+  const dt_tensor **gout = dt_host_calloc(ctx, sizeof *gout * (size_t)v->n);
+  dt_tensor *res = dt_host_calloc(ctx, sizeof *res * (size_t)v->n);
+  dt_tensor **gin = dt_host_calloc(ctx, sizeof *gin * (size_t)v->n);
+  dt_status s = gout && res && gin ? DT_OK : dt_error(ctx, DT_ERR_NOMEM, WHO, "no memory");
+  for (int k = 0; s == DT_OK && k < v->n; k++) {
+    gout[k] = dt_var_grad(v->mem[k].unsharded);
+    gin[k] = &res[k];
+  }
+  char saved[sizeof ctx->phase];
+  memcpy(saved, ctx->phase, sizeof saved);
+  dt_ctx_set_phase(ctx, "backward");
+  if (s == DT_OK) s = reduce_unit(ctx, v, gout, (dt_tensor *const *)gin);
+  dt_ctx_set_phase(ctx, saved);
+  for (int k = 0; res && k < v->n; k++) {
+    if (s == DT_OK && res[k].mesh) s = add_grad(ctx, m, m->mods[v->mem[k].mod].weight, &res[k]);
+    dt_tensor_free(ctx, &res[k]);
+  }
+  for (int k = 0; k < v->n; k++) { /* reshard after backward */
+    (void)dt_var_set_grad(f->ptape, v->mem[k].unsharded, NULL); /* a drop cannot fail */
+    dt_array_free(ctx, &value_of(v->mem[k].unsharded)->local);
+    m->mods[v->mem[k].mod].compute = NULL;
+  }
+  dt_host_free(ctx, gout);
+  dt_host_free(ctx, res);
+  dt_host_free(ctx, gin);
+  return s;
+}
+
+/* The step's state (not the views): compute reset, the leaves freed. */
+static void pipe_step_free(dt_ctx *ctx, fsdp *f) {
+  (void)ctx;
+  for (int i = 0; f->pv && i < f->n_units; i++)
+    for (int k = 0; k < f->pv[i].n; k++) {
+      if (f->pv[i].mem[k].unsharded) f->m->mods[f->pv[i].mem[k].mod].compute = NULL;
+      f->pv[i].mem[k].unsharded = NULL;
+    }
+  dt_tape_free(f->ptape);
+  f->ptape = NULL;
+  f->in_step = false;
+}
+
+static void pipe_free(dt_ctx *ctx, fsdp *f) {
+  pipe_step_free(ctx, f);
+  for (int i = 0; f->pv && i < f->n_units; i++) dt_host_free(ctx, f->pv[i].mem);
+  dt_host_free(ctx, f->pv);
+  dt_host_free(ctx, f->opened);
+  dt_host_free(ctx, f->reduced);
+  dt_host_free(ctx, f->stage);
+  dt_host_free(ctx, f->done);
+  f->pv = NULL;
+  f->opened = f->reduced = f->done = NULL;
+  f->stage = NULL;
+  f->piped = false;
+}
+
+/* Whether unit i opens at md's pre hook in pipeline mode: at its first matched
+ * module or at any of its members here, whichever runs first (a root unit has no
+ * hook of its own in a stage). */
+static bool pipe_opens_at(const fsdp *f, int i, const dt_module *md) {
+  const fsdp_unit *v = &f->pv[i];
+  if (!v->n || f->opened[i]) return false;
+  if (f->u[i].first == md->index) return true;
+  for (int k = 0; k < v->n; k++)
+    if (v->mem[k].mod == md->index) return true;
+  return false;
+}
+
 static dt_status param_pre(dt_ctx *ctx, dt_module *md, struct dt_tape *tape, dt_var **io, int n,
                            void *state) {
   (void)io;
   (void)n;
   fsdp *f = state;
-  for (int i = 0; i < f->n_units; i++)
+  for (int i = 0; f->in_step && i < f->n_units; i++)
+    if (pipe_opens_at(f, i, md)) DT_CHECK(pipe_open(ctx, f, i));
+  for (int i = 0; !f->in_step && i < f->n_units; i++)
     if (f->u[i].first == md->index && f->u[i].n > 0) DT_CHECK(open_unit(ctx, &f->u[i], tape));
   return DT_OK;
 }
@@ -426,6 +604,7 @@ static dt_status param_pre(dt_ctx *ctx, dt_module *md, struct dt_tape *tape, dt_
 static dt_status param_post(dt_ctx *ctx, dt_module *md, struct dt_tape *tape, dt_var **io, int n,
                             void *state) {
   fsdp *f = state;
+  if (f->in_step) return DT_OK; /* open until the step's reduction */
   for (int i = 0; i < f->n_units; i++)
     if (f->u[i].last == md->index && f->u[i].n > 0) DT_CHECK(close_unit(ctx, &f->u[i], tape, io, n));
   return DT_OK;
@@ -433,6 +612,7 @@ static dt_status param_post(dt_ctx *ctx, dt_module *md, struct dt_tape *tape, dt
 
 static void fsdp_free(dt_ctx *ctx, void *state) {
   fsdp *f = state;
+  pipe_free(ctx, f);
   for (int i = 0; i < f->n_units; i++) dt_host_free(ctx, f->u[i].mem);
   dt_host_free(ctx, f->u);
   dt_host_free(ctx, f);
@@ -511,12 +691,13 @@ static dt_status member_layout(dt_ctx *ctx, fsdp *f, dt_module *md, fsdp_member 
 /* A unit over the modules matched[0..nm) (their weights and their descendants' not
  * claimed yet); root: every weight not claimed yet. */
 static dt_status add_unit(dt_ctx *ctx, fsdp *f, const char *name, const int *matched, int nm,
-                          bool root, bool raf, bool *claimed) {
+                          bool root, bool raf, bool raf_given, bool *claimed) {
   dt_model *m = f->m;
   fsdp_unit *u = &f->u[f->n_units];
   snprintf(u->name, sizeof u->name, "%s", name);
   u->f = f;
   u->raf = raf;
+  u->raf_given = raf_given;
   u->first = root ? 0 : m->n_mods;
   u->last = root ? 0 : -1;
   u->mem = dt_host_calloc(ctx, sizeof *u->mem * (size_t)m->n_mods);
@@ -559,7 +740,8 @@ static dt_status entry_units(dt_ctx *ctx, fsdp *f, const dt_plan_entry *en, bool
   const bool raf = f->o.zero == 2 ? false
                    : en->style.reshard_after_forward >= 0 ? en->style.reshard_after_forward == 1
                                                           : !root;
-  if (root) return add_unit(ctx, f, "root", NULL, 0, true, raf, claimed);
+  const bool given = en->style.reshard_after_forward >= 0;
+  if (root) return add_unit(ctx, f, "root", NULL, 0, true, raf, given, claimed);
   int nm = 0, hits = 0;
   for (int i = 1; i < m->n_mods; i++) {
     bool hit = false;
@@ -567,10 +749,10 @@ static dt_status entry_units(dt_ctx *ctx, fsdp *f, const dt_plan_entry *en, bool
     if (!hit) continue;
     hits++;
     if (np > 1) matched[nm++] = i;
-    else DT_CHECK(add_unit(ctx, f, m->mods[i].fqn, &i, 1, false, raf, claimed));
+    else DT_CHECK(add_unit(ctx, f, m->mods[i].fqn, &i, 1, false, raf, given, claimed));
   }
   if (!hits) return dt_error(ctx, DT_ERR_INVALID, WHO, "entry '%s' matches no module", en->pattern);
-  if (np > 1) return add_unit(ctx, f, en->pattern, matched, nm, false, raf, claimed);
+  if (np > 1) return add_unit(ctx, f, en->pattern, matched, nm, false, raf, given, claimed);
   return DT_OK;
 }
 
@@ -707,11 +889,12 @@ dt_status dt_fsdp_reduce_grads(dt_ctx *ctx, dt_model *m) {
   memcpy(saved, ctx->phase, sizeof saved);
   dt_ctx_set_phase(ctx, "backward");
   dt_status s = DT_OK;
+  fsdp_unit *us = f->piped ? f->pv : f->u; /* pipelined: the units' members here */
   for (int i = 0; s == DT_OK && i < f->n_units; i++) {
-    if (!f->u[i].n) continue;
-    s = zero1_reduce(ctx, f, &f->u[i], f->comm, f->fd, f->nfd);
+    if (!us[i].n) continue;
+    s = zero1_reduce(ctx, f, &us[i], f->comm, f->fd, f->nfd);
     if (s == DT_OK && f->o.replicate_dim >= 0)
-      s = zero1_reduce(ctx, f, &f->u[i], dt_mesh_comm(m->mesh, f->o.replicate_dim),
+      s = zero1_reduce(ctx, f, &us[i], dt_mesh_comm(m->mesh, f->o.replicate_dim),
                        &f->o.replicate_dim, 1);
   }
   dt_ctx_set_phase(ctx, saved);
@@ -724,8 +907,9 @@ dt_status dt_fsdp_after_step(dt_ctx *ctx, dt_model *m) {
   const dt_dtype md = m->dtype;
   const size_t es = dt_dtype_size(md);
   dt_status s = DT_OK;
+  fsdp_unit *us = f->piped ? f->pv : f->u; /* pipelined: the units' members here */
   for (int i = 0; s == DT_OK && i < f->n_units; i++) {
-    fsdp_unit *u = &f->u[i];
+    fsdp_unit *u = &us[i];
     if (!u->n) continue;
     char *send = dt_host_calloc(ctx, (size_t)u->P * es);
     char *recv = dt_host_alloc(ctx, (size_t)u->P * es * (size_t)f->W);
@@ -750,4 +934,91 @@ void dt_fsdp_release(dt_ctx *ctx, dt_model *m) {
   m->param_pre = m->param_post = NULL;
   m->param_state = NULL;
   m->param_free = NULL;
+}
+
+/* ---- pipeline mode: the API ------------------------------------------------------------ */
+
+dt_status dt_fsdp_pipeline_begin(dt_ctx *ctx, dt_model *m, const int *stage_of) {
+  fsdp *f = fsdp_of(m);
+  if (!f) return DT_OK;
+  if (!stage_of) return dt_error(ctx, DT_ERR_INVALID, WHO, "NULL argument");
+  if (f->in_step) return dt_error(ctx, DT_ERR_INVALID, WHO, "a pipeline step is running already");
+  for (int i = 0; f->o.zero == 3 && i < f->n_units; i++)
+    if (f->u[i].raf_given && f->u[i].raf)
+      return dt_error(ctx, DT_ERR_UNSUPPORTED, WHO,
+                      "unit %s: reshard_after_forward=True inside pipeline stages is not "
+                      "supported (TorchTitan's default with pp: False, kept for the step)",
+                      f->u[i].name);
+  pipe_free(ctx, f); /* the previous step's views */
+  const size_t nu = (size_t)f->n_units, nm = (size_t)m->n_mods;
+  int ns = 0;
+  for (size_t i = 0; i < nm; i++)
+    if (stage_of[i] >= ns) ns = stage_of[i] + 1;
+  f->pv = dt_host_calloc(ctx, sizeof *f->pv * (nu ? nu : 1));
+  f->opened = dt_host_calloc(ctx, sizeof *f->opened * (nu ? nu : 1));
+  f->reduced = dt_host_calloc(ctx, sizeof *f->reduced * (nu ? nu : 1));
+  f->stage = dt_host_alloc(ctx, sizeof *f->stage * nm);
+  f->done = dt_host_calloc(ctx, sizeof *f->done * (size_t)(ns ? ns : 1));
+  dt_status s = f->pv && f->opened && f->reduced && f->stage && f->done
+                    ? DT_OK
+                    : dt_error(ctx, DT_ERR_NOMEM, WHO, "no memory");
+  if (s == DT_OK) memcpy(f->stage, stage_of, sizeof *f->stage * nm);
+  f->n_stages = ns;
+  for (size_t i = 0; s == DT_OK && i < nu; i++) { /* the members here, packed anew */
+    const fsdp_unit *u = &f->u[i];
+    fsdp_unit *v = &f->pv[i];
+    *v = *u;
+    v->n = 0;
+    v->P = 0;
+    v->mem = dt_host_calloc(ctx, sizeof *v->mem * (size_t)(u->n ? u->n : 1));
+    if (!v->mem) {
+      s = dt_error(ctx, DT_ERR_NOMEM, WHO, "no memory");
+      break;
+    }
+    for (int k = 0; k < u->n; k++) {
+      if (stage_of[u->mem[k].mod] < 0) continue;
+      fsdp_member *mb = &v->mem[v->n++];
+      *mb = u->mem[k];
+      mb->unsharded = NULL;
+      mb->off = v->P;
+      v->P += mb->outer * mb->c * mb->inner;
+    }
+  }
+  if (s == DT_OK && f->o.zero != 1) s = dt_tape_create(ctx, NULL, &f->ptape);
+  if (s != DT_OK) {
+    pipe_free(ctx, f);
+    return s;
+  }
+  f->piped = true;
+  f->in_step = f->o.zero != 1; /* ZeRO-1 gathers nothing for compute */
+  return DT_OK;
+}
+
+/* Reduces every open unit whose members' stages have all run their last backward. */
+static dt_status pipe_reduce_ready(dt_ctx *ctx, fsdp *f, bool all) {
+  for (int i = 0; i < f->n_units; i++) {
+    if (!f->opened[i] || f->reduced[i]) continue;
+    bool ready = true;
+    for (int k = 0; !all && k < f->pv[i].n; k++) ready = ready && f->done[f->stage[f->pv[i].mem[k].mod]];
+    if (ready) DT_CHECK(pipe_reduce(ctx, f, i));
+  }
+  return DT_OK;
+}
+
+dt_status dt_fsdp_pipeline_stage_done(dt_ctx *ctx, dt_model *m, int stage) {
+  fsdp *f = fsdp_of(m);
+  if (!f || !f->in_step) return DT_OK;
+  if (stage < 0 || stage >= f->n_stages)
+    return dt_error(ctx, DT_ERR_INVALID, WHO, "stage %d: this rank holds stages below %d", stage,
+                    f->n_stages);
+  f->done[stage] = true;
+  return pipe_reduce_ready(ctx, f, false);
+}
+
+dt_status dt_fsdp_pipeline_end(dt_ctx *ctx, dt_model *m, bool reduce) {
+  fsdp *f = fsdp_of(m);
+  if (!f || !f->in_step) return DT_OK;
+  dt_status s = reduce ? pipe_reduce_ready(ctx, f, true) : DT_OK;
+  pipe_step_free(ctx, f);
+  return s;
 }

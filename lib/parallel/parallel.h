@@ -316,6 +316,26 @@ dt_status dt_fsdp_after_step(dt_ctx *ctx, dt_model *m);
 /* Removes FSDP from the model (its state and hooks); no-op when not applied. */
 void dt_fsdp_release(dt_ctx *ctx, dt_model *m);
 
+/* FSDP inside pipeline stages (dt_pipeline_step calls these; no-ops on a model
+ * without FSDP). As TorchTitan's apply_fsdp with pp (reshard_after_forward False)
+ * and PyTorch's pipelining (stage.py backward_maybe_with_nosync, perform_reduce_grad):
+ * between begin and end each unit gathers only its members on this rank's stages,
+ * once, at the first forward that reaches it, into unsharded leaves kept for the
+ * step; every microbatch's backward accumulates their gradients; a unit is
+ * reduce-scattered (+ HSDP all_reduce) once, when every stage its members are on
+ * has run its last backward (stage_done), and the result is added to the sharded
+ * weights' gradients. A unit none of whose members is here is never gathered. Per
+ * step and unit opened: one all_gather, one reduce_scatter (+ one all_reduce).
+ * ZeRO-1: begin only records the members here, which dt_fsdp_reduce_grads and
+ * dt_fsdp_after_step then reduce and gather (one call per unit with members here).
+ * stage_of[i]: the stage of module i when this rank runs it, else -1. */
+dt_status dt_fsdp_pipeline_begin(dt_ctx *ctx, dt_model *m, const int *stage_of);
+/* After the last backward of `stage` on this rank: reduces the units now complete. */
+dt_status dt_fsdp_pipeline_stage_done(dt_ctx *ctx, dt_model *m, int stage);
+/* Ends the step: reduce true reduces any unit still open (false, after a failure:
+ * nothing is communicated), then frees the unsharded leaves. */
+dt_status dt_fsdp_pipeline_end(dt_ctx *ctx, dt_model *m, bool reduce);
+
 #ifdef __cplusplus
 }
 #endif

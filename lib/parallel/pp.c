@@ -30,6 +30,12 @@
  *       shape and placements (int64s) with the ledger off, as PyTorch infers the
  *       stage's shapes before the first step; a backward one needs none (the
  *       gradient takes the placements of the activation its receiver sent).
+ * FSDP inside the stages (dt_fully_shard): the step runs between
+ *       dt_fsdp_pipeline_begin (the modules of this rank's stages) and
+ *       dt_fsdp_pipeline_end; after a stage's m-th B, dt_fsdp_pipeline_stage_done
+ *       reduces its units (PyTorch's REDUCE_GRAD after the stage's last backward,
+ *       schedules.py _add_reduce_grad), so a unit is gathered once and
+ *       reduce-scattered once per step (fsdp.c's pipeline mode).
  * Tags: (stage, microbatch, direction) packed, unique within a step.
  * Each action's start and end (dt_now) go into the caller's timeline.
  */
@@ -60,6 +66,7 @@ typedef struct pp_run {
   int pp_dim, rank, m_mb;
   dt_comm *comm;
   cell *cells;      /* [n_stages][m] */
+  int *n_b;         /* [n_stages]: backwards run; the m-th ends the stage's step (FSDP) */
   dt_pp_event *ev;  /* the timeline, or NULL */
   int max_ev, *n_ev;
 } pp_run;
@@ -244,7 +251,9 @@ static dt_status do_action(pp_run *r, const dt_pp_action *a, const dt_tensor *to
       event(r, a->kind, s, k, t0);
       if (r->L->stages[s].head) {
         dt_array v;
-        DT_CHECK(dt_tensor_full(ctx, dt_var_value(c->out), &v)); /* 0-d: no comm */
+        /* 0-d, Partial(sum) over the dims the batch is sharded on: a 1-element
+         * all_reduce on each */
+        DT_CHECK(dt_tensor_full(ctx, dt_var_value(c->out), &v));
         *loss += v.dtype == DT_F64 ? ((const double *)v.data)[0] : ((const float *)v.data)[0];
         dt_array_free(ctx, &v);
       }
@@ -256,6 +265,8 @@ static dt_status do_action(pp_run *r, const dt_pp_action *a, const dt_tensor *to
       const double t0 = dt_now();
       st = do_backward(r, s, k);
       event(r, a->kind, s, k, t0);
+      /* the stage's last backward: FSDP reduces its units (PyTorch's REDUCE_GRAD) */
+      if (st == DT_OK && ++r->n_b[s] == r->m_mb) st = dt_fsdp_pipeline_stage_done(ctx, r->m, s);
       return st;
     }
     case DT_PP_SEND_F: {
@@ -307,11 +318,23 @@ dt_status dt_pipeline_step(dt_ctx *ctx, dt_model *m, int pp_dim, const dt_pp_lay
               .comm = dt_mesh_comm(m->mesh, pp_dim), .ev = events, .max_ev = max_events,
               .n_ev = n_events};
   r.cells = calloc((size_t)S->n_stages * (size_t)r.m_mb, sizeof *r.cells);
-  if (!r.cells) return dt_error(ctx, DT_ERR_NOMEM, WHO, "no memory");
+  r.n_b = calloc((size_t)S->n_stages, sizeof *r.n_b);
+  int *stage_of = malloc(sizeof *stage_of * (size_t)m->n_mods);
+  if (!r.cells || !r.n_b || !stage_of) {
+    free(r.cells);
+    free(r.n_b);
+    free(stage_of);
+    return dt_error(ctx, DT_ERR_NOMEM, WHO, "no memory");
+  }
+  for (int i = 0; i < m->n_mods; i++) { /* the modules of this rank's stages, for FSDP */
+    const int st = dt_pp_module_stage(m, L, i);
+    stage_of[i] = st >= 0 && dt_pp_stage_rank(st, S->pp) == r.rank ? st : -1;
+  }
   char saved[sizeof ctx->phase];
   memcpy(saved, ctx->phase, sizeof saved);
-  dt_status s = DT_OK;
-  const int n = S->len[r.rank];
+  dt_status s = dt_fsdp_pipeline_begin(ctx, m, stage_of);
+  free(stage_of);
+  const int n = s == DT_OK ? S->len[r.rank] : 0;
   for (int i = 0; i < n && s == DT_OK; i++) s = do_action(&r, &S->acts[r.rank][i], tokens, targets, loss);
   for (size_t i = 0; i < (size_t)S->n_stages * (size_t)r.m_mb; i++) {
     cell *c = &r.cells[i];
@@ -321,6 +344,10 @@ dt_status dt_pipeline_step(dt_ctx *ctx, dt_model *m, int pp_dim, const dt_pp_lay
     dt_tensor_free(ctx, &c->g_in);
   }
   free(r.cells);
+  free(r.n_b);
+  /* FSDP: any unit still open reduced (none after a full schedule), the leaves freed */
+  const dt_status fs = dt_fsdp_pipeline_end(ctx, m, s == DT_OK);
+  if (s == DT_OK) s = fs;
   dt_ctx_set_phase(ctx, saved);
   return s;
 }
