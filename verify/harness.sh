@@ -24,7 +24,7 @@ NAME=harness.sh
 bgpid=
 on_exit '[ -n "$bgpid" ] && kill -9 "$bgpid" 2>/dev/null'
 
-# The tiny sweep: 15 mesh shapes x 17 plans x 1 workload (block) x 2 dtypes = 510 configs,
+# The tiny sweep: 15 mesh shapes x 18 plans x 1 workload (block) x 2 dtypes = 540 configs,
 # 60 of which run, per dtype: tp:4 and dp_replicate:2,tp:2 for the 3 TP plans,
 # dp_replicate:4 for dp, dp_shard:4 and dp_replicate:2,dp_shard:2 for fsdp, fsdp-bf16,
 # zero2 and zero1, dp_replicate:2,dp_shard:2 for hsdp (dp_shard fixed at 2),
@@ -32,10 +32,11 @@ on_exit '[ -n "$bgpid" ] && kill -9 "$bgpid" 2>/dev/null'
 # dp_shard:2,cp:2, dp_shard:4 and dp_replicate:2,dp_shard:2; dp-cp on dp_replicate:4, cp:4
 # and dp_replicate:2,cp:2; fsdp-tp-cp on dp_shard:2,tp:2 and cp:2,tp:2; pp on
 # pp:2,dp_replicate:2 (pp:4 cannot split a 1-layer block into 4 stages), pp-tp-sp on
-# pp:2,tp:2 and pp-fsdp on pp:2,dp_shard:2 (pp-fsdp-tp-sp needs 8 ranks); the model
+# pp:2,tp:2 and pp-fsdp on pp:2,dp_shard:2 (pp-fsdp-tp-sp and torchtitan-5d need 8 ranks
+# or more); the model
 # workload (6 layers) runs in the README sweep.
 TINY="--world 4 --plans-dir $PLANS --plans all --workloads block --dtypes f32,f64 --batch 4 --seq 8 --steps 1 --warmup 0"
-TOTAL=510
+TOTAL=540
 RUNS=60
 
 # ---- 1. clean sweep -----------------------------------------------------------------
@@ -166,7 +167,7 @@ SMALL="--world 4 --plans-dir $PLANS --workloads block --dtypes f32,f64 --batch 4
 "$SB" sweep $SMALL --plans torchtitan-tp-sp,tp-no-loss-parallel,fsdp,hsdp,fsdp-tp-sp,fsdp-bf16,fsdp-cp,pp,pp-fsdp --db "$C" >/dev/null 2>"$tmp/c1.err" &
 p1=$!
 # shellcheck disable=SC2086
-"$SB" sweep $SMALL --plans dp,megatron-tp,zero1,zero2,dp-cp,fsdp-tp-cp,pp-tp-sp,pp-fsdp-tp-sp --db "$C" >/dev/null 2>"$tmp/c2.err"
+"$SB" sweep $SMALL --plans dp,megatron-tp,zero1,zero2,dp-cp,fsdp-tp-cp,pp-tp-sp,pp-fsdp-tp-sp,torchtitan-5d --db "$C" >/dev/null 2>"$tmp/c2.err"
 rc2=$?
 wait $p1
 rc1=$?

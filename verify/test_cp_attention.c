@@ -39,7 +39,13 @@
  *     sequence does not (the check can fail); bad i1 values are refused;
  *  6. bad attrs of sdpa_cp (sequence not splitting into the chunks, rotate
  *     method, cp dim) are refused with DT_ERR_INVALID before any comm;
- *  7. no host memory is left allocated.
+ *  7. no host memory is left allocated;
+ *  8. the plan (dt_op_plan, no ranks): on a [other 2, cp 2] mesh, sdpa_cp keeps
+ *     q, k, v's placement on the other dim (its backward's candidates come from the
+ *     same function, cp_cands) (Replicate, as a pp dim's
+ *     tensors are, whose ranks run other stages: any collective there would wait
+ *     forever; S(0) and S(heads) as the data and tp dims give them), for both
+ *     methods; with other placements on that dim it still plans.
  * What it is not: MPI, bf16, the model wiring (lib/nn) or the harness.
  */
 #include "config.h"
@@ -788,6 +794,62 @@ static void seq_position_check(void) {
            "dt_seq_position accepts an invalid order or index");
 }
 
+/* ---- 8: the plan keeps the other dims' placements ------------------------------------ */
+
+static void plan_keeps_other_dims(void) {
+  dt_ctx ctx;
+  dt_ctx_init(&ctx, 0, 1);
+  const int ms[2] = {2, 2};
+  /* [b, s, h, hd] (layout 1): b 4, s 48, h 4, kvh 2, hd 8 */
+  const dt_placement keep[3] = {dt_replicate(), dt_shard(0), dt_shard(2)};
+  const char *const names[3] = {"R", "S(0)", "S(heads)"};
+  for (int rot = 0; rot < 2; rot++)
+    for (int p = 0; p < 3; p++) {
+      dt_op_attrs a = DT_OP_ATTRS_INIT;
+      a.dim = 1;
+      a.i0 = 1;
+      a.i1 = 4;
+      a.i2 = rot ? DT_CP_RING : DT_CP_ALLGATHER;
+      dt_spec in[3], out[2];
+      memset(in, 0, sizeof in);
+      for (int j = 0; j < 3; j++) {
+        in[j].mesh_ndim = 2;
+        in[j].ndim = 4;
+        const int64_t g[4] = {4, 48, j ? 2 : 4, 8};
+        memcpy(in[j].gshape, g, sizeof g);
+        in[j].dtype = DT_F64;
+        in[j].pl[0] = keep[p];
+        in[j].pl[1] = dt_shard(1);
+      }
+      dt_candidate ch;
+      const char *how = rot ? "ring" : "allgather", *was = names[p];
+      dt_status st = dt_op_plan(&ctx, &dt_op_sdpa_cp, &a, ms, in, out, &ch, NULL);
+      TU_CHECK(st == DT_OK, "plan sdpa_cp %s with %s on dim 0: %s", how, was, dt_last_error(&ctx));
+      for (int j = 0; st == DT_OK && j < 3; j++)
+        TU_CHECK(dt_placement_eq(ch.in[j][0], keep[p]), "plan sdpa_cp %s: input %d on dim 0 moves from %s",
+                 how, j, was);
+    }
+  /* placements the dim cannot keep (q Partial there) still plan */
+  dt_op_attrs a = DT_OP_ATTRS_INIT;
+  a.dim = 1;
+  a.i0 = 1;
+  a.i1 = 4;
+  dt_spec in[3], out[2];
+  memset(in, 0, sizeof in);
+  for (int j = 0; j < 3; j++) {
+    in[j].mesh_ndim = 2;
+    in[j].ndim = 4;
+    const int64_t g[4] = {4, 48, j ? 2 : 4, 8};
+    memcpy(in[j].gshape, g, sizeof g);
+    in[j].dtype = DT_F64;
+    in[j].pl[0] = j ? dt_replicate() : dt_partial(DT_RED_SUM);
+    in[j].pl[1] = dt_shard(1);
+  }
+  dt_candidate ch;
+  TU_OK(&ctx, dt_op_plan(&ctx, &dt_op_sdpa_cp, &a, ms, in, out, &ch, NULL));
+  dt_ctx_release(&ctx);
+}
+
 int main(int argc, char **argv) {
   tu_opts o;
   tu_parse(argc, argv, &o);
@@ -798,6 +860,7 @@ int main(int argc, char **argv) {
   dt_device_cpu_blas_threads(1);
   oracle_fd();
   seq_position_check();
+  plan_keeps_other_dims();
   static job jobs[] = {
       {"[cp 2]", 2, 1, {2, 48, 4, 2, 8}, true, 0, {{{0}}}},
       {"[cp 3]", 3, 1, {2, 48, 4, 2, 8}, false, 0, {{{0}}}},

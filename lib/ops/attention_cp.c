@@ -222,10 +222,13 @@ static dt_status cp_bwd_infer(dt_ctx *ctx, const dt_op_attrs *a, const dt_spec *
   return DT_OK;
 }
 
-/* Per mesh dim {all R, all S(heads), all S(0)} except on the cp dim, whose one
- * option is (allgather) q, out, lse, dout, dq S(seq), k, v R, dk, dv P(sum),
- * or (ring) everything S(seq); expanded, then head shardings that split h or
- * kvh unevenly dropped. Inputs: q k v [out lse dout]; outputs: out lse or dq dk dv. */
+/* Per mesh dim but cp, the placement q, k and v already share there when it is R,
+ * S(heads) or S(0) (kept: attention needs no communication over a dim it does not
+ * attend across, and a dim such as pp, whose ranks run other stages, must not see
+ * any), else {all R, all S(heads), all S(0)}; on the cp dim the one option is
+ * (allgather) q, out, lse, dout, dq S(seq), k, v R, dk, dv P(sum), or (ring)
+ * everything S(seq). Expanded, then head shardings that split h or kvh unevenly
+ * dropped. Inputs: q k v [out lse dout]; outputs: out lse or dq dk dv. */
 static dt_status cp_cands(dt_ctx *ctx, const char *name, const dt_op_attrs *a, const dt_spec *in,
                           bool bwd, dt_candidate *cand, int *n, int max) {
   int m = in[0].mesh_ndim, hdim = 1, sdim = 2, n_in = bwd ? 6 : 3, n_out = bwd ? 3 : 2;
@@ -252,11 +255,18 @@ static dt_status cp_cands(dt_ctx *ctx, const char *name, const dt_op_attrs *a, c
       nopt[i] = 1;
       continue;
     }
+    int keep = -1;
+    for (int c = 0; c < 3; c++)
+      if (dt_placement_eq(in[0].pl[i], P3[c]) && dt_placement_eq(in[1].pl[i], P3[c]) &&
+          dt_placement_eq(in[2].pl[i], P3[c]))
+        keep = c;
+    nopt[i] = 0;
     for (int c = 0; c < 3; c++) {
-      for (int j = 0; j < n_in; j++) opts[i][c].in[j] = P3[c];
-      for (int j = 0; j < n_out; j++) opts[i][c].out[j] = P3[c];
+      if (keep >= 0 && c != keep) continue;
+      for (int j = 0; j < n_in; j++) opts[i][nopt[i]].in[j] = P3[c];
+      for (int j = 0; j < n_out; j++) opts[i][nopt[i]].out[j] = P3[c];
+      nopt[i]++;
     }
-    nopt[i] = 3;
   }
   if (dt_op_expand(m, n_in, n_out, optp, nopt, cand, n, max) != DT_OK)
     return dt_error(ctx, DT_ERR_UNSUPPORTED, name, "more than %d candidates", max);

@@ -75,6 +75,36 @@ static bool same_pl(int m, const dt_placement *a, const dt_placement *b) {
   return true;
 }
 
+/* When the per-dim options' product is over max (7 per dim on a 5-D mesh is 16807),
+ * the dims with the most options, one at a time, keep only the options that move no
+ * input on that dim (each input's placement there already the option's), where
+ * there is one, until the product fits. Only reached where expanding everything
+ * would fail; a dim kept this way costs nothing to redistribute, so the cheapest
+ * candidate overall is still among the kept ones unless another option there is
+ * free too (a tie, then decided by the order). */
+static void keep_in_place(const dt_op *op, const dt_spec *in, int m,
+                          dt_dim_option (*opts)[DT_OP_MAX_OPTIONS], int *nopt, int max) {
+  bool done[DT_MAX_MESH_DIMS] = {false};
+  for (;;) {
+    double prod = 1;
+    for (int i = 0; i < m; i++) prod *= nopt[i];
+    if (prod <= max) return;
+    int d = -1;
+    for (int i = 0; i < m; i++)
+      if (!done[i] && nopt[i] > 1 && (d < 0 || nopt[i] > nopt[d])) d = i;
+    if (d < 0) return;
+    done[d] = true;
+    int k = 0;
+    for (int o = 0; o < nopt[d]; o++) {
+      bool stays = true;
+      for (int j = 0; j < op->n_in && stays; j++)
+        stays = dt_placement_eq(opts[d][o].in[j], in[j].pl[d]);
+      if (stays) opts[d][k++] = opts[d][o];
+    }
+    if (k > 0) nopt[d] = k;
+  }
+}
+
 dt_status dt_op_plan(dt_ctx *ctx, const dt_op *op, const dt_op_attrs *a, const int *mesh_shape,
                      const dt_spec *in, dt_spec *out, dt_candidate *chosen, dt_op_report *rep) {
   if (!op || !in || !out || !mesh_shape || !chosen)
@@ -107,6 +137,7 @@ dt_status dt_op_plan(dt_ctx *ctx, const dt_op *op, const dt_op_attrs *a, const i
       s = op->options(ctx, a, in, out, i, opts[i], &nopt[i], DT_OP_MAX_OPTIONS);
       optp[i] = opts[i];
     }
+    if (s == DT_OK) keep_in_place(op, in, m, opts, nopt, DT_OP_MAX_CANDIDATES);
     if (s == DT_OK && dt_op_expand(m, op->n_in, op->n_out, optp, nopt, cand, &n,
                                    DT_OP_MAX_CANDIDATES) != DT_OK)
       s = dt_error(ctx, DT_ERR_UNSUPPORTED, call, "more than %d candidates", DT_OP_MAX_CANDIDATES);
