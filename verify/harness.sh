@@ -24,20 +24,20 @@ NAME=harness.sh
 bgpid=
 on_exit '[ -n "$bgpid" ] && kill -9 "$bgpid" 2>/dev/null'
 
-# The tiny sweep: 15 mesh shapes x 18 plans x 1 workload (block) x 2 dtypes = 540 configs,
-# 60 of which run, per dtype: tp:4 and dp_replicate:2,tp:2 for the 3 TP plans,
+# The tiny sweep: 15 mesh shapes x 19 plans x 1 workload (block) x 2 dtypes = 570 configs,
+# 64 of which run, per dtype: tp:4 and dp_replicate:2,tp:2 for the 3 TP plans,
 # dp_replicate:4 for dp, dp_shard:4 and dp_replicate:2,dp_shard:2 for fsdp, fsdp-bf16,
 # zero2 and zero1, dp_replicate:2,dp_shard:2 for hsdp (dp_shard fixed at 2),
 # dp_shard:2,tp:2 for fsdp-tp-sp (tp fixed at 2); fsdp-cp on cp:4, dp_replicate:2,cp:2,
 # dp_shard:2,cp:2, dp_shard:4 and dp_replicate:2,dp_shard:2; dp-cp on dp_replicate:4, cp:4
 # and dp_replicate:2,cp:2; fsdp-tp-cp on dp_shard:2,tp:2 and cp:2,tp:2; pp on
 # pp:2,dp_replicate:2 (pp:4 cannot split a 1-layer block into 4 stages), pp-tp-sp on
-# pp:2,tp:2 and pp-fsdp on pp:2,dp_shard:2 (pp-fsdp-tp-sp and torchtitan-5d need 8 ranks
-# or more); the model
-# workload (6 layers) runs in the README sweep.
+# pp:2,tp:2, pp-fsdp on pp:2,dp_shard:2 and pp-fsdp-cp on pp:2,dp_shard:2 and pp:2,cp:2
+# (pp-fsdp-tp-sp and torchtitan-5d need 8 ranks or more); the model workload (6 layers)
+# runs in the README sweep.
 TINY="--world 4 --plans-dir $PLANS --plans all --workloads block --dtypes f32,f64 --batch 4 --seq 8 --steps 1 --warmup 0"
-TOTAL=540
-RUNS=60
+TOTAL=570
+RUNS=64
 
 # ---- 1. clean sweep -----------------------------------------------------------------
 A="$tmp/clean.db"
@@ -90,8 +90,8 @@ check "TP configs have a Megatron-LM framework cross" \
 check "dp_replicate configs have a ddp part in their cross" \
   "$(q "$A" "SELECT count(*) FROM results r JOIN configs c ON c.id = r.config_id WHERE r.status = 'ok' AND c.dp_replicate > 1 AND c.dp_shard = 1 AND c.cp = 1 AND NOT EXISTS (SELECT 1 FROM baselines b WHERE b.config_id = c.id AND b.quantity = 'comm_bytes_per_step_combined' AND (b.framework LIKE '%ddp' OR b.framework LIKE '%ddp+pp-p2p'))")" 0
 check "cp configs have a ring or all-gather attention part in their cross" \
-  "$(q "$A" "SELECT count(*) FROM results r JOIN configs c ON c.id = r.config_id WHERE r.status = 'ok' AND c.cp > 1 AND NOT EXISTS (SELECT 1 FROM baselines b WHERE b.config_id = c.id AND b.quantity = 'comm_bytes_per_step_combined' AND (b.framework LIKE '%+ring-cp' OR b.framework LIKE '%+allgather-cp'))")" 0
-check "cp ok rows" "$(q "$A" "SELECT count(*) FROM results r JOIN configs c ON c.id = r.config_id WHERE r.status = 'ok' AND c.cp > 1")" 12
+  "$(q "$A" "SELECT count(*) FROM results r JOIN configs c ON c.id = r.config_id WHERE r.status = 'ok' AND c.cp > 1 AND NOT EXISTS (SELECT 1 FROM baselines b WHERE b.config_id = c.id AND b.quantity = 'comm_bytes_per_step_combined' AND (b.framework LIKE '%+ring-cp%' OR b.framework LIKE '%+allgather-cp%'))")" 0
+check "cp ok rows" "$(q "$A" "SELECT count(*) FROM results r JOIN configs c ON c.id = r.config_id WHERE r.status = 'ok' AND c.cp > 1")" 14
 check "dp_shard configs have an fsdp (hsdp with dp_replicate, zero1, zero2) part in their cross" \
   "$(q "$A" "SELECT count(*) FROM results r JOIN configs c ON c.id = r.config_id WHERE r.status = 'ok' AND c.dp_shard > 1 AND NOT EXISTS (SELECT 1 FROM baselines b WHERE b.config_id = c.id AND b.quantity = 'comm_bytes_per_step_combined' AND (b.framework LIKE (CASE WHEN c.dp_replicate > 1 THEN '%hsdp%' ELSE '%fsdp%' END) OR b.framework LIKE '%zero1' OR b.framework LIKE '%zero2'))")" 0
 # REGRESSION check (not an independent oracle): the measured comm bytes per step of every
@@ -104,19 +104,19 @@ check "dp_shard configs have an fsdp (hsdp with dp_replicate, zero1, zero2) part
 check "REGRESSION: ok configs have a runtime-model row" \
   "$(q "$A" "SELECT count(*) FROM results r JOIN configs c ON c.id = r.config_id WHERE r.status = 'ok' AND c.pp = 1 AND NOT EXISTS (SELECT 1 FROM baselines b WHERE b.config_id = r.config_id AND b.framework = 'runtime-model')")" 0
 check "pp ok rows, with pp send rows" \
-  "$(q "$A" "SELECT count(*) FROM results r JOIN configs c ON c.id = r.config_id WHERE r.status = 'ok' AND c.pp > 1 AND EXISTS (SELECT 1 FROM comm m WHERE m.result_id = r.id AND m.mesh_dim = 'pp' AND m.op = 'send' AND m.calls > 0)")" 6
+  "$(q "$A" "SELECT count(*) FROM results r JOIN configs c ON c.id = r.config_id WHERE r.status = 'ok' AND c.pp > 1 AND EXISTS (SELECT 1 FROM comm m WHERE m.result_id = r.id AND m.mesh_dim = 'pp' AND m.op = 'send' AND m.calls > 0)")" 10
 check "REGRESSION: measured / runtime-model comm = 1.00" \
   "$(q "$A" "SELECT count(*) FROM results r JOIN baselines b ON b.config_id = r.config_id WHERE r.status = 'ok' AND b.framework = 'runtime-model' AND NOT abs(coalesce((SELECT sum(wire_bytes) FROM comm m WHERE m.result_id = r.id), 0) - b.value) <= 1e-12 * b.value")" 0
 check "run finished" "$(q "$A" 'SELECT count(*) FROM runs WHERE finished IS NOT NULL')" 1
 check "pp configs: ok, or skipped for a plan without pp, a split that does not fit or a dim the plan needs" \
   "$(q "$A" "SELECT count(*) FROM results r JOIN configs c ON c.id = r.config_id WHERE c.pp > 1 AND r.status != 'ok' AND NOT (r.status = 'skipped' AND (r.reason LIKE 'plan %' OR r.reason LIKE 'pipeline: %' OR r.reason LIKE 'tp=1:%' OR r.reason LIKE 'dp_shard=1, cp=1:%'))")" 0
 check "pp ok configs: their pipeline sends equal the pp-p2p cross" \
-  "$(q "$A" "SELECT count(*) FROM results r JOIN configs c ON c.id = r.config_id JOIN baselines b ON b.config_id = c.id AND b.framework = 'pp-p2p' WHERE r.status = 'ok' AND c.pp > 1 AND abs((SELECT sum(wire_bytes) FROM comm m WHERE m.result_id = r.id AND m.mesh_dim = 'pp') - b.value) <= 1e-9 * b.value")" 6
+  "$(q "$A" "SELECT count(*) FROM results r JOIN configs c ON c.id = r.config_id JOIN baselines b ON b.config_id = c.id AND b.framework = 'pp-p2p' WHERE r.status = 'ok' AND c.pp > 1 AND abs((SELECT sum(wire_bytes) FROM comm m WHERE m.result_id = r.id AND m.mesh_dim = 'pp') - b.value) <= 1e-9 * b.value")" 10
 # the timeline comes back from the sweep's child (bench/harness/sweep.c): pp_stats and
 # events for each pp ok result, none for the others (verify/pp-timeline.sh checks the rows)
 check "pp ok configs: a pp_stats row, pp_stages rows and events each; no other result has them" \
   "$(q "$A" "SELECT count(*) FROM results r JOIN configs c ON c.id = r.config_id JOIN pp_stats p ON p.result_id = r.id WHERE r.status = 'ok' AND c.pp > 1 AND p.pp = c.pp AND (SELECT count(*) FROM pp_stages g WHERE g.result_id = r.id) = c.pp AND EXISTS (SELECT 1 FROM pp_events e WHERE e.result_id = r.id)") $(q "$A" "SELECT count(*) FROM pp_stats") $(q "$A" "SELECT count(DISTINCT result_id) FROM pp_events")" \
-  "6 6 6"
+  "10 10 10"
 q "$A" "SELECT c.key || ' ' || r.status FROM results r JOIN configs c ON c.id = r.config_id ORDER BY 1" >"$tmp/a.set"
 
 # ---- 2. SIGKILL mid-sweep, then --resume ----------------------------------------------
@@ -167,7 +167,7 @@ SMALL="--world 4 --plans-dir $PLANS --workloads block --dtypes f32,f64 --batch 4
 "$SB" sweep $SMALL --plans torchtitan-tp-sp,tp-no-loss-parallel,fsdp,hsdp,fsdp-tp-sp,fsdp-bf16,fsdp-cp,pp,pp-fsdp --db "$C" >/dev/null 2>"$tmp/c1.err" &
 p1=$!
 # shellcheck disable=SC2086
-"$SB" sweep $SMALL --plans dp,megatron-tp,zero1,zero2,dp-cp,fsdp-tp-cp,pp-tp-sp,pp-fsdp-tp-sp,torchtitan-5d --db "$C" >/dev/null 2>"$tmp/c2.err"
+"$SB" sweep $SMALL --plans dp,megatron-tp,zero1,zero2,dp-cp,fsdp-tp-cp,pp-tp-sp,pp-fsdp-tp-sp,pp-fsdp-cp,torchtitan-5d --db "$C" >/dev/null 2>"$tmp/c2.err"
 rc2=$?
 wait $p1
 rc1=$?
