@@ -39,7 +39,11 @@
  *   - each gradient (gathered) against the reference's, normwise, within TOL;
  *   - the loss on the last stage's rank;
  *   - every other weight has no gradient;
- *   - each weight after one AdamW step (ZeRO-1: then dt_fsdp_after_step);
+ *   - each weight after one AdamW step (ZeRO-1: then dt_fsdp_after_step), and the
+ *     other stages' weights too after dt_pipeline_share refilled them;
+ *   - the parameter bytes held after dt_pipeline_release_foreign (before the step and
+ *     after the share + a new release): this rank's stages' weights only, their FSDP
+ *     shards' torch.chunk rows derived here from the shapes (held_bytes);
  *   - the ledger: the rows on the FSDP group and on dp_replicate, as a multiset of
  *     (phase, op, group, elements) derived here from the layout and the shapes
  *     (expected_rows); nothing else may appear there.
@@ -356,6 +360,30 @@ static int rank_units(const dt_pp_layout *L, int rank, int *kinds) {
   return n;
 }
 
+/* The bytes of this rank's own stages' weights as it holds them (f64): each weight's
+ * TP-local block, and under ZeRO-2/3 of it the rows torch.chunk gives FSDP rank fc of
+ * W on the dim FSDP splits (ceil(L / W) each, the last ones fewer or none); ZeRO-1
+ * keeps whole weights. */
+static int64_t held_bytes(const tcase *tc, const dt_pp_layout *L, int rank, int fc) {
+  const int W = tc->DS * tc->C, T = tc->T;
+  int kinds[2 * N_LAYERS + 4];
+  const int nu = rank_units(L, rank, kinds);
+  int64_t e = 0;
+  for (int u = 0; u < nu; u++) {
+    wdesc w[16];
+    const int n = unit_weights(kinds[u], w);
+    for (int k = 0; k < n; k++) {
+      int64_t sh[2] = {w[k].rows, w[k].cols ? w[k].cols : 1};
+      if (T > 1 && w[k].tp_dim >= 0) sh[w[k].tp_dim] /= T;
+      const int fd = T > 1 && w[k].tp_dim == 0 ? 1 : 0;
+      const int64_t len = sh[fd], rest = sh[0] * sh[1] / len, c = (len + W - 1) / W;
+      const int64_t rows = tc->zero == 1 ? len : len - fc * c < 0 ? 0 : len - fc * c < c ? len - fc * c : c;
+      e += rest * rows;
+    }
+  }
+  return e * (int64_t)sizeof(double);
+}
+
 /* One step's rows on the FSDP group and dp_replicate of this rank: per unit here,
  * ZeRO-2/3 one forward all_gather (W P, the output) and one backward reduce_scatter
  * (W P, the input), HSDP one all_reduce (P); ZeRO-1 one backward all_reduce of the
@@ -495,6 +523,17 @@ static void run_case(dt_ctx *ctx, const ref *R, const tcase *tc, const plans *pl
   if (s == DT_OK) s = dt_pp_schedule_generate(ctx, tc->kind, PP, tc->v, M, &S);
   if (s == DT_OK) s = dt_pp_schedule_lower(ctx, &S);
   if (s == DT_OK) s = build(ctx, mesh, tc, &d, pl, false, &m);
+  /* this rank keeps its stages' weights (their FSDP shards) only */
+  if (s == DT_OK) s = dt_pipeline_release_foreign(ctx, m, d.pp, &L);
+  /* the FSDP group's coordinate: dp_shard outer, cp inner (dp_shard_cp) */
+  const int fc = (d.ds >= 0 ? dt_mesh_coord(mesh, d.ds) : 0) * tc->C +
+                 (d.c >= 0 ? dt_mesh_coord(mesh, d.c) : 0);
+  const int64_t want_bytes = held_bytes(tc, &L, r, fc);
+  dt_model_mem mem;
+  dt_model_state_bytes(m, &mem);
+  TU_CHECK(s != DT_OK || mem.params == want_bytes,
+           "%s, rank %d: %lld parameter bytes after the release, want its stages' shards' %lld",
+           what, ctx->rank, (long long)mem.params, (long long)want_bytes);
   dt_ledger_enable(ctx, false);
   for (int k = 0; s == DT_OK && k < M; k++) {
     s = microbatch(ctx, mesh, dmask, ndp, 0, k, M, &tok[k]);
@@ -545,6 +584,20 @@ static void run_case(dt_ctx *ctx, const ref *R, const tcase *tc, const plans *pl
       wa = fmax(wa, wv && n == R->n[i] ? normwise(wv, R->after[i], n) : INFINITY);
       free(wv);
     }
+    /* every weight after the share of the owners' values (the released ones refilled),
+     * then released again */
+    TU_OK(ctx, dt_pipeline_share(ctx, m, d.pp, &L, false));
+    for (int i = 0; !tc->fault[0] && i < m->n_mods; i++) {
+      if (!m->mods[i].weight || mine(m, &L, i, r)) continue;
+      int64_t n = 0;
+      double *wv = full(ctx, dt_var_value(m->mods[i].weight), &n);
+      wa = fmax(wa, wv && n == R->n[i] ? normwise(wv, R->after[i], n) : INFINITY);
+      free(wv);
+    }
+    TU_OK(ctx, dt_pipeline_release_foreign(ctx, m, d.pp, &L));
+    dt_model_state_bytes(m, &mem);
+    TU_CHECK(mem.params == want_bytes, "%s, rank %d: %lld parameter bytes after the share and "
+             "release, want %lld", what, ctx->rank, (long long)mem.params, (long long)want_bytes);
     if (tc->fault[0]) {
       if (r == 0) /* layer 0 is on stage 0, pp rank 0 */
         TU_CHECK(wq > 1e-3, "%s, pp rank %d: the unreduced %s went unnoticed (%.3g)", what, r,
