@@ -360,12 +360,20 @@ static int rank_units(const dt_pp_layout *L, int rank, int *kinds) {
   return n;
 }
 
+/* torch.chunk's piece i of len rows over w: ceil(len / w) each, the last ones fewer or none. */
+static int64_t chunk_rows(int64_t len, int w, int i) {
+  const int64_t c = (len + w - 1) / w, left = len - i * c;
+  return left < 0 ? 0 : left < c ? left : c;
+}
+
 /* The bytes of this rank's own stages' weights as it holds them (f64): each weight's
- * TP-local block, and under ZeRO-2/3 of it the rows torch.chunk gives FSDP rank fc of
- * W on the dim FSDP splits (ceil(L / W) each, the last ones fewer or none); ZeRO-1
- * keeps whole weights. */
-static int64_t held_bytes(const tcase *tc, const dt_pp_layout *L, int rank, int fc) {
-  const int W = tc->DS * tc->C, T = tc->T;
+ * TP-local block, and under ZeRO-2/3 of it the rows on the dim FSDP splits as the
+ * weight's placements give them: Shard on dp_shard (coordinate ds), then Shard of that
+ * on cp (coordinate c), each a torch.chunk (DTensor's nested sharding, as
+ * dt_fully_shard documents; a flattened dp_shard_cp chunk differs for uneven rows:
+ * HIDDEN 90 is 23 22 23 22 nested, 23 23 23 21 flat). ZeRO-1 keeps whole weights. */
+static int64_t held_bytes(const tcase *tc, const dt_pp_layout *L, int rank, int ds, int cc) {
+  const int T = tc->T;
   int kinds[2 * N_LAYERS + 4];
   const int nu = rank_units(L, rank, kinds);
   int64_t e = 0;
@@ -376,9 +384,8 @@ static int64_t held_bytes(const tcase *tc, const dt_pp_layout *L, int rank, int 
       int64_t sh[2] = {w[k].rows, w[k].cols ? w[k].cols : 1};
       if (T > 1 && w[k].tp_dim >= 0) sh[w[k].tp_dim] /= T;
       const int fd = T > 1 && w[k].tp_dim == 0 ? 1 : 0;
-      const int64_t len = sh[fd], rest = sh[0] * sh[1] / len, c = (len + W - 1) / W;
-      const int64_t rows = tc->zero == 1 ? len : len - fc * c < 0 ? 0 : len - fc * c < c ? len - fc * c : c;
-      e += rest * rows;
+      const int64_t len = sh[fd], rest = sh[0] * sh[1] / len;
+      e += rest * (tc->zero == 1 ? len : chunk_rows(chunk_rows(len, tc->DS, ds), tc->C, cc));
     }
   }
   return e * (int64_t)sizeof(double);
@@ -525,10 +532,8 @@ static void run_case(dt_ctx *ctx, const ref *R, const tcase *tc, const plans *pl
   if (s == DT_OK) s = build(ctx, mesh, tc, &d, pl, false, &m);
   /* this rank keeps its stages' weights (their FSDP shards) only */
   if (s == DT_OK) s = dt_pipeline_release_foreign(ctx, m, d.pp, &L);
-  /* the FSDP group's coordinate: dp_shard outer, cp inner (dp_shard_cp) */
-  const int fc = (d.ds >= 0 ? dt_mesh_coord(mesh, d.ds) : 0) * tc->C +
-                 (d.c >= 0 ? dt_mesh_coord(mesh, d.c) : 0);
-  const int64_t want_bytes = held_bytes(tc, &L, r, fc);
+  const int64_t want_bytes = held_bytes(tc, &L, r, d.ds >= 0 ? dt_mesh_coord(mesh, d.ds) : 0,
+                                        d.c >= 0 ? dt_mesh_coord(mesh, d.c) : 0);
   dt_model_mem mem;
   dt_model_state_bytes(m, &mem);
   TU_CHECK(s != DT_OK || mem.params == want_bytes,
