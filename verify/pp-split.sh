@@ -3,9 +3,11 @@
 # parallelism.module_fqns_per_model_part, pipeline_parallel_first_stage_less_layers /
 # _last_stage_less_layers; torchtitan/distributed/pipeline_parallel.py
 # generate_llm_fqn_per_model_part and pipeline_module_split).
-# The oracle: rank 0 (pp rank 0) keeps gradients of its own stages' weights only, so its
-# gradient bytes are the sum of those weights' sizes, derived here from the debugmodel's
-# shapes (dim 256, 16 heads = kv heads, vocab 2048, FFN hidden 768; f64):
+# The oracle: rank 0 (pp rank 0) holds its own stages' weights only (the others' are
+# released, as pipeline_module_split deletes them) and keeps their gradients only, so its
+# parameter and gradient bytes are each the sum of those weights' sizes, and AdamW's
+# state (exp_avg, exp_avg_sq in the weights' dtype) twice that, derived here from the
+# debugmodel's shapes (dim 256, 16 heads = kv heads, vocab 2048, FFN hidden 768; f64):
 #   tok_embeddings 2048 x 256; one block: wq, wk, wv, wo 256 x 256, w1, w3 768 x 256,
 #   w2 256 x 768, two norms 256.
 # Each run also verifies against the unsharded reference (status ok), and the
@@ -37,7 +39,8 @@ run() {
 }
 field() { python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(eval(sys.argv[2]))" "$@"; }
 
-# expect LABEL GRAD_BYTES SENDS PLAN...: ok, rank 0's gradient bytes, its forward sends
+# expect LABEL BYTES SENDS PLAN...: ok, rank 0's parameter and gradient bytes (its stages'
+# weights), its optimizer bytes (2 x), its forward sends
 expect() {
   label=$1 grads=$2 sends=$3
   shift 3
@@ -45,6 +48,10 @@ expect() {
   check "$label: status" "$(field "$tmp/r.json" 'd["status"]')" ok
   check "$label: rank 0's gradient bytes = its stages' weights" \
     "$(field "$tmp/r.json" 'd["mem_grads_bytes"]')" "$grads"
+  check "$label: rank 0's parameter bytes = its stages' weights" \
+    "$(field "$tmp/r.json" 'd["mem_params_bytes"]')" "$grads"
+  check "$label: rank 0's AdamW bytes = 2 x its stages' weights" \
+    "$(field "$tmp/r.json" 'd["mem_optimizer_bytes"]')" $((2 * grads))
   check "$label: rank 0's forward sends" \
     "$(field "$tmp/r.json" 'sum(c["calls"] for c in d["comm"] if c["op"] == "send" and c["phase"] == "forward")')" \
     "$sends"

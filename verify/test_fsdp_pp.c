@@ -39,7 +39,11 @@
  *   - each gradient (gathered) against the reference's, normwise, within TOL;
  *   - the loss on the last stage's rank;
  *   - every other weight has no gradient;
- *   - each weight after one AdamW step (ZeRO-1: then dt_fsdp_after_step);
+ *   - each weight after one AdamW step (ZeRO-1: then dt_fsdp_after_step), and the
+ *     other stages' weights too after dt_pipeline_share refilled them;
+ *   - the parameter bytes held after dt_pipeline_release_foreign (before the step and
+ *     after the share + a new release): this rank's stages' weights only, their FSDP
+ *     shards' torch.chunk rows derived here from the shapes (held_bytes);
  *   - the ledger: the rows on the FSDP group and on dp_replicate, as a multiset of
  *     (phase, op, group, elements) derived here from the layout and the shapes
  *     (expected_rows); nothing else may appear there.
@@ -356,6 +360,37 @@ static int rank_units(const dt_pp_layout *L, int rank, int *kinds) {
   return n;
 }
 
+/* torch.chunk's piece i of len rows over w: ceil(len / w) each, the last ones fewer or none. */
+static int64_t chunk_rows(int64_t len, int w, int i) {
+  const int64_t c = (len + w - 1) / w, left = len - i * c;
+  return left < 0 ? 0 : left < c ? left : c;
+}
+
+/* The bytes of this rank's own stages' weights as it holds them (f64): each weight's
+ * TP-local block, and under ZeRO-2/3 of it the rows on the dim FSDP splits as the
+ * weight's placements give them: Shard on dp_shard (coordinate ds), then Shard of that
+ * on cp (coordinate c), each a torch.chunk (DTensor's nested sharding, as
+ * dt_fully_shard documents; a flattened dp_shard_cp chunk differs for uneven rows:
+ * HIDDEN 90 is 23 22 23 22 nested, 23 23 23 21 flat). ZeRO-1 keeps whole weights. */
+static int64_t held_bytes(const tcase *tc, const dt_pp_layout *L, int rank, int ds, int cc) {
+  const int T = tc->T;
+  int kinds[2 * N_LAYERS + 4];
+  const int nu = rank_units(L, rank, kinds);
+  int64_t e = 0;
+  for (int u = 0; u < nu; u++) {
+    wdesc w[16];
+    const int n = unit_weights(kinds[u], w);
+    for (int k = 0; k < n; k++) {
+      int64_t sh[2] = {w[k].rows, w[k].cols ? w[k].cols : 1};
+      if (T > 1 && w[k].tp_dim >= 0) sh[w[k].tp_dim] /= T;
+      const int fd = T > 1 && w[k].tp_dim == 0 ? 1 : 0;
+      const int64_t len = sh[fd], rest = sh[0] * sh[1] / len;
+      e += rest * (tc->zero == 1 ? len : chunk_rows(chunk_rows(len, tc->DS, ds), tc->C, cc));
+    }
+  }
+  return e * (int64_t)sizeof(double);
+}
+
 /* One step's rows on the FSDP group and dp_replicate of this rank: per unit here,
  * ZeRO-2/3 one forward all_gather (W P, the output) and one backward reduce_scatter
  * (W P, the input), HSDP one all_reduce (P); ZeRO-1 one backward all_reduce of the
@@ -495,6 +530,15 @@ static void run_case(dt_ctx *ctx, const ref *R, const tcase *tc, const plans *pl
   if (s == DT_OK) s = dt_pp_schedule_generate(ctx, tc->kind, PP, tc->v, M, &S);
   if (s == DT_OK) s = dt_pp_schedule_lower(ctx, &S);
   if (s == DT_OK) s = build(ctx, mesh, tc, &d, pl, false, &m);
+  /* this rank keeps its stages' weights (their FSDP shards) only */
+  if (s == DT_OK) s = dt_pipeline_release_foreign(ctx, m, d.pp, &L);
+  const int64_t want_bytes = held_bytes(tc, &L, r, d.ds >= 0 ? dt_mesh_coord(mesh, d.ds) : 0,
+                                        d.c >= 0 ? dt_mesh_coord(mesh, d.c) : 0);
+  dt_model_mem mem;
+  dt_model_state_bytes(m, &mem);
+  TU_CHECK(s != DT_OK || mem.params == want_bytes,
+           "%s, rank %d: %lld parameter bytes after the release, want its stages' shards' %lld",
+           what, ctx->rank, (long long)mem.params, (long long)want_bytes);
   dt_ledger_enable(ctx, false);
   for (int k = 0; s == DT_OK && k < M; k++) {
     s = microbatch(ctx, mesh, dmask, ndp, 0, k, M, &tok[k]);
@@ -545,6 +589,20 @@ static void run_case(dt_ctx *ctx, const ref *R, const tcase *tc, const plans *pl
       wa = fmax(wa, wv && n == R->n[i] ? normwise(wv, R->after[i], n) : INFINITY);
       free(wv);
     }
+    /* every weight after the share of the owners' values (the released ones refilled),
+     * then released again */
+    TU_OK(ctx, dt_pipeline_share(ctx, m, d.pp, &L, false));
+    for (int i = 0; !tc->fault[0] && i < m->n_mods; i++) {
+      if (!m->mods[i].weight || mine(m, &L, i, r)) continue;
+      int64_t n = 0;
+      double *wv = full(ctx, dt_var_value(m->mods[i].weight), &n);
+      wa = fmax(wa, wv && n == R->n[i] ? normwise(wv, R->after[i], n) : INFINITY);
+      free(wv);
+    }
+    TU_OK(ctx, dt_pipeline_release_foreign(ctx, m, d.pp, &L));
+    dt_model_state_bytes(m, &mem);
+    TU_CHECK(mem.params == want_bytes, "%s, rank %d: %lld parameter bytes after the share and "
+             "release, want %lld", what, ctx->rank, (long long)mem.params, (long long)want_bytes);
     if (tc->fault[0]) {
       if (r == 0) /* layer 0 is on stage 0, pp rank 0 */
         TU_CHECK(wq > 1e-3, "%s, pp rank %d: the unreduced %s went unnoticed (%.3g)", what, r,

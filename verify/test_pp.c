@@ -16,6 +16,15 @@
  *   - the ledger: sends and recvs per rank as the schedule's analytic count
  *     (2 (v pp - 1) m transfers per step in all: rank r's share derived here from
  *     the placement), each of one microbatch's activation [b/m, s, dim];
+ *   - the memory a rank holds: after dt_pipeline_release_foreign, its parameter
+ *     bytes (dt_model_state_bytes) are its stages' weights, derived here from the
+ *     config's shapes (Llama's layout: wq, wo dim x dim; wk, wv kv_heads x head_dim
+ *     rows; w1, w3, w2 with TorchTitan's FeedForward hidden size computed here; two
+ *     norms per block; the embedding and the output vocab x dim, the final norm dim),
+ *     and after AdamW its optimizer bytes twice that;
+ *   - dt_pipeline_share of the values then refills the released weights with their
+ *     owners' copies: every weight on every rank equals the reference after AdamW,
+ *     the parameter bytes are the whole model's; a second release brings them back;
  *   - one case proving the check can fail: the step run with the targets of
  *     another microbatch order (the loss changes, the gradients differ).
  */
@@ -163,6 +172,16 @@ static bool in_stage(const dt_model *m, int i, const dt_pp_stage *st) {
   return l >= st->first_layer && l < st->first_layer + st->n_layers;
 }
 
+/* Elements of stage st's weights, from the config (TorchTitan's Llama 3: model.py
+ * Attention, FeedForward, TransformerBlock; the hidden size as FeedForward.__init__). */
+static int64_t stage_elems(const dt_llama_config *c, const dt_pp_stage *st) {
+  const int64_t d = c->dim, hd = c->dim / c->n_heads, v = c->vocab;
+  int64_t hidden = 2 * (4 * d) / 3; /* no ffn_dim_multiplier in tiny_config */
+  hidden = c->multiple_of * ((hidden + c->multiple_of - 1) / c->multiple_of);
+  const int64_t block = 2 * d * d + 2 * (c->n_kv_heads * hd) * d + 3 * hidden * d + 2 * d;
+  return (st->embedding ? v * d : 0) + st->n_layers * block + (st->head ? d + v * d : 0);
+}
+
 typedef struct pcase {
   dt_pp_schedule_kind kind;
   int v, m;
@@ -187,6 +206,19 @@ static void run_case(dt_ctx *ctx, dt_mesh *mesh, const ref *R, const pcase *pc) 
   if (s == DT_OK) s = dt_pp_schedule_lower(ctx, S);
   if (s == DT_OK) s = dt_model_create(ctx, mesh, &cfg, DT_F64, SEED, &m);
   if (s == DT_OK) s = dt_model_materialize(ctx, m);
+  /* this rank keeps its stages' weights only (the runtime reads no other) */
+  if (s == DT_OK) s = dt_pipeline_release_foreign(ctx, m, 0, L);
+  int64_t mine_bytes = 0, all_bytes = 0; /* this rank's stages' weights, the model's */
+  for (int st = 0; s == DT_OK && st < L->n_stages; st++) {
+    const int64_t b = stage_elems(&cfg, &L->stages[st]) * (int64_t)sizeof(double);
+    all_bytes += b;
+    if (dt_pp_stage_rank(st, pp) == r) mine_bytes += b;
+  }
+  dt_model_mem mem;
+  dt_model_state_bytes(m, &mem);
+  TU_CHECK(s != DT_OK || mem.params == mine_bytes,
+           "%s, rank %d: %lld parameter bytes held after the release, want its stages' %lld", what,
+           r, (long long)mem.params, (long long)mine_bytes);
   for (int k = 0; s == DT_OK && k < M; k++) {
     s = ids_tensor(ctx, mesh, 0, k * TB / M, TB / M, cfg.vocab, &tok[k]);
     const int kt = pc->wrong ? (k + 1) % M : k;
@@ -260,6 +292,34 @@ static void run_case(dt_ctx *ctx, dt_mesh *mesh, const ref *R, const pcase *pc) 
         free(wv);
       }
       TU_CHECK(wa <= TOL, "%s, rank %d: weights after AdamW differ by %.3g", what, r, wa);
+      dt_model_state_bytes(m, &mem);
+      TU_CHECK(mem.params == mine_bytes && mem.optimizer == 2 * mine_bytes,
+               "%s, rank %d: after AdamW %lld parameter, %lld optimizer bytes; want %lld, %lld",
+               what, r, (long long)mem.params, (long long)mem.optimizer, (long long)mine_bytes,
+               2 * (long long)mine_bytes);
+      /* the owners' values into the released weights: every weight as the reference's */
+      TU_OK(ctx, dt_pipeline_share(ctx, m, 0, L, false));
+      double ws = 0;
+      int n_cmp = 0;
+      for (int i = 0; i < m->n_mods; i++) {
+        if (!m->mods[i].weight) continue;
+        int64_t n = 0;
+        double *wv = full(ctx, dt_var_value(m->mods[i].weight), &n);
+        TU_CHECK(wv && R->after[i] && n == R->n[i], "%s, rank %d: %s: no value after the share",
+                 what, r, m->mods[i].fqn);
+        if (wv && R->after[i] && n == R->n[i]) ws = fmax(ws, normwise(wv, R->after[i], n)), n_cmp++;
+        free(wv);
+      }
+      TU_CHECK(ws <= TOL && n_cmp > 0, "%s, rank %d: shared weights differ by %.3g (%d compared)",
+               what, r, ws, n_cmp);
+      dt_model_state_bytes(m, &mem);
+      TU_CHECK(mem.params == all_bytes, "%s, rank %d: %lld parameter bytes after the share, want "
+               "the model's %lld", what, r, (long long)mem.params, (long long)all_bytes);
+      TU_OK(ctx, dt_pipeline_release_foreign(ctx, m, 0, L));
+      TU_OK(ctx, dt_pipeline_release_foreign(ctx, m, 0, L)); /* idempotent */
+      dt_model_state_bytes(m, &mem);
+      TU_CHECK(mem.params == mine_bytes, "%s, rank %d: %lld parameter bytes after the second "
+               "release, want %lld", what, r, (long long)mem.params, (long long)mine_bytes);
       if (r == pp - 1 && !pc->wrong)
         printf("  %-40s grads/loss %.2e, weights %.2e\n", what, worst, wa);
     }

@@ -74,7 +74,10 @@
  * each data-parallel rank's batch cut into microbatches of the plan's size, the
  * stages split as TorchTitan does (pipe_build, dt_pipeline_step); the loss and
  * every weight's gradient are shared from their stage's rank for the verifier
- * (dt_pipeline_share; each rank's optimizer then trains its own stages only).
+ * (dt_pipeline_share; each rank's optimizer then trains its own stages only). A rank
+ * holds only its stages' weights (dt_pipeline_release_foreign after build_model and
+ * save_weights; the final check shares the others' in, then releases them again), so
+ * the memory split and the peak count this rank's stages.
  * Every rank's timeline of each timed step (dt_pipeline_step's events) and its host
  * peak during the step go to rank 0 after the run (pipe_gather), which derives the
  * measured bubble and the per-stage figures of results/schema.sql's pp_* tables.
@@ -917,7 +920,11 @@ static dt_status collect(dt_ctx *ctx, dt_model *m, job *j, pipe *pp, const dt_va
   if (s == DT_OK)
     s = step >= 0 ? sb_snap_step(ctx, m, loss, step, rec, ref, c)
                   : sb_snap_params(ctx, m, last, rec, ref, c);
-  if (pp) dt_pipeline_drop_foreign_grads(m, j->pp_dim, &pp->L); /* AdamW trains this rank's */
+  /* the other stages' gradients (AdamW trains this rank's) and shared weights go again */
+  if (pp) {
+    const dt_status r = dt_pipeline_release_foreign(ctx, m, j->pp_dim, &pp->L);
+    if (s == DT_OK) s = r;
+  }
   dt_ctx_set_phase(ctx, "");
   return s;
 }
@@ -970,6 +977,12 @@ static dt_status train(dt_ctx *ctx, dt_mesh *mesh, job *j) {
   if (s == DT_OK && !j->reference && j->o->save_weights[0]) {
     s = save_weights(ctx, m, j);
     if (s == DT_OK && ctx->rank == 0) j->weights_saved = true;
+  }
+  if (s == DT_OK && pp) { /* this rank keeps its stages' weights only (pipeline_module_split) */
+    s = dt_pipeline_release_foreign(ctx, m, j->pp_dim, &pp->L);
+    /* the peak restarts: generating every stage's weights from the one seed, as the
+     * reference does, is setup (TorchTitan initializes only its stages' modules) */
+    ctx->mem.host_peak = ctx->mem.host_cur;
   }
   if (s == DT_OK && j->reference && ctx->rank == 0) s = sb_snap_init(ctx, m, total, &j->out);
   if (s == DT_OK) dt_ledger_clear(ctx);

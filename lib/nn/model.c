@@ -782,7 +782,8 @@ void dt_model_state_bytes(const dt_model *m, dt_model_mem *out) {
   for (int i = 0; m && i < m->n_mods; i++) {
     const dt_module *md = &m->mods[i];
     if (!md->weight) continue;
-    out->params += (int64_t)dt_array_bytes(&dt_var_value(md->weight)->local);
+    const dt_array *w = &dt_var_value(md->weight)->local;
+    if (w->data) out->params += (int64_t)dt_array_bytes(w); /* released: not held */
     const dt_tensor *g = dt_var_grad(md->weight);
     if (g) out->grads += (int64_t)dt_array_bytes(&g->local);
     if (m->adam_m[i].mesh)

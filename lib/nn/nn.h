@@ -205,7 +205,8 @@ dt_status dt_model_save_weights(dt_ctx *ctx, dt_model *m, const char *path, dt_d
                                 dt_weight_names names, int n_meta, const char *const *keys,
                                 const char *const *vals);
 
-/* This rank's bytes of the model's state: every weight's local array, every
+/* This rank's bytes of the model's state: every weight's local array held (a
+ * released one, dt_pipeline_release_foreign, counts none), every
  * weight's gradient held now (none before backward or after the optimizer), and
  * AdamW's two states (none before the first step). */
 typedef struct dt_model_mem {

@@ -236,8 +236,8 @@ typedef struct dt_pp_event {
 
 /* One step's forward and backward of every microbatch through the pipeline over
  * mesh dim pp_dim: this rank runs its list of the lowered schedule S (actions in
- * order) on the stages of layout L it holds (the model on every rank holds every
- * weight; a rank runs only its stages' modules, dt_model_forward_part). tokens and
+ * order) on the stages of layout L it holds (it runs only its stages' modules,
+ * dt_model_forward_part: the other stages' weights may be released). tokens and
  * targets: S->n_microbatches DTensors each (read on the first and the last stage's
  * rank). Each microbatch's loss is divided by the count (TorchTitan's
  * rescale_accumulated_loss); *loss is their sum on the last stage's rank (0
@@ -257,12 +257,22 @@ int dt_pp_module_stage(const dt_model *m, const dt_pp_layout *L, int i);
 /* For checks (the verifier, checkpoints): makes every pp rank's copy of each weight's
  * value (grads false) or gradient (grads true) its owner's: the pp rank holding the
  * weight's stage broadcasts it over the pp group (a gradient's placements first).
+ * A value released on this rank (dt_pipeline_release_foreign) is allocated first.
  * Collective over the pp group. Afterwards the other ranks hold gradients of weights
- * they do not train: dt_pipeline_drop_foreign_grads before the optimizer. */
+ * they do not train (dt_pipeline_drop_foreign_grads before the optimizer) and, with
+ * grads false, the other stages' values (dt_pipeline_release_foreign after the check). */
 dt_status dt_pipeline_share(dt_ctx *ctx, dt_model *m, int pp_dim, const dt_pp_layout *L,
                             bool grads);
 /* Drops the gradients of the weights whose stages this rank does not hold. */
 void dt_pipeline_drop_foreign_grads(dt_model *m, int pp_dim, const dt_pp_layout *L);
+/* Frees the local data of every weight whose stage this rank does not hold (under
+ * FSDP the local data is the shard), and drops their gradients: the rank then holds
+ * only its stages' weights, as TorchTitan's pipeline_module_split leaves each rank
+ * (torchtitan/distributed/pipeline_parallel.py). The tensors' metadata stay, so
+ * dt_pipeline_share can refill them; dt_model_state_bytes counts only allocated
+ * values. Idempotent; local, no communication. DT_ERR_INVALID for a bad pp_dim or a
+ * weight in no stage of L (nothing released then). */
+dt_status dt_pipeline_release_foreign(dt_ctx *ctx, dt_model *m, int pp_dim, const dt_pp_layout *L);
 
 /* ---- FSDP2 (fully_shard), HSDP, ZeRO: lib/parallel/fsdp.c ---- */
 

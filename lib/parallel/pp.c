@@ -6,8 +6,11 @@
  * (torchtitan/distributed/pipeline_parallel.py build_pipeline_schedule:
  * rescale_accumulated_loss, each microbatch's loss divided by m).
  *
- * Every rank holds the whole model (its weights are generated for all stages, the
- * same on every rank) and runs only its stages' modules (dt_model_forward_part);
+ * Every rank's model has every weight's metadata, and its data is generated for all
+ * stages (the same on every rank, one RNG stream); a caller then frees the other
+ * stages' data (dt_pipeline_release_foreign), as TorchTitan's pipeline_module_split
+ * (torchtitan/distributed/pipeline_parallel.py) deletes the other stages' modules
+ * from each rank's model copy. A rank runs only its stages' modules (dt_model_forward_part);
  * each (stage, microbatch) forward is recorded on a tape of its own, kept until
  * that microbatch's backward of the stage, then freed, so a rank holds the
  * activations of the forwards whose backward has not run yet (1F1B's bound).
@@ -385,6 +388,12 @@ dt_status dt_pipeline_share(dt_ctx *ctx, dt_model *m, int pp_dim, const dt_pp_la
     const int owner = dt_pp_stage_rank(st, pp);
     dt_tensor *w = (dt_tensor *)dt_var_value(md->weight); /* overwritten in place */
     if (!grads) {
+      if (!w->local.data && w->local.numel && me == owner)
+        return dt_error(ctx, DT_ERR_INVALID, who, "%s: released on its own stage's rank", md->fqn);
+      if (!w->local.data) { /* released (dt_pipeline_release_foreign): the owner's copy */
+        const dt_array was = w->local; /* its shape: dt_array_create clears out first */
+        DT_CHECK(dt_array_create(ctx, was.dev, was.dtype, was.ndim, was.shape, &w->local));
+      }
       DT_CHECK(dt_comm_broadcast(comm, w->local.data, (size_t)w->local.numel, w->dtype, owner));
       continue;
     }
@@ -435,4 +444,23 @@ void dt_pipeline_drop_foreign_grads(dt_model *m, int pp_dim, const dt_pp_layout 
     if (m->mods[i].weight && st >= 0 && dt_pp_stage_rank(st, pp) != me)
       (void)dt_var_set_grad(m->tape, m->mods[i].weight, NULL); /* a drop cannot fail */
   }
+}
+
+dt_status dt_pipeline_release_foreign(dt_ctx *ctx, dt_model *m, int pp_dim, const dt_pp_layout *L) {
+  static const char who[] = "dt_pipeline_release_foreign";
+  if (!ctx || !m || !L || !m->tape) return dt_error(ctx, DT_ERR_INVALID, who, "NULL argument");
+  if (pp_dim < 0 || pp_dim >= dt_mesh_ndim(m->mesh))
+    return dt_error(ctx, DT_ERR_INVALID, who, "pp mesh dim %d", pp_dim);
+  const int pp = dt_mesh_size(m->mesh, pp_dim), me = dt_mesh_coord(m->mesh, pp_dim);
+  for (int i = 0; i < m->n_mods; i++) { /* every weight in a stage first: nothing half-released */
+    if (m->mods[i].weight && dt_pp_module_stage(m, L, i) < 0)
+      return dt_error(ctx, DT_ERR_INVALID, who, "%s is in no stage", m->mods[i].fqn);
+  }
+  dt_pipeline_drop_foreign_grads(m, pp_dim, L);
+  for (int i = 0; i < m->n_mods; i++) {
+    if (!m->mods[i].weight || dt_pp_stage_rank(dt_pp_module_stage(m, L, i), pp) == me) continue;
+    /* the data only: shape, numel and placements stay for dt_pipeline_share to refill */
+    dt_array_free(ctx, &((dt_tensor *)dt_var_value(m->mods[i].weight))->local);
+  }
+  return DT_OK;
 }
