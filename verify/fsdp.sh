@@ -160,6 +160,14 @@ expect "hsdp 2 x 2 f64" 3 --plan hsdp --dp-replicate 2 --dp-shard 2 --dtype f64
 expect "zero2 dp_shard 2 f64" 2 --plan zero2 --dp-shard 2 --dtype f64
 expect "zero1 dp_shard 3 f64 (uneven)" 1 --plan zero1 --dp-shard 3 --dtype f64
 expect "zero1 2 x 2 f64 (dp_replicate too)" 1 --plan zero1 --dp-replicate 2 --dp-shard 2 --dtype f64
+# a batch smaller than the data ranks (8 sequences over 2 x 16 ranks: 12 of each 16 hold
+# none): the ops leave some gradients Shard on dp_shard (their planner reduce-scatters
+# them), which ZeRO-1 gathers before its all-reduce; the verdict only (the collectives are
+# then the planner's, not FSDP's)
+checks=$((checks + 1))
+run --plan zero1 --dp-replicate 2 --dp-shard 16 --workload block >"$tmp/r.json" 2>"$tmp/e"
+zs=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["status"])' "$tmp/r.json" 2>&1)
+[ "$zs" = ok ] || fail "zero1 2 x 16, batch 8: $zs $(tail -1 "$tmp/e")"
 expect "fsdp-tp-sp 2 x 2 f64" 3 --plan fsdp-tp-sp --dp-shard 2 --tp 2 --dtype f64
 expect "fsdp-tp-sp 3 x 2 f64 (uneven)" 3 --plan fsdp-tp-sp --dp-shard 3 --tp 2 --dtype f64
 expect "fsdp-tp-sp, HSDP + TP 2 x 2 x 2 f32" 3 --plan fsdp-tp-sp --dp-replicate 2 --dp-shard 2 --tp 2

@@ -852,7 +852,27 @@ static dt_status zero1_reduce(dt_ctx *ctx, fsdp *f, fsdp_unit *u, dt_comm *c, co
   if (!buf) return dt_error(ctx, DT_ERR_NOMEM, WHO, "no memory");
   bool any = false;
   int64_t at = 0;
-  for (int k = 0; k < u->n; k++) {
+  dt_status s = DT_OK;
+  for (int k = 0; k < u->n && s == DT_OK; k++) {
+    /* a gradient the ops left Shard(d) on a reduced dim (a batch too small to split
+     * over the data ranks makes the planner reduce-scatter it) is gathered first:
+     * it is then Replicate there and, already summed, counts once */
+    dt_var *w = m->mods[u->mem[k].mod].weight;
+    const dt_tensor *g = dt_var_grad(w);
+    if (!g) continue;
+    dt_placement tgt[DT_MAX_MESH_DIMS];
+    memcpy(tgt, g->pl, sizeof tgt);
+    bool sharded = false;
+    for (int q = 0; q < n_dims; q++)
+      if (tgt[dims[q]].kind == DT_PL_SHARD) {
+        tgt[dims[q]] = dt_replicate();
+        sharded = true;
+      }
+    dt_tensor whole;
+    if (sharded && (s = dt_redistribute(ctx, g, tgt, DT_PLANNER_GREEDY, &whole)) == DT_OK)
+      s = dt_var_set_grad(m->tape, w, &whole);
+  }
+  for (int k = 0; k < u->n && s == DT_OK; k++) {
     const fsdp_member *mb = &u->mem[k];
     const dt_tensor *g = dt_var_grad(m->mods[mb->mod].weight);
     const int64_t n = mb->outer * mb->rows * mb->inner;
@@ -865,8 +885,7 @@ static dt_status zero1_reduce(dt_ctx *ctx, fsdp *f, fsdp_unit *u, dt_comm *c, co
     if (contribute) convert(buf + (size_t)at * es, rt, g->local.data, md, n);
     at += n;
   }
-  dt_status s = DT_OK;
-  if (any) s = dt_comm_all_reduce(c, buf, buf, (size_t)total, rt, DT_RED_SUM);
+  if (s == DT_OK && any) s = dt_comm_all_reduce(c, buf, buf, (size_t)total, rt, DT_RED_SUM);
   at = 0;
   for (int k = 0; any && s == DT_OK && k < u->n; k++) {
     const fsdp_member *mb = &u->mem[k];
