@@ -796,44 +796,16 @@ static void seq_position_check(void) {
 
 /* ---- 8: the plan keeps the other dims' placements ------------------------------------ */
 
-static void plan_keeps_other_dims(void) {
-  dt_ctx ctx;
-  dt_ctx_init(&ctx, 0, 1);
+/* Plans sdpa_cp on a [2, cp 2] mesh (cp dim 1, layout 1 [b, s, h, hd]: b 4, s 48, h 4,
+ * kvh 2, hd 8; the head-tail order), q, k, v S(seq) on cp and pl_q / pl_kv on dim 0. */
+static dt_status plan_2d(dt_ctx *ctx, int rotate, dt_placement pl_q, dt_placement pl_kv,
+                         dt_candidate *ch) {
   const int ms[2] = {2, 2};
-  /* [b, s, h, hd] (layout 1): b 4, s 48, h 4, kvh 2, hd 8 */
-  const dt_placement keep[3] = {dt_replicate(), dt_shard(0), dt_shard(2)};
-  const char *const names[3] = {"R", "S(0)", "S(heads)"};
-  for (int rot = 0; rot < 2; rot++)
-    for (int p = 0; p < 3; p++) {
-      dt_op_attrs a = DT_OP_ATTRS_INIT;
-      a.dim = 1;
-      a.i0 = 1;
-      a.i1 = 4;
-      a.i2 = rot ? DT_CP_RING : DT_CP_ALLGATHER;
-      dt_spec in[3], out[2];
-      memset(in, 0, sizeof in);
-      for (int j = 0; j < 3; j++) {
-        in[j].mesh_ndim = 2;
-        in[j].ndim = 4;
-        const int64_t g[4] = {4, 48, j ? 2 : 4, 8};
-        memcpy(in[j].gshape, g, sizeof g);
-        in[j].dtype = DT_F64;
-        in[j].pl[0] = keep[p];
-        in[j].pl[1] = dt_shard(1);
-      }
-      dt_candidate ch;
-      const char *how = rot ? "ring" : "allgather", *was = names[p];
-      dt_status st = dt_op_plan(&ctx, &dt_op_sdpa_cp, &a, ms, in, out, &ch, NULL);
-      TU_CHECK(st == DT_OK, "plan sdpa_cp %s with %s on dim 0: %s", how, was, dt_last_error(&ctx));
-      for (int j = 0; st == DT_OK && j < 3; j++)
-        TU_CHECK(dt_placement_eq(ch.in[j][0], keep[p]), "plan sdpa_cp %s: input %d on dim 0 moves from %s",
-                 how, j, was);
-    }
-  /* placements the dim cannot keep (q Partial there) still plan */
   dt_op_attrs a = DT_OP_ATTRS_INIT;
   a.dim = 1;
   a.i0 = 1;
   a.i1 = 4;
+  a.i2 = rotate;
   dt_spec in[3], out[2];
   memset(in, 0, sizeof in);
   for (int j = 0; j < 3; j++) {
@@ -842,11 +814,29 @@ static void plan_keeps_other_dims(void) {
     const int64_t g[4] = {4, 48, j ? 2 : 4, 8};
     memcpy(in[j].gshape, g, sizeof g);
     in[j].dtype = DT_F64;
-    in[j].pl[0] = j ? dt_replicate() : dt_partial(DT_RED_SUM);
+    in[j].pl[0] = j ? pl_kv : pl_q;
     in[j].pl[1] = dt_shard(1);
   }
+  return dt_op_plan(ctx, &dt_op_sdpa_cp, &a, ms, in, out, ch, NULL);
+}
+
+static void plan_keeps_other_dims(void) {
+  dt_ctx ctx;
+  dt_ctx_init(&ctx, 0, 1);
+  const dt_placement keep[3] = {dt_replicate(), dt_shard(0), dt_shard(2)};
+  const char *const names[3] = {"R", "S(0)", "S(heads)"};
   dt_candidate ch;
-  TU_OK(&ctx, dt_op_plan(&ctx, &dt_op_sdpa_cp, &a, ms, in, out, &ch, NULL));
+  for (int rot = 0; rot < 2; rot++)
+    for (int p = 0; p < 3; p++) {
+      const char *how = rot ? "ring" : "allgather", *was = names[p];
+      dt_status st = plan_2d(&ctx, rot ? DT_CP_RING : DT_CP_ALLGATHER, keep[p], keep[p], &ch);
+      TU_CHECK(st == DT_OK, "plan sdpa_cp %s with %s on dim 0: %s", how, was, dt_last_error(&ctx));
+      for (int j = 0; st == DT_OK && j < 3; j++)
+        TU_CHECK(dt_placement_eq(ch.in[j][0], keep[p]), "plan sdpa_cp %s: input %d on dim 0 moves from %s",
+                 how, j, was);
+    }
+  /* placements the dim cannot keep (q Partial there) still plan */
+  TU_OK(&ctx, plan_2d(&ctx, DT_CP_ALLGATHER, dt_partial(DT_RED_SUM), dt_replicate(), &ch));
   dt_ctx_release(&ctx);
 }
 

@@ -186,29 +186,6 @@ static dt_status rows_tensor(dt_ctx *ctx, dt_mesh *mesh, unsigned mask, int whic
   return s;
 }
 
-/* ---- values ------------------------------------------------------------------------ */
-
-/* Whole-tensor copy (gathered) of a value or gradient; NULL when none. */
-static double *full(dt_ctx *ctx, const dt_tensor *t, int64_t *n) {
-  if (!t) return NULL;
-  dt_array f;
-  if (dt_tensor_full(ctx, t, &f) != DT_OK) return NULL;
-  double *v = malloc(sizeof *v * (size_t)(f.numel ? f.numel : 1));
-  if (v) memcpy(v, f.data, sizeof *v * (size_t)f.numel);
-  *n = f.numel;
-  dt_array_free(ctx, &f);
-  return v;
-}
-
-static double normwise(const double *a, const double *b, int64_t n) {
-  double d = 0, s = 0;
-  for (int64_t i = 0; i < n; i++) {
-    d = fmax(d, fabs(a[i] - b[i]));
-    s = fmax(s, fabs(b[i]));
-  }
-  return s > 0 ? d / s : d;
-}
-
 typedef struct ref {
   double loss;
   double **grad, **after;
@@ -247,16 +224,16 @@ static dt_status reference(dt_ctx *ctx, dt_mesh *solo, ref *out) {
   if (s == DT_OK && (!out->grad || !out->after || !out->n)) s = DT_ERR_NOMEM;
   if (s == DT_OK) {
     int64_t one;
-    double *lv = full(ctx, dt_var_value(loss), &one);
+    double *lv = tu_full_f64(ctx, dt_var_value(loss), &one);
     out->loss = lv ? lv[0] : NAN;
     free(lv);
     for (int i = 0; i < m->n_mods; i++)
-      if (m->mods[i].weight) out->grad[i] = full(ctx, dt_var_grad(m->mods[i].weight), &out->n[i]);
+      if (m->mods[i].weight) out->grad[i] = tu_full_f64(ctx, dt_var_grad(m->mods[i].weight), &out->n[i]);
     const dt_adamw opt = DT_ADAMW_DEFAULT;
     s = dt_model_end_step(ctx, m);
     if (s == DT_OK) s = dt_model_adamw_step(ctx, m, &opt);
     for (int i = 0; s == DT_OK && i < m->n_mods; i++)
-      if (m->mods[i].weight) out->after[i] = full(ctx, dt_var_value(m->mods[i].weight), &out->n[i]);
+      if (m->mods[i].weight) out->after[i] = tu_full_f64(ctx, dt_var_value(m->mods[i].weight), &out->n[i]);
   }
   dt_tensor_free(ctx, &tok);
   dt_tensor_free(ctx, &tgt);
@@ -564,9 +541,9 @@ static void run_case(dt_ctx *ctx, const ref *R, const tcase *tc, const plans *pl
         continue;
       }
       int64_t n = 0;
-      double *gv = full(ctx, g, &n);
+      double *gv = tu_full_f64(ctx, g, &n);
       TU_CHECK(gv && n == R->n[i], "%s, pp rank %d: %s: no gradient", what, r, m->mods[i].fqn);
-      const double e = gv && n == R->n[i] ? normwise(gv, R->grad[i], n) : INFINITY;
+      const double e = gv && n == R->n[i] ? tu_normwise(gv, R->grad[i], n) : INFINITY;
       if (tc->fault[0] && !strcmp(m->mods[i].fqn, tc->fault)) wq = e;
       else wg = fmax(wg, e);
       free(gv);
@@ -585,8 +562,8 @@ static void run_case(dt_ctx *ctx, const ref *R, const tcase *tc, const plans *pl
     for (int i = 0; !tc->fault[0] && i < m->n_mods; i++) {
       if (!m->mods[i].weight || !mine(m, &L, i, r)) continue;
       int64_t n = 0;
-      double *wv = full(ctx, dt_var_value(m->mods[i].weight), &n);
-      wa = fmax(wa, wv && n == R->n[i] ? normwise(wv, R->after[i], n) : INFINITY);
+      double *wv = tu_full_f64(ctx, dt_var_value(m->mods[i].weight), &n);
+      wa = fmax(wa, wv && n == R->n[i] ? tu_normwise(wv, R->after[i], n) : INFINITY);
       free(wv);
     }
     /* every weight after the share of the owners' values (the released ones refilled),
@@ -595,8 +572,8 @@ static void run_case(dt_ctx *ctx, const ref *R, const tcase *tc, const plans *pl
     for (int i = 0; !tc->fault[0] && i < m->n_mods; i++) {
       if (!m->mods[i].weight || mine(m, &L, i, r)) continue;
       int64_t n = 0;
-      double *wv = full(ctx, dt_var_value(m->mods[i].weight), &n);
-      wa = fmax(wa, wv && n == R->n[i] ? normwise(wv, R->after[i], n) : INFINITY);
+      double *wv = tu_full_f64(ctx, dt_var_value(m->mods[i].weight), &n);
+      wa = fmax(wa, wv && n == R->n[i] ? tu_normwise(wv, R->after[i], n) : INFINITY);
       free(wv);
     }
     TU_OK(ctx, dt_pipeline_release_foreign(ctx, m, d.pp, &L));

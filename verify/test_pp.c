@@ -88,27 +88,6 @@ static dt_status ids_tensor(dt_ctx *ctx, dt_mesh *mesh, int which, int r0, int n
   return s;
 }
 
-/* Whole-tensor copy (gathered) of a weight's value or gradient; NULL when none. */
-static double *full(dt_ctx *ctx, const dt_tensor *t, int64_t *n) {
-  if (!t) return NULL;
-  dt_array f;
-  if (dt_tensor_full(ctx, t, &f) != DT_OK) return NULL;
-  double *v = malloc(sizeof *v * (size_t)(f.numel ? f.numel : 1));
-  if (v) memcpy(v, f.data, sizeof *v * (size_t)f.numel);
-  *n = f.numel;
-  dt_array_free(ctx, &f);
-  return v;
-}
-
-static double normwise(const double *a, const double *b, int64_t n) {
-  double d = 0, s = 0;
-  for (int64_t i = 0; i < n; i++) {
-    d = fmax(d, fabs(a[i] - b[i]));
-    s = fmax(s, fabs(b[i]));
-  }
-  return s > 0 ? d / s : d;
-}
-
 /* The reference on a solo mesh: loss, every weight's gradient, and the weights after one
  * AdamW step (indexed by module). */
 typedef struct ref {
@@ -146,16 +125,16 @@ static dt_status reference(dt_ctx *ctx, dt_mesh *solo, ref *out) {
   out->n = calloc((size_t)m->n_mods, sizeof *out->n);
   if (s == DT_OK) {
     int64_t one;
-    double *lv = full(ctx, dt_var_value(loss), &one);
+    double *lv = tu_full_f64(ctx, dt_var_value(loss), &one);
     out->loss = lv ? lv[0] : NAN;
     free(lv);
     for (int i = 0; i < m->n_mods; i++)
-      if (m->mods[i].weight) out->grad[i] = full(ctx, dt_var_grad(m->mods[i].weight), &out->n[i]);
+      if (m->mods[i].weight) out->grad[i] = tu_full_f64(ctx, dt_var_grad(m->mods[i].weight), &out->n[i]);
     const dt_adamw opt = DT_ADAMW_DEFAULT;
     s = dt_model_end_step(ctx, m);
     if (s == DT_OK) s = dt_model_adamw_step(ctx, m, &opt);
     for (int i = 0; s == DT_OK && i < m->n_mods; i++)
-      if (m->mods[i].weight) out->after[i] = full(ctx, dt_var_value(m->mods[i].weight), &out->n[i]);
+      if (m->mods[i].weight) out->after[i] = tu_full_f64(ctx, dt_var_value(m->mods[i].weight), &out->n[i]);
   }
   dt_tensor_free(ctx, &tok);
   dt_tensor_free(ctx, &tgt);
@@ -264,9 +243,9 @@ static void run_case(dt_ctx *ctx, dt_mesh *mesh, const ref *R, const pcase *pc) 
         continue;
       }
       int64_t n = 0;
-      double *gv = full(ctx, g, &n);
+      double *gv = tu_full_f64(ctx, g, &n);
       TU_CHECK(gv && n == R->n[i], "%s, rank %d: %s: no gradient", what, r, m->mods[i].fqn);
-      if (gv && n == R->n[i]) worst = fmax(worst, normwise(gv, R->grad[i], n));
+      if (gv && n == R->n[i]) worst = fmax(worst, tu_normwise(gv, R->grad[i], n));
       free(gv);
     }
     if (holds_last) worst = fmax(worst, fabs(loss - R->loss) / fabs(R->loss));
@@ -287,8 +266,8 @@ static void run_case(dt_ctx *ctx, dt_mesh *mesh, const ref *R, const pcase *pc) 
           if (dt_pp_stage_rank(st, pp) == r && in_stage(m, i, &L->stages[st])) mine = true;
         if (!mine) continue;
         int64_t n = 0;
-        double *wv = full(ctx, dt_var_value(m->mods[i].weight), &n);
-        if (wv && n == R->n[i]) wa = fmax(wa, normwise(wv, R->after[i], n));
+        double *wv = tu_full_f64(ctx, dt_var_value(m->mods[i].weight), &n);
+        if (wv && n == R->n[i]) wa = fmax(wa, tu_normwise(wv, R->after[i], n));
         free(wv);
       }
       TU_CHECK(wa <= TOL, "%s, rank %d: weights after AdamW differ by %.3g", what, r, wa);
@@ -304,10 +283,10 @@ static void run_case(dt_ctx *ctx, dt_mesh *mesh, const ref *R, const pcase *pc) 
       for (int i = 0; i < m->n_mods; i++) {
         if (!m->mods[i].weight) continue;
         int64_t n = 0;
-        double *wv = full(ctx, dt_var_value(m->mods[i].weight), &n);
+        double *wv = tu_full_f64(ctx, dt_var_value(m->mods[i].weight), &n);
         TU_CHECK(wv && R->after[i] && n == R->n[i], "%s, rank %d: %s: no value after the share",
                  what, r, m->mods[i].fqn);
-        if (wv && R->after[i] && n == R->n[i]) ws = fmax(ws, normwise(wv, R->after[i], n)), n_cmp++;
+        if (wv && R->after[i] && n == R->n[i]) ws = fmax(ws, tu_normwise(wv, R->after[i], n)), n_cmp++;
         free(wv);
       }
       TU_CHECK(ws <= TOL && n_cmp > 0, "%s, rank %d: shared weights differ by %.3g (%d compared)",

@@ -1,6 +1,7 @@
 /* verify/testutil.c: failure and check counting and flag parsing for the test programs. */
 #include "config.h"
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -87,4 +88,24 @@ int tu_finish(const char *name) {
   }
   printf("%s: all %ld check(s) passed\n", name, n);
   return 0;
+}
+
+double *tu_full_f64(dt_ctx *ctx, const dt_tensor *t, int64_t *n) {
+  if (!t) return NULL;
+  dt_array f;
+  if (dt_tensor_full(ctx, t, &f) != DT_OK) return NULL;
+  double *v = malloc(sizeof *v * (size_t)(f.numel ? f.numel : 1));
+  if (v) memcpy(v, f.data, sizeof *v * (size_t)f.numel);
+  *n = f.numel;
+  dt_array_free(ctx, &f);
+  return v;
+}
+
+double tu_normwise(const double *a, const double *ref, int64_t n) {
+  double d = 0, s = 0;
+  for (int64_t i = 0; i < n; i++) {
+    d = fmax(d, fabs(a[i] - ref[i]));
+    s = fmax(s, fabs(ref[i]));
+  }
+  return s > 0 ? d / s : d;
 }

@@ -44,6 +44,12 @@ const char *tu_plan_path(const char *file, char *buf, size_t n);
 /* The whole file as a malloc'd NUL-terminated string; NULL when unreadable. */
 char *tu_slurp(const char *path);
 
+/* The whole (gathered) value of an f64 DTensor as a malloc'd array of *n doubles;
+ * NULL when t is NULL or the gather fails. Collective over t's mesh. */
+double *tu_full_f64(dt_ctx *ctx, const dt_tensor *t, int64_t *n);
+/* Normwise relative error max |a - b| / max |ref| (max |a - b| when ref is 0). */
+double tu_normwise(const double *a, const double *ref, int64_t n);
+
 /* Ends a test program: prints a summary line and returns the exit code: 0 when
  * at least one check ran and none failed; 1 on a failure, or when no check ran
  * ("ran no check": a test that verified nothing must not pass). The counts are
