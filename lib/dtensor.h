@@ -10,6 +10,7 @@
 #define DT_DTENSOR_H
 #include "core/core.h"
 #include "device/device.h"
+#include "device/kernels.h"
 #include "comm/comm.h"
 #include "launch/launch.h"
 #include "mesh/mesh.h"

@@ -35,7 +35,11 @@ AC_DEFUN([SB_CHECK_CUDA], [
 #include <cublas_v2.h>]], [[int n; cublasHandle_t h; cudaGetDeviceCount(&n); cublasCreate(&h);]])],
         [sb_have_cuda=yes], [sb_have_cuda=no])
       AC_MSG_RESULT([$sb_have_cuda])
+      AS_IF([test "x$sb_have_cuda" = xyes && test ! -x "$sb_cuda_prefix/bin/nvcc"], [
+        AC_MSG_WARN([no nvcc in $sb_cuda_prefix/bin: the CUDA device needs it for its kernels])
+        sb_have_cuda=no])
       AS_IF([test "x$sb_have_cuda" = xyes], [
+        NVCC="$sb_cuda_prefix/bin/nvcc"
         CUDA_CFLAGS="-I$sb_cuda_prefix/include"
         CUDA_LIBS="-L$sb_cuda_libdir -Wl,-rpath,$sb_cuda_libdir -lcublas -lcudart"
         AS_IF([test "x$with_nccl" != xno], [
@@ -67,6 +71,13 @@ AC_DEFUN([SB_CHECK_CUDA], [
   AS_IF([test "x$sb_have_nccl" = xyes], [AC_DEFINE([HAVE_NCCL], [1], [Define to 1 when NCCL is available.])])
   AM_CONDITIONAL([HAVE_CUDA], [test "x$sb_have_cuda" = xyes])
   AM_CONDITIONAL([HAVE_NCCL], [test "x$sb_have_nccl" = xyes])
+  # NVCCFLAGS: sm_90 (H100, H200) machine code plus compute_90 PTX, which newer
+  # GPUs JIT-compile; set NVCCFLAGS to build for others.
+  AC_ARG_VAR([NVCCFLAGS], [nvcc flags (default: -O3 for sm_90 with compute_90 PTX)])
+  AS_IF([test "x$NVCCFLAGS" = x],
+    [NVCCFLAGS="-O3 -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90"])
+  NVCCFLAGS="$NVCCFLAGS -std=c++17 --extended-lambda"
+  AC_SUBST([NVCC])
   AC_SUBST([CUDA_CFLAGS])
   AC_SUBST([CUDA_LIBS])
 ])

@@ -15,4 +15,8 @@ AC_DEFUN([SB_CHECK_WARNINGS], [
   CFLAGS="$sb_save_CFLAGS"
   AS_IF([test "x$enable_werror" = xyes], [SB_WARN_CFLAGS="$SB_WARN_CFLAGS -Werror"])
   AC_SUBST([SB_WARN_CFLAGS])
+  # C++ (the host build of the GPU kernels): the flags of the C set that apply.
+  SB_WARN_CXXFLAGS="-Wall -Wextra -Wshadow -Wno-unused-parameter"
+  AS_IF([test "x$enable_werror" = xyes], [SB_WARN_CXXFLAGS="$SB_WARN_CXXFLAGS -Werror"])
+  AC_SUBST([SB_WARN_CXXFLAGS])
 ])

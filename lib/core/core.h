@@ -55,7 +55,11 @@ typedef enum dt_dtype {
 
 /* bfloat16 storage: the upper 16 bits of an IEEE binary32. */
 typedef struct dt_bf16 { uint16_t bits; } dt_bf16;
+#ifdef __cplusplus
+static_assert(sizeof(dt_bf16) == 2, "bf16 is two bytes");
+#else
 _Static_assert(sizeof(dt_bf16) == 2, "bf16 is two bytes");
+#endif
 
 size_t dt_dtype_size(dt_dtype t);        /* 4, 8, 2, 8; 0 for an invalid dtype */
 const char *dt_dtype_name(dt_dtype t);   /* "f32", "f64", "bf16", "i64" */

@@ -3,7 +3,9 @@
  * A device owns memory and runs the few dense kernels the runtime needs: GEMM
  * (strided-batched, transposes, f32/f64), fill, copy and axpy. The CPU device is
  * always built (cblas from OpenBLAS); the CUDA device (cuBLAS) is built when
- * configure finds CUDA and returns DT_ERR_NODEVICE where no GPU is present.
+ * configure finds CUDA and returns DT_ERR_NODEVICE where no GPU is present;
+ * cuda-emu runs the CUDA device's kernels on the host. Besides these slots a
+ * device carries a kernel table (lib/device/kernels.h) for the ops.
  * This layer does no communication.
  */
 #ifndef DT_DEVICE_H
@@ -50,6 +52,9 @@ typedef struct dt_device_ops {
   dt_status (*axpy)(dt_device *d, dt_dtype t, int64_t n, double alpha, const void *x, void *y);
   dt_status (*sync)(dt_device *d);
   void (*destroy)(dt_device *d);
+  /* The device's other kernels (lib/device/kernels.h); NULL on the CPU, whose
+   * kernels are the ops' host loops. */
+  const struct dt_kernels *kern;
 } dt_device_ops;
 
 struct dt_device {
@@ -65,6 +70,11 @@ dt_status dt_device_cpu_create(dt_ctx *ctx, dt_device **out);
  * memory behind that rank's CUDA arrays. DT_ERR_UNSUPPORTED when built without
  * CUDA, DT_ERR_NODEVICE when no GPU is visible. */
 dt_status dt_device_cuda_create(dt_ctx *ctx, int ordinal, dt_device **out);
+/* Creates the emulated CUDA device ("cuda-emu"): arrays of kind DT_DEV_CUDA in
+ * host memory behind tagged pointers (DT_EMU_TAG), the CUDA kernels built for
+ * the host, GEMM through cblas. Synchronous. Always built; for tests of the
+ * GPU path on machines without a GPU. */
+dt_status dt_device_cuda_emu_create(dt_ctx *ctx, dt_device **out);
 /* Number of visible GPUs (0 when built without CUDA or none present). */
 int dt_device_cuda_count(void);
 bool dt_device_cuda_built(void);

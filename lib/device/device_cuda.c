@@ -18,6 +18,7 @@
 #include "config.h"
 
 #include "device/device.h"
+#include "device/kernels.h"
 
 #ifdef HAVE_CUDA
 
@@ -387,7 +388,23 @@ static const dt_device_ops cuda_ops = {
     .axpy = cuda_axpy,
     .sync = cuda_sync,
     .destroy = cuda_destroy,
+    .kern = &dt_kernels_cuda,
 };
+
+void *dt_device_cuda_stream(dt_device *d) {
+  if (!d || d->ops != &cuda_ops) {
+    if (d) (void)dt_error(d->ctx, DT_ERR_INVALID, "dt_device_cuda_stream", "not a cuda device");
+    return NULL;
+  }
+  cudaError_t e = cudaSetDevice(impl_of(d)->ordinal);
+  if (e != cudaSuccess) {
+    cuda_clear();
+    (void)dt_error(d->ctx, DT_ERR_BACKEND, "dt_device_cuda_stream", "cudaSetDevice(%d): %s",
+                   impl_of(d)->ordinal, cudaGetErrorString(e));
+    return NULL;
+  }
+  return impl_of(d)->stream;
+}
 
 /* Errors of cudaGetDeviceCount that mean "no usable GPU here" rather than a fault. */
 static bool no_device_error(cudaError_t e) {
@@ -472,5 +489,10 @@ dt_status dt_device_cuda_create(dt_ctx *ctx, int ordinal, dt_device **out) {
 int dt_device_cuda_count(void) { return 0; }
 
 bool dt_device_cuda_built(void) { return false; }
+
+void *dt_device_cuda_stream(dt_device *d) {
+  if (d) (void)dt_error(d->ctx, DT_ERR_UNSUPPORTED, "dt_device_cuda_stream", "no CUDA in this build");
+  return NULL;
+}
 
 #endif /* HAVE_CUDA */

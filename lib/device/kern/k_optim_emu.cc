@@ -1,0 +1,3 @@
+/* The host (cuda-emu) build of k_optim.cu. */
+#define SB_KERN_EMU 1
+#include "device/kern/k_optim.cu"

@@ -1,0 +1,45 @@
+/* verify/kerntest.h: what the device-kernel tests (test_kern*.c) share: a device
+ * under test (cuda-emu, or cuda with -DKERN_ON_CUDA), uploads and downloads
+ * through it, seeded inputs, and an element-wise comparison that reports the
+ * first mismatch. */
+#ifndef SB_KERNTEST_H
+#define SB_KERNTEST_H
+
+#include <stdint.h>
+
+#include "testutil.h"
+
+typedef struct kt_dev {
+  dt_ctx *ctx;
+  dt_device *dev;          /* the device under test */
+  const dt_kernels *K;     /* its kernel table */
+  const char *name;        /* "cuda-emu" or "cuda" */
+} kt_dev;
+
+/* Opens the device under test on ctx: GPU 0 when on_cuda (no GPU: prints SKIP
+ * and returns SB_SKIP), else cuda-emu; 0 on success, 1 on another failure. */
+int kt_open(kt_dev *T, dt_ctx *ctx, bool on_cuda);
+void kt_close(kt_dev *T);
+
+/* Device buffer of `bytes` holding a copy of host h (h NULL: uninitialised). */
+void *kt_up(kt_dev *T, const void *h, size_t bytes);
+/* Waits for the device, then copies bytes of device d into host h. */
+void kt_down(kt_dev *T, void *h, const void *d, size_t bytes);
+void kt_free(kt_dev *T, void *d, size_t bytes);
+
+/* n values uniform in [lo, hi) from (seed, stream), as doubles. */
+void kt_uniform(double *v, int64_t n, uint64_t seed, uint64_t stream, double lo, double hi);
+/* Host buffer of n elements of dtype t converted from v (bf16 rounds). */
+void *kt_pack(dt_dtype t, const double *v, int64_t n);
+/* v[i] = element i of buffer p of dtype t (f32, f64, bf16, i64). */
+void kt_unpack(dt_dtype t, const void *p, double *v, int64_t n);
+/* Unit roundoff of dtype t (2^-p for p significand bits: 2^-24, 2^-53, 2^-8). */
+double kt_unit(dt_dtype t);
+
+/* The first i with |got - want| > tol * max(1, |want|) (NaN counts), or -1. */
+int64_t kt_mismatch(const double *got, const double *want, int64_t n, double tol);
+/* kt_mismatch(...) == -1; reports the first
+ * mismatch with `what`; counts one check. */
+bool kt_close_to(const char *what, const double *got, const double *want, int64_t n, double tol);
+
+#endif
