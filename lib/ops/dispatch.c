@@ -331,13 +331,18 @@ dt_status dt_op_call(dt_ctx *ctx, const dt_op *op, const dt_op_attrs *a,
       use[j] = &moved[j];
     }
   }
+  /* Outputs live where the inputs do (the ops move nothing between devices). */
+  dt_device_kind dev = op->n_in > 0 ? in[0]->local.dev : DT_DEV_CPU;
+  for (int j = 1; j < op->n_in && s == DT_OK; j++)
+    if (in[j]->local.dev != dev)
+      s = dt_error(ctx, DT_ERR_INVALID, op->name, "inputs 0 and %d are on different devices", j);
   int made = 0;
   for (int j = 0; j < op->n_out && s == DT_OK; j++) {
     s = dt_tensor_meta(ctx, mesh, chosen.out[j], os[j].ndim, os[j].gshape, os[j].dtype, call, out[j]);
     if (s != DT_OK) break;
     int64_t ls[DT_MAX_DIMS];
     dt_tensor_local_shape(out[j], ls);
-    s = dt_array_create(ctx, DT_DEV_CPU, os[j].dtype, os[j].ndim, ls, &out[j]->local);
+    s = dt_array_create(ctx, dev, os[j].dtype, os[j].ndim, ls, &out[j]->local);
     if (s == DT_OK) made++;
   }
   if (s == DT_OK) s = op->kernel(ctx, a, use, out);
@@ -346,4 +351,13 @@ dt_status dt_op_call(dt_ctx *ctx, const dt_op *op, const dt_op_attrs *a,
   if (s != DT_OK)
     for (int j = 0; j < made; j++) dt_tensor_free(ctx, out[j]);
   return s;
+}
+
+dt_status dt_op_kernels(dt_ctx *ctx, const char *op, const dt_kernels **out) {
+  *out = NULL;
+  if (!ctx->device || ctx->device->kind == DT_DEV_CPU || !ctx->device->ops->kern)
+    return dt_error(ctx, DT_ERR_UNSUPPORTED, op, "device arrays, but the rank's device (%s) has no kernels",
+                    ctx->device ? ctx->device->ops->name : "none");
+  *out = ctx->device->ops->kern;
+  return DT_OK;
 }

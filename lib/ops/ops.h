@@ -18,6 +18,8 @@
 #ifndef DT_OPS_H
 #define DT_OPS_H
 
+#include "../device/device.h"
+#include "../device/kernels.h"
 #include "../dtensor/dtensor.h"
 
 #ifdef __cplusplus
@@ -106,6 +108,24 @@ struct dt_op {
                         const dt_tensor *const *out, const dt_tensor *const *gout,
                         dt_tensor *const *gin);
 };
+
+/* Kernels for arrays on a device (dt_array.dev != DT_DEV_CPU): the table of the
+ * rank's device (ctx->device, lib/device/kernels.h). An op's kernel runs its host
+ * loop for host arrays and the table's slot for device ones, so that
+ *   if (y->dev != DT_DEV_CPU) {
+ *     const dt_kernels *K;
+ *     DT_CHECK(dt_op_kernels(ctx, "silu", &K));
+ *     DT_OP_KSLOT(ctx, "silu", K->pw, silu);
+ *     return K->pw->silu(ctx->device, ...);
+ *   }
+ * DT_ERR_UNSUPPORTED (recorded, naming op) when the device has no table. */
+dt_status dt_op_kernels(dt_ctx *ctx, const char *op, const dt_kernels **out);
+/* Returns DT_ERR_UNSUPPORTED (recorded) when the group or its slot is missing. */
+#define DT_OP_KSLOT(ctx, op, group, slot)                                                  \
+  do {                                                                                     \
+    if (!(group) || !(group)->slot)                                                        \
+      return dt_error((ctx), DT_ERR_UNSUPPORTED, (op), "the device has no kernel " #slot); \
+  } while (0)
 
 /* The ops (defined in matmul.c, pointwise.c, reduce.c). Attrs each reads:
  *   einsum   eq ("bmk,bkn->bmn"; two operands, letters a-z)
