@@ -39,6 +39,8 @@ typedef struct dt_launch_opts {
   int world;            /* threads: number of ranks, 1..DT_THREADS_MAX_WORLD; mpi: ignored */
   double timeout_s;     /* a collective waiting longer fails the job; <= 0: 300 s */
   dt_device_kind device;/* DT_DEV_CPU (default) or DT_DEV_CUDA */
+  bool cuda_emu;        /* with DT_DEV_CUDA: each rank gets a cuda-emu device (the
+                           CUDA kernels on the host) instead of a GPU */
   bool no_ledger;       /* true: do not record ledger rows */
   bool no_bind;         /* threads: do not pin ranks to CPUs (pinned when world <= CPUs) */
 } dt_launch_opts;

@@ -121,7 +121,7 @@ dt_status dt_launch_mpi(const dt_launch_opts *opts, dt_spmd_fn fn, void *arg,
   dt_comm *world = NULL;
   int ordinal = 0;
   s = dt_mpi_job_open(&ctx, s, opts->timeout_s, &job, &world,
-                      opts->device == DT_DEV_CUDA ? &ordinal : NULL);
+                      opts->device == DT_DEV_CUDA && !opts->cuda_emu ? &ordinal : NULL);
   if (!job) {
     report_local(rep, rank, s, ctx.last_error);
     dt_ctx_release(&ctx);
@@ -129,7 +129,9 @@ dt_status dt_launch_mpi(const dt_launch_opts *opts, dt_spmd_fn fn, void *arg,
   }
   dt_device *dev = NULL;
   if (s == DT_OK) {
-    if (opts->device == DT_DEV_CUDA) {
+    if (opts->device == DT_DEV_CUDA && opts->cuda_emu) {
+      s = dt_device_cuda_emu_create(&ctx, &dev);
+    } else if (opts->device == DT_DEV_CUDA) {
       int ngpu = dt_device_cuda_count();
       s = dt_device_cuda_create(&ctx, ngpu > 0 ? ordinal % ngpu : ordinal, &dev);
     } else {

@@ -34,8 +34,9 @@ static void *rank_main(void *p) {
   if (s == DT_OK) s = dt_threads_comm_world(rr->job, &ctx, &world);
   if (s == DT_OK) {
     /* Every rank of a threads job shares GPU 0 (a stream per rank). */
-    s = rr->opts->device == DT_DEV_CUDA ? dt_device_cuda_create(&ctx, 0, &dev)
-                                         : dt_device_cpu_create(&ctx, &dev);
+    if (rr->opts->device != DT_DEV_CUDA) s = dt_device_cpu_create(&ctx, &dev);
+    else if (rr->opts->cuda_emu) s = dt_device_cuda_emu_create(&ctx, &dev);
+    else s = dt_device_cuda_create(&ctx, 0, &dev);
   }
   if (s == DT_OK) {
     ctx.world = world;
