@@ -283,6 +283,67 @@ static void cache_put(dt_ctx *ctx, const cache_key *k, uint64_t h, const dt_cand
   c->n++;
 }
 
+/* ---- bf16 on the host ------------------------------------------------------- */
+
+/* bf16 is a storage type: the device kernels compute it in f32. The host kernels
+ * are written for f32 and f64, so a host op with bf16 operands runs its f32
+ * kernel on f32 copies and rounds the outputs back to bf16 (to nearest even):
+ * the same arithmetic as the device's, one rounding per output. */
+static bool has_bf16(const dt_op *op, const dt_tensor *const *in, dt_tensor *const *out) {
+  for (int j = 0; j < op->n_in; j++)
+    if (in[j]->local.dtype == DT_BF16) return true;
+  for (int j = 0; j < op->n_out; j++)
+    if (out[j]->local.dtype == DT_BF16) return true;
+  return false;
+}
+
+static dt_status widen(dt_ctx *ctx, const dt_tensor *t, dt_tensor *w) {
+  *w = *t;
+  w->dtype = DT_F32;
+  DT_CHECK(dt_array_create(ctx, DT_DEV_CPU, DT_F32, t->local.ndim, t->local.shape, &w->local));
+  const dt_bf16 *src = t->local.data;
+  float *dst = w->local.data;
+  for (int64_t i = 0; i < t->local.numel; i++) dst[i] = dt_bf16_to_f32(src[i]);
+  return DT_OK;
+}
+
+static dt_status kernel_via_f32(dt_ctx *ctx, const dt_op *op, const dt_op_attrs *a,
+                                const dt_tensor *const *in, dt_tensor *const *out) {
+  dt_tensor win[DT_OP_MAX_IN], wout[DT_OP_MAX_OUT];
+  const dt_tensor *use[DT_OP_MAX_IN];
+  dt_tensor *put[DT_OP_MAX_OUT];
+  bool wi[DT_OP_MAX_IN] = {false}, wo[DT_OP_MAX_OUT] = {false};
+  dt_status s = DT_OK;
+  for (int j = 0; j < op->n_in && s == DT_OK; j++) {
+    use[j] = in[j];
+    if (in[j]->local.dtype != DT_BF16) continue;
+    s = widen(ctx, in[j], &win[j]);
+    if (s == DT_OK) wi[j] = true, use[j] = &win[j];
+  }
+  for (int j = 0; j < op->n_out && s == DT_OK; j++) {
+    put[j] = out[j];
+    if (out[j]->local.dtype != DT_BF16) continue;
+    wout[j] = *out[j];
+    wout[j].dtype = DT_F32;
+    s = dt_array_create(ctx, DT_DEV_CPU, DT_F32, out[j]->local.ndim, out[j]->local.shape,
+                        &wout[j].local);
+    if (s == DT_OK) wo[j] = true, put[j] = &wout[j];
+  }
+  if (s == DT_OK) s = op->kernel(ctx, a, use, put);
+  for (int j = 0; j < op->n_out; j++) {
+    if (!wo[j]) continue;
+    if (s == DT_OK) {
+      const float *src = wout[j].local.data;
+      dt_bf16 *dst = out[j]->local.data;
+      for (int64_t i = 0; i < out[j]->local.numel; i++) dst[i] = dt_f32_to_bf16(src[i]);
+    }
+    dt_array_free(ctx, &wout[j].local);
+  }
+  for (int j = 0; j < op->n_in; j++)
+    if (wi[j]) dt_array_free(ctx, &win[j].local);
+  return s;
+}
+
 dt_status dt_op_call(dt_ctx *ctx, const dt_op *op, const dt_op_attrs *a,
                      const dt_tensor *const *in, dt_tensor *const *out, dt_op_report *rep) {
   const char *call = op ? op->name : "dt_op_call";
@@ -345,7 +406,9 @@ dt_status dt_op_call(dt_ctx *ctx, const dt_op *op, const dt_op_attrs *a,
     s = dt_array_create(ctx, dev, os[j].dtype, os[j].ndim, ls, &out[j]->local);
     if (s == DT_OK) made++;
   }
-  if (s == DT_OK) s = op->kernel(ctx, a, use, out);
+  if (s == DT_OK)
+    s = dev == DT_DEV_CPU && has_bf16(op, use, out) ? kernel_via_f32(ctx, op, a, use, out)
+                                                   : op->kernel(ctx, a, use, out);
   for (int j = 0; j < op->n_in; j++)
     if (own[j]) dt_tensor_free(ctx, &moved[j]);
   if (s != DT_OK)
