@@ -1,5 +1,5 @@
 /* verify/test_emu.cc: the host emulator of the GPU kernels (lib/device/kern/emu.cc)
- * against what CUDA guarantees, with kernels written here in sbk.h's style:
+ * against what CUDA guarantees, with kernels written here in sbk.cuh's style:
  *   - every thread of every block runs once with its own (tx, bx) and the launch's
  *     (ntx, nbx): a kernel marks (bx, tx) cells, checked against a zeroed grid;
  *   - t.sync() is a barrier: a tree reduction through shared memory
@@ -21,7 +21,7 @@
 extern "C" {
 #include "testutil.h"
 }
-#include "device/kern/sbk.h"
+#include "device/kern/sbk.cuh"
 
 static void test_coverage(dt_device *d) {
   const int grids[] = {1, 3, 7}, blocks[] = {1, 32, 96, 1024};

@@ -10,7 +10,7 @@
  * The table is split by group so that each group's slots live with their
  * kernels (lib/device/kern/k_GROUP.cu); a NULL group or slot means unsupported.
  * The same .cu sources build twice: with nvcc for the "cuda" device, and with
- * the C++ compiler as the "cuda-emu" device (lib/device/kern/sbk.h), which runs
+ * the C++ compiler as the "cuda-emu" device (lib/device/kern/sbk.cuh), which runs
  * each kernel on the host, thread by thread, so CI checks the kernels' logic.
  */
 #ifndef DT_KERNELS_H

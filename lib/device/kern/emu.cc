@@ -1,4 +1,4 @@
-/* lib/device/kern/emu.cc: runs sbk.h kernels on the host (the "cuda-emu" device).
+/* lib/device/kern/emu.cc: runs sbk.cuh kernels on the host (the "cuda-emu" device).
  *
  * Blocks run one after another. A kernel launched without SBK_SYNC runs each
  * thread to completion in turn on the caller's stack. With SBK_SYNC every thread
@@ -22,7 +22,7 @@
 #include <ucontext.h>
 
 #define SB_KERN_EMU 1
-#include "device/kern/sbk.h"
+#include "device/kern/sbk.cuh"
 
 namespace {
 

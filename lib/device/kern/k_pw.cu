@@ -1,8 +1,8 @@
 /* lib/device/kern/k_pw.cu: element-wise, layout and reduction kernels (the
  * dt_kern_pw group of lib/device/kernels.h), built for CUDA and for the host
- * emulator (sbk.h). Arithmetic is in the storage type's sbk_acc type (f32 for
+ * emulator (sbk.cuh). Arithmetic is in the storage type's sbk_acc type (f32 for
  * f32 and bf16, f64 for f64), as the ops' host kernels do. */
-#include "device/kern/sbk.h"
+#include "device/kern/sbk.cuh"
 
 namespace {
 

@@ -1,6 +1,6 @@
 /* lib/device/kern/k_table.cu: the kernel table of the cuda device (nvcc) or of
  * the cuda-emu device (SB_KERN_EMU). */
-#include "device/kern/sbk.h"
+#include "device/kern/sbk.cuh"
 
 extern "C" {
 extern const dt_kern_pw SBK(pw);

@@ -1,4 +1,4 @@
-/* lib/device/kern/sbk.h: write a GPU kernel once, build it for the GPU or the host.
+/* lib/device/kern/sbk.cuh: write a GPU kernel once, build it for the GPU or the host.
  *
  * Compiled by nvcc, a kernel is a __global__ launch on the device's stream.
  * Compiled by the C++ compiler with SB_KERN_EMU (the "cuda-emu" device), the same
