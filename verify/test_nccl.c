@@ -376,7 +376,7 @@ int main(void) {
   dt_launch_report_free(&rep);
   int ngpu = dt_device_cuda_count();
   if (ngpu < 1) {
-    printf("SKIP: no GPU (the launcher's refusals passed)\n");
+    printf("%s\n", failures ? "FAIL: the launcher's refusals" : "SKIP: no GPU (the launcher's refusals passed)");
     return failures ? 1 : 77;
   }
   /* refusal: more ranks than GPUs, naming the counts */
