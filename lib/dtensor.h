@@ -12,6 +12,7 @@
 #include "device/device.h"
 #include "device/kernels.h"
 #include "comm/comm.h"
+#include "comm/comm_nccl.h"
 #include "launch/launch.h"
 #include "mesh/mesh.h"
 #include "dtensor/dtensor.h"

@@ -1060,13 +1060,17 @@ static dt_status job_rank(dt_ctx *ctx, void *arg) {
   return s;
 }
 
-static dt_status launch(dt_backend b, int world, job *j, char *why, size_t whyn) {
+/* sharded: the job under test (the reference runs on the host comm and the CPU). */
+static dt_status launch(dt_backend b, int world, bool sharded, job *j, char *why, size_t whyn) {
   dt_launch_opts lo;
   memset(&lo, 0, sizeof lo);
   lo.backend = b;
   lo.world = world;
   lo.timeout_s = LAUNCH_TIMEOUT_S;
-  lo.device = DT_DEV_CPU;
+  /* --comm nccl moves GPU memory: its ranks run on the cuda device, one GPU each */
+  lo.comm = sharded && j->o->comm[0] && dt_comm_kind_parse(j->o->comm, &lo.comm) == DT_OK ? lo.comm
+                                                                              : DT_COMM_HOST;
+  lo.device = lo.comm == DT_COMM_NCCL ? DT_DEV_CUDA : DT_DEV_CPU;
   j->per_process = b == DT_BACKEND_MPI;
   dt_launch_report rep;
   memset(&rep, 0, sizeof rep);
@@ -1250,7 +1254,7 @@ static bool reference(const sb_opts *o, job *j, sb_ref *cache, sb_result *r) {
   snprintf(j->mesh_names[0], DT_MESH_NAME_LEN, "ref");
   j->dp_dim = j->tp_dim = j->dps_dim = j->cp_dim = j->pp_dim = -1;
   j->fsdp = j->tp_before_dps = false;
-  if (launch(DT_BACKEND_THREADS, 1, j, why, sizeof why) != DT_OK) {
+  if (launch(DT_BACKEND_THREADS, 1, false, j, why, sizeof why) != DT_OK) {
     sb_snap_free(&j->out);
     failed(r, "reference: %s", why);
     return false;
@@ -1384,7 +1388,7 @@ void sb_execute(const sb_opts *o, sb_ref *cache, sb_stage stage, sb_result *r) {
     failed(r, "SHARDBENCH_FAULT: %s", why);
     goto done;
   }
-  if (launch(be, o->world, j, why, sizeof why) != DT_OK) {
+  if (launch(be, o->world, true, j, why, sizeof why) != DT_OK) {
     failed(r, "%s", why);
     goto done;
   }

@@ -173,6 +173,7 @@ const char sb_run_usage[] =
     "                      [--mesh dp_replicate:2,tp:4 | --pp N --dp-replicate N --dp-shard N\n"
     "                       --cp N --tp N] [--dtype f32|f64] [--batch 8] [--seq 32]\n"
     "                      [--steps 2] [--warmup 1] [--backend threads|mpi] [--world N]\n"
+    "                      [--comm host|nccl]\n"
     "                      [--peak-tflops X] [--mem-limit BYTES | --no-mem-check]\n"
     "                      [--plans-dir DIR] [--db FILE] [--json]\n"
     "                      [--load-weights FILE] [--save-weights FILE [--weights-dtype f32|f64|bf16]\n"
@@ -189,6 +190,9 @@ const char sb_run_usage[] =
     "memory per rank (and its estimate) and comm per step. Unsupported configs (a plan\n"
     "that does not fit the mesh) are reported as skipped with the reason.\n"
     "\n"
+    "  --comm host|nccl the world communicator's transport: host (default: the backend's\n"
+    "                   own, shared memory or MPI) or nccl (NCCL between GPUs, one GPU\n"
+    "                   per rank; needs an NCCL build, the cuda device and a GPU)\n"
     "  --plan NAME|PATH NAME: PLANS_DIR/NAME.plan; a path (with a '/' or ending in .plan):\n"
     "                   that file (default: torchtitan-tp-sp with tp > 1, else dp).\n"
     "                   Parsed, and its patterns matched against the model's modules,\n"
@@ -279,7 +283,7 @@ typedef struct run_args {
 
 enum { O_MODEL = 256, O_WORKLOAD, O_PLAN, O_MESH, O_PP, O_DPR, O_DPS, O_CP, O_TP, O_DTYPE,
        O_BATCH, O_SEQ, O_STEPS, O_WARMUP, O_BACKEND, O_WORLD, O_PEAK, O_MEMLIM, O_NOMEM, O_PLANS,
-       O_DB, O_JSON, O_LOADW, O_SAVEW, O_WDTYPE, O_WNAMES, O_TRACE, O_HELP };
+       O_DB, O_JSON, O_LOADW, O_SAVEW, O_WDTYPE, O_WNAMES, O_TRACE, O_COMM, O_HELP };
 static const struct option run_lopts[] = {
     {"model", required_argument, NULL, O_MODEL}, {"workload", required_argument, NULL, O_WORKLOAD},
     {"plan", required_argument, NULL, O_PLAN},   {"mesh", required_argument, NULL, O_MESH},
@@ -299,6 +303,7 @@ static const struct option run_lopts[] = {
     {"weights-dtype", required_argument, NULL, O_WDTYPE},
     {"weights-names", required_argument, NULL, O_WNAMES},
     {"save-trace", required_argument, NULL, O_TRACE},
+    {"comm", required_argument, NULL, O_COMM},
     {"help", no_argument, NULL, O_HELP},
     {NULL, 0, NULL, 0}};
 
@@ -311,11 +316,12 @@ static int run_flag(int ch, run_args *a, char **argv) {
   snprintf(flag, sizeof flag, "--%s",
            ch >= O_MODEL && ch <= O_HELP ? run_lopts[ch - O_MODEL].name : "?");
   switch (ch) {
-  case O_MODEL: case O_WORKLOAD: case O_DTYPE: case O_BACKEND: {
+  case O_MODEL: case O_WORKLOAD: case O_DTYPE: case O_BACKEND: case O_COMM: {
     char *dst = ch == O_MODEL ? o->model : ch == O_WORKLOAD ? o->workload
-                : ch == O_DTYPE ? o->dtype : o->backend;
+                : ch == O_DTYPE ? o->dtype : ch == O_COMM ? o->comm : o->backend;
     size_t cap = ch == O_MODEL ? sizeof o->model : ch == O_WORKLOAD ? sizeof o->workload
-                 : ch == O_DTYPE ? sizeof o->dtype : sizeof o->backend;
+                 : ch == O_DTYPE ? sizeof o->dtype : ch == O_COMM ? sizeof o->comm
+                 : sizeof o->backend;
     if (strlen(optarg) >= cap || !optarg[0])
       return sb_usage_error(CMD, flag, "value '%s' is empty or longer than %zu characters",
                             optarg, cap - 1);
@@ -372,6 +378,7 @@ static int run_parse(int argc, char **argv, run_args *a) {
   snprintf(o->workload, sizeof o->workload, "model");
   snprintf(o->dtype, sizeof o->dtype, "f32");
   snprintf(o->backend, sizeof o->backend, "threads");
+  snprintf(o->comm, sizeof o->comm, "host");
   o->batch = 8;   /* debugmodel dims, a small batch: seconds per step on 2 cores */
   o->seq = 32;
   o->steps = 2;   /* a median of 2 timed steps */
@@ -470,6 +477,13 @@ static int run_check(run_args *a, int *argc, char ***argv, dt_backend *be, int *
     return sb_usage_error(CMD, "--backend", "expected threads or mpi, got '%s'", o->backend);
   if (!dt_backend_available(*be))
     return sb_usage_error(CMD, "--backend", "'%s' is not built into this shardbench", o->backend);
+  dt_comm_kind ck;
+  if (dt_comm_kind_parse(o->comm, &ck) != DT_OK)
+    return sb_usage_error(CMD, "--comm", "expected host or nccl, got '%s'", o->comm);
+  if (!dt_comm_kind_available(ck))
+    return sb_usage_error(CMD, "--comm", "'%s' is not built into this shardbench", o->comm);
+  if (ck == DT_COMM_NCCL && dt_device_cuda_count() < 1)
+    return sb_usage_error(CMD, "--comm", "nccl needs a GPU and none is visible");
   dt_dtype dtype;
   if (dt_dtype_parse(o->dtype, &dtype) != DT_OK || (dtype != DT_F32 && dtype != DT_F64))
     return sb_usage_error(CMD, "--dtype", "expected f32 or f64, got '%s'", o->dtype);

@@ -179,6 +179,7 @@ typedef struct sb_opts {
   char dtype[8];
   int batch, seq, steps, warmup;
   char backend[16];
+  char comm[8];                  /* the world's transport: "host" or "nccl" (dt_comm_kind) */
   int world;
   double peak_tflops;            /* MFU denominator, measured once per invocation; <= 0: none */
   char peak_source[96];          /* "--peak-tflops" or how it was measured */

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "comm/comm_nccl.h"
 #include "launch/launch.h"
 
 const char *dt_backend_name(dt_backend b) {
@@ -29,6 +30,25 @@ bool dt_backend_available(dt_backend b) {
   if (b == DT_BACKEND_MPI) return true;
 #endif
   return false;
+}
+
+const char *dt_comm_kind_name(dt_comm_kind k) {
+  switch (k) {
+    case DT_COMM_HOST: return "host";
+    case DT_COMM_NCCL: return "nccl";
+  }
+  return "?";
+}
+
+dt_status dt_comm_kind_parse(const char *s, dt_comm_kind *out) {
+  if (s && !strcmp(s, "host")) *out = DT_COMM_HOST;
+  else if (s && !strcmp(s, "nccl")) *out = DT_COMM_NCCL;
+  else return DT_ERR_INVALID;
+  return DT_OK;
+}
+
+bool dt_comm_kind_available(dt_comm_kind k) {
+  return k == DT_COMM_HOST || (k == DT_COMM_NCCL && dt_comm_nccl_built());
 }
 
 void dt_launch_report_free(dt_launch_report *rep) {

@@ -32,6 +32,18 @@ dt_status dt_backend_parse(const char *s, dt_backend *out);
 /* True when this libdtensor was built with the backend (threads: always). */
 bool dt_backend_available(dt_backend b);
 
+/* The world communicator's transport. host: the backend's own (threads: shared
+ * memory, mpi: MPI). nccl: NCCL between GPUs (lib/comm/comm_nccl.h): needs
+ * device DT_DEV_CUDA (not cuda_emu) and one GPU per rank (threads: world <=
+ * GPUs; mpi: local ranks <= the node's GPUs); the threads or mpi job still
+ * starts the ranks and carries failures. */
+typedef enum dt_comm_kind { DT_COMM_HOST = 0, DT_COMM_NCCL = 1 } dt_comm_kind;
+
+const char *dt_comm_kind_name(dt_comm_kind k);
+dt_status dt_comm_kind_parse(const char *s, dt_comm_kind *out);
+/* True when this libdtensor was built with it (host: always). */
+bool dt_comm_kind_available(dt_comm_kind k);
+
 typedef dt_status (*dt_spmd_fn)(dt_ctx *ctx, void *arg);
 
 typedef struct dt_launch_opts {
@@ -42,6 +54,7 @@ typedef struct dt_launch_opts {
   bool cuda_emu;        /* with DT_DEV_CUDA: each rank gets a cuda-emu device (the
                            CUDA kernels on the host) instead of a GPU */
   bool no_ledger;       /* true: do not record ledger rows */
+  dt_comm_kind comm;    /* the world communicator's transport (default host) */
   bool no_bind;         /* threads: do not pin ranks to CPUs (pinned when world <= CPUs) */
 } dt_launch_opts;
 

@@ -19,7 +19,9 @@
 #include <string.h>
 
 #include "comm/comm_job.h"
+#include "comm/comm_nccl.h"
 #include "device/device.h"
+#include "device/kernels.h"
 #include "launch/launch.h"
 
 #ifdef HAVE_MPI
@@ -83,6 +85,58 @@ static dt_status report_local(dt_launch_report *rep, int rank, dt_status s, cons
   return s;
 }
 
+/* opts.comm nccl: this rank's NCCL world communicator on GPU `ordinal` (its
+ * rank within its node). Collective over the MPI world, called by every rank
+ * whatever `st` (its status so far) says: the ranks agree first that every one
+ * has its GPU (an all_reduce of a failure flag), then rank 0's NCCL id is
+ * broadcast, so no rank enters NCCL's initialisation for a peer that will never
+ * come. Launcher-internal traffic: not recorded in the ledger. */
+static dt_status nccl_world_mpi(const dt_launch_opts *opts, dt_ctx *ctx, dt_comm *mpi_world,
+                                dt_device *dev, int ordinal, dt_status st, dt_comm **out) {
+  const char *opn = "dt_launch_mpi";
+  *out = NULL;
+  int ngpu = dt_device_cuda_count();
+  if (st != DT_OK) {
+  } else if (!dt_comm_nccl_built()) {
+    st = dt_error(ctx, DT_ERR_UNSUPPORTED, opn, "comm nccl: this libdtensor was built without NCCL");
+  } else if (opts->device != DT_DEV_CUDA || opts->cuda_emu) {
+    st = dt_error(ctx, DT_ERR_INVALID, opn, "comm nccl needs the cuda device (NCCL moves GPU memory)");
+  } else if (ordinal >= ngpu) {
+    st = dt_error(ctx, DT_ERR_INVALID, opn,
+                  "comm nccl: rank %d is process %d of its node, which has %d GPUs (NCCL forbids "
+                  "two ranks of one communicator on one GPU: start at most %d per node)",
+                  ctx->rank, ordinal, ngpu, ngpu);
+  }
+  bool was = dt_ledger_of(ctx)->enabled;
+  dt_ledger_enable(ctx, false);
+  double bad = st != DT_OK ? 1.0 : 0.0, any = 0.0;
+  int64_t msg[1 + sizeof(dt_nccl_id) / sizeof(int64_t)];
+  memset(msg, 0, sizeof msg);
+  dt_status s = dt_comm_all_reduce(mpi_world, &bad, &any, 1, DT_F64, DT_RED_MAX);
+  if (s == DT_OK && any == 0.0 && ctx->rank == 0) {
+    dt_nccl_id id;
+    msg[0] = dt_nccl_id_make(ctx, &id);
+    memcpy(&msg[1], id.bytes, sizeof id.bytes);
+  }
+  if (s == DT_OK && any == 0.0)
+    s = dt_comm_broadcast(mpi_world, msg, sizeof msg / sizeof msg[0], DT_I64, 0);
+  dt_ledger_enable(ctx, was);
+  if (st != DT_OK || s != DT_OK) return st != DT_OK ? st : s;
+  if (any != 0.0)
+    return dt_error(ctx, DT_ERR_ABORTED, opn, "comm nccl: another rank could not take its GPU");
+  if (msg[0] != DT_OK)
+    return ctx->rank == 0 ? (dt_status)msg[0]
+                          : dt_error(ctx, DT_ERR_ABORTED, opn,
+                                     "comm nccl: rank 0 could not make the NCCL id");
+  dt_nccl_id id;
+  memcpy(id.bytes, &msg[1], sizeof id.bytes);
+  void *stream = dt_device_cuda_stream(dev);
+  if (!stream) return ctx->last_status != DT_OK ? ctx->last_status : DT_ERR_BACKEND;
+  /* No hooks: a peer's failure reaches this rank through NCCL's errors or the
+   * timeout (the MPI abort notices are polled by MPI calls only). */
+  return dt_nccl_comm_world(ctx, &id, ordinal, stream, opts->timeout_s, NULL, out);
+}
+
 /* Runs fn once on this process's rank (see launch.h). Collective over
  * MPI_COMM_WORLD: every process of the job must call it, with the same opts.
  * Steps: init MPI if needed; local allocations; the job's blocking setup
@@ -139,9 +193,13 @@ dt_status dt_launch_mpi(const dt_launch_opts *opts, dt_spmd_fn fn, void *arg,
     }
   }
 
+  dt_comm *ncw = NULL; /* opts.comm nccl: the world fn sees */
+  if (opts->comm == DT_COMM_NCCL && world)
+    s = nccl_world_mpi(opts, &ctx, world, dev, ordinal, s, &ncw);
+
   dt_status fn_st = s; /* a setup failure counts as this rank's failure */
   if (s == DT_OK) {
-    ctx.world = world;
+    ctx.world = ncw ? ncw : world;
     ctx.device = dev;
     fn_st = fn(&ctx, arg);
   }
@@ -157,6 +215,7 @@ dt_status dt_launch_mpi(const dt_launch_opts *opts, dt_spmd_fn fn, void *arg,
 
   ctx.world = NULL;
   ctx.device = NULL;
+  dt_comm_destroy(ncw); /* before the device, whose stream it uses */
   dt_device_destroy(dev);
   dt_comm_destroy(world);
   dt_mpi_job_close(job, &ctx);

@@ -1,6 +1,7 @@
 /* lib/launch/launch_threads.c: the threads launcher, N ranks as N threads of
  * this process, each with its own dt_ctx, a world communicator of the threads
- * comm backend and a device. */
+ * comm backend and a device. With opts.comm nccl, rank r gets GPU r and an NCCL
+ * world communicator instead; the threads job still carries failures. */
 /* pthread_setaffinity_np and sched_getaffinity are GNU extensions. */
 #define _GNU_SOURCE 1
 #include "config.h"
@@ -12,7 +13,9 @@
 #include <string.h>
 
 #include "comm/comm_job.h"
+#include "comm/comm_nccl.h"
 #include "device/device.h"
+#include "device/kernels.h"
 #include "launch/launch.h"
 
 typedef struct rank_run {
@@ -21,8 +24,26 @@ typedef struct rank_run {
   dt_spmd_fn fn;
   void *arg;
   int rank;
+  const dt_nccl_id *nccl_id; /* opts->comm nccl: the job's NCCL id */
   dt_status status;
 } rank_run;
+
+/* The NCCL communicators' view of the threads job (dt_nccl_hooks). */
+static bool job_failed_hook(void *arg, int *rank, char *msg, size_t n) {
+  return dt_threads_job_failed(arg, rank, NULL, msg, n);
+}
+static void job_fail_hook(void *arg, int rank, dt_status s, const char *msg) {
+  dt_threads_job_fail(arg, rank, s, msg);
+}
+
+/* Rank r's GPU r and its NCCL world communicator. */
+static dt_status nccl_rank_setup(rank_run *rr, dt_ctx *ctx, dt_device **dev, dt_comm **world) {
+  DT_CHECK(dt_device_cuda_create(ctx, rr->rank, dev));
+  void *stream = dt_device_cuda_stream(*dev);
+  if (!stream) return ctx->last_status != DT_OK ? ctx->last_status : DT_ERR_BACKEND;
+  dt_nccl_hooks hooks = {rr->job, job_failed_hook, job_fail_hook};
+  return dt_nccl_comm_world(ctx, rr->nccl_id, rr->rank, stream, rr->opts->timeout_s, &hooks, world);
+}
 
 static void *rank_main(void *p) {
   rank_run *rr = p;
@@ -31,8 +52,9 @@ static void *rank_main(void *p) {
   dt_comm *world = NULL;
   dt_device *dev = NULL;
   dt_status s = dt_ledger_init(&ctx, !rr->opts->no_ledger);
-  if (s == DT_OK) s = dt_threads_comm_world(rr->job, &ctx, &world);
-  if (s == DT_OK) {
+  if (s == DT_OK && rr->nccl_id) s = nccl_rank_setup(rr, &ctx, &dev, &world);
+  else if (s == DT_OK) s = dt_threads_comm_world(rr->job, &ctx, &world);
+  if (s == DT_OK && !rr->nccl_id) {
     /* Every rank of a threads job shares GPU 0 (a stream per rank). */
     if (rr->opts->device != DT_DEV_CUDA) s = dt_device_cpu_create(&ctx, &dev);
     else if (rr->opts->cuda_emu) s = dt_device_cuda_emu_create(&ctx, &dev);
@@ -47,8 +69,9 @@ static void *rank_main(void *p) {
     dt_threads_job_fail(rr->job, rr->rank, s,
                         ctx.last_error[0] ? ctx.last_error : dt_status_str(s));
   rr->status = s;
-  dt_device_destroy(dev);
+  /* The communicator first: NCCL's must end before the device's stream goes. */
   dt_comm_destroy(world);
+  dt_device_destroy(dev);
   dt_ctx_release(&ctx);
   return NULL;
 }
@@ -76,6 +99,42 @@ static void bind_ranks(pthread_t *th, const bool *started, int n) {
 #endif
 }
 
+/* An NCCL threads job: a CUDA device, one GPU per rank (NCCL forbids two ranks
+ * of one communicator on one GPU), and the job's id. Refusals name the counts. */
+static dt_status nccl_check(const dt_launch_opts *opts, int n, dt_nccl_id *id,
+                            dt_launch_report *rep) {
+  char msg[DT_ERRMSG_LEN];
+  dt_status s = DT_OK;
+  int ngpu = dt_device_cuda_count();
+  if (!dt_comm_nccl_built()) {
+    s = DT_ERR_UNSUPPORTED;
+    snprintf(msg, sizeof msg, "comm nccl: this libdtensor was built without NCCL");
+  } else if (opts->device != DT_DEV_CUDA || opts->cuda_emu) {
+    s = DT_ERR_INVALID;
+    snprintf(msg, sizeof msg, "comm nccl needs the cuda device (NCCL moves GPU memory)");
+  } else if (ngpu < 1) {
+    s = DT_ERR_NODEVICE;
+    snprintf(msg, sizeof msg, "comm nccl: no GPU is visible");
+  } else if (n > ngpu) {
+    s = DT_ERR_INVALID;
+    snprintf(msg, sizeof msg,
+             "comm nccl: a threads job of %d ranks needs %d GPUs, this host has %d (NCCL "
+             "forbids two ranks of one communicator on one GPU; the host comm serves that case)",
+             n, n, ngpu);
+  } else {
+    dt_ctx tmp;
+    dt_ctx_init(&tmp, 0, n);
+    s = dt_nccl_id_make(&tmp, id);
+    snprintf(msg, sizeof msg, "%s", tmp.last_error);
+    dt_ctx_release(&tmp);
+  }
+  if (s != DT_OK && rep) {
+    rep->failed_status = s;
+    snprintf(rep->failed_msg, sizeof rep->failed_msg, "%s", msg);
+  }
+  return s;
+}
+
 dt_status dt_launch_threads(const dt_launch_opts *opts, dt_spmd_fn fn, void *arg,
                             dt_launch_report *rep) {
   int n = opts->world;
@@ -88,6 +147,11 @@ dt_status dt_launch_threads(const dt_launch_opts *opts, dt_spmd_fn fn, void *arg
       snprintf(rep->failed_msg, sizeof rep->failed_msg, "world %d outside 1..%d", n,
                DT_THREADS_MAX_WORLD);
     return DT_ERR_INVALID;
+  }
+  dt_nccl_id nccl_id;
+  if (opts->comm == DT_COMM_NCCL) {
+    dt_status s = nccl_check(opts, n, &nccl_id, rep);
+    if (s != DT_OK) return s;
   }
   dt_threads_job *job = NULL;
   DT_CHECK(dt_threads_job_create(n, opts->timeout_s, &job));
@@ -104,7 +168,8 @@ dt_status dt_launch_threads(const dt_launch_opts *opts, dt_spmd_fn fn, void *arg
   /* Ranks keep big arrays on the heap; 8 MiB of stack each is plenty. */
   pthread_attr_setstacksize(&attr, (size_t)8 << 20);
   for (int r = 0; r < n; r++) {
-    runs[r] = (rank_run){.job = job, .opts = opts, .fn = fn, .arg = arg, .rank = r};
+    runs[r] = (rank_run){.job = job, .opts = opts, .fn = fn, .arg = arg, .rank = r,
+                         .nccl_id = opts->comm == DT_COMM_NCCL ? &nccl_id : NULL};
     if (pthread_create(&th[r], &attr, rank_main, &runs[r]) != 0) {
       char msg[128];
       snprintf(msg, sizeof msg, "launcher: cannot start the thread of rank %d", r);
