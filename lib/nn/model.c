@@ -911,7 +911,8 @@ static dt_status adamw_one(dt_ctx *ctx, dt_model *m, int i, const dt_adamw *o, d
   const dt_placement *spl = md->has_opl ? md->opl : w->pl;
   const bool dev = w->local.dev != DT_DEV_CPU;
   const dt_dtype sdt = w->dtype == DT_BF16 ? DT_F32 : w->dtype;
-  for (int k = 0; k < 2 && s == DT_OK && !m->adam_m[i].mesh; k++) {
+  const bool fresh = !m->adam_m[i].mesh;
+  for (int k = 0; k < 2 && s == DT_OK && fresh; k++) {
     dt_tensor *st = k ? &m->adam_v[i] : &m->adam_m[i];
     s = dt_tensor_rand(ctx, m->mesh, w->ndim, w->gshape, sdt, spl, 0, 0, DT_RNG_UNIFORM, 0.0, 0.0,
                        st);
