@@ -137,11 +137,14 @@ void sb_config_fill(const sb_opts *o, sb_config *c) {
   memset(c, 0, sizeof *c);
   char mesh[128];
   mesh_str(o->dims, mesh, sizeof mesh);
+  /* the device joins the key only off the CPU, so a CPU config keeps the key
+   * (and the DB row) it always had */
+  const bool dev = o->device[0] && strcmp(o->device, "cpu");
   snprintf(c->key, sizeof c->key,
            "model=%s workload=%s plan=%s mesh=%s dtype=%s batch=%d seq=%d steps=%d backend=%s "
-           "world=%d",
+           "world=%d%s%s",
            o->model, o->workload, o->plan, mesh, o->dtype, o->batch, o->seq, o->steps, o->backend,
-           o->world);
+           o->world, dev ? " device=" : "", dev ? o->device : "");
   snprintf(c->workload, sizeof c->workload, "%s", o->workload);
   snprintf(c->model, sizeof c->model, "%s", o->model);
   snprintf(c->plan, sizeof c->plan, "%s", o->plan);
@@ -315,7 +318,8 @@ typedef struct job {
   /* in */
   const sb_opts *o;
   dt_llama_config cfg;
-  dt_dtype dtype;
+  dt_dtype dtype;               /* the reference's (and the inputs') dtype */
+  dt_dtype model_dtype;         /* the sharded job's model: dtype, or bf16 */
   bool reference;               /* a 1-rank mesh, no plan */
   int mesh_ndim;
   int mesh_shape[SB_NDIMS];
@@ -453,7 +457,8 @@ static void add_comm(job *j, const dt_ledger_row *r) {
 /* The model on mesh: created, the plan's [tp] entries applied, materialized. */
 static dt_status build_model(dt_ctx *ctx, dt_mesh *mesh, const job *j, dt_model **out) {
   dt_model *m = NULL;
-  DT_CHECK(dt_model_create(ctx, mesh, &j->cfg, j->dtype, SEED, &m));
+  DT_CHECK(dt_model_create(ctx, mesh, &j->cfg, j->reference ? j->dtype : j->model_dtype, SEED,
+                           &m));
   const bool single = sb_workload_single(j->o->workload);
   dt_status s = DT_OK;
   if (j->plan && j->tp_dim >= 0) {
@@ -958,6 +963,8 @@ static dt_status train(dt_ctx *ctx, dt_mesh *mesh, job *j) {
   sb_cmp_init(&c);
   /* FSDP mixed precision: the weights' rounding to param_dtype sets the tolerance */
   if (j->plan && j->fsdp) c.param_dtype = j->plan->param_dtype;
+  /* a bf16 model against its f32 reference: bf16's rounding of every weight */
+  if (!j->reference && j->model_dtype == DT_BF16) c.param_dtype = DT_BF16;
   double *times = calloc((size_t)total, sizeof *times);
   pipe *pp = !j->reference && j->pp_dim >= 0 ? calloc(1, sizeof *pp) : NULL;
   if (!times || (!j->reference && j->pp_dim >= 0 && !pp)) {
@@ -1067,10 +1074,17 @@ static dt_status launch(dt_backend b, int world, bool sharded, job *j, char *why
   lo.backend = b;
   lo.world = world;
   lo.timeout_s = LAUNCH_TIMEOUT_S;
-  /* --comm nccl moves GPU memory: its ranks run on the cuda device, one GPU each */
+  /* the sharded job on --device (--comm nccl: the cuda device, a GPU per rank);
+   * the reference on the CPU */
+  const char *dev = j->reference ? "cpu" : j->o->device;
+  lo.device = !dev[0] || !strcmp(dev, "cpu") ? DT_DEV_CPU : DT_DEV_CUDA;
+  lo.cuda_emu = !strcmp(dev, "cuda-emu");
   lo.comm = sharded && j->o->comm[0] && dt_comm_kind_parse(j->o->comm, &lo.comm) == DT_OK ? lo.comm
                                                                               : DT_COMM_HOST;
-  lo.device = lo.comm == DT_COMM_NCCL ? DT_DEV_CUDA : DT_DEV_CPU;
+  if (lo.comm == DT_COMM_NCCL) {
+    lo.device = DT_DEV_CUDA;
+    lo.cuda_emu = false;
+  }
   j->per_process = b == DT_BACKEND_MPI;
   dt_launch_report rep;
   memset(&rep, 0, sizeof rep);
@@ -1359,9 +1373,21 @@ void sb_execute(const sb_opts *o, sb_ref *cache, sb_stage stage, sb_result *r) {
     failed(r, "%s", dt_last_error(&hc));
     goto done;
   }
-  if (dt_dtype_parse(o->dtype, &j->dtype) != DT_OK || (j->dtype != DT_F32 && j->dtype != DT_F64)) {
-    skip(r, "dtype '%s': the harness verifies f32 and f64 only", o->dtype);
+  if (dt_dtype_parse(o->dtype, &j->dtype) != DT_OK ||
+      (j->dtype != DT_F32 && j->dtype != DT_F64 && j->dtype != DT_BF16)) {
+    skip(r, "dtype '%s': the harness verifies f32, f64 and bf16 only", o->dtype);
     goto done;
+  }
+  /* bf16: the sharded job's parameters and activations; the reference runs f32
+   * on the CPU, and the verdict allows bf16's rounding (sb_cmp.param_dtype) */
+  j->model_dtype = j->dtype;
+  if (j->dtype == DT_BF16) {
+    if (wl_of(o->workload) != WL_MODEL) {
+      skip(r, "dtype bf16: workload '%s' (its input x is made in f32 and f64 only; model and "
+              "block run bf16)", o->workload);
+      goto done;
+    }
+    j->dtype = DT_F32;
   }
   /* the commands validated the plan up front; failing here, it changed since */
   if (dt_plan_load(&hc, o->plan_path, plan) != DT_OK) {

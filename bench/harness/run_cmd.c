@@ -166,12 +166,38 @@ int sb_limits_from_flags(const char *cmd, const char *peak_s, const char *mem_s,
   return 0;
 }
 
+int sb_check_device(const char *device, const char *dtype, const char **flag, char *err,
+                    size_t errn) {
+  *flag = "--device";
+  if (strcmp(device, "cpu") && strcmp(device, "cuda") && strcmp(device, "cuda-emu")) {
+    snprintf(err, errn, "expected cpu, cuda or cuda-emu, got '%s'", device);
+    return -1;
+  }
+  if (!strcmp(device, "cuda") && !dt_device_cuda_built()) {
+    snprintf(err, errn, "cuda: this shardbench is built without CUDA (cuda-emu runs the same "
+                        "kernels on the host)");
+    return -1;
+  }
+  if (!strcmp(device, "cuda") && dt_device_cuda_count() == 0) {
+    snprintf(err, errn, "cuda: no GPU is visible (cuda-emu runs the same kernels on the host)");
+    return -1;
+  }
+  if (!strcmp(dtype, "bf16") && !strcmp(device, "cpu")) {
+    *flag = "--dtype";
+    snprintf(err, errn, "bf16 runs on a device (--device cuda or cuda-emu); the CPU runs f32 "
+                        "and f64");
+    return -1;
+  }
+  return 0;
+}
+
 /* ---- shardbench run ------------------------------------------------------------------- */
 
 const char sb_run_usage[] =
     "usage: shardbench run [--model debugmodel] [--workload W] [--plan NAME|PATH]\n"
     "                      [--mesh dp_replicate:2,tp:4 | --pp N --dp-replicate N --dp-shard N\n"
-    "                       --cp N --tp N] [--dtype f32|f64] [--batch 8] [--seq 32]\n"
+    "                       --cp N --tp N] [--dtype f32|f64|bf16] [--batch 8] [--seq 32]\n"
+    "                      [--device cpu|cuda|cuda-emu]\n"
     "                      [--steps 2] [--warmup 1] [--backend threads|mpi] [--world N]\n"
     "                      [--comm host|nccl]\n"
     "                      [--peak-tflops X] [--mem-limit BYTES | --no-mem-check]\n"
@@ -207,6 +233,14 @@ const char sb_run_usage[] =
     "                   x: an N(0, 1) activation [b, s, dim] from the seed, placed as the\n"
     "                   model's layers receive it; the loss of the ones without the\n"
     "                   head: mean(y * R), R a fixed N(0, 1) [b, s, dim] tensor\n"
+    "  --device D       where the sharded job's ranks compute: cpu (default), cuda\n"
+    "                   (one GPU per rank; needs a CUDA build and a visible GPU) or\n"
+    "                   cuda-emu (the CUDA kernels run on the host: checks the GPU path\n"
+    "                   without a GPU). The reference runs on the CPU. The device is\n"
+    "                   part of the config key (\"device=...\", absent for cpu)\n"
+    "  --dtype T        f32 (default), f64, or bf16 on a device: bf16 parameters and\n"
+    "                   activations, f32 master weights and AdamW state, checked against\n"
+    "                   an f32 reference with bf16's tolerance\n"
     "  --world N        ranks (default: the mesh's product; alone: tp = N)\n"
     "  --peak-tflops X  MFU denominator (default: measured once, 1-core sgemm x\n"
     "                   min(world, CPUs)); stored with the run\n"
@@ -283,7 +317,7 @@ typedef struct run_args {
 
 enum { O_MODEL = 256, O_WORKLOAD, O_PLAN, O_MESH, O_PP, O_DPR, O_DPS, O_CP, O_TP, O_DTYPE,
        O_BATCH, O_SEQ, O_STEPS, O_WARMUP, O_BACKEND, O_WORLD, O_PEAK, O_MEMLIM, O_NOMEM, O_PLANS,
-       O_DB, O_JSON, O_LOADW, O_SAVEW, O_WDTYPE, O_WNAMES, O_TRACE, O_COMM, O_HELP };
+       O_DB, O_JSON, O_LOADW, O_SAVEW, O_WDTYPE, O_WNAMES, O_TRACE, O_COMM, O_DEVICE, O_HELP };
 static const struct option run_lopts[] = {
     {"model", required_argument, NULL, O_MODEL}, {"workload", required_argument, NULL, O_WORKLOAD},
     {"plan", required_argument, NULL, O_PLAN},   {"mesh", required_argument, NULL, O_MESH},
@@ -304,6 +338,7 @@ static const struct option run_lopts[] = {
     {"weights-names", required_argument, NULL, O_WNAMES},
     {"save-trace", required_argument, NULL, O_TRACE},
     {"comm", required_argument, NULL, O_COMM},
+    {"device", required_argument, NULL, O_DEVICE},
     {"help", no_argument, NULL, O_HELP},
     {NULL, 0, NULL, 0}};
 
@@ -316,11 +351,13 @@ static int run_flag(int ch, run_args *a, char **argv) {
   snprintf(flag, sizeof flag, "--%s",
            ch >= O_MODEL && ch <= O_HELP ? run_lopts[ch - O_MODEL].name : "?");
   switch (ch) {
-  case O_MODEL: case O_WORKLOAD: case O_DTYPE: case O_BACKEND: case O_COMM: {
+  case O_MODEL: case O_WORKLOAD: case O_DTYPE: case O_BACKEND: case O_COMM: case O_DEVICE: {
     char *dst = ch == O_MODEL ? o->model : ch == O_WORKLOAD ? o->workload
-                : ch == O_DTYPE ? o->dtype : ch == O_COMM ? o->comm : o->backend;
+                : ch == O_DTYPE ? o->dtype : ch == O_COMM ? o->comm
+                : ch == O_DEVICE ? o->device : o->backend;
     size_t cap = ch == O_MODEL ? sizeof o->model : ch == O_WORKLOAD ? sizeof o->workload
                  : ch == O_DTYPE ? sizeof o->dtype : ch == O_COMM ? sizeof o->comm
+                 : ch == O_DEVICE ? sizeof o->device
                  : sizeof o->backend;
     if (strlen(optarg) >= cap || !optarg[0])
       return sb_usage_error(CMD, flag, "value '%s' is empty or longer than %zu characters",
@@ -379,6 +416,7 @@ static int run_parse(int argc, char **argv, run_args *a) {
   snprintf(o->dtype, sizeof o->dtype, "f32");
   snprintf(o->backend, sizeof o->backend, "threads");
   snprintf(o->comm, sizeof o->comm, "host");
+  snprintf(o->device, sizeof o->device, "cpu");
   o->batch = 8;   /* debugmodel dims, a small batch: seconds per step on 2 cores */
   o->seq = 32;
   o->steps = 2;   /* a median of 2 timed steps */
@@ -485,8 +523,16 @@ static int run_check(run_args *a, int *argc, char ***argv, dt_backend *be, int *
   if (ck == DT_COMM_NCCL && dt_device_cuda_count() < 1)
     return sb_usage_error(CMD, "--comm", "nccl needs a GPU and none is visible");
   dt_dtype dtype;
-  if (dt_dtype_parse(o->dtype, &dtype) != DT_OK || (dtype != DT_F32 && dtype != DT_F64))
-    return sb_usage_error(CMD, "--dtype", "expected f32 or f64, got '%s'", o->dtype);
+  if (dt_dtype_parse(o->dtype, &dtype) != DT_OK ||
+      (dtype != DT_F32 && dtype != DT_F64 && dtype != DT_BF16))
+    return sb_usage_error(CMD, "--dtype", "expected f32, f64 or bf16, got '%s'", o->dtype);
+  char err[SB_ERR_LEN];
+  const char *dflag;
+  if (sb_check_device(o->device, o->dtype, &dflag, err, sizeof err))
+    return sb_usage_error(CMD, dflag, "%s", err);
+  if (ck == DT_COMM_NCCL && strcmp(o->device, "cpu") && strcmp(o->device, "cuda"))
+    return sb_usage_error(CMD, "--comm", "nccl moves GPU memory: it runs with --device cuda, not %s",
+                          o->device);
   int rc = sb_check_workload(CMD, "--workload", o->workload);
   if (!rc) rc = sb_check_model(CMD, "--model", o->model);
   if (rc) return rc;
@@ -512,7 +558,7 @@ static int run_check(run_args *a, int *argc, char ***argv, dt_backend *be, int *
   /* no --plan: TorchTitan's TP recipe when there is a tp dim, else plain data parallel
    * (a 1-rank run: the unsharded model) */
   if (!a->plan_arg) a->plan_arg = o->dims[4] > 1 ? "torchtitan-tp-sp" : "dp";
-  char err[SB_ERR_LEN], dir[768];
+  char dir[768];
   sb_plans_dir(a->plans_flag, dir, sizeof dir);
   if (sb_plan_locate(dir, a->plan_arg, o->plan_path, sizeof o->plan_path, o->plan, sizeof o->plan,
                      err, sizeof err))

@@ -170,6 +170,11 @@ extern const char *const sb_dim_names[SB_NDIMS]; /* pp dp_replicate dp_shard cp 
 /* "dp_replicate:2,tp:4" into dims (TorchTitan's order, all others 1); "1" for one
  * rank. 0, or -1 with the reason in err (bench/harness/run_cmd.c). */
 int sb_parse_mesh_named(const char *s, int dims[SB_NDIMS], char *err, size_t errn);
+/* --device VALUE and --dtype DTYPE (run and sweep): cpu, cuda (a CUDA build and
+ * a visible GPU) or cuda-emu (always); bf16 only off the CPU (the host ops are
+ * f32 and f64). 0, or -1 with the flag at fault and the reason (bench/harness/run_cmd.c). */
+int sb_check_device(const char *device, const char *dtype, const char **flag, char *err,
+                    size_t errn);
 
 typedef struct sb_opts {
   char model[96], workload[32];
@@ -180,6 +185,7 @@ typedef struct sb_opts {
   int batch, seq, steps, warmup;
   char backend[16];
   char comm[8];                  /* the world's transport: "host" or "nccl" (dt_comm_kind) */
+  char device[16];               /* cpu, cuda or cuda-emu (the sharded job's ranks) */
   int world;
   double peak_tflops;            /* MFU denominator, measured once per invocation; <= 0: none */
   char peak_source[96];          /* "--peak-tflops" or how it was measured */

@@ -64,6 +64,7 @@ const char sb_sweep_usage[] =
     "                        [--db results/shardbench.db] [--resume]\n"
     "                        [--backend threads|mpi] [--peak-tflops X] [--plans-dir DIR]\n"
     "                        [--mem-limit BYTES | --no-mem-check] [--shapes S/S/...]\n"
+    "                        [--device cpu|cuda|cuda-emu]\n"
     "\n"
     "Runs every ordered factorisation of the world into (pp, dp_replicate, dp_shard, cp,\n"
     "tp) (or only the --shapes given, each as run's --mesh: dp_shard:2,tp:4/cp:8)\n"
@@ -85,6 +86,8 @@ const char sb_sweep_usage[] =
     "(x + attention(attention_norm(x))), feed_forward (x + feed_forward(ffn_norm(x))),\n"
     "output (norm + output + the cross-entropy loss); see `shardbench run --help`. They\n"
     "skip pp > 1 (one layer has no stages to split).\n"
+    "--device cpu|cuda|cuda-emu: where every config's sharded job computes, as run's\n"
+    "--device (it joins each config's key off the CPU); --dtypes bf16 needs a device.\n"
     "\n"
     "Exit: 0 all ok or skipped, 1 a mismatch or failure, 2 bad input (flags, a plan,\n"
     "the DB).\n";
@@ -310,6 +313,7 @@ typedef struct sweep_args {
   long world, batch, seq, steps, warmup;
   const char *models_s, *plans_s, *workloads_s, *dtypes_s, *db, *backend_s, *plans_flag;
   const char *shapes_s; /* --shapes: NULL, every factorisation */
+  const char *device_s; /* --device: cpu, cuda, cuda-emu */
   const char *peak_s, *mem_s;
   bool resume, no_mem_check;
 } sweep_args;
@@ -331,7 +335,7 @@ typedef struct tally {
 
 enum { O_WORLD = 256, O_MODELS, O_PLANS, O_WORKLOADS, O_DTYPES, O_BATCH, O_SEQ, O_STEPS,
        O_WARMUP, O_DB, O_RESUME, O_BACKEND, O_PEAK, O_MEMLIM, O_NOMEM, O_PLANSDIR, O_SHAPES,
-       O_HELP };
+       O_DEVICE, O_HELP };
 static const struct option sweep_lopts[] = {
     {"world", required_argument, NULL, O_WORLD},
     {"models", required_argument, NULL, O_MODELS},
@@ -350,6 +354,7 @@ static const struct option sweep_lopts[] = {
     {"no-mem-check", no_argument, NULL, O_NOMEM},
     {"plans-dir", required_argument, NULL, O_PLANSDIR},
     {"shapes", required_argument, NULL, O_SHAPES},
+    {"device", required_argument, NULL, O_DEVICE},
     {"help", no_argument, NULL, O_HELP},
     {NULL, 0, NULL, 0}};
 
@@ -358,7 +363,8 @@ static int sweep_parse(int argc, char **argv, sweep_args *a) {
   static const char CMD[] = "sweep";
   *a = (sweep_args){.batch = 8, .seq = 32, .steps = 2, .warmup = 1, .models_s = "debugmodel",
                     .plans_s = "all", .workloads_s = "block,model", .dtypes_s = "f32",
-                    .db = "results/shardbench.db", .backend_s = "threads"};
+                    .db = "results/shardbench.db", .backend_s = "threads",
+                    .device_s = "cpu"};
   int rc = sb_getopt_repeats(CMD, argc, argv, ":", sweep_lopts, NULL);
   if (rc) return rc;
   char err[SB_ERR_LEN];
@@ -386,6 +392,7 @@ static int sweep_parse(int argc, char **argv, sweep_args *a) {
     case O_BACKEND: a->backend_s = optarg; break;
     case O_PLANSDIR: a->plans_flag = optarg; break;
     case O_SHAPES: a->shapes_s = optarg; break;
+    case O_DEVICE: a->device_s = optarg; break;
     case O_PEAK: a->peak_s = optarg; break;
     case O_MEMLIM: a->mem_s = optarg; break;
     case O_NOMEM: a->no_mem_check = true; break;
@@ -411,9 +418,17 @@ static int sweep_lists(const sweep_args *a, sweep_space *sp) {
     if (sb_check_workload(CMD, "--workloads", sp->workloads.v[i])) return SB_EXIT_USAGE;
   if (split_list(a->dtypes_s, &sp->dtypes, err, sizeof err))
     return sb_usage_error(CMD, "--dtypes", "%s", err);
-  for (int i = 0; i < sp->dtypes.n; i++)
-    if (strcmp(sp->dtypes.v[i], "f32") && strcmp(sp->dtypes.v[i], "f64"))
-      return sb_usage_error(CMD, "--dtypes", "expected f32 or f64, got '%s'", sp->dtypes.v[i]);
+  const char *flag;
+  if (strlen(a->device_s) >= sizeof ((sb_opts *)0)->device)
+    return sb_usage_error(CMD, "--device", "expected cpu, cuda or cuda-emu, got '%s'", a->device_s);
+  for (int i = 0; i < sp->dtypes.n; i++) {
+    if (strcmp(sp->dtypes.v[i], "f32") && strcmp(sp->dtypes.v[i], "f64") &&
+        strcmp(sp->dtypes.v[i], "bf16"))
+      return sb_usage_error(CMD, "--dtypes", "expected f32, f64 or bf16, got '%s'",
+                            sp->dtypes.v[i]);
+    if (sb_check_device(a->device_s, sp->dtypes.v[i], &flag, err, sizeof err))
+      return sb_usage_error(CMD, !strcmp(flag, "--dtype") ? "--dtypes" : flag, "%s", err);
+  }
   return 0;
 }
 
@@ -571,6 +586,7 @@ static void sweep_all(const sweep_args *a, const sweep_space *sp, const sb_opts 
             snprintf(o.plan, sizeof o.plan, "%s", sp->plans.v[pi]);
             snprintf(o.plan_path, sizeof o.plan_path, "%s", sp->plan_path[pi]);
             snprintf(o.backend, sizeof o.backend, "%s", a->backend_s);
+            snprintf(o.device, sizeof o.device, "%s", a->device_s);
             memcpy(o.dims, sp->shapes[si], sizeof o.dims);
             o.batch = (int)a->batch;
             o.seq = (int)a->seq;

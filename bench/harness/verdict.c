@@ -63,14 +63,15 @@ dt_status sb_gather_f64(dt_ctx *ctx, const dt_tensor *t, double **out, int64_t *
   dt_array a;
   DT_CHECK(dt_tensor_full(ctx, t, &a)); /* Partial dims are reduced on the way */
   dt_status s = DT_OK;
-  if (a.dev != DT_DEV_CPU || (a.dtype != DT_F64 && a.dtype != DT_F32))
-    s = dt_error(ctx, DT_ERR_UNSUPPORTED, "sb_gather_f64", "needs a host f32 or f64 tensor");
+  if (a.dev != DT_DEV_CPU || (a.dtype != DT_F64 && a.dtype != DT_F32 && a.dtype != DT_BF16))
+    s = dt_error(ctx, DT_ERR_UNSUPPORTED, "sb_gather_f64", "needs a host f32, f64 or bf16 tensor");
   else if (!(*out = malloc((size_t)(a.numel ? a.numel : 1) * sizeof **out)))
     s = dt_error(ctx, DT_ERR_NOMEM, "sb_gather_f64", "no memory");
   else {
     for (int64_t i = 0; i < a.numel; i++)
-      (*out)[i] = a.dtype == DT_F64 ? ((const double *)a.data)[i]
-                                    : (double)((const float *)a.data)[i];
+      (*out)[i] = a.dtype == DT_F64   ? ((const double *)a.data)[i]
+                  : a.dtype == DT_F32 ? (double)((const float *)a.data)[i]
+                                      : (double)dt_bf16_to_f32(((const dt_bf16 *)a.data)[i]);
     *n = a.numel;
   }
   dt_array_free(ctx, &a);

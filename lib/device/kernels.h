@@ -48,9 +48,26 @@ typedef struct dt_kern_layout {
   const char *group;
 } dt_kern_layout;
 
-/* The optimizer and the training loop's helpers: AdamW, gradient norms (k_optim.cu). */
+/* One AdamW step's hyper-parameters, as torch.optim.AdamW's update reads them
+ * (torch/optim/adamw.py, _single_tensor_adamw: decoupled decay, bias-corrected
+ * moments): bc1 = 1 - beta1^step, bc2 = 1 - beta2^step, computed by the caller. */
+typedef struct dt_kern_adamw_hp {
+  double lr, beta1, beta2, eps, weight_decay, bc1, bc2;
+} dt_kern_adamw_hp;
+
+/* The optimizer and the training loop's helpers (k_optim.cu). */
 typedef struct dt_kern_optim {
-  const char *group;
+  /* One AdamW step on n elements, in f64 arithmetic (the host loop's, so f32 and
+   * f64 runs match it to the last rounding but for contraction into FMAs):
+   *   p = master * (1 - lr wd); m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g g;
+   *   master = p - lr / bc1 * m / (sqrt(v) / sqrt(bc2) + eps).
+   * master, m, v: dtype st (f32 or f64); g: dtype gt (f32, f64, bf16). master
+   * NULL: w is the master (wt == st). Otherwise (mixed precision: f32 master
+   * weights and moments, bf16 w) w is written from the updated master, rounded
+   * to wt (f32, f64 or bf16; bf16 to nearest even from the master's f32). */
+  dt_status (*adamw)(dt_device *d, int64_t n, dt_dtype st, void *master, void *m, void *v,
+                     dt_dtype gt, const void *g, dt_dtype wt, void *w,
+                     const dt_kern_adamw_hp *hp);
 } dt_kern_optim;
 
 typedef struct dt_kernels {

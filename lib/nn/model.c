@@ -38,7 +38,13 @@
  *
  * AdamW: PyTorch's torch.optim.AdamW (decoupled weight decay applied first,
  * bias-corrected moments), on local shards after the gradient is
- * redistributed to the weight's placements. Host (CPU) arrays only.
+ * redistributed to the weight's placements: a host loop for host arrays, the
+ * device's fused optim.adamw kernel for device arrays (bf16 weights: f32 master
+ * weights and moments, the bf16 copy rounded from the master).
+ *
+ * Devices: weights are generated on the host and uploaded once (materialize);
+ * the optimizer state is made on the weight's device; nothing of a step comes
+ * back to the host here.
  */
 #include "config.h"
 
@@ -301,15 +307,16 @@ dt_status dt_model_create(dt_ctx *ctx, dt_mesh *mesh, const dt_llama_config *cfg
   if (!ctx || !cfg || !out) return dt_error(ctx, DT_ERR_INVALID, who, "NULL argument");
   *out = NULL;
   DT_CHECK(dt_llama_config_check(ctx, cfg));
-  if (dtype != DT_F32 && dtype != DT_F64)
-    return dt_error(ctx, DT_ERR_INVALID, who, "dtype must be f32 or f64");
+  if (dtype != DT_F32 && dtype != DT_F64 && dtype != DT_BF16)
+    return dt_error(ctx, DT_ERR_INVALID, who, "dtype must be f32, f64 or bf16");
   dt_model *m = dt_host_calloc(ctx, sizeof *m);
   if (!m) return dt_error(ctx, DT_ERR_NOMEM, who, "no memory");
   const int cap = layout_of(cfg).n;
   m->mods = dt_host_calloc(ctx, (size_t)cap * sizeof *m->mods);
   m->adam_m = dt_host_calloc(ctx, (size_t)cap * sizeof *m->adam_m);
   m->adam_v = dt_host_calloc(ctx, (size_t)cap * sizeof *m->adam_v);
-  if (!m->mods || !m->adam_m || !m->adam_v) {
+  m->adam_master = dt_host_calloc(ctx, (size_t)cap * sizeof *m->adam_master);
+  if (!m->mods || !m->adam_m || !m->adam_v || !m->adam_master) {
     dt_model_free(ctx, m);
     return dt_error(ctx, DT_ERR_NOMEM, who, "no memory for %d modules", cap);
   }
@@ -365,9 +372,11 @@ void dt_model_free(dt_ctx *ctx, dt_model *m) {
     if (md->hook_state && md->hook_free) md->hook_free(ctx, md->hook_state);
     if (m->adam_m && m->adam_m[i].mesh) dt_tensor_free(ctx, &m->adam_m[i]);
     if (m->adam_v && m->adam_v[i].mesh) dt_tensor_free(ctx, &m->adam_v[i]);
+    if (m->adam_master && m->adam_master[i].mesh) dt_tensor_free(ctx, &m->adam_master[i]);
   }
   dt_host_free(ctx, m->adam_m);
   dt_host_free(ctx, m->adam_v);
+  dt_host_free(ctx, m->adam_master);
   dt_host_free(ctx, m->mods);
   dt_host_free(ctx, m);
 }
@@ -426,6 +435,39 @@ static double trunc_normal_from_uniform(double u, double lo, double mass, double
   return upper ? -x : x;
 }
 
+/* The kind of memory the rank computes in: its device's (CPU without one). */
+static dt_device_kind rank_dev(const dt_ctx *ctx) {
+  return ctx->device ? ctx->device->kind : DT_DEV_CPU;
+}
+
+/* Replaces a's data by a copy in memory of kind dev (nothing when it is there). */
+static dt_status local_move(dt_ctx *ctx, dt_array *a, dt_device_kind dev) {
+  if (a->dev == dev) return DT_OK;
+  if (!ctx->device || (dev != DT_DEV_CPU && ctx->device->kind != dev))
+    return dt_error(ctx, DT_ERR_INVALID, "dt_model", "no device of the array's kind");
+  dt_array b;
+  DT_CHECK(dt_array_create(ctx, dev, a->dtype, a->ndim, a->shape, &b));
+  const size_t bytes = dt_array_bytes(a);
+  dt_status s = DT_OK;
+  if (bytes) {
+    s = dt_device_copy(ctx->device, b.data, a->data, bytes,
+                       dev == DT_DEV_CPU ? DT_COPY_D2H : DT_COPY_H2D);
+    if (s == DT_OK && dev == DT_DEV_CPU) s = dt_device_sync(ctx->device);
+  }
+  if (s != DT_OK) {
+    dt_array_free(ctx, &b);
+    return s;
+  }
+  dt_array_free(ctx, a);
+  *a = b;
+  return DT_OK;
+}
+static dt_status local_to_host(dt_ctx *ctx, dt_array *a) { return local_move(ctx, a, DT_DEV_CPU); }
+/* Onto the rank's device (once, at materialize and for new optimizer state). */
+static dt_status local_to_device(dt_ctx *ctx, dt_array *a) {
+  return local_move(ctx, a, rank_dev(ctx));
+}
+
 static dt_status gen_weight(dt_ctx *ctx, dt_model *m, const dt_module *md, dt_tensor *out) {
   const dt_placement *pl = md->wpl;
   uint64_t stream = (uint64_t)md->index;
@@ -450,18 +492,22 @@ static dt_status gen_weight(dt_ctx *ctx, dt_model *m, const dt_module *md, dt_te
     dt_tensor_free(ctx, &u);
     return s;
   }
-  if (u.local.dev != DT_DEV_CPU || out->local.dev != DT_DEV_CPU ||
-      u.local.numel != out->local.numel) {
+  /* the transform runs on the host: arrays a device made come down first */
+  s = local_to_host(ctx, &u.local);
+  if (s == DT_OK) s = local_to_host(ctx, &out->local);
+  if (s == DT_OK && u.local.numel != out->local.numel)
+    s = dt_error(ctx, DT_ERR_INVALID, "dt_model_materialize", "%s: shards differ", md->fqn);
+  if (s != DT_OK) {
     dt_tensor_free(ctx, &u);
     dt_tensor_free(ctx, out);
-    return dt_error(ctx, DT_ERR_UNSUPPORTED, "dt_model_materialize",
-                    "%s: truncated-normal init needs host (CPU) arrays", md->fqn);
+    return s;
   }
   const double *ud = u.local.data;
   const double bound = md->init_trunc, lo = 0.5 * erfc(bound / sqrt(2.0)), mass = erf(bound / sqrt(2.0));
   for (int64_t i = 0; i < u.local.numel; i++) {
     double w = md->init_std * trunc_normal_from_uniform(ud[i], lo, mass, bound);
     if (m->dtype == DT_F32) ((float *)out->local.data)[i] = (float)w;
+    else if (m->dtype == DT_BF16) ((dt_bf16 *)out->local.data)[i] = dt_f32_to_bf16((float)w);
     else ((double *)out->local.data)[i] = w;
   }
   dt_tensor_free(ctx, &u);
@@ -472,8 +518,10 @@ static void adam_state_free(dt_ctx *ctx, dt_model *m) {
   for (int i = 0; i < m->n_mods; i++) {
     if (m->adam_m[i].mesh) dt_tensor_free(ctx, &m->adam_m[i]);
     if (m->adam_v[i].mesh) dt_tensor_free(ctx, &m->adam_v[i]);
+    if (m->adam_master[i].mesh) dt_tensor_free(ctx, &m->adam_master[i]);
     memset(&m->adam_m[i], 0, sizeof m->adam_m[i]);
     memset(&m->adam_v[i], 0, sizeof m->adam_v[i]);
+    memset(&m->adam_master[i], 0, sizeof m->adam_master[i]);
   }
   m->adam_step = 0;
 }
@@ -495,6 +543,11 @@ dt_status dt_model_materialize(dt_ctx *ctx, dt_model *m) {
     if (md->wndim == 0) continue;
     dt_tensor w;
     DT_CHECK(gen_weight(ctx, m, md, &w));
+    dt_status s = local_to_device(ctx, &w.local);
+    if (s != DT_OK) {
+      dt_tensor_free(ctx, &w);
+      return s;
+    }
     md->weight = dt_var_leaf(m->tape, &w, true);
     if (!md->weight) return DT_ERR_NOMEM;
   }
@@ -789,10 +842,53 @@ void dt_model_state_bytes(const dt_model *m, dt_model_mem *out) {
     if (m->adam_m[i].mesh)
       out->optimizer += (int64_t)(dt_array_bytes(&m->adam_m[i].local) +
                                   dt_array_bytes(&m->adam_v[i].local));
+    if (m->adam_master[i].mesh) out->optimizer += (int64_t)dt_array_bytes(&m->adam_master[i].local);
   }
 }
 
 /* ---- AdamW -------------------------------------------------------------------------- */
+
+/* AdamW on a device weight's elements [at, at + n) (its state's shard) from the
+ * gradient gp (the weight's layout, any float dtype): the device's optim.adamw.
+ * A bf16 weight gets f32 master weights, made from it at its first step (a
+ * model initialised in bf16 then trained with f32 masters). */
+static dt_status adamw_device(dt_ctx *ctx, dt_model *m, int i, const dt_adamw *o, double bc1,
+                              double bc2, const dt_tensor *gp, int64_t at, int64_t n) {
+  static const char WHO[] = "dt_model_adamw_step";
+  dt_module *md = &m->mods[i];
+  dt_tensor *w = (dt_tensor *)dt_var_value(md->weight);
+  const dt_tensor *mt = &m->adam_m[i], *vt = &m->adam_v[i];
+  const dt_array *la[4] = {&w->local, &gp->local, &mt->local, &vt->local};
+  for (int j = 0; j < 4; j++)
+    if (la[j]->dev != w->local.dev || la[j]->numel != (j < 2 ? w->local.numel : n))
+      return dt_error(ctx, DT_ERR_INVALID, WHO,
+                      "%s: the weight, its gradient and state are not on one device in one layout",
+                      md->fqn);
+  const dt_kernels *K;
+  DT_CHECK(dt_op_kernels(ctx, WHO, &K));
+  DT_OP_KSLOT(ctx, WHO, K->optim, adamw);
+  dt_tensor *ms = &m->adam_master[i];
+  if (w->dtype == DT_BF16 && !ms->mesh) {
+    DT_OP_KSLOT(ctx, WHO, K->pw, cast);
+    DT_CHECK(dt_tensor_rand(ctx, m->mesh, w->ndim, w->gshape, DT_F32, md->has_opl ? md->opl : w->pl,
+                            0, 0, DT_RNG_UNIFORM, 0.0, 0.0, ms));
+    dt_status s = local_to_device(ctx, &ms->local);
+    if (s == DT_OK)
+      s = K->pw->cast(ctx->device, DT_BF16, (const char *)w->local.data + at * 2, DT_F32,
+                      ms->local.data, n);
+    if (s != DT_OK) {
+      dt_tensor_free(ctx, ms);
+      memset(ms, 0, sizeof *ms);
+      return s;
+    }
+  }
+  const dt_kern_adamw_hp hp = {o->lr, o->beta1, o->beta2, o->eps, o->weight_decay, bc1, bc2};
+  const size_t ws = dt_dtype_size(w->dtype), gs = dt_dtype_size(gp->dtype);
+  return K->optim->adamw(ctx->device, n, mt->dtype, ms->mesh ? ms->local.data : NULL,
+                         mt->local.data, vt->local.data, gp->dtype,
+                         (const char *)gp->local.data + (size_t)at * gs, w->dtype,
+                         (char *)w->local.data + (size_t)at * ws, &hp);
+}
 
 static dt_status adamw_one(dt_ctx *ctx, dt_model *m, int i, const dt_adamw *o, double bc1,
                            double bc2) {
@@ -810,29 +906,45 @@ static dt_status adamw_one(dt_ctx *ctx, dt_model *m, int i, const dt_adamw *o, d
   if (!same) DT_CHECK(dt_redistribute(ctx, g0, w->pl, DT_PLANNER_GREEDY, &gr));
   const dt_tensor *gp = same ? g0 : &gr;
   dt_status s = DT_OK;
-  /* the state's placements: the weight's, or (ZeRO-1) a row shard of it */
+  /* the state's placements: the weight's, or (ZeRO-1) a row shard of it; its
+   * dtype the weight's, f32 for bf16 weights (f32 moments and master weights) */
   const dt_placement *spl = md->has_opl ? md->opl : w->pl;
-  if (!m->adam_m[i].mesh) {
-    s = dt_tensor_rand(ctx, m->mesh, w->ndim, w->gshape, w->dtype, spl, 0, 0, DT_RNG_UNIFORM,
-                       0.0, 0.0, &m->adam_m[i]);
-    if (s == DT_OK)
-      s = dt_tensor_rand(ctx, m->mesh, w->ndim, w->gshape, w->dtype, spl, 0, 0, DT_RNG_UNIFORM,
-                         0.0, 0.0, &m->adam_v[i]);
+  const bool dev = w->local.dev != DT_DEV_CPU;
+  const dt_dtype sdt = w->dtype == DT_BF16 ? DT_F32 : w->dtype;
+  const bool fresh = !m->adam_m[i].mesh;
+  for (int k = 0; k < 2 && s == DT_OK && fresh; k++) {
+    dt_tensor *st = k ? &m->adam_v[i] : &m->adam_m[i];
+    s = dt_tensor_rand(ctx, m->mesh, w->ndim, w->gshape, sdt, spl, 0, 0, DT_RNG_UNIFORM, 0.0, 0.0,
+                       st);
+    if (s == DT_OK) s = local_to_device(ctx, &st->local);
+    if (s != DT_OK) { /* neither state, so that the next step makes both */
+      for (int q = 0; q <= k; q++) {
+        dt_tensor *t = q ? &m->adam_v[i] : &m->adam_m[i];
+        if (t->mesh) dt_tensor_free(ctx, t);
+        memset(t, 0, sizeof *t);
+      }
+    }
   }
   /* the state covers rows [r0, r0 + n / row) of the weight's local array */
   const dt_tensor *st = &m->adam_m[i];
   const int64_t row = w->ndim > 1 ? w->local.numel / (w->local.shape[0] ? w->local.shape[0] : 1) : 1;
   const int64_t r0 = s == DT_OK && w->ndim ? st->goffset[0] - w->goffset[0] : 0;
-  const int64_t n = st->local.numel, at = r0 * row;
-  const dt_array *la[4] = {&w->local, &gp->local, &m->adam_m[i].local, &m->adam_v[i].local};
-  for (int j = 0; s == DT_OK && j < 4; j++)
-    if (la[j]->dev != DT_DEV_CPU || la[j]->numel != (j < 2 ? w->local.numel : n) ||
-        la[j]->dtype != w->dtype)
-      s = dt_error(ctx, DT_ERR_UNSUPPORTED, "dt_model_adamw_step",
-                   "%s: needs host arrays of one layout and dtype", md->fqn);
+  const int64_t n = s == DT_OK ? st->local.numel : 0, at = r0 * row;
   if (s == DT_OK && (r0 < 0 || at + n > w->local.numel))
     s = dt_error(ctx, DT_ERR_INVALID, "dt_model_adamw_step",
                  "%s: the state's shard is not rows of the weight's", md->fqn);
+  if (s == DT_OK && dev) {
+    s = adamw_device(ctx, m, i, o, bc1, bc2, gp, at, n);
+    if (!same) dt_tensor_free(ctx, &gr);
+    return s;
+  }
+  const dt_array *la[4] = {&w->local, &gp->local, &m->adam_m[i].local, &m->adam_v[i].local};
+  for (int j = 0; s == DT_OK && j < 4; j++)
+    if (la[j]->dev != DT_DEV_CPU || la[j]->numel != (j < 2 ? w->local.numel : n) ||
+        la[j]->dtype != w->dtype || w->dtype == DT_BF16)
+      s = dt_error(ctx, DT_ERR_UNSUPPORTED, "dt_model_adamw_step",
+                   "%s: the host loop needs f32 or f64 host arrays of one layout and dtype",
+                   md->fqn);
   if (s == DT_OK) {
     const double step = o->lr / bc1, sbc2 = sqrt(bc2), decay = 1.0 - o->lr * o->weight_decay;
     if (w->dtype == DT_F64) {

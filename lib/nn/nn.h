@@ -127,18 +127,27 @@ typedef struct dt_model {
   dt_cp_rotate cp_rotate;
   /* AdamW state per module weight (same placements as the weight) */
   dt_tensor *adam_m, *adam_v;
+  /* bf16 weights only: the f32 master weights AdamW steps (placed as adam_m),
+   * made from the weights at the first step; the bf16 weight is rounded from
+   * the master after each step (TorchTitan's FSDP2 MixedPrecisionPolicy
+   * (param_dtype=bf16, reduce_dtype=f32): the optimizer owns f32 parameters) */
+  dt_tensor *adam_master;
   int adam_step;
 } dt_model;
 
 /* Builds the module tree (no weights yet). mesh may be NULL for a model that is
  * only described (names, shapes: dt_model_weights_check), never materialized. */
+/* dtype: f32, f64, or bf16 (parameters and activations in bf16; the ops
+ * decide where bf16 runs: the device kernels, not the host loops). */
 dt_status dt_model_create(dt_ctx *ctx, dt_mesh *mesh, const dt_llama_config *cfg, dt_dtype dtype,
                           uint64_t seed, dt_model **out);
 void dt_model_free(dt_ctx *ctx, dt_model *m);
 /* The module with this fqn, or NULL. */
 dt_module *dt_model_find(dt_model *m, const char *fqn);
 /* Generates every weight with its module's wpl from the RNG (no comm). Call after
- * the placements are set (lib/parallel) and before the first forward. */
+ * the placements are set (lib/parallel) and before the first forward. The values
+ * are made on the host (the counter RNG: the same for every layout and device)
+ * and, when the rank's device (ctx->device) is not the CPU, uploaded to it once. */
 dt_status dt_model_materialize(dt_ctx *ctx, dt_model *m);
 /* One forward on the model's tape: tokens i64 [b, s] (a DTensor on the model's
  * mesh) -> logits var [b, s, vocab]. Hooks run at every module boundary. A model
@@ -219,7 +228,10 @@ typedef struct dt_adamw {
 } dt_adamw;
 #define DT_ADAMW_DEFAULT {8e-4, 0.9, 0.95, 1e-8, 0.1}
 /* One AdamW step on every weight from its gradient (reduced to the weight's
- * placements first), decoupled weight decay, bias correction; clears grads. A
+ * placements first), decoupled weight decay, bias correction; clears grads.
+ * Host weights: a loop here; device weights: the device's optim.adamw kernel
+ * (lib/device/kernels.h), state on the same device, bf16 weights through f32
+ * master weights and moments (adam_master). A
  * module with has_opl keeps its state in opl's shard and updates only those rows
  * of its (replicated) weight: whoever set opl brings the other rows up to date. */
 dt_status dt_model_adamw_step(dt_ctx *ctx, dt_model *m, const dt_adamw *opt);

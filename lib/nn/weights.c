@@ -125,9 +125,6 @@ static dt_status load_one(dt_ctx *ctx, dt_model *m, dt_module *md, const dt_st_f
     if (w->pl[d].kind == DT_PL_PARTIAL)
       return dt_error(ctx, DT_ERR_UNSUPPORTED, "dt_model_load_weights", "%s: a Partial weight",
                       md->fqn);
-  if (w->local.dev != DT_DEV_CPU)
-    return dt_error(ctx, DT_ERR_UNSUPPORTED, "dt_model_load_weights", "%s: needs host arrays",
-                    md->fqn);
   const int64_t lrows = w->local.ndim ? w->local.shape[0] : 1;
   const int64_t grows = w->ndim ? w->gshape[0] : 1, r0 = w->ndim ? w->goffset[0] : 0;
   const int64_t grow = w->ndim > 1 ? w->gshape[1] : 1;
@@ -140,12 +137,20 @@ static dt_status load_one(dt_ctx *ctx, dt_model *m, dt_module *md, const dt_st_f
   for (int64_t i = 0; s == DT_OK && i < lrows; i++)
     rows[i] = heads ? hf_row(r0 + i, grows, heads) : r0 + i;
   if (s == DT_OK) s = dt_st_read_rows(ctx, f, t, rows, lrows, w->dtype, buf);
+  /* a device weight: the shard is assembled on the host, then uploaded */
+  const bool dev = w->local.dev != DT_DEV_CPU;
+  dt_array host = {0};
+  if (s == DT_OK && dev)
+    s = dt_array_create(ctx, DT_DEV_CPU, w->dtype, w->local.ndim, w->local.shape, &host);
   if (s == DT_OK) {
     const int64_t bshape[2] = {lrows, grow}, boff[2] = {0, w->ndim > 1 ? w->goffset[1] : 0};
     const int64_t zero[2] = {0, 0};
-    dt_copy_box(dt_dtype_size(w->dtype), w->ndim, w->local.data, w->local.shape, zero, buf,
-                bshape, boff, w->local.shape);
+    dt_copy_box(dt_dtype_size(w->dtype), w->ndim, dev ? host.data : w->local.data,
+                w->local.shape, zero, buf, bshape, boff, w->local.shape);
   }
+  if (s == DT_OK && dev && dt_array_bytes(&host))
+    s = dt_device_copy(ctx->device, w->local.data, host.data, dt_array_bytes(&host), DT_COPY_H2D);
+  if (host.data) dt_array_free(ctx, &host);
   dt_host_free(ctx, rows);
   dt_host_free(ctx, buf);
   return s;
@@ -171,8 +176,10 @@ dt_status dt_model_load_weights(dt_ctx *ctx, dt_model *m, const char *path) {
   for (int i = 0; i < m->n_mods; i++) { /* fresh optimizer state for the new weights */
     if (m->adam_m[i].mesh) dt_tensor_free(ctx, &m->adam_m[i]);
     if (m->adam_v[i].mesh) dt_tensor_free(ctx, &m->adam_v[i]);
+    if (m->adam_master[i].mesh) dt_tensor_free(ctx, &m->adam_master[i]);
     memset(&m->adam_m[i], 0, sizeof m->adam_m[i]);
     memset(&m->adam_v[i], 0, sizeof m->adam_v[i]);
+    memset(&m->adam_master[i], 0, sizeof m->adam_master[i]);
   }
   m->adam_step = 0;
   return DT_OK;
