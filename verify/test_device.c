@@ -112,8 +112,8 @@ int main(int argc, char **argv) {
   TU_CHECK(dt_device_gemm(d, &g) == DT_ERR_INVALID && strstr(dt_last_error(&ctx), "lda"),
            "small lda rejected: %s", dt_last_error(&ctx));
   g.lda = 2;
-  g.dtype = DT_BF16;
-  TU_CHECK(dt_device_gemm(d, &g) == DT_ERR_UNSUPPORTED, "bf16 gemm unsupported");
+  g.dtype = DT_I64;
+  TU_CHECK(dt_device_gemm(d, &g) == DT_ERR_UNSUPPORTED, "i64 gemm unsupported");
   g.dtype = DT_F32;
   g.batch = 0;
   TU_CHECK(dt_device_gemm(d, &g) == DT_ERR_INVALID, "batch 0 rejected");

@@ -1,14 +1,16 @@
-/* verify/test_device_cuda.c: the CUDA device ("cuda") against host references.
+/* verify/test_device_cuda.c: the CUDA device ("cuda") against host references;
+ * built with -DDEVICE_ON_EMU (test_device_emu) the same checks run on the
+ * cuda-emu device, so machines without a GPU exercise them too.
  *
- * GEMM (f32/f64, every transpose pair, odd shapes, k = 0 and 1, m or n = 1,
- * batches with gaps and a broadcast A, padded leading dims) is compared with a
- * naive triple loop in double on the host, and the CPU device runs the same
- * cases as a second opinion. Fill, axpy and H2D/D2D/D2H copies are checked
+ * GEMM (f32/f64, bf16 with bf16 or f32 C, every transpose pair, odd shapes,
+ * k = 0 and 1, m or n = 1, batches with gaps and a broadcast A, padded leading
+ * dims) is compared with a naive triple loop in double on the host (on the
+ * rounded inputs), and the CPU device runs the same cases as a second opinion. Fill, axpy and H2D/D2D/D2H copies are checked
  * bit for bit (axpy within a rounding bound), and the device-memory counters
  * must return to zero with the right peak.
  *
- * Exits 77 (SKIP) when this build has no CUDA or no GPU is visible; it is not a
- * benchmark and does not time anything.
+ * On cuda: exits 77 (SKIP) when this build has no CUDA or no GPU is visible.
+ * It is not a benchmark and does not time anything.
  */
 #include "config.h"
 
@@ -19,6 +21,12 @@
 #include <string.h>
 
 #include "testutil.h"
+
+#ifdef DEVICE_ON_EMU
+enum { ON_EMU = 1 };
+#else
+enum { ON_EMU = 0 };
+#endif
 
 /* One rank, one context: a test program may keep it global. */
 static dt_ctx ctx;
@@ -61,12 +69,16 @@ static void *upload(const void *h, size_t bytes) {
 }
 
 static double get(dt_dtype t, const void *p, int64_t i) {
+  if (t == DT_BF16) return (double)dt_bf16_to_f32(((const dt_bf16 *)p)[i]);
   return t == DT_F32 ? (double)((const float *)p)[i] : ((const double *)p)[i];
 }
 static void set(dt_dtype t, void *p, int64_t i, double v) {
-  if (t == DT_F32) ((float *)p)[i] = (float)v;
+  if (t == DT_BF16) ((dt_bf16 *)p)[i] = dt_f32_to_bf16((float)v);
+  else if (t == DT_F32) ((float *)p)[i] = (float)v;
   else ((double *)p)[i] = v;
 }
+/* The dtype of C in a GEMM description. */
+static dt_dtype c_type(const dt_gemm_desc *g) { return g->c_f32 ? DT_F32 : g->dtype; }
 
 /* ---- GEMM ------------------------------------------------------------------ */
 
@@ -98,16 +110,21 @@ static double worst_gemm_ratio; /* max |err| / tol over all checked elements */
  * double reference, everything else (padding, batch gaps) bit-identical to c0. */
 static void check_gemm(const char *who, const char *label, const dt_gemm_desc *g, const void *a,
                        const void *b, const void *c0, const void *c, int64_t total_c) {
-  dt_dtype t = g->dtype;
-  size_t es = dt_dtype_size(t);
+  dt_dtype t = g->dtype, ct = c_type(g);
+  size_t es = dt_dtype_size(ct);
   /* Error bound. Inputs are exact in the dtype, so the only errors are roundings
    * in the k-term dot product and the alpha/beta update: for any summation order
    * (cuBLAS may split k), |fl - exact| <= gamma_{k+2} * mag with
    * mag = |alpha| sum_p |a_ip||b_pj| + |beta||c_ij| and gamma_j ~ j * u,
    * u = eps/2. We allow (k+2) * eps (twice the bound), plus (k+2) * 2^-52 for
-   * the rounding of the double reference itself (it matters for f64). */
-  double eps = t == DT_F32 ? 0x1p-23 : 0x1p-52;
+   * the rounding of the double reference itself (it matters for f64).
+   * bf16 accumulates in f32 (eps = 2^-23: products of two bf16 values are
+   * exact in f32, so the k-term bound is the f32 one) and a bf16 C adds one
+   * rounding of the f32 result to bf16: u_bf16 = 2^-8 times its magnitude,
+   * which is at most |ref| + the f32 error. */
+  double eps = t == DT_F64 ? 0x1p-52 : 0x1p-23;
   double rel = (double)(g->k + 2) * (eps + 0x1p-52);
+  double out_u = ct == DT_BF16 ? 0x1p-8 : 0.0;
   char *seen = calloc((size_t)total_c, 1);
   int64_t wrong = 0, worst_i = -1;
   double worst = 0, worst_got = 0, worst_ref = 0;
@@ -123,11 +140,11 @@ static void check_gemm(const char *who, const char *label, const dt_gemm_desc *g
           mag += fabs(x * y);
         }
         int64_t ci = oc + i * g->ldc + j;
-        double cin = g->beta == 0.0 ? 0.0 : get(t, c0, ci);
+        double cin = g->beta == 0.0 ? 0.0 : get(ct, c0, ci);
         double ref = g->alpha * s + g->beta * cin;
         mag = fabs(g->alpha) * mag + fabs(g->beta * cin);
-        double tol = rel * mag + 1e-300;
-        double got = get(t, c, ci), err = fabs(got - ref);
+        double tol = rel * mag + out_u * (fabs(ref) + rel * mag) + 1e-300;
+        double got = get(ct, c, ci), err = fabs(got - ref);
         if (seen) seen[ci] = 1;
         if (!(err <= tol)) wrong++; /* NaN counts as wrong */
         double ratio = err / tol;
@@ -157,13 +174,14 @@ static void check_gemm(const char *who, const char *label, const dt_gemm_desc *g
 
 static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 
-static void test_gemm_one(dt_dtype t, bool ta, bool tb, const gemm_case *gc, double alpha,
-                          double beta, uint64_t seed) {
+static void test_gemm_one(dt_dtype t, bool c_f32, bool ta, bool tb, const gemm_case *gc,
+                          double alpha, double beta, uint64_t seed) {
   const int64_t m = gc->m, n = gc->n, k = gc->k;
   const int64_t a_rows = ta ? k : m, a_cols = ta ? m : k;
   const int64_t b_rows = tb ? n : k, b_cols = tb ? k : n;
   dt_gemm_desc g = {.dtype = t, .trans_a = ta, .trans_b = tb, .m = m, .n = n, .k = k,
-                    .alpha = alpha, .beta = beta, .batch = gc->batch};
+                    .alpha = alpha, .beta = beta, .batch = gc->batch, .c_f32 = c_f32};
+  const dt_dtype ct = c_type(&g);
   g.lda = max64(a_cols, 1) + gc->pad;
   g.ldb = max64(b_cols, 1) + 2 * gc->pad; /* different pads per operand */
   g.ldc = max64(n, 1) + gc->pad + (gc->pad ? 1 : 0);
@@ -176,13 +194,13 @@ static void test_gemm_one(dt_dtype t, bool ta, bool tb, const gemm_case *gc, dou
   const int64_t total_c = max64((gc->batch - 1) * g.stride_c + mat_c, 1);
   const size_t es = dt_dtype_size(t);
   const size_t bytes_a = (size_t)total_a * es, bytes_b = (size_t)total_b * es,
-               bytes_c = (size_t)total_c * es;
+               bytes_c = (size_t)total_c * dt_dtype_size(ct);
 
   char label[160];
   snprintf(label, sizeof label,
-           "%s ta=%d tb=%d m=%lld n=%lld k=%lld batch=%lld lda=%lld ldb=%lld ldc=%lld%s "
+           "%s%s ta=%d tb=%d m=%lld n=%lld k=%lld batch=%lld lda=%lld ldb=%lld ldc=%lld%s "
            "alpha=%g beta=%g",
-           dt_dtype_name(t), ta, tb, (long long)m, (long long)n, (long long)k,
+           dt_dtype_name(t), c_f32 ? "->f32" : "", ta, tb, (long long)m, (long long)n, (long long)k,
            (long long)gc->batch, (long long)g.lda, (long long)g.ldb, (long long)g.ldc,
            gc->bcast_a ? " bcastA" : "", alpha, beta);
 
@@ -192,12 +210,12 @@ static void test_gemm_one(dt_dtype t, bool ta, bool tb, const gemm_case *gc, dou
   /* Uniform in [-1, 1): signs mix, so the bound's mag is not the |result|. */
   TU_OK(&ctx, dt_rng_fill(t, ha, total_a, seed, 1, 0, 1, DT_RNG_UNIFORM, -1.0, 2.0));
   TU_OK(&ctx, dt_rng_fill(t, hb, total_b, seed, 2, 0, 1, DT_RNG_UNIFORM, -1.0, 2.0));
-  TU_OK(&ctx, dt_rng_fill(t, hc0, total_c, seed, 3, 0, 1, DT_RNG_UNIFORM, -1.0, 2.0));
+  TU_OK(&ctx, dt_rng_fill(ct, hc0, total_c, seed, 3, 0, 1, DT_RNG_UNIFORM, -1.0, 2.0));
   memcpy(hin, hc0, bytes_c);
   if (beta == 0.0) /* C is write-only when beta is 0: NaN in it must not leak */
     for (int64_t bb = 0; bb < gc->batch; bb++)
       for (int64_t i = 0; i < m; i++)
-        for (int64_t j = 0; j < n; j++) set(t, hin, bb * g.stride_c + i * g.ldc + j, NAN);
+        for (int64_t j = 0; j < n; j++) set(ct, hin, bb * g.stride_c + i * g.ldc + j, NAN);
 
   void *da = upload(ha, bytes_a), *db = upload(hb, bytes_b), *dc = upload(hin, bytes_c);
   if (da && db && dc) {
@@ -208,7 +226,7 @@ static void test_gemm_one(dt_dtype t, bool ta, bool tb, const gemm_case *gc, dou
     TU_OK(&ctx, dt_device_sync(gpu));
     memset(hout, 0xff, bytes_c);
     TU_OK(&ctx, dt_device_copy(gpu, hout, dc, bytes_c, DT_COPY_D2H));
-    check_gemm("cuda", label, &g, ha, hb, hc0, hout, total_c);
+    check_gemm(gpu->ops->name, label, &g, ha, hb, hc0, hout, total_c);
   }
   gpu_free(da, bytes_a);
   gpu_free(db, bytes_b);
@@ -232,26 +250,32 @@ out_host:
 }
 
 static void test_gemm(void) {
-  const dt_dtype types[] = {DT_F32, DT_F64};
+  /* f32, f64, bf16 with a bf16 C, bf16 with an f32 C */
+  const dt_dtype types[] = {DT_F32, DT_F64, DT_BF16, DT_BF16};
+  const bool c_f32[] = {false, false, false, true};
   const size_t ncases = sizeof gemm_cases / sizeof gemm_cases[0];
   int runs = 0;
   uint64_t seed = 1000;
-  for (int ti = 0; ti < 2; ti++)
+  for (int ti = 0; ti < 4; ti++)
     for (size_t c = 0; c < ncases; c++)
       for (int tr = 0; tr < 4; tr++) {
         /* each shape sees every (alpha, beta) pair across its four transposes */
         const double *s = gemm_scalars[(c + (size_t)tr) % 4];
-        test_gemm_one(types[ti], tr & 1, (tr >> 1) & 1, &gemm_cases[c], s[0], s[1], seed++);
+        test_gemm_one(types[ti], c_f32[ti], tr & 1, (tr >> 1) & 1, &gemm_cases[c], s[0], s[1],
+                      seed++);
         runs++;
       }
-  printf("gemm: %d cases on cuda and cpu, worst err/tol %.3g\n", runs, worst_gemm_ratio);
+  printf("gemm: %d cases on %s and cpu, worst err/tol %.3g\n", runs, gpu->ops->name,
+         worst_gemm_ratio);
 
-  /* bf16 has no GEMM: the front and the slot both say unsupported. */
+  /* c_f32 is for bf16 inputs only; i64 has no GEMM. */
   float dummy[4] = {0};
-  dt_gemm_desc g = {.dtype = DT_BF16, .m = 1, .n = 1, .k = 1, .alpha = 1, .a = dummy, .lda = 1,
-                    .b = dummy, .ldb = 1, .c = dummy, .ldc = 1, .batch = 1};
-  TU_CHECK(dt_device_gemm(gpu, &g) == DT_ERR_UNSUPPORTED, "bf16 gemm via the front");
-  TU_CHECK(gpu->ops->gemm(gpu, &g) == DT_ERR_UNSUPPORTED, "bf16 gemm via the cuda slot");
+  dt_gemm_desc g = {.dtype = DT_F32, .m = 1, .n = 1, .k = 1, .alpha = 1, .a = dummy, .lda = 1,
+                    .b = dummy, .ldb = 1, .c = dummy, .ldc = 1, .batch = 1, .c_f32 = true};
+  TU_CHECK(dt_device_gemm(gpu, &g) == DT_ERR_INVALID, "c_f32 with f32 inputs is rejected");
+  g.c_f32 = false;
+  g.dtype = DT_I64;
+  TU_CHECK(dt_device_gemm(gpu, &g) == DT_ERR_UNSUPPORTED, "i64 gemm via the front");
 }
 
 /* ---- fill ------------------------------------------------------------------- */
@@ -435,8 +459,9 @@ static void test_memory(void) {
 
 static void test_handles(int count) {
   TU_CHECK(gpu->kind == DT_DEV_CUDA, "kind %d", (int)gpu->kind);
-  TU_CHECK(gpu->ops && strcmp(gpu->ops->name, "cuda") == 0, "ops name");
+  TU_CHECK(gpu->ops && strcmp(gpu->ops->name, ON_EMU ? "cuda-emu" : "cuda") == 0, "ops name");
   TU_CHECK(gpu->ctx == &ctx, "device ctx");
+  if (ON_EMU) return; /* ordinals and second handles are the cuda device's */
   dt_device *bad = (dt_device *)&bad;
   TU_CHECK(dt_device_cuda_create(&ctx, count, &bad) == DT_ERR_INVALID && bad == NULL,
            "ordinal %d of %d is invalid", count, count);
@@ -463,7 +488,30 @@ static void test_handles(int count) {
   TU_CHECK(ctx.mem.dev_cur == exp_cur, "second handle left dev_cur %zu", ctx.mem.dev_cur);
 }
 
+static void run_all(int count) {
+  test_memory();
+  test_handles(count);
+  test_copy();
+  test_fill();
+  test_axpy();
+  test_gemm();
+
+  TU_CHECK(ctx.mem.dev_cur == 0, "dev_cur %zu at the end, expected 0", ctx.mem.dev_cur);
+  TU_CHECK(ctx.mem.dev_peak == exp_peak, "dev_peak %zu, expected %zu", ctx.mem.dev_peak, exp_peak);
+  printf("memory: dev_peak %zu bytes, dev_cur %zu at the end\n", ctx.mem.dev_peak, ctx.mem.dev_cur);
+}
+
 int main(void) {
+  if (ON_EMU) {
+    dt_ctx_init(&ctx, 0, 1);
+    TU_OK(&ctx, dt_device_cuda_emu_create(&ctx, &gpu));
+    TU_OK(&ctx, dt_device_cpu_create(&ctx, &cpu));
+    if (gpu && cpu) run_all(0);
+    dt_device_destroy(gpu);
+    dt_device_destroy(cpu);
+    dt_ctx_release(&ctx);
+    return tu_finish("test_device_emu");
+  }
   if (!dt_device_cuda_built()) {
     printf("SKIP: this build has no CUDA (configure --with-cuda)\n");
     return SB_SKIP;
@@ -488,17 +536,7 @@ int main(void) {
     return tu_finish("test_device_cuda");
   }
   printf("cuda: %d GPU(s) visible; testing GPU 0\n", count);
-
-  test_memory();
-  test_handles(count);
-  test_copy();
-  test_fill();
-  test_axpy();
-  test_gemm();
-
-  TU_CHECK(ctx.mem.dev_cur == 0, "dev_cur %zu at the end, expected 0", ctx.mem.dev_cur);
-  TU_CHECK(ctx.mem.dev_peak == exp_peak, "dev_peak %zu, expected %zu", ctx.mem.dev_peak, exp_peak);
-  printf("memory: dev_peak %zu bytes, dev_cur %zu at the end\n", ctx.mem.dev_peak, ctx.mem.dev_cur);
+  run_all(count);
 
   dt_device_destroy(gpu);
   dt_device_destroy(cpu);

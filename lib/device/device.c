@@ -47,8 +47,11 @@ dt_status dt_device_copy(dt_device *d, void *dst, const void *src, size_t bytes,
 dt_status dt_gemm_check(dt_ctx *ctx, const dt_gemm_desc *g) {
   const char *c = "dt_device_gemm";
   if (!g) return dt_error(ctx, DT_ERR_INVALID, c, "NULL descriptor");
-  if (g->dtype != DT_F32 && g->dtype != DT_F64)
-    return dt_error(ctx, DT_ERR_UNSUPPORTED, c, "dtype %s (f32 and f64 only)",
+  if (g->dtype != DT_F32 && g->dtype != DT_F64 && g->dtype != DT_BF16)
+    return dt_error(ctx, DT_ERR_UNSUPPORTED, c, "dtype %s (f32, f64 and bf16 only)",
+                    dt_dtype_name(g->dtype));
+  if (g->c_f32 && g->dtype != DT_BF16)
+    return dt_error(ctx, DT_ERR_INVALID, c, "c_f32 is for bf16 inputs, not %s",
                     dt_dtype_name(g->dtype));
   if (g->m < 0 || g->n < 0 || g->k < 0 || g->batch < 1)
     return dt_error(ctx, DT_ERR_INVALID, c, "m=%lld n=%lld k=%lld batch=%lld",

@@ -1,7 +1,7 @@
 /* lib/device/device.h: the compute-backend vtable (cpu | cuda).
  *
  * A device owns memory and runs the few dense kernels the runtime needs: GEMM
- * (strided-batched, transposes, f32/f64), fill, copy and axpy. The CPU device is
+ * (strided-batched, transposes, f32/f64/bf16), fill, copy and axpy. The CPU device is
  * always built (cblas from OpenBLAS); the CUDA device (cuBLAS) is built when
  * configure finds CUDA and returns DT_ERR_NODEVICE where no GPU is present;
  * cuda-emu runs the CUDA device's kernels on the host. Besides these slots a
@@ -26,11 +26,17 @@ typedef enum dt_copy_kind {
  * where op(X) = X or X^T, X_b starts at X + b*stride_x elements, and ld* are row
  * strides in elements of the matrices as stored (A stored m x k, or k x m when
  * trans_a). beta == 0 means C is not read (NaN there does not propagate); k == 0
- * gives C = beta * C. On cuda, H2D and D2H copies are complete on return; D2D,
+ * gives C = beta * C.
+ * dtype DT_BF16: A and B are bf16, products are accumulated in f32 with f32
+ * alpha and beta (cuBLAS CUBLAS_COMPUTE_32F, the tensor-core path; the host
+ * devices convert to f32 and call sgemm), and C is bf16 (one rounding of the f32
+ * result) or, with c_f32, f32 (no rounding; for gradients accumulated in f32
+ * from bf16 operands: one of cublasGemmEx's documented type combinations,
+ * A/B CUDA_R_16BF, C CUDA_R_32F, compute CUBLAS_COMPUTE_32F). On cuda, H2D and D2H copies are complete on return; D2D,
  * gemm, fill and axpy are queued on the device's stream until dt_device_sync.
  * free takes the byte count given to alloc. Copy ranges must not overlap. */
 typedef struct dt_gemm_desc {
-  dt_dtype dtype;              /* DT_F32 or DT_F64 */
+  dt_dtype dtype;              /* DT_F32, DT_F64 or DT_BF16 (of A and B; of C unless c_f32) */
   bool trans_a, trans_b;
   int64_t m, n, k;
   double alpha, beta;
@@ -38,6 +44,7 @@ typedef struct dt_gemm_desc {
   const void *b; int64_t ldb; int64_t stride_b;
   void *c;       int64_t ldc; int64_t stride_c;
   int64_t batch;               /* >= 1 */
+  bool c_f32;                  /* C (and ldc, stride_c) is f32; only with dtype DT_BF16 */
 } dt_gemm_desc;
 
 /* Backend slots. NULL optional slots mean unsupported (DT_ERR_UNSUPPORTED). */

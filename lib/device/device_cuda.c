@@ -7,8 +7,8 @@
  * recorded on the owning rank's dt_ctx with the failing call, file:line and the
  * CUDA/cuBLAS error string; the backend never prints and never exits.
  *
- * What it is not: no bf16 arithmetic (GEMM and axpy take f32/f64; fill also
- * takes bf16), no multi-GPU logic (one device per handle), no communication.
+ * What it is not: no bf16 arithmetic outside GEMM (GEMM takes f32/f64 and bf16
+ * with f32 accumulation; axpy f32/f64; fill also bf16), no multi-GPU logic (one device per handle), no communication.
  * Built without HAVE_CUDA it reduces to stubs that report DT_ERR_UNSUPPORTED.
  *
  * Ordering: work is queued on the device's stream. GEMM, fill, axpy and D2D copies
@@ -174,16 +174,22 @@ static bool fits_int(int64_t v) { return v >= 0 && v <= INT_MAX; }
  * case): beta 0 writes zeros without reading C (so NaN does not survive, as in
  * BLAS), beta 1 is a no-op, other betas scale C in place with geam
  * (C = 0 * C + beta * C; geam does not read an operand whose scalar is 0). */
+static dt_status gemm_bf16(dt_device *d, const dt_gemm_desc *g, int64_t k);
+
 static dt_status gemm_k0(dt_device *d, const dt_gemm_desc *g) {
   cuda_impl *im = impl_of(d);
-  size_t es = dt_dtype_size(g->dtype);
+  const dt_dtype ct = g->c_f32 ? DT_F32 : g->dtype;
+  size_t es = dt_dtype_size(ct);
   if (g->beta == 1.0) return DT_OK;
+  /* bf16 C with another beta: cuBLAS has no bf16 geam; one GEMM with k = 1 on
+   * zero operands gives beta C rounded once, as the k = 0 definition asks. */
+  if (ct == DT_BF16 && g->beta != 0.0) return gemm_bf16(d, g, 1);
   for (int64_t b = 0; b < g->batch; b++) {
     char *c = (char *)g->c + (size_t)(b * g->stride_c) * es;
     if (g->beta == 0.0) {
       CUDA_RET(d->ctx, cudaMemset2DAsync(c, (size_t)g->ldc * es, 0, (size_t)g->n * es,
                                          (size_t)g->m, im->stream));
-    } else if (g->dtype == DT_F32) {
+    } else if (ct == DT_F32) {
       const float zero = 0.0f, beta = (float)g->beta;
       float *cf = (float *)(void *)c;
 #if DT_CUBLAS_64
@@ -215,10 +221,68 @@ static dt_status gemm_k0(dt_device *d, const dt_gemm_desc *g) {
  * first operand and A as its second, n and m swapped, and each operand keeps its
  * own transpose flag (a row-major X read column-major is X^T already). The leading
  * dims carry over unchanged; dt_gemm_check has validated them. */
+/* bf16 A and B, f32 accumulation and f32 alpha/beta (CUBLAS_COMPUTE_32F with
+ * CUBLAS_GEMM_DEFAULT: cuBLAS picks a tensor-core kernel), C bf16 or f32
+ * (c_f32): cublasGemmStridedBatchedEx, operands swapped as in cuda_gemm.
+ * k0 == 1 is gemm_k0's helper: A and B become zero operands of inner size 1
+ * (one zeroed scratch vector, stride 0 over the batch), so C = beta C. */
+static dt_status gemm_bf16(dt_device *d, const dt_gemm_desc *g, int64_t k0) {
+  cuda_impl *im = impl_of(d);
+  const float alpha = (float)g->alpha, beta = (float)g->beta;
+  const cudaDataType_t ct = g->c_f32 ? CUDA_R_32F : CUDA_R_16BF;
+  const void *A = g->a, *B = g->b;
+  long long lda = g->lda, ldb = g->ldb, k = g->k;
+  long long sa = g->batch > 1 ? g->stride_a : 0, sb = g->batch > 1 ? g->stride_b : 0;
+  const long long sc = g->batch > 1 ? g->stride_c : 0;
+  void *zeros = NULL;
+  size_t zbytes = 0;
+  if (k0 == 1) {
+    const int64_t mx = g->m > g->n ? g->m : g->n;
+    zbytes = (size_t)mx * sizeof(dt_bf16);
+    CUDA_RET(d->ctx, cudaMalloc(&zeros, zbytes));
+    cudaError_t ce = cudaMemsetAsync(zeros, 0, zbytes, im->stream);
+    if (ce != cudaSuccess) {
+      cuda_clear();
+      (void)cudaFree(zeros);
+      return dt_error(d->ctx, DT_ERR_BACKEND, "dt_device_gemm", "cudaMemsetAsync: %s",
+                      cudaGetErrorString(ce));
+    }
+    A = B = zeros;
+    k = 1;
+    lda = g->trans_a ? (g->m > 1 ? g->m : 1) : 1;
+    ldb = g->trans_b ? 1 : (g->n > 1 ? g->n : 1);
+    sa = sb = 0;
+  }
+  cublasOperation_t op_b = g->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  cublasOperation_t op_a = g->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  cublasStatus_t e;
+#if DT_CUBLAS_64
+  e = cublasGemmStridedBatchedEx_64(im->blas, op_b, op_a, g->n, g->m, k, &alpha, B, CUDA_R_16BF,
+                                    ldb, sb, A, CUDA_R_16BF, lda, sa, &beta, g->c, ct, g->ldc,
+                                    sc, g->batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+#else
+  e = cublasGemmStridedBatchedEx(im->blas, op_b, op_a, (int)g->n, (int)g->m, (int)k, &alpha, B,
+                                 CUDA_R_16BF, (int)ldb, sb, A, CUDA_R_16BF, (int)lda, sa, &beta,
+                                 g->c, ct, (int)g->ldc, sc, (int)g->batch, CUBLAS_COMPUTE_32F,
+                                 CUBLAS_GEMM_DEFAULT);
+#endif
+  if (zeros) { /* the GEMM that reads the scratch must be done before it is freed */
+    (void)cudaStreamSynchronize(im->stream);
+    (void)cudaFree(zeros);
+  }
+  if (e != CUBLAS_STATUS_SUCCESS)
+    return dt_error(d->ctx, DT_ERR_BACKEND, "dt_device_gemm",
+                    "cublasGemmStridedBatchedEx (bf16, m=%lld n=%lld k=%lld batch=%lld): %s",
+                    (long long)g->m, (long long)g->n, (long long)k, (long long)g->batch,
+                    cublas_str(e));
+  return DT_OK;
+}
+
 static dt_status cuda_gemm(dt_device *d, const dt_gemm_desc *g) {
-  if (g->dtype != DT_F32 && g->dtype != DT_F64)
+  if (g->dtype != DT_F32 && g->dtype != DT_F64 && g->dtype != DT_BF16)
     return dt_error(d->ctx, DT_ERR_UNSUPPORTED, "dt_device_gemm",
-                    "the cuda device has no %s GEMM (f32 and f64 only)", dt_dtype_name(g->dtype));
+                    "the cuda device has no %s GEMM (f32, f64 and bf16 only)",
+                    dt_dtype_name(g->dtype));
   if (g->m == 0 || g->n == 0 || g->batch <= 0) return DT_OK;
   cublasOperation_t op_b = g->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   cublasOperation_t op_a = g->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -233,6 +297,7 @@ static dt_status cuda_gemm(dt_device *d, const dt_gemm_desc *g) {
 #endif
   CUDA_ENTER(d);
   if (g->k == 0) return gemm_k0(d, g);
+  if (g->dtype == DT_BF16) return gemm_bf16(d, g, 0);
   cublasHandle_t h = impl_of(d)->blas;
   /* With one matrix the strides are unused (and unchecked by the front). */
   const long long sa = g->batch > 1 ? g->stride_a : 0, sb = g->batch > 1 ? g->stride_b : 0,

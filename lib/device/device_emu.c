@@ -35,7 +35,8 @@ static void *untag(dt_device *d, const void *p, const char *call) {
 
 static dt_status emu_alloc(dt_device *d, size_t bytes, void **out) {
   /* 256-byte alignment, as cudaMalloc gives. */
-  void *p = aligned_alloc(256, (bytes + 255) / 256 * 256 + 256);
+  *out = NULL;
+  void *p = bytes > SIZE_MAX - 512 ? NULL : aligned_alloc(256, (bytes + 255) / 256 * 256 + 256);
   if (!p) return dt_error(d->ctx, DT_ERR_NOMEM, "dt_device_alloc", "cuda-emu: %zu bytes", bytes);
   dt_mem_track_device(d->ctx, bytes, true);
   *out = (void *)((uintptr_t)p + DT_EMU_TAG);
