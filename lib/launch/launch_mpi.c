@@ -20,6 +20,7 @@
 
 #include "comm/comm_job.h"
 #include "device/device.h"
+#include "launch/launch_impl.h"
 #include "launch/launch.h"
 
 #ifdef HAVE_MPI
@@ -138,6 +139,7 @@ dt_status dt_launch_mpi(const dt_launch_opts *opts, dt_spmd_fn fn, void *arg,
       s = dt_device_cpu_create(&ctx, &dev);
     }
   }
+  if (s == DT_OK) s = dt_launch_install_comm_mem(world, dev);
 
   dt_status fn_st = s; /* a setup failure counts as this rank's failure */
   if (s == DT_OK) {
