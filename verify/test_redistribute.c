@@ -387,6 +387,10 @@ static double want_g(const void *arg, int64_t flat) { return gval(*(const int *)
 /* Checks the metadata of a DTensor against the reference geometry. */
 static void check_meta(const rk *R, const char *cs, const char *what, const dt_tensor *t,
                        const dt_placement *pl, int ndim, const int64_t *g, dt_dtype dt) {
+  /* the shard lives on the rank's compute device (SB_TEST_DEVICE) */
+  dt_device_kind home = R->ctx->device ? R->ctx->device->kind : DT_DEV_CPU;
+  TU_CHECK(t->local.dev == home, "%s %s: the local shard is on device kind %d, the rank computes on %d",
+           cs, what, (int)t->local.dev, (int)home);
   tu_count();
   int64_t ls[DT_MAX_DIMS], off[DT_MAX_DIMS];
   ref_geom(ndim, g, R->m, R->ms, R->c, pl, ls, off);
