@@ -36,7 +36,7 @@ allowed_of() {
     comm) echo "core" ;;
     launch) echo "core device comm" ;;
     mesh) echo "core comm" ;;
-    dtensor) echo "core comm mesh" ;;
+    dtensor) echo "core comm mesh device" ;;
     ops) echo "core comm mesh dtensor device" ;;
     autograd) echo "core comm mesh dtensor device ops" ;;
     nn) echo "core comm mesh dtensor device ops autograd" ;;

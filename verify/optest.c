@@ -146,6 +146,7 @@ void ot_rank_close(ot_rank *R, size_t mem0) {
 double ot_launch(dt_backend backend, const char *label, int ndim, const int *shape, dt_spmd_fn fn,
                  void *arg) {
   dt_launch_opts lo = {.backend = backend, .timeout_s = 60};
+  tu_launch_device(&lo);
   lo.world = 1;
   for (int d = 0; d < ndim; d++) lo.world *= shape[d];
   dt_launch_report rep;

@@ -94,6 +94,108 @@ static void check_ledger(dt_ctx *ctx, dt_comm *c, dt_coll op, size_t count, dt_d
 
 static void *xalloc(dt_ctx *ctx, size_t bytes) { return dt_host_alloc(ctx, bytes ? bytes : 1); }
 
+/* On a rank with a device (SB_TEST_DEVICE) the collectives of test_reductions
+ * and test_movement run on device copies of their host buffers: the inputs are
+ * uploaded, the outputs downloaded, so the same host-side checks cover the
+ * backends' device path (threads: device copies and the reduce kernel; mpi:
+ * the front's staging). The in-place forms keep their aliasing on the device. */
+static bool on_dev(dt_ctx *ctx) { return ctx->device && ctx->device->kind != DT_DEV_CPU; }
+
+static void *up(dt_ctx *ctx, const void *h, size_t bytes) {
+  void *d = NULL;
+  if (dt_device_alloc(ctx->device, bytes + 8, &d) != DT_OK) return NULL;
+  if (h && bytes) dt_device_copy(ctx->device, d, h, bytes, DT_COPY_H2D);
+  return d;
+}
+static void down(dt_ctx *ctx, void *h, void *d, size_t bytes) {
+  dt_device_sync(ctx->device);
+  if (bytes) dt_device_copy(ctx->device, h, d, bytes, DT_COPY_D2H);
+}
+static void dfree(dt_ctx *ctx, void *d, size_t bytes) { dt_device_free(ctx->device, d, bytes + 8); }
+
+static dt_status D_all_reduce(dt_ctx *ctx, dt_comm *c, void *in, void *dst, size_t count,
+                              dt_dtype t, dt_reduce_op op) {
+  if (!on_dev(ctx)) return dt_comm_all_reduce(c, in, dst, count, t, op);
+  size_t b = count * dt_dtype_size(t);
+  void *din = up(ctx, in, b), *dd = dst == in ? din : up(ctx, NULL, b);
+  dt_status s = dt_comm_all_reduce(c, din, dd, count, t, op);
+  down(ctx, dst, dd, b);
+  if (dd != din) dfree(ctx, dd, b);
+  dfree(ctx, din, b);
+  return s;
+}
+static dt_status D_reduce_scatter(dt_ctx *ctx, dt_comm *c, void *in, void *out, size_t count,
+                                  dt_dtype t, dt_reduce_op op) {
+  if (!on_dev(ctx)) return dt_comm_reduce_scatter(c, in, out, count, t, op);
+  size_t b = count * dt_dtype_size(t), n = (size_t)c->size;
+  void *din = up(ctx, in, b * n), *dout = up(ctx, NULL, b);
+  dt_status s = dt_comm_reduce_scatter(c, din, dout, count, t, op);
+  down(ctx, out, dout, b);
+  dfree(ctx, din, b * n);
+  dfree(ctx, dout, b);
+  return s;
+}
+static dt_status D_all_gather(dt_ctx *ctx, dt_comm *c, char *send, char *recv, size_t count,
+                              dt_dtype t) {
+  if (!on_dev(ctx)) return dt_comm_all_gather(c, send, recv, count, t);
+  size_t b = count * dt_dtype_size(t), n = (size_t)c->size;
+  bool inplace = send == recv + (size_t)c->rank * b;
+  char *dr = up(ctx, inplace ? recv : NULL, b * n), *ds = inplace ? dr + (size_t)c->rank * b : up(ctx, send, b);
+  dt_status s = dt_comm_all_gather(c, ds, dr, count, t);
+  down(ctx, recv, dr, b * n);
+  if (!inplace) dfree(ctx, ds, b);
+  dfree(ctx, dr, b * n);
+  return s;
+}
+static dt_status D_all_to_all(dt_ctx *ctx, dt_comm *c, void *send, void *recv, size_t count,
+                              dt_dtype t) {
+  if (!on_dev(ctx)) return dt_comm_all_to_all(c, send, recv, count, t);
+  size_t b = count * dt_dtype_size(t) * (size_t)c->size;
+  void *ds = up(ctx, send, b), *dr = up(ctx, NULL, b);
+  dt_status s = dt_comm_all_to_all(c, ds, dr, count, t);
+  down(ctx, recv, dr, b);
+  dfree(ctx, ds, b);
+  dfree(ctx, dr, b);
+  return s;
+}
+static dt_status D_broadcast(dt_ctx *ctx, dt_comm *c, void *buf, size_t count, dt_dtype t, int root) {
+  if (!on_dev(ctx)) return dt_comm_broadcast(c, buf, count, t, root);
+  size_t b = count * dt_dtype_size(t);
+  void *d = up(ctx, buf, b);
+  dt_status s = dt_comm_broadcast(c, d, count, t, root);
+  down(ctx, buf, d, b);
+  dfree(ctx, d, b);
+  return s;
+}
+static dt_status D_scatter(dt_ctx *ctx, dt_comm *c, void *send, void *recv, size_t count,
+                           dt_dtype t, int root) {
+  if (!on_dev(ctx)) return dt_comm_scatter(c, send, recv, count, t, root);
+  size_t b = count * dt_dtype_size(t), n = (size_t)c->size;
+  void *ds = send ? up(ctx, send, b * n) : NULL, *dr = up(ctx, NULL, b);
+  dt_status s = dt_comm_scatter(c, ds, dr, count, t, root);
+  down(ctx, recv, dr, b);
+  if (ds) dfree(ctx, ds, b * n);
+  dfree(ctx, dr, b);
+  return s;
+}
+static dt_status D_send(dt_ctx *ctx, dt_comm *c, void *buf, size_t count, dt_dtype t, int peer, int tag) {
+  if (!on_dev(ctx)) return dt_comm_send(c, buf, count, t, peer, tag);
+  size_t b = count * dt_dtype_size(t);
+  void *d = up(ctx, buf, b);
+  dt_status s = dt_comm_send(c, d, count, t, peer, tag);
+  dfree(ctx, d, b);
+  return s;
+}
+static dt_status D_recv(dt_ctx *ctx, dt_comm *c, void *buf, size_t count, dt_dtype t, int peer, int tag) {
+  if (!on_dev(ctx)) return dt_comm_recv(c, buf, count, t, peer, tag);
+  size_t b = count * dt_dtype_size(t);
+  void *d = up(ctx, NULL, b);
+  dt_status s = dt_comm_recv(c, d, count, t, peer, tag);
+  down(ctx, buf, d, b);
+  dfree(ctx, d, b);
+  return s;
+}
+
 static void test_reductions(dt_ctx *ctx, dt_comm *c) {
   int n = c->size, me = c->rank;
   const dt_dtype dts[] = {DT_F32, DT_F64, DT_BF16};
@@ -111,7 +213,7 @@ static void test_reductions(dt_ctx *ctx, dt_comm *c) {
           void *dst = inplace ? in : out;
           if (inplace)
             for (size_t i = 0; i < count; i++) set(t, in, i, ival(me, i, (dt_reduce_op)op));
-          dt_status s = dt_comm_all_reduce(c, in, dst, count, t, (dt_reduce_op)op);
+          dt_status s = D_all_reduce(ctx, c, in, dst, count, t, (dt_reduce_op)op);
           if (s != DT_OK && t == DT_BF16 && s == DT_ERR_UNSUPPORTED) break;
           TU_OK(ctx, s);
           check_ledger(ctx, c, DT_COLL_ALL_REDUCE, count, t);
@@ -131,7 +233,7 @@ static void test_reductions(dt_ctx *ctx, dt_comm *c) {
         /* reduce_scatter: count per rank; input has n*count elements */
         char *rin = xalloc(ctx, count * es * (size_t)n), *rout = xalloc(ctx, count * es);
         for (size_t i = 0; i < count * (size_t)n; i++) set(t, rin, i, ival(me, i, (dt_reduce_op)op));
-        dt_status s = dt_comm_reduce_scatter(c, rin, rout, count, t, (dt_reduce_op)op);
+        dt_status s = D_reduce_scatter(ctx, c, rin, rout, count, t, (dt_reduce_op)op);
         if (!(s == DT_ERR_UNSUPPORTED && t == DT_BF16)) {
           TU_OK(ctx, s);
           check_ledger(ctx, c, DT_COLL_REDUCE_SCATTER, count, t);
@@ -163,7 +265,7 @@ static void test_movement(dt_ctx *ctx, dt_comm *c) {
       /* element value encodes (source rank, index): exact in f32 below 2^24 */
       /* all_gather out of place */
       for (size_t i = 0; i < count; i++) set(t, a, i, (double)(me * 100000 + (int)(i % 99991)));
-      TU_OK(ctx, dt_comm_all_gather(c, a, b, count, t));
+      TU_OK(ctx, D_all_gather(ctx, c, a, b, count, t));
       check_ledger(ctx, c, DT_COLL_ALL_GATHER, count, t);
       long bad = 0;
       for (int q = 0; q < n; q++)
@@ -174,7 +276,7 @@ static void test_movement(dt_ctx *ctx, dt_comm *c) {
       memset(b, 0, total * es);
       for (size_t i = 0; i < count; i++)
         set(t, b + (size_t)me * count * es, i, (double)(me * 100000 + (int)(i % 99991)));
-      TU_OK(ctx, dt_comm_all_gather(c, b + (size_t)me * count * es, b, count, t));
+      TU_OK(ctx, D_all_gather(ctx, c, b + (size_t)me * count * es, b, count, t));
       bad = 0;
       for (int q = 0; q < n; q++)
         for (size_t i = 0; i < count; i++)
@@ -186,7 +288,7 @@ static void test_movement(dt_ctx *ctx, dt_comm *c) {
       for (int q = 0; q < n; q++)
         for (size_t i = 0; i < count; i++)
           set(t, a, (size_t)q * count + i, (double)(me * 1000000 + q * 10000 + (int)(i % 9973)));
-      TU_OK(ctx, dt_comm_all_to_all(c, a, b, count, t));
+      TU_OK(ctx, D_all_to_all(ctx, c, a, b, count, t));
       check_ledger(ctx, c, DT_COLL_ALL_TO_ALL, count, t);
       bad = 0;
       for (int q = 0; q < n; q++)
@@ -197,7 +299,7 @@ static void test_movement(dt_ctx *ctx, dt_comm *c) {
       /* broadcast and scatter from every root */
       for (int root = 0; root < n; root++) {
         for (size_t i = 0; i < count; i++) set(t, a, i, me == root ? (double)(root * 7 + (int)(i % 1000)) : -1.0);
-        TU_OK(ctx, dt_comm_broadcast(c, a, count, t, root));
+        TU_OK(ctx, D_broadcast(ctx, c, a, count, t, root));
         check_ledger(ctx, c, DT_COLL_BROADCAST, count, t);
         bad = 0;
         for (size_t i = 0; i < count; i++) bad += get(t, a, i) != (double)(root * 7 + (int)(i % 1000));
@@ -205,7 +307,7 @@ static void test_movement(dt_ctx *ctx, dt_comm *c) {
                  n, count, bad);
         if (me == root)
           for (size_t i = 0; i < total; i++) set(t, a, i, (double)(root * 1000 + (int)(i % 99991)));
-        TU_OK(ctx, dt_comm_scatter(c, me == root ? a : NULL, b, count, t, root));
+        TU_OK(ctx, D_scatter(ctx, c, me == root ? a : NULL, b, count, t, root));
         check_ledger(ctx, c, DT_COLL_SCATTER, count, t);
         bad = 0;
         for (size_t i = 0; i < count; i++)
@@ -218,14 +320,14 @@ static void test_movement(dt_ctx *ctx, dt_comm *c) {
       if (n > 1) {
         int next = (me + 1) % n, prev = (me + n - 1) % n;
         for (size_t i = 0; i < count; i++) set(t, a, i, (double)(me * 10 + (int)(i % 1000)));
-        TU_OK(ctx, dt_comm_send(c, a, count, t, next, 1));
+        TU_OK(ctx, D_send(ctx, c, a, count, t, next, 1));
         check_ledger(ctx, c, DT_COLL_SEND, count, t);
-        TU_OK(ctx, dt_comm_send(c, a, count, t, prev, 2));
-        TU_OK(ctx, dt_comm_recv(c, b, count, t, prev, 1));
+        TU_OK(ctx, D_send(ctx, c, a, count, t, prev, 2));
+        TU_OK(ctx, D_recv(ctx, c, b, count, t, prev, 1));
         check_ledger(ctx, c, DT_COLL_RECV, count, t);
         bad = 0;
         for (size_t i = 0; i < count; i++) bad += get(t, b, i) != (double)(prev * 10 + (int)(i % 1000));
-        TU_OK(ctx, dt_comm_recv(c, b, count, t, next, 2));
+        TU_OK(ctx, D_recv(ctx, c, b, count, t, next, 2));
         for (size_t i = 0; i < count; i++) bad += get(t, b, i) != (double)(next * 10 + (int)(i % 1000));
         TU_CHECK(bad == 0, "send/recv %s n=%d count=%zu: %ld wrong", dt_dtype_name(t), n, count, bad);
       }
@@ -344,6 +446,7 @@ int main(int argc, char **argv) {
   dt_device_cpu_blas_threads(1);
   targ ta = {.threads = o.backend == DT_BACKEND_THREADS};
   dt_launch_opts lo = {.backend = o.backend, .timeout_s = 120};
+  tu_launch_device(&lo);
   if (o.backend == DT_BACKEND_MPI) {
     dt_launch_report rep;
     dt_status s = dt_launch(&lo, body, &ta, &rep);

@@ -321,9 +321,21 @@ static bool ok_or_fail_at(int line, rk *R, const char *cs, const char *call, dt_
  * tensor, where element value = want(flat); tolerance ulps (0: exact). */
 typedef double (*want_fn)(const void *arg, int64_t flat);
 
+/* a itself when it is host memory, else a host copy of it in *tmp (freed by
+ * the caller with dt_array_free; tmp->data NULL when none was made); NULL when
+ * the download fails (reported). */
+static const dt_array *host_view(const rk *R, const char *cs, const dt_array *a, dt_array *tmp);
+
 static void check_slice(const rk *R, const char *cs, const char *what, const dt_array *a,
                         dt_dtype dt, int ndim, const int64_t *g, const int64_t *lshape,
                         const int64_t *off, want_fn want, const void *warg, int ulps) {
+  if (a->dev != DT_DEV_CPU) {
+    dt_array h;
+    const dt_array *v = host_view(R, cs, a, &h);
+    if (v) check_slice(R, cs, what, v, dt, ndim, g, lshape, off, want, warg, ulps);
+    dt_array_free(R->ctx, &h);
+    return;
+  }
   tu_count();
   bool shape_ok = a->ndim == ndim && a->dtype == dt;
   for (int d = 0; shape_ok && d < ndim; d++) shape_ok = a->shape[d] == lshape[d];
@@ -359,11 +371,26 @@ static void check_slice(const rk *R, const char *cs, const char *what, const dt_
           what, (long long)bad, (long long)n, ulps, (long long)first, fg, fw);
 }
 
+static const dt_array *host_view(const rk *R, const char *cs, const dt_array *a, dt_array *tmp) {
+  memset(tmp, 0, sizeof *tmp);
+  if (a->dev == DT_DEV_CPU) return a;
+  dt_status s = tu_host_copy(R->ctx, a, tmp);
+  if (s != DT_OK) {
+    cfail(R, cs, "download of a device shard -> %s: %s", dt_status_str(s), dt_last_error(R->ctx));
+    return NULL;
+  }
+  return tmp;
+}
+
 static double want_g(const void *arg, int64_t flat) { return gval(*(const int *)arg, flat); }
 
 /* Checks the metadata of a DTensor against the reference geometry. */
 static void check_meta(const rk *R, const char *cs, const char *what, const dt_tensor *t,
                        const dt_placement *pl, int ndim, const int64_t *g, dt_dtype dt) {
+  /* the shard lives on the rank's compute device (SB_TEST_DEVICE) */
+  dt_device_kind home = R->ctx->device ? R->ctx->device->kind : DT_DEV_CPU;
+  TU_CHECK(t->local.dev == home, "%s %s: the local shard is on device kind %d, the rank computes on %d",
+           cs, what, (int)t->local.dev, (int)home);
   tu_count();
   int64_t ls[DT_MAX_DIMS], off[DT_MAX_DIMS];
   ref_geom(ndim, g, R->m, R->ms, R->c, pl, ls, off);
@@ -702,9 +729,11 @@ static void run_pair(rk *R, const pair_case *pc) {
     check_slice(R, cs, "result local shard", &out.local, pc->dt, ndim, g, dls, doff, want_local,
                 &lw, tol);
     /* (d) the source is unchanged */
-    bool same = t.local.numel == piece.numel && t.local.dtype == piece.dtype &&
-                (piece.numel == 0 ||
-                 memcmp(t.local.data, piece.data, dt_array_bytes(&piece)) == 0);
+    dt_array th;
+    const dt_array *tv = host_view(R, cs, &t.local, &th);
+    bool same = tv && t.local.numel == piece.numel && t.local.dtype == piece.dtype &&
+                (piece.numel == 0 || memcmp(tv->data, piece.data, dt_array_bytes(&piece)) == 0);
+    dt_array_free(ctx, &th);
     for (int i = 0; same && i < R->m; i++) same = ref_eq(t.pl[i], pc->src[i]);
     if (!same) cfail(R, cs, "the source DTensor changed");
     /* (a) full_tensor */
@@ -720,9 +749,16 @@ static void run_pair(rk *R, const pair_case *pc) {
     }
     /* the result owns its data: overwriting it leaves the source alone */
     if (out.local.numel > 0 && out.local.data) {
-      memset(out.local.data, 0x7f, dt_array_bytes(&out.local));
-      if (piece.numel > 0 && memcmp(t.local.data, piece.data, dt_array_bytes(&piece)) != 0)
+      if (out.local.dev == DT_DEV_CPU)
+        memset(out.local.data, 0x7f, dt_array_bytes(&out.local));
+      else
+        ok_or_fail(R, cs, "dt_device_fill",
+                   dt_device_fill(ctx->device, DT_F64, out.local.data,
+                                  (int64_t)(dt_array_bytes(&out.local) / 8), 1e300), true);
+      tv = host_view(R, cs, &t.local, &th);
+      if (tv && piece.numel > 0 && memcmp(tv->data, piece.data, dt_array_bytes(&piece)) != 0)
         cfail(R, cs, "the result's local shard aliases the source's");
+      dt_array_free(ctx, &th);
     }
     dt_tensor_free(ctx, &out);
   }
@@ -1294,11 +1330,15 @@ static void run_creation(rk *R, job *J, const shape_cfg *sh, const dt_placement 
       /* bitwise: the shard's elements are the all-Replicate tensor's */
       size_t es = dt_dtype_size(dt);
       int64_t bad = 0;
-      for (int64_t j = 0; j < rr.local.numel; j++) {
+      dt_array rh, fh;
+      const dt_array *rv = host_view(R, cs, &rr.local, &rh), *fv = host_view(R, cs, &ref.local, &fh);
+      for (int64_t j = 0; rv && fv && j < rr.local.numel; j++) {
         int64_t f = gflat(sh->ndim, sh->g, ls, off, j);
-        bad += memcmp((const char *)rr.local.data + (size_t)j * es,
-                      (const char *)ref.local.data + (size_t)f * es, es) != 0;
+        bad += memcmp((const char *)rv->data + (size_t)j * es,
+                      (const char *)fv->data + (size_t)f * es, es) != 0;
       }
+      dt_array_free(ctx, &rh);
+      dt_array_free(ctx, &fh);
       if (bad)
         cfail(R, cs, "%lld local elements differ bitwise from the all-Replicate layout's",
               (long long)bad);
@@ -1655,6 +1695,7 @@ int main(int argc, char **argv) {
   if (san && !strcmp(san, "thread")) o.quick = 1;
   dt_device_cpu_blas_threads(1);
   dt_launch_opts lo = {.backend = o.backend, .timeout_s = 60};
+  tu_launch_device(&lo);
   if (o.backend == DT_BACKEND_MPI) {
     /* MPI: meshes whose size is the world: 1-D (every pair), 2-D (2, w/2) and 3-D
      * (2, 2, w/4) or (2, 1, w/2) (a sample of pairs); a few seconds at -np 8 on two

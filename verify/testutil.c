@@ -109,3 +109,31 @@ double tu_normwise(const double *a, const double *ref, int64_t n) {
   }
   return s > 0 ? d / s : d;
 }
+
+const char *tu_device_name(void) {
+  const char *e = getenv("SB_TEST_DEVICE");
+  if (!e || !*e || !strcmp(e, "cpu")) return "cpu";
+  if (!strcmp(e, "cuda-emu") || !strcmp(e, "cuda")) return e;
+  fprintf(stderr, "SB_TEST_DEVICE=%s: expected cpu, cuda-emu or cuda\n", e);
+  exit(2);
+}
+
+void tu_launch_device(dt_launch_opts *lo) {
+  const char *d = tu_device_name();
+  if (!strcmp(d, "cpu")) return;
+  lo->device = DT_DEV_CUDA;
+  lo->cuda_emu = !strcmp(d, "cuda-emu");
+}
+
+dt_status tu_host_copy(dt_ctx *ctx, const dt_array *a, dt_array *out) {
+  DT_CHECK(dt_array_create(ctx, DT_DEV_CPU, a->dtype, a->ndim, a->shape, out));
+  if (!a->numel) return DT_OK;
+  if (a->dev == DT_DEV_CPU) {
+    memcpy(out->data, a->data, dt_array_bytes(a));
+    return DT_OK;
+  }
+  dt_status s = dt_device_copy(ctx->device, out->data, a->data, dt_array_bytes(a), DT_COPY_D2H);
+  if (s == DT_OK) s = dt_device_sync(ctx->device);
+  if (s != DT_OK) dt_array_free(ctx, out);
+  return s;
+}

@@ -50,6 +50,18 @@ double *tu_full_f64(dt_ctx *ctx, const dt_tensor *t, int64_t *n);
 /* Normwise relative error max |a - b| / max |ref| (max |a - b| when ref is 0). */
 double tu_normwise(const double *a, const double *ref, int64_t n);
 
+/* The device the DTensor tests run their ranks on, from the environment:
+ * SB_TEST_DEVICE unset, "" or "cpu": the CPU (lo unchanged); "cuda-emu": every
+ * rank gets a cuda-emu device (the CUDA kernels on the host, device memory a
+ * host dereference faults on); "cuda": GPU 0. Anything else: a one-line error
+ * and exit 2. Sets lo->device and lo->cuda_emu. */
+void tu_launch_device(dt_launch_opts *lo);
+/* The name of that device ("cpu", "cuda-emu", "cuda"). */
+const char *tu_device_name(void);
+/* A host copy of array a (host or the rank's device memory; waits for the
+ * device); free with dt_array_free. */
+dt_status tu_host_copy(dt_ctx *ctx, const dt_array *a, dt_array *out);
+
 /* Ends a test program: prints a summary line and returns the exit code: 0 when
  * at least one check ran and none failed; 1 on a failure, or when no check ran
  * ("ran no check": a test that verified nothing must not pass). The counts are

@@ -180,6 +180,142 @@ static dt_status slot(dt_comm *c, const void *fn, const char *call) {
   return DT_OK;
 }
 
+/* ---- device buffers ---- */
+
+void dt_comm_set_mem(dt_comm *c, const dt_comm_mem *m) {
+  if (!c) return;
+  if (m && m->dev) c->mem = *m;
+  else memset(&c->mem, 0, sizeof c->mem);
+}
+
+bool dt_comm_is_device(const dt_comm *c, const void *p) {
+  return c && c->mem.dev && c->mem.is_device && p && c->mem.is_device(c->mem.dev, p);
+}
+
+/* Where a call's buffers live: 0 host, 1 device; -1 (error recorded) when the
+ * non-NULL ones are mixed. */
+static int where(dt_comm *c, const char *call, const void *a, const void *b) {
+  if (!c->mem.dev) return 0;
+  bool da = dt_comm_is_device(c, a), db = dt_comm_is_device(c, b);
+  if ((a && b && da != db)) {
+    (void)dt_error(c->ctx, DT_ERR_INVALID, call, "one buffer is device memory, the other host memory");
+    return -1;
+  }
+  return da || db;
+}
+
+/* Staging of device buffers through host memory for a backend that takes host
+ * buffers only. Each staged buffer is malloc'd (not the rank's tracked host
+ * memory: it lives for one call). */
+typedef struct stage {
+  dt_comm *c;
+  void *h[2];
+} stage;
+
+static dt_status st_alloc(stage *S, int i, size_t bytes, void **out) {
+  S->h[i] = malloc(bytes ? bytes : 1);
+  if (!S->h[i]) return dt_error(S->c->ctx, DT_ERR_NOMEM, "comm", "staging %zu bytes", bytes);
+  *out = S->h[i];
+  return DT_OK;
+}
+
+/* The device's queued work is done before its memory is read from the host. */
+static dt_status st_down(stage *S, void *h, const void *d, size_t bytes) {
+  dt_comm_mem *m = &S->c->mem;
+  if (m->sync) DT_CHECK(m->sync(m->dev));
+  return bytes ? m->copy(m->dev, h, d, bytes, DT_COMM_D2H) : DT_OK;
+}
+
+static dt_status st_up(stage *S, void *d, const void *h, size_t bytes) {
+  dt_comm_mem *m = &S->c->mem;
+  return bytes ? m->copy(m->dev, d, h, bytes, DT_COMM_H2D) : DT_OK;
+}
+
+static void st_free(stage *S) {
+  free(S->h[0]);
+  free(S->h[1]);
+}
+
+/* Runs a collective with send (sbytes, read) and recv (rbytes, written)
+ * staged. in_place_off: recv lies at send + off (scatter) or send at recv + off
+ * (all_gather), or -1; the staged copies keep that relation. */
+typedef enum { ST_ALL_REDUCE, ST_ALL_GATHER, ST_REDUCE_SCATTER, ST_ALL_TO_ALL, ST_SCATTER } st_kind;
+
+static dt_status staged(dt_comm *c, st_kind k, const void *send, void *recv, size_t count,
+                        dt_dtype t, dt_reduce_op op, int root) {
+  size_t es = dt_dtype_size(t), n = (size_t)c->size, cb = count * es;
+  size_t sbytes = k == ST_REDUCE_SCATTER || k == ST_ALL_TO_ALL || k == ST_SCATTER ? cb * n : cb;
+  size_t rbytes = k == ST_ALL_GATHER || k == ST_ALL_TO_ALL ? cb * n : cb;
+  stage S = {c, {NULL, NULL}};
+  void *hs = NULL, *hr = NULL;
+  dt_status s = DT_OK;
+  bool has_send = send && (k != ST_SCATTER || c->rank == root);
+  if (k == ST_ALL_GATHER && (const char *)send == (char *)recv + (size_t)c->rank * cb) {
+    s = st_alloc(&S, 1, rbytes, &hr);
+    hs = (char *)hr + (size_t)c->rank * cb;
+  } else if (k == ST_SCATTER && has_send && (char *)recv == (const char *)send + (size_t)c->rank * cb) {
+    s = st_alloc(&S, 0, sbytes, &hs);
+    hr = (char *)hs + (size_t)c->rank * cb;
+  } else if (k == ST_ALL_REDUCE && send == recv) {
+    s = st_alloc(&S, 0, sbytes, &hs);
+    hr = hs;
+  } else {
+    if (has_send) s = st_alloc(&S, 0, sbytes, &hs);
+    if (s == DT_OK) s = st_alloc(&S, 1, rbytes, &hr);
+  }
+  if (s == DT_OK && has_send) s = st_down(&S, hs, send, sbytes);
+  if (s == DT_OK) {
+    switch (k) {
+      case ST_ALL_REDUCE: s = c->ops->all_reduce(c, hs, hr, count, t, op); break;
+      case ST_ALL_GATHER: s = c->ops->all_gather(c, hs, hr, count, t); break;
+      case ST_REDUCE_SCATTER: s = c->ops->reduce_scatter(c, hs, hr, count, t, op); break;
+      case ST_ALL_TO_ALL: s = c->ops->all_to_all(c, hs, hr, count, t); break;
+      case ST_SCATTER: s = c->ops->scatter(c, hs, hr, count, t, root); break;
+    }
+  }
+  if (s == DT_OK) s = st_up(&S, recv, hr, rbytes);
+  st_free(&S);
+  return s;
+}
+
+static dt_status staged_broadcast(dt_comm *c, void *buf, size_t count, dt_dtype t, int root) {
+  size_t bytes = count * dt_dtype_size(t);
+  stage S = {c, {NULL, NULL}};
+  void *h = NULL;
+  dt_status s = st_alloc(&S, 0, bytes, &h);
+  if (s == DT_OK && c->rank == root) s = st_down(&S, h, buf, bytes);
+  if (s == DT_OK) s = c->ops->broadcast(c, h, count, t, root);
+  if (s == DT_OK && c->rank != root) s = st_up(&S, buf, h, bytes);
+  st_free(&S);
+  return s;
+}
+
+static dt_status staged_p2p(dt_comm *c, bool is_send, void *buf, size_t count, dt_dtype t,
+                            int peer, int tag) {
+  size_t bytes = count * dt_dtype_size(t);
+  stage S = {c, {NULL, NULL}};
+  void *h = NULL;
+  dt_status s = st_alloc(&S, 0, bytes, &h);
+  if (s == DT_OK && is_send) s = st_down(&S, h, buf, bytes);
+  if (s == DT_OK) s = is_send ? c->ops->send(c, h, count, t, peer, tag)
+                              : c->ops->recv(c, h, count, t, peer, tag);
+  if (s == DT_OK && !is_send) s = st_up(&S, buf, h, bytes);
+  st_free(&S);
+  return s;
+}
+
+/* True when the call's buffers are device memory the backend cannot take (the
+ * front stages them); -1 on mixed buffers. */
+static int must_stage(dt_comm *c, const char *call, const void *a, const void *b, size_t count) {
+  int w = where(c, call, a, b);
+  if (w < 0) return -1;
+  return w == 1 && count > 0 && !c->ops->device_buffers;
+}
+
+#define STAGE_OR(c, call, a, b, count, var)            \
+  int var = must_stage((c), (call), (a), (b), (count)); \
+  if (var < 0) return c->ctx ? c->ctx->last_status : DT_ERR_INVALID
+
 #define TIMED(c, op, red, count, t, expr)        \
   do {                                           \
     double t0_ = dt_now();                       \
@@ -194,13 +330,19 @@ dt_status dt_comm_all_reduce(dt_comm *c, const void *send, void *recv, size_t co
   DT_CHECK(check_common(c, "all_reduce", t, send, recv, count));
   DT_CHECK(check_op(c, "all_reduce", op, t));
   DT_CHECK(slot(c, (const void *)c->ops->all_reduce, "all_reduce"));
-  TIMED(c, DT_COLL_ALL_REDUCE, (int)op, count, t, c->ops->all_reduce(c, send, recv, count, t, op));
+  STAGE_OR(c, "all_reduce", send, recv, count, stg);
+  TIMED(c, DT_COLL_ALL_REDUCE, (int)op, count, t,
+        stg ? staged(c, ST_ALL_REDUCE, send, recv, count, t, op, 0)
+            : c->ops->all_reduce(c, send, recv, count, t, op));
 }
 
 dt_status dt_comm_all_gather(dt_comm *c, const void *send, void *recv, size_t count, dt_dtype t) {
   DT_CHECK(check_common(c, "all_gather", t, send, recv, count));
   DT_CHECK(slot(c, (const void *)c->ops->all_gather, "all_gather"));
-  TIMED(c, DT_COLL_ALL_GATHER, -1, count, t, c->ops->all_gather(c, send, recv, count, t));
+  STAGE_OR(c, "all_gather", send, recv, count, stg);
+  TIMED(c, DT_COLL_ALL_GATHER, -1, count, t,
+        stg ? staged(c, ST_ALL_GATHER, send, recv, count, t, DT_RED_SUM, 0)
+            : c->ops->all_gather(c, send, recv, count, t));
 }
 
 dt_status dt_comm_reduce_scatter(dt_comm *c, const void *send, void *recv, size_t count,
@@ -210,8 +352,10 @@ dt_status dt_comm_reduce_scatter(dt_comm *c, const void *send, void *recv, size_
   DT_CHECK(slot(c, (const void *)c->ops->reduce_scatter, "reduce_scatter"));
   if (count > 0 && send == recv && c->size > 1)
     return dt_error(c->ctx, DT_ERR_INVALID, "reduce_scatter", "send and recv must differ");
+  STAGE_OR(c, "reduce_scatter", send, recv, count, stg);
   TIMED(c, DT_COLL_REDUCE_SCATTER, (int)op, count, t,
-        c->ops->reduce_scatter(c, send, recv, count, t, op));
+        stg ? staged(c, ST_REDUCE_SCATTER, send, recv, count, t, op, 0)
+            : c->ops->reduce_scatter(c, send, recv, count, t, op));
 }
 
 dt_status dt_comm_all_to_all(dt_comm *c, const void *send, void *recv, size_t count, dt_dtype t) {
@@ -219,14 +363,19 @@ dt_status dt_comm_all_to_all(dt_comm *c, const void *send, void *recv, size_t co
   DT_CHECK(slot(c, (const void *)c->ops->all_to_all, "all_to_all"));
   if (count > 0 && send == recv && c->size > 1)
     return dt_error(c->ctx, DT_ERR_INVALID, "all_to_all", "send and recv must differ");
-  TIMED(c, DT_COLL_ALL_TO_ALL, -1, count, t, c->ops->all_to_all(c, send, recv, count, t));
+  STAGE_OR(c, "all_to_all", send, recv, count, stg);
+  TIMED(c, DT_COLL_ALL_TO_ALL, -1, count, t,
+        stg ? staged(c, ST_ALL_TO_ALL, send, recv, count, t, DT_RED_SUM, 0)
+            : c->ops->all_to_all(c, send, recv, count, t));
 }
 
 dt_status dt_comm_broadcast(dt_comm *c, void *buf, size_t count, dt_dtype t, int root) {
   DT_CHECK(check_common(c, "broadcast", t, buf, buf, count));
   DT_CHECK(check_root(c, "broadcast", root));
   DT_CHECK(slot(c, (const void *)c->ops->broadcast, "broadcast"));
-  TIMED(c, DT_COLL_BROADCAST, -1, count, t, c->ops->broadcast(c, buf, count, t, root));
+  STAGE_OR(c, "broadcast", buf, buf, count, stg);
+  TIMED(c, DT_COLL_BROADCAST, -1, count, t,
+        stg ? staged_broadcast(c, buf, count, t, root) : c->ops->broadcast(c, buf, count, t, root));
 }
 
 dt_status dt_comm_scatter(dt_comm *c, const void *send, void *recv, size_t count, dt_dtype t,
@@ -236,7 +385,10 @@ dt_status dt_comm_scatter(dt_comm *c, const void *send, void *recv, size_t count
   if (c && c->rank == root && count > 0 && !send)
     return dt_error(c->ctx, DT_ERR_INVALID, "scatter", "root has a NULL send buffer");
   DT_CHECK(slot(c, (const void *)c->ops->scatter, "scatter"));
-  TIMED(c, DT_COLL_SCATTER, -1, count, t, c->ops->scatter(c, send, recv, count, t, root));
+  STAGE_OR(c, "scatter", c->rank == root ? send : NULL, recv, count, stg);
+  TIMED(c, DT_COLL_SCATTER, -1, count, t,
+        stg ? staged(c, ST_SCATTER, send, recv, count, t, DT_RED_SUM, root)
+            : c->ops->scatter(c, send, recv, count, t, root));
 }
 
 dt_status dt_comm_send(dt_comm *c, const void *buf, size_t count, dt_dtype t, int peer, int tag) {
@@ -245,7 +397,10 @@ dt_status dt_comm_send(dt_comm *c, const void *buf, size_t count, dt_dtype t, in
   if (peer == c->rank) return dt_error(c->ctx, DT_ERR_INVALID, "send", "send to self");
   if (tag < 0) return dt_error(c->ctx, DT_ERR_INVALID, "send", "negative tag %d", tag);
   DT_CHECK(slot(c, (const void *)c->ops->send, "send"));
-  TIMED(c, DT_COLL_SEND, -1, count, t, c->ops->send(c, buf, count, t, peer, tag));
+  STAGE_OR(c, "send", buf, buf, count, stg);
+  TIMED(c, DT_COLL_SEND, -1, count, t,
+        stg ? staged_p2p(c, true, (void *)buf, count, t, peer, tag)
+            : c->ops->send(c, buf, count, t, peer, tag));
 }
 
 dt_status dt_comm_recv(dt_comm *c, void *buf, size_t count, dt_dtype t, int peer, int tag) {
@@ -254,7 +409,10 @@ dt_status dt_comm_recv(dt_comm *c, void *buf, size_t count, dt_dtype t, int peer
   if (peer == c->rank) return dt_error(c->ctx, DT_ERR_INVALID, "recv", "receive from self");
   if (tag < 0) return dt_error(c->ctx, DT_ERR_INVALID, "recv", "negative tag %d", tag);
   DT_CHECK(slot(c, (const void *)c->ops->recv, "recv"));
-  TIMED(c, DT_COLL_RECV, -1, count, t, c->ops->recv(c, buf, count, t, peer, tag));
+  STAGE_OR(c, "recv", buf, buf, count, stg);
+  TIMED(c, DT_COLL_RECV, -1, count, t,
+        stg ? staged_p2p(c, false, buf, count, t, peer, tag)
+            : c->ops->recv(c, buf, count, t, peer, tag));
 }
 
 dt_status dt_comm_barrier(dt_comm *c) {
@@ -268,6 +426,7 @@ dt_status dt_comm_split(dt_comm *c, int color, int key, const char *name, dt_com
   *out = NULL;
   DT_CHECK(slot(c, (const void *)c->ops->split, "split"));
   DT_CHECK(c->ops->split(c, color, key, out));
+  if (*out) dt_comm_set_mem(*out, &c->mem);
   if (*out && name) {
     size_t l = strlen(name);
     if (l >= sizeof (*out)->name) l = sizeof (*out)->name - 1;
@@ -285,6 +444,7 @@ dt_status dt_comm_init_base(dt_comm *c, const dt_comm_ops *ops, dt_ctx *ctx, con
                             int rank, int size, const int *world_ranks) {
   c->ops = ops;
   c->ctx = ctx;
+  memset(&c->mem, 0, sizeof c->mem);
   c->rank = rank;
   c->size = size;
   c->name[0] = '\0';

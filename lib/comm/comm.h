@@ -9,8 +9,15 @@
  *
  * Counts: all_gather, reduce_scatter and scatter take the count held by ONE rank
  * (the output of all_gather and the input of reduce_scatter are count * size);
- * all_to_all takes the count sent to each peer. Buffers are on the device the
- * backend works with (host memory for threads and mpi).
+ * all_to_all takes the count sent to each peer.
+ *
+ * Buffers are host memory, or, on a rank whose compute device is not the CPU,
+ * that device's memory: the launcher installs a dt_comm_mem hook (below) on the
+ * world communicator, and every communicator split from it inherits it. The
+ * buffers of one call are all host or all device memory, on every member.
+ * A backend that works on device buffers (ops.device_buffers: threads, through
+ * the hook) gets them as they are; for any other (mpi, which is not assumed
+ * CUDA-aware) the front stages them through host memory (D2H, the call, H2D).
  */
 #ifndef DT_COMM_H
 #define DT_COMM_H
@@ -95,8 +102,32 @@ dt_status dt_ledger_append(dt_ctx *ctx, const dt_ledger_row *row);
 
 /* ---- backends and the front ---------------------------------------------- */
 
+/* ---- device memory, seen from the comm layer ------------------------------- */
+
+typedef enum dt_comm_copy_kind {
+  DT_COMM_H2D = 1, DT_COMM_D2H = 2, DT_COMM_D2D = 3 /* the values of dt_copy_kind */
+} dt_comm_copy_kind;
+
+/* The rank's device as the collectives need it, installed by the launcher
+ * (this layer does not include lib/device). All slots take `dev` first. */
+typedef struct dt_comm_mem {
+  void *dev;  /* NULL: no hook, every buffer is host memory */
+  /* true when p is memory of this device */
+  bool (*is_device)(void *dev, const void *p);
+  /* byte copy; the device-side pointers may belong to another rank's device
+   * handle of the same memory (threads: every rank's device shares GPU 0) */
+  dt_status (*copy)(void *dev, void *dst, const void *src, size_t bytes, dt_comm_copy_kind k);
+  /* out = in[0] op in[1] op ... op in[nin-1] element-wise, left to right (bf16
+   * accumulated in f32); avg divides the sum by `divisor` */
+  dt_status (*reduce)(void *dev, dt_dtype t, dt_reduce_op op, size_t n, int nin,
+                      const void *const *in, void *out, double divisor);
+  /* waits until the work queued on the device is done */
+  dt_status (*sync)(void *dev);
+} dt_comm_mem;
+
 typedef struct dt_comm_ops {
   const char *name;  /* "threads", "mpi" */
+  bool device_buffers; /* the slots take device buffers (else the front stages them) */
   dt_status (*all_reduce)(dt_comm *c, const void *send, void *recv, size_t count,
                           dt_dtype t, dt_reduce_op op);
   dt_status (*all_gather)(dt_comm *c, const void *send, void *recv, size_t count, dt_dtype t);
@@ -121,8 +152,16 @@ struct dt_comm {
   char name[DT_LABEL_LEN];     /* group label written to the ledger */
   int rank, size;              /* rank within this communicator, and its size */
   int *world_ranks;            /* world rank of each member, size entries */
+  dt_comm_mem mem;             /* the rank's device memory hook (mem.dev NULL: none) */
   void *impl;
 };
+
+/* Installs the device hook on c (copied; NULL removes it). Communicators split
+ * from c afterwards inherit it. The launcher calls it on the world communicator
+ * of a rank whose device is not the CPU. */
+void dt_comm_set_mem(dt_comm *c, const dt_comm_mem *m);
+/* True when c has a hook and p is device memory. */
+bool dt_comm_is_device(const dt_comm *c, const void *p);
 
 /* The front. Each validates arguments, calls the backend, and records a ledger row.
  * In-place is allowed where send == recv (all_reduce; all_gather when send is the

@@ -21,6 +21,14 @@
  * (launcher) or a wait passes the timeout (here), the flag is set and every
  * group's condvar is broadcast; waiters see it and return DT_ERR_ABORTED.
  *
+ * Device buffers (a rank whose device is not the CPU; see dt_comm_mem): the
+ * same schedule, with the copies as device-to-device copies and the reduction
+ * as the device's reduce kernel, through the hook the launcher installed. A
+ * rank syncs its device before each barrier, so a peer reads a buffer only
+ * after the work that produced it has finished (ranks of one GPU run on
+ * separate streams), and no buffer is released while a copy from it is queued.
+ * Point to point on device buffers stages the eager message in host memory.
+ *
  * This is not a network transport: it only joins threads of one process.
  */
 #include "config.h"
@@ -55,6 +63,7 @@ typedef struct tgroup {
   bool *here;           /* here[m]: member m waits at the current barrier */
   const void **sbuf;    /* posted send pointer per member */
   void **rbuf;          /* posted recv pointer per member */
+  bool *ondev;          /* posted buffers are device memory, per member */
   int *colors, *keys;   /* split scratch */
   struct tgroup **newg; /* split result per member */
   tmsg **inbox;         /* point to point: queue per destination member */
@@ -106,6 +115,7 @@ static void group_free(tgroup *g) {
   free(g->here);
   free(g->sbuf);
   free(g->rbuf);
+  free(g->ondev);
   free(g->colors);
   free(g->keys);
   free(g->newg);
@@ -123,6 +133,7 @@ static tgroup *group_new(dt_threads_job *job, int size, const int *world_ranks, 
   g->here = calloc(n, sizeof(bool));
   g->sbuf = calloc(n, sizeof(void *));
   g->rbuf = calloc(n, sizeof(void *));
+  g->ondev = calloc(n, sizeof(bool));
   g->colors = calloc(n, sizeof(int));
   g->keys = calloc(n, sizeof(int));
   g->newg = calloc(n, sizeof(tgroup *));
@@ -133,11 +144,11 @@ static tgroup *group_new(dt_threads_job *job, int size, const int *world_ranks, 
   int e1 = pthread_mutex_init(&g->mu, NULL);
   int e2 = pthread_cond_init(&g->cv, &ca);
   pthread_condattr_destroy(&ca);
-  if (!g->world_ranks || !g->here || !g->sbuf || !g->rbuf || !g->colors || !g->keys ||
+  if (!g->world_ranks || !g->here || !g->sbuf || !g->rbuf || !g->ondev || !g->colors || !g->keys ||
       !g->newg || !g->inbox || e1 || e2) {
     if (!e1) pthread_mutex_destroy(&g->mu);
     if (!e2) pthread_cond_destroy(&g->cv);
-    free(g->world_ranks); free(g->here); free(g->sbuf); free(g->rbuf);
+    free(g->world_ranks); free(g->here); free(g->sbuf); free(g->rbuf); free(g->ondev);
     free(g->colors); free(g->keys); free(g->newg); free(g->inbox); free(g);
     return NULL;
   }
@@ -343,6 +354,63 @@ static dt_status post(dt_comm *c, const void *send, void *recv, const char *what
   return tbarrier(c, what);
 }
 
+/* ---- device buffers ---- */
+
+/* True when this call's buffers are device memory (the front has checked that
+ * they are not mixed). */
+static bool on_dev(dt_comm *c, const void *a, const void *b) {
+  return dt_comm_is_device(c, a) || dt_comm_is_device(c, b);
+}
+
+static dt_status dsync(dt_comm *c) { return c->mem.sync ? c->mem.sync(c->mem.dev) : DT_OK; }
+
+/* The device's queued work, then the barrier. */
+static dt_status dbarrier(dt_comm *c, bool dev, const char *what) {
+  if (dev) DT_CHECK(dsync(c));
+  return tbarrier(c, what);
+}
+
+static dt_status dcopy(dt_comm *c, bool dev, void *dst, const void *src, size_t bytes) {
+  if (!bytes) return DT_OK;
+  if (!dev) {
+    memcpy(dst, src, bytes);
+    return DT_OK;
+  }
+  return c->mem.copy(c->mem.dev, dst, src, bytes, DT_COMM_D2D);
+}
+
+/* Posts this rank's buffers, and where they live, and waits for every member's;
+ * a group whose members disagree (host on one, device on another) fails on
+ * every member alike. */
+static dt_status dpost(dt_comm *c, bool dev, const void *send, void *recv, const char *what) {
+  tgroup *g = c->impl;
+  g->ondev[c->rank] = dev;
+  if (dev) DT_CHECK(dsync(c));
+  DT_CHECK(post(c, send, recv, what));
+  for (int m = 0; m < g->size; m++)
+    if (g->ondev[m] != dev)
+      return dt_error(c->ctx, DT_ERR_INVALID, what,
+                      "group '%s': rank %d passed %s buffers, rank %d %s buffers", c->name,
+                      g->world_ranks[c->rank], dev ? "device" : "host", g->world_ranks[m],
+                      g->ondev[m] ? "device" : "host");
+  return DT_OK;
+}
+
+/* dst = reduce over members of sbuf[m] + off (len elements) on the device. */
+static dt_status dreduce(dt_comm *c, dt_dtype t, dt_reduce_op op, void *dst, size_t off,
+                         size_t len) {
+  tgroup *g = c->impl;
+  if (!len) return DT_OK;
+  size_t es = dt_dtype_size(t);
+  const void **in = malloc((size_t)g->size * sizeof *in);
+  if (!in) return dt_error(c->ctx, DT_ERR_NOMEM, "reduce", "no memory");
+  for (int m = 0; m < g->size; m++) in[m] = (const char *)g->sbuf[m] + off * es;
+  dt_status s = c->mem.reduce(c->mem.dev, t, op, len, g->size, in, dst,
+                              op == DT_RED_AVG ? (double)g->size : 0.0);
+  free(in);
+  return s;
+}
+
 /* Balanced split of count elements into n chunks: chunk i = [lo, hi). */
 static void chunk(size_t count, int n, int i, size_t *lo, size_t *hi) {
   size_t q = count / (size_t)n, r = count % (size_t)n, ui = (size_t)i;
@@ -389,70 +457,78 @@ static dt_status th_all_reduce(dt_comm *c, const void *send, void *recv, size_t 
                                dt_reduce_op op) {
   tgroup *g = c->impl;
   size_t es = dt_dtype_size(t);
+  bool dev = on_dev(c, send, recv);
   if (g->size == 1) {
-    if (send != recv && count) memcpy(recv, send, count * es);
-    return tbarrier(c, "all_reduce");
+    if (send != recv) DT_CHECK(dcopy(c, dev, recv, send, count * es));
+    return dbarrier(c, dev, "all_reduce");
   }
-  DT_CHECK(post(c, send, recv, "all_reduce"));
+  DT_CHECK(dpost(c, dev, send, recv, "all_reduce"));
   size_t lo, hi;
   chunk(count, g->size, c->rank, &lo, &hi);
   /* My chunk of every input is read only by me, so writing it in place is safe. */
-  reduce_range(g, t, op, (char *)recv + lo * es, lo, hi - lo);
-  DT_CHECK(tbarrier(c, "all_reduce"));
+  if (dev) DT_CHECK(dreduce(c, t, op, (char *)recv + lo * es, lo, hi - lo));
+  else reduce_range(g, t, op, (char *)recv + lo * es, lo, hi - lo);
+  DT_CHECK(dbarrier(c, dev, "all_reduce"));
   for (int q = 0; q < g->size; q++) {
     if (q == c->rank) continue;
     size_t qlo, qhi;
     chunk(count, g->size, q, &qlo, &qhi);
-    memcpy((char *)recv + qlo * es, (const char *)g->rbuf[q] + qlo * es, (qhi - qlo) * es);
+    DT_CHECK(dcopy(c, dev, (char *)recv + qlo * es, (const char *)g->rbuf[q] + qlo * es,
+                   (qhi - qlo) * es));
   }
-  return tbarrier(c, "all_reduce");
+  return dbarrier(c, dev, "all_reduce");
 }
 
 static dt_status th_reduce_scatter(dt_comm *c, const void *send, void *recv, size_t count,
                                    dt_dtype t, dt_reduce_op op) {
   tgroup *g = c->impl;
-  DT_CHECK(post(c, send, recv, "reduce_scatter"));
-  reduce_range(g, t, op, recv, (size_t)c->rank * count, count);
-  return tbarrier(c, "reduce_scatter");
+  bool dev = on_dev(c, send, recv);
+  DT_CHECK(dpost(c, dev, send, recv, "reduce_scatter"));
+  if (dev) DT_CHECK(dreduce(c, t, op, recv, (size_t)c->rank * count, count));
+  else reduce_range(g, t, op, recv, (size_t)c->rank * count, count);
+  return dbarrier(c, dev, "reduce_scatter");
 }
 
 static dt_status th_all_gather(dt_comm *c, const void *send, void *recv, size_t count, dt_dtype t) {
   tgroup *g = c->impl;
   size_t bytes = count * dt_dtype_size(t);
-  DT_CHECK(post(c, send, recv, "all_gather"));
+  bool dev = on_dev(c, send, recv);
+  DT_CHECK(dpost(c, dev, send, recv, "all_gather"));
   for (int q = 0; q < g->size; q++) {
     char *dst = (char *)recv + (size_t)q * bytes;
-    if (bytes && dst != g->sbuf[q]) memcpy(dst, g->sbuf[q], bytes);
+    if (dst != g->sbuf[q]) DT_CHECK(dcopy(c, dev, dst, g->sbuf[q], bytes));
   }
-  return tbarrier(c, "all_gather");
+  return dbarrier(c, dev, "all_gather");
 }
 
 static dt_status th_all_to_all(dt_comm *c, const void *send, void *recv, size_t count, dt_dtype t) {
   tgroup *g = c->impl;
   size_t bytes = count * dt_dtype_size(t);
-  DT_CHECK(post(c, send, recv, "all_to_all"));
+  bool dev = on_dev(c, send, recv);
+  DT_CHECK(dpost(c, dev, send, recv, "all_to_all"));
   for (int q = 0; q < g->size; q++)
-    if (bytes)
-      memcpy((char *)recv + (size_t)q * bytes,
-             (const char *)g->sbuf[q] + (size_t)c->rank * bytes, bytes);
-  return tbarrier(c, "all_to_all");
+    DT_CHECK(dcopy(c, dev, (char *)recv + (size_t)q * bytes,
+                   (const char *)g->sbuf[q] + (size_t)c->rank * bytes, bytes));
+  return dbarrier(c, dev, "all_to_all");
 }
 
 static dt_status th_broadcast(dt_comm *c, void *buf, size_t count, dt_dtype t, int root) {
   tgroup *g = c->impl;
-  DT_CHECK(post(c, buf, buf, "broadcast"));
-  if (c->rank != root && count) memcpy(buf, g->sbuf[root], count * dt_dtype_size(t));
-  return tbarrier(c, "broadcast");
+  bool dev = on_dev(c, buf, buf);
+  DT_CHECK(dpost(c, dev, buf, buf, "broadcast"));
+  if (c->rank != root) DT_CHECK(dcopy(c, dev, buf, g->sbuf[root], count * dt_dtype_size(t)));
+  return dbarrier(c, dev, "broadcast");
 }
 
 static dt_status th_scatter(dt_comm *c, const void *send, void *recv, size_t count, dt_dtype t,
                             int root) {
   tgroup *g = c->impl;
   size_t bytes = count * dt_dtype_size(t);
-  DT_CHECK(post(c, send, recv, "scatter"));
+  bool dev = on_dev(c, c->rank == root ? send : NULL, recv);
+  DT_CHECK(dpost(c, dev, send, recv, "scatter"));
   const char *src = (const char *)g->sbuf[root] + (size_t)c->rank * bytes;
-  if (bytes && src != recv) memcpy(recv, src, bytes);
-  return tbarrier(c, "scatter");
+  if (src != recv) DT_CHECK(dcopy(c, dev, recv, src, bytes));
+  return dbarrier(c, dev, "scatter");
 }
 
 static dt_status th_barrier(dt_comm *c) { return tbarrier(c, "barrier"); }
@@ -470,7 +546,16 @@ static dt_status th_send(dt_comm *c, const void *buf, size_t count, dt_dtype t, 
   m->src = c->rank;
   m->tag = tag;
   m->bytes = bytes;
-  if (bytes) memcpy(m->data, buf, bytes);
+  if (bytes && on_dev(c, buf, buf)) {
+    dt_status s = dsync(c);
+    if (s == DT_OK) s = c->mem.copy(c->mem.dev, m->data, buf, bytes, DT_COMM_D2H);
+    if (s != DT_OK) {
+      free(m);
+      return s;
+    }
+  } else if (bytes) {
+    memcpy(m->data, buf, bytes);
+  }
   pthread_mutex_lock(&g->mu);
   tmsg **p = &g->inbox[peer];
   while (*p) p = &(*p)->next;
@@ -500,6 +585,8 @@ static dt_status th_recv(dt_comm *c, void *buf, size_t count, dt_dtype t, int pe
         s = dt_error(c->ctx, DT_ERR_INVALID, "recv",
                      "message from rank %d tag %d has %zu bytes, expected %zu", peer, tag,
                      m->bytes, bytes);
+      else if (bytes && on_dev(c, buf, buf))
+        s = c->mem.copy(c->mem.dev, buf, m->data, bytes, DT_COMM_H2D);
       else if (bytes)
         memcpy(buf, m->data, bytes);
       free(m);
@@ -598,6 +685,7 @@ static void th_destroy(dt_comm *c) {
 
 static const dt_comm_ops threads_ops = {
     .name = "threads",
+    .device_buffers = true,
     .all_reduce = th_all_reduce,
     .all_gather = th_all_gather,
     .reduce_scatter = th_reduce_scatter,

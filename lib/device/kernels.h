@@ -42,10 +42,32 @@ typedef struct dt_kern_attn {
   const char *group;
 } dt_kern_attn;
 
-/* Layout and data movement: box copies, permutes, and the element-wise reduce
- * the threads comm backend applies to device buffers (k_layout.cu). */
+/* Reduce operators of dt_kern_layout.reduce, in the order of dt_reduce_op
+ * (lib/comm/comm.h), which the launcher maps onto them. */
+enum { DT_KRED_SUM = 0, DT_KRED_AVG = 1, DT_KRED_MAX = 2, DT_KRED_MIN = 3, DT_KRED_PROD = 4 };
+/* Inputs one reduce launch takes; more run in rounds (see reduce). */
+enum { DT_KRED_MAX_IN = 32 };
+
+/* Layout and data movement: box copies and the element-wise reduce the comm
+ * backends apply to device buffers (k_layout.cu). */
 typedef struct dt_kern_layout {
-  const char *group;
+  /* The n-d box `box` of src (row-major, shape src_shape, box at src_off) into
+   * dst (shape dst_shape, box at dst_off): a byte move of es-byte elements
+   * (any dtype), as dt_copy_box does on the host. ndim 0..DT_MAX_DIMS (0: one
+   * element); an empty box copies nothing. dst and src must not overlap.
+   * The shape and offset arrays are host memory, read before the call returns. */
+  dt_status (*copy_box)(dt_device *d, size_t es, int ndim, void *dst, const int64_t *dst_shape,
+                        const int64_t *dst_off, const void *src, const int64_t *src_shape,
+                        const int64_t *src_off, const int64_t *box);
+  /* out[i] = in[0][i] op in[1][i] op ... op in[nin-1][i], left to right, in the
+   * arithmetic type (f32 for f32 and bf16, f64 for f64: one rounding to bf16 at
+   * the end); op DT_KRED_*: sum, avg (the sum / divisor), max, min, prod; max
+   * and min propagate NaN (a NaN operand wins), as dt_reduce_into does. t: f32,
+   * f64, bf16. nin >= 1; `in` is a host array of device pointers. out may be one
+   * of the inputs (element-wise in place). More than DT_KRED_MAX_IN inputs run
+   * in rounds through out, so bf16 then rounds once per round. */
+  dt_status (*reduce)(dt_device *d, dt_dtype t, int op, int64_t n, int nin,
+                      const void *const *in, void *out, double divisor);
 } dt_kern_layout;
 
 /* One AdamW step's hyper-parameters, as torch.optim.AdamW's update reads them

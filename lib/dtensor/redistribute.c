@@ -17,6 +17,9 @@
  * the gathered dim is the outermost non-trivial one and divides evenly, the
  * collective reads and writes the shards in place, with no packing copy.
  * Every collective goes through the comm front, so the ledger shows each step.
+ * The steps run where the shard lives: on a device rank the scratch buffers are
+ * device memory, the packing copies are the device's copy_box kernel, and the
+ * collectives take the device buffers (see lib/comm/comm.h).
  */
 #include "config.h"
 
@@ -31,6 +34,7 @@ typedef struct step_ctx {
   dt_placement cur[DT_MAX_MESH_DIMS];
   int mesh_shape[DT_MAX_MESH_DIMS], coords[DT_MAX_MESH_DIMS];
   size_t es;
+  dt_device_kind dev;           /* where the shard and every scratch buffer live */
 } step_ctx;
 
 static int64_t prod(const int64_t *s, int from, int to) {
@@ -58,7 +62,7 @@ static bool inner_shards(const step_ctx *sc, int i, int d) {
 }
 
 static dt_status new_array(step_ctx *sc, const int64_t *shape, dt_array *y) {
-  return dt_array_create(sc->ctx, DT_DEV_CPU, sc->t->dtype, sc->t->ndim, shape, y);
+  return dt_array_create(sc->ctx, sc->dev, sc->t->dtype, sc->t->ndim, shape, y);
 }
 
 static dt_status do_all_gather(step_ctx *sc, int i, int d, const int64_t *L, const dt_array *x,
@@ -74,24 +78,26 @@ static dt_status do_all_gather(step_ctx *sc, int i, int d, const int64_t *L, con
   int64_t block = prod(pad, 0, nd);
   if (prod(x->shape, 0, d) == 1 && ch * n == L[d])
     return dt_comm_all_gather(c, x->data, y->data, (size_t)block, sc->t->dtype);
-  char *sbuf = dt_host_calloc(sc->ctx, (size_t)block * sc->es + 1);
-  char *rbuf = dt_host_alloc(sc->ctx, (size_t)(block * n) * sc->es + 1);
-  dt_status s = DT_ERR_NOMEM;
-  if (sbuf && rbuf) {
-    dt_copy_box(sc->es, nd, sbuf, pad, zero, x->data, x->shape, zero, x->shape);
-    s = dt_comm_all_gather(c, sbuf, rbuf, (size_t)block, sc->t->dtype);
+  dt_scratch sb, rb;
+  dt_status s = dt_scratch_get(sc->ctx, sc->dev, (size_t)block * sc->es, true, &sb);
+  if (s == DT_OK) s = dt_scratch_get(sc->ctx, sc->dev, (size_t)(block * n) * sc->es, false, &rb);
+  else memset(&rb, 0, sizeof rb);
+  char *sbuf = sb.p, *rbuf = rb.p;
+  if (s == DT_OK) {
+    s = dt_box_copy(sc->ctx, sc->dev, sc->es, nd, sbuf, pad, zero, x->data, x->shape, zero, x->shape);
+    if (s == DT_OK) s = dt_comm_all_gather(c, sbuf, rbuf, (size_t)block, sc->t->dtype);
     for (int q = 0; q < n && s == DT_OK; q++) {
       int64_t sz, off, box[DT_MAX_DIMS], doff[DT_MAX_DIMS] = {0};
       dt_chunk(L[d], n, q, &sz, &off);
       for (int e = 0; e < nd; e++) box[e] = x->shape[e];
       box[d] = sz;
       doff[d] = off;
-      dt_copy_box(sc->es, nd, y->data, out, doff, rbuf + (size_t)(q * block) * sc->es, pad, zero,
-                  box);
+      s = dt_box_copy(sc->ctx, sc->dev, sc->es, nd, y->data, out, doff,
+                      rbuf + (size_t)(q * block) * sc->es, pad, zero, box);
     }
   }
-  dt_host_free(sc->ctx, sbuf);
-  dt_host_free(sc->ctx, rbuf);
+  dt_scratch_put(sc->ctx, &sb);
+  dt_scratch_put(sc->ctx, &rb);
   return s;
 }
 
@@ -109,24 +115,27 @@ static dt_status do_reduce_scatter(step_ctx *sc, int i, int d, dt_reduce_op op, 
   int64_t block = prod(pad, 0, nd);
   if (prod(x->shape, 0, d) == 1 && ch * n == L)
     return dt_comm_reduce_scatter(c, x->data, y->data, (size_t)block, sc->t->dtype, op);
-  char *sbuf = dt_host_calloc(sc->ctx, (size_t)(block * n) * sc->es + 1);
-  char *rbuf = dt_host_alloc(sc->ctx, (size_t)block * sc->es + 1);
-  dt_status s = DT_ERR_NOMEM;
-  if (sbuf && rbuf) {
-    for (int q = 0; q < n; q++) {
+  dt_scratch sb, rb;
+  dt_status s = dt_scratch_get(sc->ctx, sc->dev, (size_t)(block * n) * sc->es, true, &sb);
+  if (s == DT_OK) s = dt_scratch_get(sc->ctx, sc->dev, (size_t)block * sc->es, false, &rb);
+  else memset(&rb, 0, sizeof rb);
+  char *sbuf = sb.p, *rbuf = rb.p;
+  if (s == DT_OK) {
+    for (int q = 0; q < n && s == DT_OK; q++) {
       int64_t sz, off, box[DT_MAX_DIMS], soff[DT_MAX_DIMS] = {0};
       dt_chunk(L, n, q, &sz, &off);
       for (int e = 0; e < nd; e++) box[e] = x->shape[e];
       box[d] = sz;
       soff[d] = off;
-      dt_copy_box(sc->es, nd, sbuf + (size_t)(q * block) * sc->es, pad, zero, x->data, x->shape,
-                  soff, box);
+      s = dt_box_copy(sc->ctx, sc->dev, sc->es, nd, sbuf + (size_t)(q * block) * sc->es, pad,
+                      zero, x->data, x->shape, soff, box);
     }
-    s = dt_comm_reduce_scatter(c, sbuf, rbuf, (size_t)block, sc->t->dtype, op);
-    if (s == DT_OK) dt_copy_box(sc->es, nd, y->data, out, zero, rbuf, pad, zero, out);
+    if (s == DT_OK) s = dt_comm_reduce_scatter(c, sbuf, rbuf, (size_t)block, sc->t->dtype, op);
+    if (s == DT_OK)
+      s = dt_box_copy(sc->ctx, sc->dev, sc->es, nd, y->data, out, zero, rbuf, pad, zero, out);
   }
-  dt_host_free(sc->ctx, sbuf);
-  dt_host_free(sc->ctx, rbuf);
+  dt_scratch_put(sc->ctx, &sb);
+  dt_scratch_put(sc->ctx, &rb);
   return s;
 }
 
@@ -145,21 +154,23 @@ static dt_status do_all_to_all(step_ctx *sc, int i, int a, int b, const int64_t 
   blk[b] = cb;
   DT_CHECK(new_array(sc, out, y));
   int64_t block = prod(blk, 0, nd);
-  char *sbuf = dt_host_calloc(sc->ctx, (size_t)(block * n) * sc->es + 1);
-  char *rbuf = dt_host_alloc(sc->ctx, (size_t)(block * n) * sc->es + 1);
-  dt_status s = DT_ERR_NOMEM;
-  if (sbuf && rbuf) {
+  dt_scratch sb, rb;
+  dt_status s = dt_scratch_get(sc->ctx, sc->dev, (size_t)(block * n) * sc->es, true, &sb);
+  if (s == DT_OK) s = dt_scratch_get(sc->ctx, sc->dev, (size_t)(block * n) * sc->es, false, &rb);
+  else memset(&rb, 0, sizeof rb);
+  char *sbuf = sb.p, *rbuf = rb.p;
+  if (s == DT_OK) {
     /* block q of the send buffer: my a-shard, b-chunk q of the tensor */
-    for (int q = 0; q < n; q++) {
+    for (int q = 0; q < n && s == DT_OK; q++) {
       int64_t sz, off, box[DT_MAX_DIMS], soff[DT_MAX_DIMS] = {0};
       dt_chunk(Lb, n, q, &sz, &off);
       for (int e = 0; e < nd; e++) box[e] = x->shape[e];
       box[b] = sz;
       soff[b] = off;
-      dt_copy_box(sc->es, nd, sbuf + (size_t)(q * block) * sc->es, blk, zero, x->data, x->shape,
-                  soff, box);
+      s = dt_box_copy(sc->ctx, sc->dev, sc->es, nd, sbuf + (size_t)(q * block) * sc->es, blk,
+                      zero, x->data, x->shape, soff, box);
     }
-    s = dt_comm_all_to_all(c, sbuf, rbuf, (size_t)block, sc->t->dtype);
+    if (s == DT_OK) s = dt_comm_all_to_all(c, sbuf, rbuf, (size_t)block, sc->t->dtype);
     /* block q received: rank q's a-shard of my b-chunk */
     for (int q = 0; q < n && s == DT_OK; q++) {
       int64_t sz, off, box[DT_MAX_DIMS], doff[DT_MAX_DIMS] = {0};
@@ -167,12 +178,12 @@ static dt_status do_all_to_all(step_ctx *sc, int i, int a, int b, const int64_t 
       for (int e = 0; e < nd; e++) box[e] = out[e];
       box[a] = sz;
       doff[a] = off;
-      dt_copy_box(sc->es, nd, y->data, out, doff, rbuf + (size_t)(q * block) * sc->es, blk, zero,
-                  box);
+      s = dt_box_copy(sc->ctx, sc->dev, sc->es, nd, y->data, out, doff,
+                      rbuf + (size_t)(q * block) * sc->es, blk, zero, box);
     }
   }
-  dt_host_free(sc->ctx, sbuf);
-  dt_host_free(sc->ctx, rbuf);
+  dt_scratch_put(sc->ctx, &sb);
+  dt_scratch_put(sc->ctx, &rb);
   return s;
 }
 
@@ -184,14 +195,12 @@ static dt_status do_chunk(step_ctx *sc, int i, int d, const dt_array *x, dt_arra
   out[d] = sz;
   soff[d] = off;
   DT_CHECK(new_array(sc, out, y));
-  dt_copy_box(sc->es, nd, y->data, out, zero, x->data, x->shape, soff, out);
-  return DT_OK;
+  return dt_box_copy(sc->ctx, sc->dev, sc->es, nd, y->data, out, zero, x->data, x->shape, soff, out);
 }
 
 static dt_status do_copy(step_ctx *sc, const dt_array *x, dt_array *y) {
   DT_CHECK(new_array(sc, x->shape, y));
-  if (x->numel) memcpy(y->data, x->data, dt_array_bytes(x));
-  return DT_OK;
+  return dt_mem_copy(sc->ctx, sc->dev, y->data, x->data, dt_array_bytes(x));
 }
 
 static dt_status run_step(step_ctx *sc, const dt_redist_step *st, const dt_array *x, dt_array *y) {
@@ -231,7 +240,7 @@ static dt_status run_step(step_ctx *sc, const dt_redist_step *st, const dt_array
     s = do_chunk(sc, i, dst.dim, x, y);
   } else if (src.kind == DT_PL_REPLICATE && dst.kind == DT_PL_PARTIAL) {
     s = do_copy(sc, x, y);
-    if (s == DT_OK && dst.op == DT_RED_SUM) dt_array_div(y, (double)n);
+    if (s == DT_OK && dst.op == DT_RED_SUM) s = dt_array_div(sc->ctx, y, (double)n);
   } else {
     s = do_copy(sc, x, y); /* equal placements */
   }
@@ -250,7 +259,7 @@ dt_status dt_redistribute_run(dt_ctx *ctx, const dt_tensor *t, const dt_redist_p
   for (int i = 0; i < t->mesh_ndim; i++)
     if (!dt_placement_eq(plan->src[i], t->pl[i]))
       return dt_error(ctx, DT_ERR_INVALID, call, "the plan starts from other placements");
-  step_ctx sc = {.ctx = ctx, .t = t, .es = dt_dtype_size(t->dtype)};
+  step_ctx sc = {.ctx = ctx, .t = t, .es = dt_dtype_size(t->dtype), .dev = t->local.dev};
   int m;
   dt_tensor_mesh_info(t->mesh, &m, sc.mesh_shape, sc.coords);
   for (int i = 0; i < m; i++) sc.cur[i] = t->pl[i];

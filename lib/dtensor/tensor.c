@@ -2,14 +2,104 @@
  * holds the global), scatter_from (one rank holds it; scatter/broadcast per mesh
  * dim through the comm front), rand (the sharding-invariant RNG generates only
  * the local shard), from_local (validated), full (gather everything).
- * Redistribution itself lives in redistribute.c. Shards are host (CPU) arrays. */
+ * Redistribution itself lives in redistribute.c. Shards live on the rank's
+ * compute device (dt_tensor_home): the global arrays given and returned are
+ * host memory, and a device rank moves each shard across once (distribute and
+ * rand build the shard on the host and upload it; full downloads the gathered
+ * tensor), while scatter_from and the gathers run on device buffers. */
 #include "config.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "device/device.h"
+#include "device/kernels.h"
 #include "dtensor/tensor_impl.h"
+
+/* ---- where shards live, and moving data there ---- */
+
+dt_device_kind dt_tensor_home(const dt_ctx *ctx) {
+  return ctx && ctx->device ? ctx->device->kind : DT_DEV_CPU;
+}
+
+static const dt_kern_layout *layout_of(dt_ctx *ctx, const char *call, dt_status *st) {
+  const dt_kernels *K = ctx->device ? ctx->device->ops->kern : NULL;
+  if (!K || !K->layout) {
+    *st = dt_error(ctx, DT_ERR_UNSUPPORTED, call, "the device has no layout kernels");
+    return NULL;
+  }
+  return K->layout;
+}
+
+static dt_status need_device(dt_ctx *ctx, dt_device_kind dev, const char *call) {
+  if (!ctx || !ctx->device || ctx->device->kind != dev)
+    return dt_error(ctx, DT_ERR_INVALID, call, "device memory but no such device on this rank");
+  return DT_OK;
+}
+
+dt_status dt_box_copy(dt_ctx *ctx, dt_device_kind dev, size_t es, int ndim, void *dst,
+                      const int64_t *dst_shape, const int64_t *dst_off, const void *src,
+                      const int64_t *src_shape, const int64_t *src_off, const int64_t *box) {
+  if (dev == DT_DEV_CPU) {
+    dt_copy_box(es, ndim, dst, dst_shape, dst_off, src, src_shape, src_off, box);
+    return DT_OK;
+  }
+  DT_CHECK(need_device(ctx, dev, "dt_redistribute"));
+  dt_status st = DT_OK;
+  const dt_kern_layout *L = layout_of(ctx, "dt_redistribute", &st);
+  if (!L) return st;
+  return L->copy_box(ctx->device, es, ndim, dst, dst_shape, dst_off, src, src_shape, src_off, box);
+}
+
+dt_status dt_mem_copy(dt_ctx *ctx, dt_device_kind dev, void *dst, const void *src, size_t bytes) {
+  if (!bytes) return DT_OK;
+  if (dev == DT_DEV_CPU) {
+    memcpy(dst, src, bytes);
+    return DT_OK;
+  }
+  DT_CHECK(need_device(ctx, dev, "dt_redistribute"));
+  return dt_device_copy(ctx->device, dst, src, bytes, DT_COPY_D2D);
+}
+
+dt_status dt_scratch_get(dt_ctx *ctx, dt_device_kind dev, size_t bytes, bool zero, dt_scratch *s) {
+  memset(s, 0, sizeof *s);
+  s->dev = dev;
+  if (dev == DT_DEV_CPU) {
+    s->bytes = bytes + 1;
+    s->p = zero ? dt_host_calloc(ctx, s->bytes) : dt_host_alloc(ctx, s->bytes);
+    return s->p ? DT_OK : DT_ERR_NOMEM;
+  }
+  DT_CHECK(need_device(ctx, dev, "dt_redistribute"));
+  /* whole 8-byte words, so that zeroing is a fill of f64 +0.0 (all-zero bits) */
+  s->bytes = (bytes + 8) / 8 * 8;
+  DT_CHECK(dt_device_alloc(ctx->device, s->bytes, &s->p));
+  if (zero) {
+    dt_status st = dt_device_fill(ctx->device, DT_F64, s->p, (int64_t)(s->bytes / 8), 0.0);
+    if (st != DT_OK) {
+      dt_scratch_put(ctx, s);
+      return st;
+    }
+  }
+  return DT_OK;
+}
+
+void dt_scratch_put(dt_ctx *ctx, dt_scratch *s) {
+  if (!s->p) return;
+  if (s->dev == DT_DEV_CPU) dt_host_free(ctx, s->p);
+  else if (ctx && ctx->device) dt_device_free(ctx->device, s->p, s->bytes);
+  s->p = NULL;
+}
+
+/* An array of kind `home` holding the host array h (freed here in every case). */
+static dt_status upload(dt_ctx *ctx, dt_device_kind home, dt_array *h, dt_array *out) {
+  dt_status s = dt_array_create(ctx, home, h->dtype, h->ndim, h->shape, out);
+  if (s == DT_OK && h->numel)
+    s = dt_device_copy(ctx->device, out->data, h->data, dt_array_bytes(h), DT_COPY_H2D);
+  if (s != DT_OK) dt_array_free(ctx, out);
+  dt_array_free(ctx, h);
+  return s;
+}
 
 void dt_tensor_mesh_info(const dt_mesh *mesh, int *mesh_ndim, int *shape, int *coords) {
   int m = dt_mesh_ndim(mesh);
@@ -56,7 +146,17 @@ void dt_tensor_local_shape(const dt_tensor *t, int64_t *lshape) {
   dt_local_shape_offset(t->ndim, t->gshape, m, shape, coords, t->pl, lshape, off);
 }
 
-void dt_array_div(dt_array *x, double n) {
+dt_status dt_array_div(dt_ctx *ctx, dt_array *x, double n) {
+  if (x->dev != DT_DEV_CPU) {
+    if (x->dtype == DT_I64 || x->numel == 0) return DT_OK;
+    DT_CHECK(need_device(ctx, x->dev, "dt_redistribute"));
+    dt_status st = DT_OK;
+    const dt_kern_layout *L = layout_of(ctx, "dt_redistribute", &st);
+    if (!L) return st;
+    /* x = x / n: a one-input avg (a true division, as below; bf16 divides in f32) */
+    const void *in[1] = {x->data};
+    return L->reduce(ctx->device, x->dtype, DT_KRED_AVG, x->numel, 1, in, x->data, n);
+  }
   for (int64_t i = 0; i < x->numel; i++) {
     if (x->dtype == DT_F32) ((float *)x->data)[i] /= (float)n;
     else if (x->dtype == DT_F64) ((double *)x->data)[i] /= n;
@@ -65,6 +165,7 @@ void dt_array_div(dt_array *x, double n) {
       h[i] = dt_f32_to_bf16((float)(dt_bf16_to_f32(h[i]) / n));
     }
   }
+  return DT_OK;
 }
 
 void dt_tensor_layout(const dt_tensor *t, dt_layout *out) {
@@ -83,10 +184,11 @@ void dt_tensor_free(dt_ctx *ctx, dt_tensor *t) {
 }
 
 /* Replicate-then-partition for Partial placements, as PyTorch's distribute. */
-static void partition_partials(dt_tensor *t) {
+static dt_status partition_partials(dt_ctx *ctx, dt_tensor *t, dt_array *x) {
   for (int i = 0; i < t->mesh_ndim; i++)
     if (t->pl[i].kind == DT_PL_PARTIAL && t->pl[i].op == DT_RED_SUM)
-      dt_array_div(&t->local, (double)dt_mesh_size(t->mesh, i));
+      DT_CHECK(dt_array_div(ctx, x, (double)dt_mesh_size(t->mesh, i)));
+  return DT_OK;
 }
 
 static dt_status check_global(dt_ctx *ctx, const dt_array *g, const char *call) {
@@ -105,16 +207,23 @@ dt_status dt_tensor_distribute(dt_ctx *ctx, dt_mesh *mesh, const dt_array *globa
   DT_CHECK(dt_tensor_meta(ctx, mesh, pl, global->ndim, global->shape, global->dtype, call, out));
   int64_t ls[DT_MAX_DIMS], zero[DT_MAX_DIMS] = {0};
   dt_tensor_local_shape(out, ls);
-  DT_CHECK(dt_array_create(ctx, DT_DEV_CPU, out->dtype, out->ndim, ls, &out->local));
-  dt_copy_box(dt_dtype_size(out->dtype), out->ndim, out->local.data, ls, zero, global->data,
+  dt_array h;
+  DT_CHECK(dt_array_create(ctx, DT_DEV_CPU, out->dtype, out->ndim, ls, &h));
+  dt_copy_box(dt_dtype_size(out->dtype), out->ndim, h.data, ls, zero, global->data,
               global->shape, out->goffset, ls);
-  partition_partials(out);
-  return DT_OK;
+  (void)partition_partials(ctx, out, &h); /* host: cannot fail */
+  dt_device_kind home = dt_tensor_home(ctx);
+  if (home == DT_DEV_CPU) {
+    out->local = h;
+    return DT_OK;
+  }
+  return upload(ctx, home, &h, &out->local);
 }
 
-dt_status dt_tensor_rand(dt_ctx *ctx, dt_mesh *mesh, int ndim, const int64_t *gshape,
-                         dt_dtype dtype, const dt_placement *pl, uint64_t seed, uint64_t stream,
-                         dt_rng_dist dist, double a, double b, dt_tensor *out) {
+/* dt_tensor_rand's shard in host memory. */
+static dt_status rand_host(dt_ctx *ctx, dt_mesh *mesh, int ndim, const int64_t *gshape,
+                           dt_dtype dtype, const dt_placement *pl, uint64_t seed, uint64_t stream,
+                           dt_rng_dist dist, double a, double b, dt_tensor *out) {
   const char *call = "dt_tensor_rand";
   DT_CHECK(dt_tensor_meta(ctx, mesh, pl, ndim, gshape, dtype, call, out));
   int64_t ls[DT_MAX_DIMS];
@@ -153,6 +262,17 @@ dt_status dt_tensor_rand(dt_ctx *ctx, dt_mesh *mesh, int ndim, const int64_t *gs
   return DT_OK;
 }
 
+dt_status dt_tensor_rand(dt_ctx *ctx, dt_mesh *mesh, int ndim, const int64_t *gshape,
+                         dt_dtype dtype, const dt_placement *pl, uint64_t seed, uint64_t stream,
+                         dt_rng_dist dist, double a, double b, dt_tensor *out) {
+  DT_CHECK(rand_host(ctx, mesh, ndim, gshape, dtype, pl, seed, stream, dist, a, b, out));
+  dt_device_kind home = dt_tensor_home(ctx);
+  if (home == DT_DEV_CPU) return DT_OK;
+  /* the CPU rank's values, generated on the host and uploaded once */
+  dt_array h = out->local;
+  return upload(ctx, home, &h, &out->local);
+}
+
 dt_status dt_tensor_from_local(dt_ctx *ctx, dt_mesh *mesh, const dt_array *local,
                                const dt_placement *pl, int ndim, const int64_t *gshape,
                                dt_tensor *out) {
@@ -160,8 +280,10 @@ dt_status dt_tensor_from_local(dt_ctx *ctx, dt_mesh *mesh, const dt_array *local
   memset(out, 0, sizeof *out);
   if (!local || (local->numel > 0 && !local->data))
     return dt_error(ctx, DT_ERR_INVALID, call, "NULL local tensor");
-  if (local->dev != DT_DEV_CPU)
-    return dt_error(ctx, DT_ERR_UNSUPPORTED, call, "the local tensor must be in host memory");
+  dt_device_kind home = dt_tensor_home(ctx);
+  if (local->dev != DT_DEV_CPU && local->dev != home)
+    return dt_error(ctx, DT_ERR_UNSUPPORTED, call,
+                    "the local tensor is on a device this rank does not compute on");
   if (local->ndim != ndim)
     return dt_error(ctx, DT_ERR_INVALID, call, "local tensor has %d dims, the global %d",
                     local->ndim, ndim);
@@ -183,9 +305,16 @@ dt_status dt_tensor_from_local(dt_ctx *ctx, dt_mesh *mesh, const dt_array *local
                       "local dim %d has size %lld but this rank's shard of the global shape "
                       "has %lld (uneven shards need the explicit global shape)",
                       d, (long long)local->shape[d], (long long)ls[d]);
-  DT_CHECK(dt_array_create(ctx, DT_DEV_CPU, local->dtype, ndim, ls, &out->local));
-  if (local->numel) memcpy(out->local.data, local->data, dt_array_bytes(local));
-  return DT_OK;
+  DT_CHECK(dt_array_create(ctx, home, local->dtype, ndim, ls, &out->local));
+  if (!local->numel) return DT_OK;
+  if (home == DT_DEV_CPU) {
+    memcpy(out->local.data, local->data, dt_array_bytes(local));
+    return DT_OK;
+  }
+  dt_status s = dt_device_copy(ctx->device, out->local.data, local->data, dt_array_bytes(local),
+                               local->dev == DT_DEV_CPU ? DT_COPY_H2D : DT_COPY_D2D);
+  if (s != DT_OK) dt_array_free(ctx, &out->local);
+  return s;
 }
 
 /* Mesh coordinates of world rank r, or false when r is not in the mesh. */
@@ -229,13 +358,25 @@ dt_status dt_tensor_scatter_from(dt_ctx *ctx, dt_mesh *mesh, const dt_array *glo
                         (long long)global->shape[d], (long long)gshape[d]);
   }
   size_t es = dt_dtype_size(dtype);
+  /* Every step runs where the shard will live (dev): on a device rank the source
+   * uploads the global once and the scatters and broadcasts move device memory. */
+  dt_device_kind dev = dt_tensor_home(ctx);
   /* cur: the logical piece this rank holds so far (after mesh dims < i). */
   dt_array cur;
   memset(&cur, 0, sizeof cur);
   bool have = false;
   if (is_src) {
-    DT_CHECK(dt_array_create(ctx, DT_DEV_CPU, dtype, ndim, gshape, &cur));
-    if (cur.numel) memcpy(cur.data, global->data, dt_array_bytes(&cur));
+    DT_CHECK(dt_array_create(ctx, dev, dtype, ndim, gshape, &cur));
+    if (cur.numel && dev == DT_DEV_CPU) {
+      memcpy(cur.data, global->data, dt_array_bytes(&cur));
+    } else if (cur.numel) {
+      dt_status st = dt_device_copy(ctx->device, cur.data, global->data, dt_array_bytes(&cur),
+                                    DT_COPY_H2D);
+      if (st != DT_OK) {
+        dt_array_free(ctx, &cur);
+        return st;
+      }
+    }
     have = true;
   }
   dt_status s = DT_OK;
@@ -250,10 +391,10 @@ dt_status dt_tensor_scatter_from(dt_ctx *ctx, dt_mesh *mesh, const dt_array *glo
     dt_comm *c = dt_mesh_comm(mesh, i);
     int n = shape[i], root = src[i];
     dt_array next;
-    DT_CHECK_GOTO(dt_array_create(ctx, DT_DEV_CPU, dtype, ndim, after, &next), s, done);
+    DT_CHECK_GOTO(dt_array_create(ctx, dev, dtype, ndim, after, &next), s, done);
     if (out->pl[i].kind != DT_PL_SHARD) {
-      if (have && next.numel) memcpy(next.data, cur.data, dt_array_bytes(&cur));
-      s = dt_comm_broadcast(c, next.data, (size_t)next.numel, dtype, root);
+      if (have && next.numel) s = dt_mem_copy(ctx, dev, next.data, cur.data, dt_array_bytes(&cur));
+      if (s == DT_OK) s = dt_comm_broadcast(c, next.data, (size_t)next.numel, dtype, root);
     } else {
       int d = out->pl[i].dim;
       int64_t L = before[d], ch = (L + n - 1) / n;
@@ -261,26 +402,31 @@ dt_status dt_tensor_scatter_from(dt_ctx *ctx, dt_mesh *mesh, const dt_array *glo
       for (int e = 0; e < ndim; e++) block[e] = before[e];
       block[d] = ch;
       int64_t belems = dt_shape_numel(ndim, block);
-      char *sendbuf = NULL, *recvbuf = dt_host_calloc(ctx, (size_t)belems * es + 1);
-      if (have) sendbuf = dt_host_calloc(ctx, (size_t)belems * (size_t)n * es + 1);
-      if (!recvbuf || (have && !sendbuf)) {
-        s = DT_ERR_NOMEM;
-      } else {
+      dt_scratch sb = {0}, rb = {0};
+      s = dt_scratch_get(ctx, dev, (size_t)belems * es, true, &rb);
+      if (s == DT_OK && have) s = dt_scratch_get(ctx, dev, (size_t)belems * (size_t)n * es, true, &sb);
+      char *sendbuf = sb.p, *recvbuf = rb.p;
+      if (s == DT_OK) {
         if (have)
-          for (int q = 0; q < n; q++) {
+          for (int q = 0; q < n && s == DT_OK; q++) {
             int64_t sz, off, soff[DT_MAX_DIMS] = {0}, box[DT_MAX_DIMS];
             dt_chunk(L, n, q, &sz, &off);
             for (int e = 0; e < ndim; e++) box[e] = before[e];
             box[d] = sz;
             soff[d] = off;
-            dt_copy_box(es, ndim, sendbuf + (size_t)(q * belems) * es, block, zero, cur.data,
-                        before, soff, box);
+            s = dt_box_copy(ctx, dev, es, ndim, sendbuf + (size_t)(q * belems) * es, block, zero,
+                            cur.data, before, soff, box);
           }
-        s = dt_comm_scatter(c, sendbuf, recvbuf, (size_t)belems, dtype, root);
-        if (s == DT_OK) dt_copy_box(es, ndim, next.data, after, zero, recvbuf, block, zero, after);
+        if (s == DT_OK) s = dt_comm_scatter(c, sendbuf, recvbuf, (size_t)belems, dtype, root);
+        if (s == DT_OK)
+          s = dt_box_copy(ctx, dev, es, ndim, next.data, after, zero, recvbuf, block, zero, after);
       }
-      dt_host_free(ctx, sendbuf);
-      dt_host_free(ctx, recvbuf);
+      dt_scratch_put(ctx, &sb);
+      dt_scratch_put(ctx, &rb);
+    }
+    if (s != DT_OK) {
+      dt_array_free(ctx, &next);
+      break;
     }
     dt_array_free(ctx, &cur);
     cur = next;
@@ -291,8 +437,12 @@ done:
     dt_array_free(ctx, &cur);
     return s;
   }
+  s = partition_partials(ctx, out, &cur);
+  if (s != DT_OK) {
+    dt_array_free(ctx, &cur);
+    return s;
+  }
   out->local = cur;
-  partition_partials(out);
   return DT_OK;
 }
 
@@ -302,6 +452,17 @@ dt_status dt_tensor_full(dt_ctx *ctx, const dt_tensor *t, dt_array *out) {
   for (int i = 0; i < t->mesh_ndim; i++) rep[i] = dt_replicate();
   dt_tensor r;
   DT_CHECK(dt_redistribute(ctx, t, rep, DT_PLANNER_GREEDY, &r));
-  *out = r.local; /* the replicated local tensor is the global one: keep it */
-  return DT_OK;
+  if (r.local.dev == DT_DEV_CPU) {
+    *out = r.local; /* the replicated local tensor is the global one: keep it */
+    return DT_OK;
+  }
+  /* gathered on the device; the global array is host memory: one download */
+  dt_status s = dt_array_create(ctx, DT_DEV_CPU, r.local.dtype, r.local.ndim, r.local.shape, out);
+  if (s == DT_OK && r.local.numel) {
+    s = dt_device_copy(ctx->device, out->data, r.local.data, dt_array_bytes(&r.local), DT_COPY_D2H);
+    if (s == DT_OK) s = dt_device_sync(ctx->device);
+    if (s != DT_OK) dt_array_free(ctx, out);
+  }
+  dt_array_free(ctx, &r.local);
+  return s;
 }

@@ -22,6 +22,7 @@
 #include "comm/comm_nccl.h"
 #include "device/device.h"
 #include "device/kernels.h"
+#include "launch/launch_impl.h"
 #include "launch/launch.h"
 
 #ifdef HAVE_MPI
@@ -192,6 +193,7 @@ dt_status dt_launch_mpi(const dt_launch_opts *opts, dt_spmd_fn fn, void *arg,
       s = dt_device_cpu_create(&ctx, &dev);
     }
   }
+  if (s == DT_OK) s = dt_launch_install_comm_mem(world, dev);
 
   dt_comm *ncw = NULL; /* opts.comm nccl: the world fn sees */
   if (opts->comm == DT_COMM_NCCL && world)

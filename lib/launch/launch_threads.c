@@ -17,6 +17,7 @@
 #include "device/device.h"
 #include "device/kernels.h"
 #include "launch/launch.h"
+#include "launch/launch_impl.h"
 
 typedef struct rank_run {
   dt_threads_job *job;
@@ -60,6 +61,7 @@ static void *rank_main(void *p) {
     else if (rr->opts->cuda_emu) s = dt_device_cuda_emu_create(&ctx, &dev);
     else s = dt_device_cuda_create(&ctx, 0, &dev);
   }
+  if (s == DT_OK) s = dt_launch_install_comm_mem(world, dev);
   if (s == DT_OK) {
     ctx.world = world;
     ctx.device = dev;
