@@ -32,10 +32,83 @@ typedef struct dt_kern_pw {
                     int64_t n);
 } dt_kern_pw;
 
-/* Row-wise kernels: norms, softmax, rope, embedding, cross-entropy, AdamW (k_rows.cu). */
+/* RoPE on x [b, s, h, hd] (interleaved pairs (2i, 2i+1) rotated by pos * freq_i,
+ * freq_i = theta^(-2i/hd), with the Llama 3.1 scaling when scaling = 1; the
+ * stored row t of the local shard is at global position
+ * seq_position(pos0 + t, gs, n_chunks), the ops' dt_seq_position). */
+typedef struct dt_kern_rope_args {
+  int64_t b, s, h, hd;   /* local shape; hd even and whole */
+  int64_t pos0, gs;      /* the shard's sequence offset, the global sequence */
+  int n_chunks;          /* storage order (0 or 1 natural, else head-tail chunks) */
+  int scaling;           /* 1: Llama 3.1 frequency scaling */
+  double theta;          /* > 0 */
+  double sign;           /* +1 forward, -1 backward (rotation by -angle) */
+} dt_kern_rope_args;
+
+/* Row-wise kernels: RMSNorm, RoPE, embedding, cross-entropy (k_rows.cu). One
+ * block per row; bf16 data computes in f32, f32 in f32, f64 in f64, except
+ * where a slot says otherwise. */
 typedef struct dt_kern_rows {
-  const char *group;
+  /* RMSNorm over rows of dim: y = x / sqrt(mean(x^2) + eps) * w; x, w, y of
+   * dtype t (f32, f64, bf16). */
+  dt_status (*rms_fwd)(dt_device *d, dt_dtype t, int64_t rows, int64_t dim, double eps,
+                       const void *x, const void *w, void *y);
+  /* Its backward, with r = 1 / sqrt(mean(x^2) + eps), xh = x r, g = w dy:
+   *   dx = (g - xh mean(g xh)) r;  gxh = dy xh (element-wise; may be NULL);
+   *   dw[k] = sum over rows of dy xh (may be NULL; needs ws, dt_kern_rms_ws bytes
+   *   of device scratch: per-row r, then per-chunk column sums reduced in a fixed
+   *   order, so dw is the same on every run, for every dtype). */
+  dt_status (*rms_bwd)(dt_device *d, dt_dtype t, int64_t rows, int64_t dim, double eps,
+                       const void *x, const void *w, const void *dy, void *dx, void *gxh,
+                       void *dw, void *ws);
+  /* y = rope(x) (a.sign = -1: the backward); t: f32, f64, bf16. Angles and
+   * their cos / sin in f64. */
+  dt_status (*rope)(dt_device *d, dt_dtype t, const dt_kern_rope_args *a, const void *x,
+                    void *y);
+  /* Embedding rows: y[i, :] = w[ids[i] - off, :] when 0 <= ids[i] - off < rows,
+   * else 0 (a vocab shard of rows rows at offset off); w [rows, cols], y [n, cols]
+   * of dtype t; ids i64. */
+  dt_status (*embedding)(dt_device *d, dt_dtype t, int64_t n, const int64_t *ids, int64_t rows,
+                         int64_t cols, int64_t off, const void *w, void *y);
+  /* Its backward: gw (dtype tw: f32, f64) = 0, then gw[ids[i] - off, :] += g[i, :]
+   * for the ids held (g dtype tg: f32, f64, bf16), by atomic adds (order, and so
+   * f32 / f64 rounding, may vary between runs on the GPU when ids repeat). */
+  dt_status (*embedding_bwd)(dt_device *d, dt_dtype tg, int64_t n, const int64_t *ids,
+                             const void *g, int64_t rows, int64_t cols, int64_t off, dt_dtype tw,
+                             void *gw);
+  /* Cross-entropy statistics of logits x [npos, V] (dtype t; a vocab shard at
+   * offset voff), f64 per position: ce_max: mx = max over the row. ce_sumexp:
+   * (when find_max, mx as ce_max first) se = sum exp(x - mx) (exp in the
+   * arithmetic type, summed in f64), tl = x[p, tg[p] - voff] when held, else 0. */
+  dt_status (*ce_max)(dt_device *d, dt_dtype t, int64_t npos, int64_t V, const void *x,
+                      double *mx);
+  dt_status (*ce_sumexp)(dt_device *d, dt_dtype t, int64_t npos, int64_t V, int64_t voff,
+                         const void *x, const int64_t *tg, bool find_max, double *mx,
+                         double *se, double *tl);
+  /* lse = log(se) + mx; loss[0] (dtype t) = sum(lse - tl) / n_total, summed in
+   * f64 by one block in a fixed order. */
+  dt_status (*ce_loss)(dt_device *d, dt_dtype t, int64_t npos, double n_total, const double *mx,
+                       const double *se, const double *tl, double *lse, void *loss);
+  /* dx = (exp(x - lse) - onehot(tg - voff)) * grad[0] / n_total; x, dx, grad of
+   * dtype t (grad a device scalar: no host read). */
+  dt_status (*ce_bwd)(dt_device *d, dt_dtype t, int64_t npos, int64_t V, int64_t voff,
+                      const void *x, const int64_t *tg, const double *lse, const void *grad,
+                      double n_total, void *dx);
 } dt_kern_rows;
+
+/* rms_bwd's dw: rows are summed in chunks of at least DT_KERN_RMS_CHUNK_ROWS,
+ * at most DT_KERN_RMS_CHUNKS chunks (a function of the shape only, so the sum's
+ * order does not depend on the device). */
+#define DT_KERN_RMS_CHUNK_ROWS ((int64_t)64)
+#define DT_KERN_RMS_CHUNKS ((int64_t)64)
+static inline int64_t dt_kern_rms_chunks(int64_t rows) {
+  int64_t c = (rows + DT_KERN_RMS_CHUNK_ROWS - 1) / DT_KERN_RMS_CHUNK_ROWS;
+  return c < 1 ? 1 : c > DT_KERN_RMS_CHUNKS ? DT_KERN_RMS_CHUNKS : c;
+}
+/* Bytes of the scratch rms_bwd needs when it computes dw. */
+static inline size_t dt_kern_rms_ws(int64_t rows, int64_t dim) {
+  return (size_t)(rows + dt_kern_rms_chunks(rows) * dim) * sizeof(double);
+}
 
 /* Attention's row kernels (k_attn.cu); the GEMMs go through dt_device_gemm. */
 typedef struct dt_kern_attn {

@@ -27,6 +27,7 @@
  *   P(sum) and P(avg) pass through unreduced; P(max) / P(min) go to R (a
  *   rotation does not commute with max). Backward: the private op rope_bwd,
  *   the same rotation by -angle (the transpose of a rotation), same strategy.
+ *   Device arrays (f32, f64, bf16) go to the device's rows.rope, angles in f64.
  *
  * sdpa: q [b, h, s, hd], k and v [b, kvh, s, hd] (h % kvh == 0; query head i
  *   uses kv head i / (h / kvh), TorchTitan's repeat_kv), causal (query i sees
@@ -106,7 +107,7 @@ static double rope_freq(const dt_op_attrs *a, int64_t i, int64_t hd) {
 }
 
 static dt_status rope_infer(dt_ctx *ctx, const dt_op_attrs *a, const dt_spec *in, dt_spec *out) {
-  DT_CHECK(check_float(ctx, "rope", 0, in[0].dtype));
+  if (in[0].dtype != DT_BF16) DT_CHECK(check_float(ctx, "rope", 0, in[0].dtype)); /* bf16: device */
   if (in[0].ndim != 4)
     return dt_error(ctx, DT_ERR_INVALID, "rope", "x must be [b, s, h, hd]; it has %d dims", in[0].ndim);
   if (in[0].gshape[3] % 2)
@@ -150,6 +151,16 @@ static dt_status rope_run(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor *co
   int64_t B = x->shape[0], S = x->shape[1], H = x->shape[2], HD = x->shape[3];
   int64_t ghd = in[0]->gshape[3], gs = in[0]->gshape[1], pos0 = in[0]->goffset[1];
   if (HD != ghd) return dt_error(ctx, DT_ERR_INTERNAL, "rope", "head dim is sharded");
+  if (x->dev != DT_DEV_CPU) { /* angles in f64 on the device, from the same attrs */
+    const dt_kernels *K;
+    DT_CHECK(dt_op_kernels(ctx, "rope", &K));
+    DT_OP_KSLOT(ctx, "rope", K->rows, rope);
+    dt_kern_rope_args ra = {B, S, H, HD, pos0, gs, a->i1, a->i0,
+                            a->scalar != 0 ? a->scalar : ROPE_THETA_DEFAULT, sign};
+    return K->rows->rope(ctx->device, x->dtype, &ra, x->data, y->data);
+  }
+  if (x->dtype == DT_BF16)
+    return dt_error(ctx, DT_ERR_UNSUPPORTED, "rope", "bf16 host arrays (the device kernel takes bf16)");
   for (int64_t i = 0; i < HD / 2; i++) {
     double f = rope_freq(a, i, ghd);
     for (int64_t t = 0; t < S; t++) {

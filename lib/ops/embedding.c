@@ -44,8 +44,16 @@
  * (exp(logits - lse) - onehot) * grad / N with the logits' option (R, batch or
  * loss parallel): no collective in any of them (as PyTorch's loss parallel).
  *
- * Kernels: f32 and f64 values (computed in double; f32 exp on vmath.h's vector
- * exp), i64 ids/targets; host only.
+ * Kernels: host arrays f32 and f64 (computed in double; f32 exp on vmath.h's
+ * vector exp; bf16 host arrays are refused by the kernels), i64 ids/targets.
+ * Device arrays (f32, f64, bf16) run the device's rows kernels with the same
+ * formulas and no host round trip: embedding / embedding_bwd (atomic adds into
+ * an f32 or f64 gradient; a bf16 gradient is summed in an f32 scratch and
+ * rounded once), ce_max / ce_sumexp / ce_loss (the three loss-parallel
+ * all_reduces on device buffers between them), ce_bwd (the 0-d grad read on
+ * the device). Device ids and targets are not range-checked (that would read
+ * them on the host): an id outside the table gives 0 rows / no target logit,
+ * never a fault.
  * What it is not: padding_idx, max_norm, class weights, ignore_index, label
  * smoothing, reductions other than mean.
  */
@@ -60,9 +68,25 @@
 /* ---- helpers ----------------------------------------------------------------- */
 
 static dt_status check_float(dt_ctx *ctx, const char *name, const char *what, dt_dtype t) {
-  if (t != DT_F32 && t != DT_F64)
-    return dt_error(ctx, DT_ERR_UNSUPPORTED, name, "%s is %s; only f32 and f64 are supported", what,
-                    dt_dtype_name(t));
+  if (t != DT_F32 && t != DT_F64 && t != DT_BF16)
+    return dt_error(ctx, DT_ERR_UNSUPPORTED, name, "%s is %s; only f32, f64 and bf16 are supported",
+                    what, dt_dtype_name(t));
+  return DT_OK;
+}
+
+/* bf16 host arrays: no host kernel (f32 and f64 only) */
+static dt_status host_dtype(dt_ctx *ctx, const char *name, dt_dtype t) {
+  if (t == DT_BF16)
+    return dt_error(ctx, DT_ERR_UNSUPPORTED, name, "bf16 host arrays (the device kernels take bf16)");
+  return DT_OK;
+}
+
+/* The rank's device kernels (rows group) for device arrays. */
+static dt_status rows_kern(dt_ctx *ctx, const char *name, const dt_kern_rows **out) {
+  const dt_kernels *K;
+  DT_CHECK(dt_op_kernels(ctx, name, &K));
+  if (!K->rows) return dt_error(ctx, DT_ERR_UNSUPPORTED, name, "the device has no row kernels");
+  *out = K->rows;
   return DT_OK;
 }
 
@@ -138,11 +162,18 @@ static dt_status emb_kernel(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor *
   const dt_tensor *w = in[0];
   const dt_array *W = &w->local, *I = &in[1]->local;
   dt_array *Y = &out[0]->local;
-  DT_CHECK(check_ids(ctx, "embedding", I, w->gshape[0]));
   int64_t rows = W->shape[0], cols = W->shape[1], off = w->goffset[0];
   if (Y->numel != I->numel * cols)
     return dt_error(ctx, DT_ERR_INTERNAL, "embedding", "local output has %lld elements, expected %lld",
                     (long long)Y->numel, (long long)(I->numel * cols));
+  if (W->dev != DT_DEV_CPU) {
+    const dt_kern_rows *R = NULL;
+    DT_CHECK(rows_kern(ctx, "embedding", &R));
+    DT_OP_KSLOT(ctx, "embedding", R, embedding);
+    return R->embedding(ctx->device, W->dtype, I->numel, I->data, rows, cols, off, W->data, Y->data);
+  }
+  DT_CHECK(host_dtype(ctx, "embedding", W->dtype));
+  DT_CHECK(check_ids(ctx, "embedding", I, w->gshape[0]));
   const int64_t *ids = I->data;
   for (int64_t i = 0; i < I->numel; i++) {
     int64_t row = ids[i] - off;
@@ -208,11 +239,31 @@ static dt_status embb_kernel(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor 
   const dt_array *G = &in[0]->local, *I = &in[1]->local;
   dt_tensor *gw = out[0];
   dt_array *Y = &gw->local;
-  DT_CHECK(check_ids(ctx, "embedding_bwd", I, gw->gshape[0]));
   int64_t rows = Y->shape[0], cols = Y->shape[1], off = gw->goffset[0];
   if (G->numel != I->numel * cols)
     return dt_error(ctx, DT_ERR_INTERNAL, "embedding_bwd", "local grad has %lld elements, expected %lld",
                     (long long)G->numel, (long long)(I->numel * cols));
+  if (Y->dev != DT_DEV_CPU) {
+    const dt_kern_rows *R = NULL;
+    DT_CHECK(rows_kern(ctx, "embedding_bwd", &R));
+    DT_OP_KSLOT(ctx, "embedding_bwd", R, embedding_bwd);
+    if (Y->dtype != DT_BF16)
+      return R->embedding_bwd(ctx->device, G->dtype, I->numel, I->data, G->data, rows, cols, off,
+                              Y->dtype, Y->data);
+    /* bf16: the sums in f32 (atomics), rounded to bf16 once */
+    const dt_kernels *K;
+    DT_CHECK(dt_op_kernels(ctx, "embedding_bwd", &K));
+    DT_OP_KSLOT(ctx, "embedding_bwd", K->pw, cast);
+    dt_array acc;
+    DT_CHECK(dt_array_create(ctx, Y->dev, DT_F32, 2, Y->shape, &acc));
+    dt_status s = R->embedding_bwd(ctx->device, G->dtype, I->numel, I->data, G->data, rows, cols,
+                                   off, DT_F32, acc.data);
+    if (s == DT_OK) s = K->pw->cast(ctx->device, DT_F32, acc.data, DT_BF16, Y->data, Y->numel);
+    dt_array_free(ctx, &acc);
+    return s;
+  }
+  DT_CHECK(host_dtype(ctx, "embedding_bwd", Y->dtype));
+  DT_CHECK(check_ids(ctx, "embedding_bwd", I, gw->gshape[0]));
   for (int64_t i = 0; i < Y->numel; i++) dt_elem_st(Y, i, 0.0);
   const int64_t *ids = I->data;
   for (int64_t i = 0; i < I->numel; i++) {
@@ -342,6 +393,51 @@ static double ce_N(const dt_tensor *x) {
   return N;
 }
 
+/* ce_kernel for device arrays: the statistics in a device scratch [mx | se |
+ * tl], the loss-parallel all_reduces on it as on the host (the comm takes
+ * device buffers),
+ * then lse and the loss on the device. */
+static dt_status ce_device(dt_ctx *ctx, const dt_tensor *x, const dt_array *T, dt_tensor *const *out) {
+  const dt_array *X = &x->local;
+  int last = x->ndim - 1;
+  int64_t Vl = X->shape[last], voff = x->goffset[last], npos = T->numel;
+  dt_array *lse = &out[1]->local;
+  if (lse->numel != npos || lse->dtype != DT_F64)
+    return dt_error(ctx, DT_ERR_INTERNAL, "cross_entropy", "local lse and targets disagree");
+  const dt_kern_rows *R = NULL;
+  DT_CHECK(rows_kern(ctx, "cross_entropy", &R));
+  DT_OP_KSLOT(ctx, "cross_entropy", R, ce_max);
+  DT_OP_KSLOT(ctx, "cross_entropy", R, ce_sumexp);
+  DT_OP_KSLOT(ctx, "cross_entropy", R, ce_loss);
+  bool vocab_sharded = false;
+  for (int i = 0; i < x->mesh_ndim; i++)
+    vocab_sharded |= x->pl[i].kind == DT_PL_SHARD && x->pl[i].dim == last;
+  int64_t n3 = 3 * npos > 0 ? 3 * npos : 1;
+  dt_array st;
+  DT_CHECK(dt_array_create(ctx, X->dev, DT_F64, 1, &n3, &st));
+  double *mx = st.data, *se = mx + npos, *tl = se + npos;
+  dt_status s = DT_OK;
+  if (vocab_sharded) { /* the global max first: the sum of exp is taken against it */
+    s = R->ce_max(ctx->device, X->dtype, npos, Vl, X->data, mx);
+    for (int i = 0; i < x->mesh_ndim && s == DT_OK; i++)
+      if (x->pl[i].kind == DT_PL_SHARD && x->pl[i].dim == last)
+        s = dt_comm_all_reduce(dt_mesh_comm(x->mesh, i), mx, mx, (size_t)npos, DT_F64, DT_RED_MAX);
+  }
+  if (s == DT_OK)
+    s = R->ce_sumexp(ctx->device, X->dtype, npos, Vl, voff, X->data, T->data, !vocab_sharded, mx,
+                     se, tl);
+  for (int i = 0; i < x->mesh_ndim && s == DT_OK; i++)
+    if (x->pl[i].kind == DT_PL_SHARD && x->pl[i].dim == last) { /* the host's three all_reduces */
+      dt_comm *c = dt_mesh_comm(x->mesh, i);
+      s = dt_comm_all_reduce(c, se, se, (size_t)npos, DT_F64, DT_RED_SUM);
+      if (s == DT_OK) s = dt_comm_all_reduce(c, tl, tl, (size_t)npos, DT_F64, DT_RED_SUM);
+    }
+  if (s == DT_OK)
+    s = R->ce_loss(ctx->device, X->dtype, npos, ce_N(x), mx, se, tl, lse->data, out[0]->local.data);
+  dt_array_free(ctx, &st);
+  return s;
+}
+
 static dt_status ce_kernel(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor *const *in,
                            dt_tensor *const *out) {
   (void)a;
@@ -351,6 +447,8 @@ static dt_status ce_kernel(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor *c
   int64_t Vl = X->shape[last], npos = T->numel;
   if (X->numel != npos * Vl)
     return dt_error(ctx, DT_ERR_INTERNAL, "cross_entropy", "local logits and targets disagree");
+  if (X->dev != DT_DEV_CPU) return ce_device(ctx, x, T, out);
+  DT_CHECK(host_dtype(ctx, "cross_entropy", X->dtype));
   /* every rank of a vocab group holds the same targets, so all fail alike here,
    * before any collective */
   DT_CHECK(check_ids(ctx, "cross_entropy", T, x->gshape[last]));
@@ -427,10 +525,18 @@ static dt_status ceb_kernel(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor *
   int64_t Vl = X->shape[last], voff = x->goffset[last], npos = T->numel;
   if (X->numel != npos * Vl || Y->numel != X->numel)
     return dt_error(ctx, DT_ERR_INTERNAL, "cross_entropy_bwd", "local logits and targets disagree");
-  DT_CHECK(check_ids(ctx, "cross_entropy_bwd", T, x->gshape[last]));
   const dt_array *LSE = &in[3]->local;
   if (LSE->numel != npos)
     return dt_error(ctx, DT_ERR_INTERNAL, "cross_entropy_bwd", "local lse and targets disagree");
+  if (X->dev != DT_DEV_CPU) {
+    const dt_kern_rows *R = NULL;
+    DT_CHECK(rows_kern(ctx, "cross_entropy_bwd", &R));
+    DT_OP_KSLOT(ctx, "cross_entropy_bwd", R, ce_bwd);
+    return R->ce_bwd(ctx->device, X->dtype, npos, Vl, voff, X->data, T->data, LSE->data,
+                     in[0]->local.data, ce_N(x), Y->data);
+  }
+  DT_CHECK(host_dtype(ctx, "cross_entropy_bwd", X->dtype));
+  DT_CHECK(check_ids(ctx, "cross_entropy_bwd", T, x->gshape[last]));
   const double g = dt_elem_ld(&in[0]->local, 0) / ce_N(x), *lse = LSE->data;
   const int64_t *tg = T->data;
   for (int64_t p = 0; p < npos; p++) {

@@ -8,7 +8,10 @@
  * Strategy (PyTorch's _common_norm_forward_strategy, one option per mesh dim
  * plus an all-R fallback): x keeps its Shards on dims < last; a Shard on the
  * last dim and any Partial go to R; weight R; the output follows x.
- * Kernel: f32 / f64, accumulated in double.
+ * Kernels: host arrays f32 / f64, accumulated in double (bf16 host arrays are
+ * refused by the kernel: the host has no bf16 kernel); device arrays f32, f64
+ * and bf16 through the device's rows.rms_fwd / rms_bwd (one block per row, f32
+ * arithmetic for bf16, no host round trip).
  * Backward: a private op rms_norm_bwd(x, weight, dy) -> (dx, dy * x_hat) with
  * the forward's placements (dx follows x, as PyTorch's d_input), then
  * dweight = sum(dy * x_hat) over the outer dims with dt_op_sum, which turns a
@@ -18,7 +21,7 @@
  *   dx = (g - x_hat * mean(g * x_hat, last)) / rms,  g = weight * dy.
  *
  * What it is not: LayerNorm, a normalized_shape of more than the last dim,
- * bf16 kernels.
+ * bf16 host kernels.
  */
 #include "config.h"
 
@@ -35,8 +38,8 @@ static const double DEFAULT_EPS = 1e-5;
 static double get_eps(const dt_op_attrs *a) { return a->scalar != 0 ? a->scalar : DEFAULT_EPS; }
 
 static dt_status rms_check(dt_ctx *ctx, const char *name, const dt_spec *x, const dt_spec *w) {
-  if (x->dtype != DT_F32 && x->dtype != DT_F64)
-    return dt_error(ctx, DT_ERR_UNSUPPORTED, name, "dtype %s; only f32 and f64 are supported",
+  if (x->dtype != DT_F32 && x->dtype != DT_F64 && x->dtype != DT_BF16)
+    return dt_error(ctx, DT_ERR_UNSUPPORTED, name, "dtype %s; only f32, f64 and bf16 are supported",
                     dt_dtype_name(x->dtype));
   if (w->dtype != x->dtype)
     return dt_error(ctx, DT_ERR_INVALID, name, "weight is %s, x is %s", dt_dtype_name(w->dtype),
@@ -94,6 +97,13 @@ static dt_status rows(dt_ctx *ctx, const char *name, const dt_array *x, const dt
   return DT_OK;
 }
 
+/* bf16 host arrays: no host kernel (f32 and f64 only) */
+static dt_status host_dtype(dt_ctx *ctx, const char *name, const dt_array *x) {
+  if (x->dtype == DT_BF16)
+    return dt_error(ctx, DT_ERR_UNSUPPORTED, name, "bf16 host arrays (the device kernels take bf16)");
+  return DT_OK;
+}
+
 static dt_status rms_kernel(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor *const *in,
                             dt_tensor *const *out) {
   const dt_array *x = &in[0]->local, *w = &in[1]->local;
@@ -103,6 +113,13 @@ static dt_status rms_kernel(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor *
   if (y->numel != x->numel)
     return dt_error(ctx, DT_ERR_INTERNAL, "rms_norm", "local output size differs (strategy bug)");
   double eps = get_eps(a);
+  if (x->dev != DT_DEV_CPU) {
+    const dt_kernels *K;
+    DT_CHECK(dt_op_kernels(ctx, "rms_norm", &K));
+    DT_OP_KSLOT(ctx, "rms_norm", K->rows, rms_fwd);
+    return K->rows->rms_fwd(ctx->device, x->dtype, nr, d, eps, x->data, w->data, y->data);
+  }
+  DT_CHECK(host_dtype(ctx, "rms_norm", x));
   for (int64_t r = 0; r < nr; r++) {
     double ss = 0;
     for (int64_t k = 0; k < d; k++) {
@@ -154,6 +171,14 @@ static dt_status bwd_kernel(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor *
   if (dy->numel != x->numel || dx->numel != x->numel || gw->numel != x->numel)
     return dt_error(ctx, DT_ERR_INTERNAL, "rms_norm_bwd", "local sizes differ (strategy bug)");
   double eps = get_eps(a);
+  if (x->dev != DT_DEV_CPU) { /* dweight is the dt_op_sum of gw, as on the host */
+    const dt_kernels *K;
+    DT_CHECK(dt_op_kernels(ctx, "rms_norm_bwd", &K));
+    DT_OP_KSLOT(ctx, "rms_norm_bwd", K->rows, rms_bwd);
+    return K->rows->rms_bwd(ctx->device, x->dtype, nr, d, eps, x->data, w->data, dy->data,
+                            dx->data, gw->data, NULL, NULL);
+  }
+  DT_CHECK(host_dtype(ctx, "rms_norm_bwd", x));
   for (int64_t r = 0; r < nr; r++) {
     const int64_t b = r * d;
     double ss = 0;
