@@ -231,7 +231,7 @@ static double bref(dt_pw_op op, double a, double b) {
  * 1 - s is within 3 units of 1 absolutely and a (1 - s) within 8 * 3 + 1 = 25
  * units absolutely, 1 + a (1 - s) adds 1; the products b s (...) add 3 more,
  * relative to the result whose factor (1 + a (1 - s)) is >= 1 - 0.28 (its
- * minimum over a, at a ~ -2.4): 32 units covers (25 + 1) / 0.72 + 3 + 3. */
+ * minimum over a, at a ~ -2.4): (25 + 1) / 0.72 + 3 + 3 = 42 units. */
 static double btol(dt_pw_op op, dt_dtype t) {
   double u = arith_unit(t), k = op <= DT_PW_MUL ? 1 : op == DT_PW_SWIGLU ? 6 : 42;
   return k * u + kt_unit(t);
@@ -396,17 +396,19 @@ static void test_softmax(kt_dev *T) {
         }
       TU_OK(T->ctx, T->K->pw->softmax(T->dev, t, O, L, I, dx, dout));
       down_unpacked(T, t, dout, got, n);
-      /* x - max: exact near 1000 (Sterbenz), else one rounding of a value
-       * <= 20, so exp's argument is off by <= 20 units absolutely: 20 units of
-       * e^.. relative; exp itself 2, the sum (ceil(L/256) + 8 levels), the
-       * divide 1; then the store. */
+      memcpy(y, got, n * sizeof *y);
+      /* Relative errors (got / want against 1; every want > 0 here): x - max
+       * is exact near 1000 (Sterbenz), else one rounding of a value <= 20, so
+       * exp's argument is off by <= 20 units absolutely: 20 units of e^..
+       * relative; exp itself 2, the sum of positive terms (ceil(L/256) + 8
+       * levels, Higham sec. 4.2), the divide 1; then the store. */
+      for (int64_t e = 0; e < n; e++) got[e] /= want[e], want[e] = 1;
       double u = arith_unit(t), tol = (20 + 2 + (double)((L + 255) / 256 + 8) + 1) * u + kt_unit(t);
       char what[96];
       snprintf(what, sizeof what, "softmax %s [%lld,%lld,%lld]", dt_dtype_name(t), (long long)O,
                (long long)L, (long long)I);
       kt_close_to(what, got, want, n, tol);
       /* backward on the device's own y (rounded to t): dx = y (dy - sum dy y) */
-      memcpy(y, got, n * sizeof *y);
       for (int64_t o = 0; o < O; o++)
         for (int64_t i = 0; i < I; i++) {
           double dot = 0;
@@ -419,11 +421,13 @@ static void test_softmax(kt_dev *T) {
       void *dgx = kt_up(T, NULL, n * es);
       TU_OK(T->ctx, T->K->pw->softmax_bwd(T->dev, t, O, L, I, dout, ddy, dgx));
       down_unpacked(T, t, dgx, got, n);
-      /* |dot| <= max|dy| sum y ~ 1: its products and sum err by (ceil(L/256) +
-       * 9) units absolutely; dy - dot (<= 2) one more, times y <= 1 one more:
-       * absolute errors, which kt_mismatch's max(1, |want|) scale takes as they
-       * are (|want| <= 2). */
-      tol = 2 * ((double)((L + 255) / 256 + 12)) * u + kt_unit(t);
+      /* Compared as dx / y = dy - dot (|.| <= 2, y > 0): dot = sum dy y with
+       * sum |dy y| <= sum y = 1 errs by its L products and ceil(L/256) + 8
+       * addition levels, (ceil(L/256) + 9) units absolutely; the subtraction
+       * and the product by y one unit each of a value <= 2; the store one unit
+       * of t relative. */
+      for (int64_t e = 0; e < n; e++) got[e] /= y[e], want[e] /= y[e];
+      tol = ((double)((L + 255) / 256 + 9) + 4) * u + kt_unit(t);
       snprintf(what, sizeof what, "softmax_bwd %s [%lld,%lld,%lld]", dt_dtype_name(t), (long long)O,
                (long long)L, (long long)I);
       kt_close_to(what, got, want, n, tol);
