@@ -507,6 +507,201 @@ static void test_permute(kt_dev *T) {
   printf("pw.permute: %d permutations (2-D..5-D) x element sizes 1, 2, 4, 8; a broadcast\n", N_PCASES);
 }
 
+/* ---- the ops on device arrays ----------------------------------------------- */
+/* A 1-rank job whose rank device is the device under test runs the ops of
+ * lib/ops/pointwise.c, reduce.c, view.c and matmul.c (forward, and the
+ * backward kernels: silu_grad, swiglu_bwd, sum_bwd, softmax_bwd) on DTensors
+ * whose locals it puts on the device itself; a CPU job runs the same ops on
+ * host arrays; the results must agree (the host kernels are the oracle, checked
+ * by test_ops_* against naive references). */
+enum { OP_MAX = 32 };
+
+typedef struct opjob {
+  bool dev;
+  dt_dtype t;
+  int nres;
+  const char *name[OP_MAX];
+  double *res[OP_MAX];
+  int64_t n[OP_MAX];
+  double terms[OP_MAX]; /* summed terms per value (0: no sum), for the tolerance */
+  double next_terms;    /* terms of the next results kept */
+} opjob;
+
+/* A replicated tensor of uniform [-2, 2) values from seed; its local moved to
+ * the device (upload, then swap) when the job runs on one and the DTensor
+ * layer left it on the host. */
+static dt_tensor mk(dt_ctx *ctx, dt_mesh *mesh, const opjob *J, int nd, const int64_t *shape,
+                    uint64_t seed) {
+  dt_tensor x;
+  dt_placement pl[1] = {dt_replicate()};
+  /* seeds >= 100: positive values in [0.5, 1.5), for sums (no cancellation) */
+  double lo = seed >= 100 ? 0.5 : -2, w = seed >= 100 ? 1 : 4;
+  TU_OK(ctx, dt_tensor_rand(ctx, mesh, nd, shape, J->t, pl, seed, 0, DT_RNG_UNIFORM, lo, w, &x));
+  if (J->dev && x.local.dev == DT_DEV_CPU) {
+    dt_array d;
+    TU_OK(ctx, dt_array_create(ctx, DT_DEV_CUDA, x.local.dtype, x.local.ndim, x.local.shape, &d));
+    TU_OK(ctx, dt_device_copy(ctx->device, d.data, x.local.data, dt_array_bytes(&x.local), DT_COPY_H2D));
+    dt_array_free(ctx, &x.local);
+    x.local = d;
+  }
+  return x;
+}
+
+/* Records t's values under name (downloaded from the device when there) and frees t. */
+static void keep(dt_ctx *ctx, opjob *J, const char *name, dt_tensor *t) {
+  const dt_array *a = &t->local;
+  TU_CHECK(a->dev == (J->dev ? DT_DEV_CUDA : DT_DEV_CPU), "%s: output on the wrong device", name);
+  size_t bytes = dt_array_bytes(a);
+  void *h = malloc(bytes ? bytes : 1);
+  if (a->dev != DT_DEV_CPU) {
+    TU_OK(ctx, dt_device_sync(ctx->device));
+    TU_OK(ctx, dt_device_copy(ctx->device, h, a->data, bytes, DT_COPY_D2H));
+  } else {
+    memcpy(h, a->data, bytes);
+  }
+  if (J->nres < OP_MAX) {
+    int k = J->nres++;
+    J->name[k] = name;
+    J->n[k] = a->numel;
+    J->terms[k] = J->next_terms;
+    J->res[k] = malloc((a->numel ? a->numel : 1) * sizeof(double));
+    kt_unpack(a->dtype, h, J->res[k], a->numel);
+  }
+  free(h);
+  dt_tensor_free(ctx, t);
+}
+
+static void call(dt_ctx *ctx, opjob *J, const char *name, const dt_op *op, const dt_op_attrs *a,
+                 const dt_tensor *x, const dt_tensor *y) {
+  const dt_tensor *in[2] = {x, y};
+  dt_tensor out;
+  dt_tensor *o[1] = {&out};
+  dt_status s = dt_op_call(ctx, op, a, in, o, NULL);
+  TU_CHECK(s == DT_OK, "%s on %s: %s", name, J->dev ? "device" : "host", dt_last_error(ctx));
+  if (s == DT_OK) keep(ctx, J, name, &out);
+}
+
+/* The op's backward (its kernels through dt_op_call) for output gradient g. */
+static void call_bwd(dt_ctx *ctx, opjob *J, const char *name, const dt_op *op, const dt_op_attrs *a,
+                     const dt_tensor *x, const dt_tensor *y, const dt_tensor *g) {
+  const dt_tensor *in[2] = {x, y};
+  dt_tensor out, gx[2];
+  dt_tensor *o[1] = {&out};
+  dt_tensor *gi[2] = {&gx[0], op->n_in > 1 ? &gx[1] : NULL};
+  TU_OK(ctx, dt_op_call(ctx, op, a, in, o, NULL));
+  const dt_tensor *outs[1] = {&out}, *gouts[1] = {g};
+  dt_status s = op->backward(ctx, a, in, outs, gouts, gi);
+  TU_CHECK(s == DT_OK, "%s backward on %s: %s", name, J->dev ? "device" : "host", dt_last_error(ctx));
+  dt_tensor_free(ctx, &out);
+  if (s != DT_OK) return;
+  keep(ctx, J, name, &gx[0]);
+  if (op->n_in > 1) keep(ctx, J, name, &gx[1]);
+}
+
+static dt_status op_rank(dt_ctx *ctx, void *arg) {
+  opjob *J = arg;
+  dt_mesh *mesh;
+  const int ms[1] = {1};
+  DT_CHECK(dt_mesh_create(ctx, ctx->world, 1, ms, NULL, &mesh));
+  const int64_t s2[2] = {6, 33}, s1[1] = {33}, s3[3] = {4, 6, 33}, sa[3] = {2, 5, 7},
+                sb[3] = {2, 7, 3}, sx[2] = {4, 9}, sw[2] = {6, 9}, sm[3] = {5, 2, 7};
+  dt_tensor x = mk(ctx, mesh, J, 2, s2, 1), x2 = mk(ctx, mesh, J, 2, s2, 2), v = mk(ctx, mesh, J, 1, s1, 3),
+            x3 = mk(ctx, mesh, J, 3, s3, 4), A = mk(ctx, mesh, J, 3, sa, 5), B = mk(ctx, mesh, J, 3, sb, 6),
+            X = mk(ctx, mesh, J, 2, sx, 7), W = mk(ctx, mesh, J, 2, sw, 8), M = mk(ctx, mesh, J, 3, sm, 9),
+            P = mk(ctx, mesh, J, 3, s3, 100), g6 = mk(ctx, mesh, J, 1, s3 + 1, 10);
+  dt_op_attrs a = DT_OP_ATTRS_INIT;
+  call(ctx, J, "add (broadcast)", &dt_op_add, &a, &x, &v);
+  call(ctx, J, "sub", &dt_op_sub, &a, &x, &x2);
+  call(ctx, J, "mul (broadcast)", &dt_op_mul, &a, &v, &x);
+  call(ctx, J, "silu", &dt_op_silu, &a, &x, NULL);
+  call(ctx, J, "swiglu", &dt_op_swiglu, &a, &x, &x2);
+  call_bwd(ctx, J, "silu backward", &dt_op_silu, &a, &x, NULL, &x2);
+  call_bwd(ctx, J, "swiglu backward", &dt_op_swiglu, &a, &x, &x2, &x);
+  call_bwd(ctx, J, "mul backward (broadcast)", &dt_op_mul, &a, &x, &v, &x2);
+  a.scalar = 0.375;
+  call(ctx, J, "scale", &dt_op_scale, &a, &x, NULL);
+  a = (dt_op_attrs)DT_OP_ATTRS_INIT;
+  a.ndims = 1, a.dims[0] = 1, a.keepdim = true;
+  J->next_terms = 6;
+  call(ctx, J, "sum dim 1 keepdim", &dt_op_sum, &a, &P, NULL);
+  a.ndims = 2, a.dims[0] = 0, a.dims[1] = 2, a.keepdim = false;
+  J->next_terms = 4 * 33;
+  call(ctx, J, "sum dims 0, 2", &dt_op_sum, &a, &P, NULL);
+  J->next_terms = 0;
+  call_bwd(ctx, J, "sum backward", &dt_op_sum, &a, &x3, NULL, &g6);
+  a = (dt_op_attrs)DT_OP_ATTRS_INIT;
+  J->next_terms = 4 * 6 * 33;
+  call(ctx, J, "mean (all)", &dt_op_mean, &a, &P, NULL);
+  J->next_terms = 0;
+  a.dim = -1;
+  call(ctx, J, "softmax dim -1", &dt_op_softmax, &a, &x, NULL);
+  call_bwd(ctx, J, "softmax backward", &dt_op_softmax, &a, &x, NULL, &x2);
+  a.dim = 0;
+  call(ctx, J, "softmax dim 0", &dt_op_softmax, &a, &x, NULL);
+  a = (dt_op_attrs)DT_OP_ATTRS_INIT;
+  call(ctx, J, "matmul", &dt_op_matmul, &a, &A, &B);
+  call(ctx, J, "linear", &dt_op_linear, &a, &X, &W);
+  snprintf(a.eq, sizeof a.eq, "mbk,bkn->bmn"); /* A re-laid out on the device */
+  call(ctx, J, "einsum mbk,bkn->bmn", &dt_op_einsum, &a, &M, &B);
+  snprintf(a.eq, sizeof a.eq, "bmk,bkn->mbn"); /* C through device scratch */
+  call(ctx, J, "einsum bmk,bkn->mbn", &dt_op_einsum, &a, &A, &B);
+  a = (dt_op_attrs)DT_OP_ATTRS_INIT;
+  a.i0 = 0, a.i1 = 1;
+  call(ctx, J, "transpose", &dt_op_transpose, &a, &x, NULL);
+  a = (dt_op_attrs)DT_OP_ATTRS_INIT;
+  a.ndims = 3, a.dims[0] = 2, a.dims[1] = 0, a.dims[2] = 1;
+  call(ctx, J, "permute", &dt_op_permute, &a, &x3, NULL);
+  a = (dt_op_attrs)DT_OP_ATTRS_INIT;
+  a.shape_n = 2, a.shape[0] = 24, a.shape[1] = -1;
+  call(ctx, J, "reshape", &dt_op_reshape, &a, &x3, NULL);
+  dt_tensor *all[] = {&x, &x2, &v, &x3, &A, &B, &X, &W, &M, &P, &g6};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) dt_tensor_free(ctx, all[i]);
+  if (J->dev) TU_CHECK(ctx->mem.dev_cur == 0, "device bytes left after the ops: %zu", ctx->mem.dev_cur);
+  dt_mesh_free(mesh);
+  return DT_OK;
+}
+
+static void run_ops(opjob *J, bool on_cuda) {
+  dt_launch_opts lo = {.backend = DT_BACKEND_THREADS, .world = 1, .timeout_s = 60};
+  if (J->dev) {
+    lo.device = DT_DEV_CUDA;
+    lo.cuda_emu = !on_cuda;
+  }
+  dt_launch_report rep;
+  if (dt_launch(&lo, op_rank, J, &rep) != DT_OK)
+    tu_fail(__FILE__, __LINE__, "op job (%s): rank %d: %s", J->dev ? "device" : "host",
+            rep.failed_rank, rep.failed_msg);
+  dt_launch_report_free(&rep);
+}
+
+static void test_ops(bool on_cuda) {
+  for (int ti = 0; ti < 2; ti++) {
+    opjob H = {.dev = false, .t = ftypes[ti]}, D = {.dev = true, .t = ftypes[ti]};
+    run_ops(&H, on_cuda);
+    run_ops(&D, on_cuda);
+    TU_CHECK(H.nres == D.nres, "%d results on the host, %d on the device", H.nres, D.nres);
+    /* The host computes in double (f32: rounded once, or float on vmath.h's
+     * exp for silu/swiglu), the device in the arithmetic type: softmax's f32
+     * bound of test_softmax (32 units for rows <= 33) is the largest of the
+     * kernels' differences; GEMMs of k <= 9 agree within k units. */
+    double tol0 = 32 * arith_unit(ftypes[ti]) + kt_unit(ftypes[ti]);
+    for (int k = 0; k < H.nres && k < D.nres; k++) {
+      /* Sums of positive terms (both sides accumulate in f64, in different
+       * orders) are each within (terms - 1) f64 units of the exact sum,
+       * relatively (Higham sec. 4.2). */
+      double tol = tol0 + 2 * H.terms[k] * kt_unit(DT_F64);
+      char what[96];
+      snprintf(what, sizeof what, "op %s %s: device vs host", H.name[k], dt_dtype_name(ftypes[ti]));
+      TU_CHECK(H.n[k] == D.n[k], "%s: %lld vs %lld elements", what, (long long)D.n[k], (long long)H.n[k]);
+      if (H.n[k] == D.n[k]) kt_close_to(what, D.res[k], H.res[k], H.n[k], tol);
+    }
+    for (int k = 0; k < H.nres; k++) free(H.res[k]);
+    for (int k = 0; k < D.nres; k++) free(D.res[k]);
+  }
+  printf("ops on device arrays: %s, f32 and f64, against the same ops on host arrays\n",
+         on_cuda ? "cuda" : "cuda-emu");
+}
+
 /* ---- the guards ------------------------------------------------------------ */
 static void test_guards(kt_dev *T) {
 #ifndef KERN_ON_CUDA
@@ -566,6 +761,11 @@ int main(void) {
   test_softmax(&T);
   test_permute(&T);
   test_guards(&T);
+#ifdef KERN_ON_CUDA
+  test_ops(true);
+#else
+  test_ops(false);
+#endif
   TU_CHECK(ctx.mem.dev_cur == 0, "device bytes left: %zu", ctx.mem.dev_cur);
   kt_close(&T);
   dt_ctx_release(&ctx);
