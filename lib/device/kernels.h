@@ -22,7 +22,19 @@
 extern "C" {
 #endif
 
-/* Element-wise, layout and reduction kernels (k_pw.cu). */
+/* The element-wise ops of dt_kern_pw.binary, on (a, b) in the arithmetic type. */
+typedef enum dt_pw_op {
+  DT_PW_ADD = 0,      /* a + b */
+  DT_PW_SUB = 1,      /* a - b */
+  DT_PW_MUL = 2,      /* a * b */
+  DT_PW_SWIGLU = 3,   /* silu(a) * b */
+  DT_PW_SILU_GRAD = 4 /* b * silu'(a) = b s (1 + a (1 - s)), s = sigmoid(a) */
+} dt_pw_op;
+
+/* Element-wise, layout and reduction kernels (k_pw.cu). Floating slots take
+ * f32, f64 and bf16 and compute in f32 for f32 and bf16, in f64 for f64 (the
+ * reductions: see reduce). Shapes and strides are host arrays (read at the
+ * call); x, y, a, b, g, da, db are device pointers. */
 typedef struct dt_kern_pw {
   /* y[i] = silu(x[i]) = x / (1 + exp(-x)); t: f32, f64, bf16. */
   dt_status (*silu)(dt_device *d, dt_dtype t, int64_t n, const void *x, void *y);
@@ -30,6 +42,39 @@ typedef struct dt_kern_pw {
    * nearest even). */
   dt_status (*cast)(dt_device *d, dt_dtype ts, const void *src, dt_dtype td, void *dst,
                     int64_t n);
+  /* y[i] = alpha * x[i] (alpha rounded to the arithmetic type); y may be x. */
+  dt_status (*scale)(dt_device *d, dt_dtype t, int64_t n, double alpha, const void *x, void *y);
+  /* y = op(a, b) over y's shape[0..nd) (nd <= DT_MAX_DIMS, y contiguous), operand
+   * element j at index (i_0..i_nd-1) read at sum_k i_k sa[k] (b: sb): numpy
+   * broadcasting is a 0 stride on the dims an operand stretches or lacks. */
+  dt_status (*binary)(dt_device *d, dt_dtype t, dt_pw_op op, int nd, const int64_t *shape,
+                      const void *a, const int64_t *sa, const void *b, const int64_t *sb,
+                      void *y);
+  /* The fused SwiGLU backward over n elements: s = sigmoid(a),
+   * db = g a s, da = g b s (1 + a (1 - s)). */
+  dt_status (*swiglu_bwd)(dt_device *d, dt_dtype t, int64_t n, const void *a, const void *b,
+                          const void *g, void *da, void *db);
+  /* y[o, i] = alpha * sum_r x[o, r, i] over x viewed as [outer, red, inner]
+   * (y: [outer, inner]); tx, ty in f32, f64, bf16 (a multi-axis reduction keeps
+   * bf16's intermediates in f32). Sums in f64 for f32 and f64 input (as the host
+   * kernels), in f32 for bf16; alpha multiplies the sum in that type. red == 0
+   * gives 0 (times alpha: NaN for a mean's 1/0, as the host's 0/0). */
+  dt_status (*reduce)(dt_device *d, dt_dtype tx, const void *x, dt_dtype ty, void *y,
+                      int64_t outer, int64_t red, int64_t inner, double alpha);
+  /* Softmax over the middle axis of x viewed as [outer, L, inner], with the
+   * row maximum subtracted: y = exp(x - max) / sum exp(x - max). One block per
+   * row (o, i). */
+  dt_status (*softmax)(dt_device *d, dt_dtype t, int64_t outer, int64_t L, int64_t inner,
+                       const void *x, void *y);
+  /* Its backward on the same view: dx = y (dy - sum_L dy y). */
+  dt_status (*softmax_bwd)(dt_device *d, dt_dtype t, int64_t outer, int64_t L, int64_t inner,
+                           const void *y, const void *dy, void *dx);
+  /* The strided gather y[i_0..i_nd-1] = x[off + sum_k i_k st[k]] over y's
+   * shape[0..nd) (y contiguous), elements of es bytes (1, 2, 4, 8; a byte move):
+   * a permute or transpose (st: x's strides in y's dim order), a broadcast (0
+   * strides), a sub-box (off). x and y must not overlap. */
+  dt_status (*permute)(dt_device *d, size_t es, int nd, const int64_t *shape, const int64_t *st,
+                       int64_t off, const void *x, void *y);
 } dt_kern_pw;
 
 /* RoPE on x [b, s, h, hd] (interleaved pairs (2i, 2i+1) rotated by pos * freq_i,

@@ -16,17 +16,22 @@
  * TestEinsumStrategies: mk,kn->mn 4 on a 1-D mesh, 16 on a 2-D one) hold for
  * non-Partial inputs. The all-P option of linearity=True is not generated.
  *
- * The CPU kernel maps the local einsum onto one strided-batched GEMM
- * (dt_device_gemm): operands already laid out as [batch, free, contract] (or
- * transposed) are used in place, others are permuted into a temporary first;
- * equations with a letter in one input only (summed there) use naive loops
- * accumulating in double. f32 and f64.
+ * The kernel maps the local einsum onto one strided-batched GEMM
+ * (dt_device_gemm: cblas on the CPU, cuBLAS on cuda): operands already laid out
+ * as [batch, free, contract] (or transposed) are used in place, others are
+ * permuted into a temporary first (host memory and a host loop for host arrays;
+ * device scratch and the device's permute slot for device arrays, so nothing
+ * leaves the device); equations with a letter in one input only (summed there)
+ * use naive loops accumulating in double (host arrays only). f32 and f64 on
+ * host arrays; on device arrays whatever dt_device_gemm takes (bf16 included
+ * once the device GEMM has it).
  *
  * Backward is written with dt_op_call on einsum with derived equations, so
  * gradients propagate shardings like forward.
  *
  * What it is not: no implicit-output or ellipsis equations, no repeated letters
- * within an operand (diagonals), no broadcasting of size-1 dims, no bias, no bf16.
+ * within an operand (diagonals), no broadcasting of size-1 dims, no bias, no bf16 on
+ * host arrays.
  */
 #include "config.h"
 
@@ -144,8 +149,8 @@ static dt_status infer_common(dt_ctx *ctx, op_kind kind, const char *call, const
   if (in[0].dtype != in[1].dtype)
     return dt_error(ctx, DT_ERR_INVALID, call, "dtypes differ: %s and %s",
                     dt_dtype_name(in[0].dtype), dt_dtype_name(in[1].dtype));
-  if (in[0].dtype != DT_F32 && in[0].dtype != DT_F64)
-    return dt_error(ctx, DT_ERR_INVALID, call, "dtype %s (f32 and f64 only)",
+  if (in[0].dtype != DT_F32 && in[0].dtype != DT_F64 && in[0].dtype != DT_BF16)
+    return dt_error(ctx, DT_ERR_INVALID, call, "dtype %s (f32, f64 and bf16 only)",
                     dt_dtype_name(in[0].dtype));
   for (int i = 0; i < e.n[0]; i++) {
     int j = pos_of(&e, 1, e.l[0][i]);
@@ -247,6 +252,47 @@ static void permute_copy(size_t es, int nd, const char *sl, const int64_t *ss, c
   }
 }
 
+/* permute_copy on the device: dst (letters dl) from device src (letters sl,
+ * shape ss), through the device's permute slot. */
+static dt_status permute_dev(dt_ctx *ctx, const char *call, size_t es, int nd, const char *sl,
+                             const int64_t *ss, const void *src, const char *dl, void *dst) {
+  int64_t dshape[DT_MAX_DIMS], sstride[DT_MAX_DIMS], map[DT_MAX_DIMS], st = 1;
+  for (int i = nd - 1; i >= 0; i--) {
+    sstride[i] = st;
+    st *= ss[i];
+  }
+  for (int i = 0; i < nd; i++) {
+    int p = (int)(strchr(sl, dl[i]) - sl);
+    dshape[i] = ss[p];
+    map[i] = sstride[p];
+  }
+  const dt_kernels *K;
+  DT_CHECK(dt_op_kernels(ctx, call, &K));
+  DT_OP_KSLOT(ctx, call, K->pw, permute);
+  return K->pw->permute(ctx->device, es, nd, dshape, map, 0, src, dst);
+}
+
+/* A temporary like array a: host memory for host arrays, device scratch for
+ * device ones (tmp->data NULL on failure, error recorded). */
+static dt_status tmp_like(dt_ctx *ctx, const char *call, const dt_array *a, dt_array *tmp) {
+  memset(tmp, 0, sizeof *tmp);
+  if (a->dev != DT_DEV_CPU) {
+    int64_t n = a->numel;
+    return dt_array_create(ctx, a->dev, a->dtype, 1, &n, tmp);
+  }
+  tmp->data = dt_host_alloc(ctx, dt_array_bytes(a));
+  if (!tmp->data) return dt_error(ctx, DT_ERR_NOMEM, call, "temporary of %zu bytes", dt_array_bytes(a));
+  return DT_OK;
+}
+
+static void tmp_free(dt_ctx *ctx, bool dev, dt_array *tmp) {
+  if (dev)
+    dt_array_free(ctx, tmp);
+  else
+    dt_host_free(ctx, tmp->data);
+  tmp->data = NULL;
+}
+
 static double get_el(const void *p, dt_dtype t, int64_t i) {
   return t == DT_F64 ? ((const double *)p)[i] : (double)((const float *)p)[i];
 }
@@ -320,12 +366,17 @@ static dt_status kernel_common(dt_ctx *ctx, op_kind kind, const char *call, cons
   DT_CHECK(op_parse(ctx, kind, call, a, sp, &e));
   const dt_array *arr[3] = {&in[0]->local, &in[1]->local, &out[0]->local};
   dt_dtype t = arr[2]->dtype;
+  const bool dev = arr[2]->dev != DT_DEV_CPU;
   for (int o = 0; o < 3; o++) {
-    if (arr[o]->dev != DT_DEV_CPU)
-      return dt_error(ctx, DT_ERR_UNSUPPORTED, call, "local arrays on the CPU only");
-    if (arr[o]->ndim != e.n[o] || arr[o]->dtype != t)
+    if (arr[o]->ndim != e.n[o] || arr[o]->dtype != t || arr[o]->dev != arr[2]->dev)
       return dt_error(ctx, DT_ERR_INTERNAL, call, "operand %d: local array does not match", o);
   }
+  if (!dev && t != DT_F32 && t != DT_F64)
+    return dt_error(ctx, DT_ERR_UNSUPPORTED, call, "dtype %s on host arrays (f32 and f64 only)",
+                    dt_dtype_name(t));
+  if (dev && (!ctx->device || ctx->device->kind != arr[2]->dev))
+    return dt_error(ctx, DT_ERR_UNSUPPORTED, call, "device arrays, but the rank's device is %s",
+                    ctx->device ? ctx->device->ops->name : "none");
   int64_t size[NLET];
   for (int i = 0; i < NLET; i++) size[i] = -1;
   for (int o = 0; o < 3; o++)
@@ -371,16 +422,22 @@ static dt_status kernel_common(dt_ctx *ctx, op_kind kind, const char *call, cons
     if (pos_of(&e, 2, e.l[1][i]) < 0 && pos_of(&e, 0, e.l[1][i]) < 0) one_side = true;
   gb[nb] = gl[nl] = gr[nr] = gk[nk] = '\0';
   if (one_side) {
+    if (dev)
+      return dt_error(ctx, DT_ERR_UNSUPPORTED, call,
+                      "a letter summed in one input only (\"%s,%s->%s\") on device arrays", e.l[0],
+                      e.l[1], e.l[2]);
     naive_einsum(&e, size, t, arr[0]->data, arr[1]->data, C);
     return DT_OK;
   }
   if (K == 0) {
+    if (dev) return dt_device_fill(ctx->device, t, C, arr[2]->numel, 0.0);
     memset(C, 0, dt_array_bytes(arr[2]));
     return DT_OK;
   }
   size_t es = dt_dtype_size(t);
   char want[DT_MAX_DIMS + 1], alt[DT_MAX_DIMS + 1];
-  void *tmp[3] = {NULL, NULL, NULL};
+  dt_array tmp[3];
+  memset(tmp, 0, sizeof tmp);
   const void *pa = arr[0]->data, *pb = arr[1]->data;
   void *pc = C;
   bool ta = false, tb = false;
@@ -392,13 +449,15 @@ static dt_status kernel_common(dt_ctx *ctx, op_kind kind, const char *call, cons
   } else if (!strcmp(e.l[0], alt)) {
     ta = true;
   } else {
-    tmp[0] = dt_host_alloc(ctx, dt_array_bytes(arr[0]));
-    if (!tmp[0]) {
-      s = DT_ERR_NOMEM;
-      goto done;
+    s = tmp_like(ctx, call, arr[0], &tmp[0]);
+    if (s != DT_OK) goto done;
+    if (dev) {
+      s = permute_dev(ctx, call, es, e.n[0], e.l[0], arr[0]->shape, arr[0]->data, want, tmp[0].data);
+      if (s != DT_OK) goto done;
+    } else {
+      permute_copy(es, e.n[0], e.l[0], arr[0]->shape, arr[0]->data, want, tmp[0].data);
     }
-    permute_copy(es, e.n[0], e.l[0], arr[0]->shape, arr[0]->data, want, tmp[0]);
-    pa = tmp[0];
+    pa = tmp[0].data;
   }
   /* B as [batch, contract, rhs-free] or, transposed, [batch, rhs-free, contract] */
   cat3(want, gb, gk, gr);
@@ -407,23 +466,22 @@ static dt_status kernel_common(dt_ctx *ctx, op_kind kind, const char *call, cons
   } else if (!strcmp(e.l[1], alt)) {
     tb = true;
   } else {
-    tmp[1] = dt_host_alloc(ctx, dt_array_bytes(arr[1]));
-    if (!tmp[1]) {
-      s = DT_ERR_NOMEM;
-      goto done;
+    s = tmp_like(ctx, call, arr[1], &tmp[1]);
+    if (s != DT_OK) goto done;
+    if (dev) {
+      s = permute_dev(ctx, call, es, e.n[1], e.l[1], arr[1]->shape, arr[1]->data, want, tmp[1].data);
+      if (s != DT_OK) goto done;
+    } else {
+      permute_copy(es, e.n[1], e.l[1], arr[1]->shape, arr[1]->data, want, tmp[1].data);
     }
-    permute_copy(es, e.n[1], e.l[1], arr[1]->shape, arr[1]->data, want, tmp[1]);
-    pb = tmp[1];
+    pb = tmp[1].data;
   }
   /* C as [batch, lhs-free, rhs-free], else through a temporary */
   cat3(want, gb, gl, gr);
   if (strcmp(e.l[2], want)) {
-    tmp[2] = dt_host_alloc(ctx, dt_array_bytes(arr[2]));
-    if (!tmp[2]) {
-      s = DT_ERR_NOMEM;
-      goto done;
-    }
-    pc = tmp[2];
+    s = tmp_like(ctx, call, arr[2], &tmp[2]);
+    if (s != DT_OK) goto done;
+    pc = tmp[2].data;
   }
   {
     dt_gemm_desc g = {.dtype = t,
@@ -447,20 +505,23 @@ static dt_status kernel_common(dt_ctx *ctx, op_kind kind, const char *call, cons
     if (g.lda < 1) g.lda = 1;
     if (g.ldb < 1) g.ldb = 1;
     if (g.ldc < 1) g.ldc = 1;
-    if (!ctx->device || ctx->device->kind != DT_DEV_CPU) {
+    if (!ctx->device || ctx->device->kind != arr[2]->dev) {
       s = dt_error(ctx, DT_ERR_UNSUPPORTED, call, "the matmul kernel runs on the CPU device only");
       goto done;
     }
     s = dt_device_gemm(ctx->device, &g);
     if (s != DT_OK) goto done;
   }
-  if (tmp[2]) {
+  if (tmp[2].data) {
     int64_t ws[DT_MAX_DIMS];
     for (int i = 0; i < e.n[2]; i++) ws[i] = size[want[i] - 'a'];
-    permute_copy(es, e.n[2], want, ws, tmp[2], e.l[2], C);
+    if (dev)
+      s = permute_dev(ctx, call, es, e.n[2], want, ws, tmp[2].data, e.l[2], C);
+    else
+      permute_copy(es, e.n[2], want, ws, tmp[2].data, e.l[2], C);
   }
 done:
-  for (int i = 0; i < 3; i++) dt_host_free(ctx, tmp[i]);
+  for (int i = 0; i < 3; i++) tmp_free(ctx, dev, &tmp[i]);
   return s;
 }
 

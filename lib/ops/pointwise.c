@@ -18,9 +18,12 @@
  * unshardable placement (a dim smaller than its shard count) a second, all-R
  * candidate is added so that dispatch always finds one.
  *
- * Kernels: f32 and f64 host arrays (bf16 is refused by infer), computed in
- * double, except f32 silu / swiglu / their gradients: float on vmath.h's
- * vector exp. Backward is written with dt_op_call of these ops and dt_op_sum (for
+ * Kernels: f32 and f64 host arrays, computed in double, except f32 silu /
+ * swiglu / their gradients: float on vmath.h's vector exp (host bf16 arrays are
+ * refused by the kernel). Device arrays (f32, f64, bf16) run the device's
+ * dt_kern_pw slots (lib/device/kernels.h: binary with the operands' broadcast
+ * strides, scale, silu, swiglu_bwd), in f32 for f32 and bf16, f64 for f64; the
+ * inputs' dtypes must agree (no promotion). Backward is written with dt_op_call of these ops and dt_op_sum (for
  * broadcast operands), so backward communication is propagated like forward.
  *
  * What it is not: in-place ops, scalar-tensor add (P + 1 is class -1 in
@@ -43,8 +46,8 @@ typedef enum lin_class { LIN_NONE = -1, LIN_UNARY = 0, LIN_ADD = 1, LIN_MUL = 2 
 
 static dt_status check_dtype(dt_ctx *ctx, const char *name, const dt_spec *in, int n) {
   for (int j = 0; j < n; j++) {
-    if (in[j].dtype != DT_F32 && in[j].dtype != DT_F64)
-      return dt_error(ctx, DT_ERR_UNSUPPORTED, name, "input %d is %s; only f32 and f64 are supported",
+    if (in[j].dtype != DT_F32 && in[j].dtype != DT_F64 && in[j].dtype != DT_BF16)
+      return dt_error(ctx, DT_ERR_UNSUPPORTED, name, "input %d is %s; only f32, f64 and bf16 are supported",
                       j, dt_dtype_name(in[j].dtype));
     if (in[j].dtype != in[0].dtype)
       return dt_error(ctx, DT_ERR_INVALID, name, "inputs 0 and %d differ in dtype (%s, %s)", j,
@@ -250,6 +253,31 @@ static inline dt_v4f silu_v4(pw_kind k, dt_v4f a, dt_v4f b) {
   return k == PW_SILU ? a * g : k == PW_SWIGLU ? a * g * b : b * g * (1.0f + a * (1.0f - g));
 }
 
+/* The device path of pw_run: st[j] are operand j's element strides over the
+ * output's dims (0 where it broadcasts). */
+static dt_status pw_device(dt_ctx *ctx, pw_kind k, double sc, const dt_tensor *const *in, int n,
+                           dt_tensor *out, int64_t st[2][DT_MAX_DIMS]) {
+  const char *name = "pointwise";
+  const dt_kernels *K;
+  DT_CHECK(dt_op_kernels(ctx, name, &K));
+  dt_array *y = &out->local;
+  const void *x0 = in[0]->local.data;
+  if (k == PW_SCALE) {
+    DT_OP_KSLOT(ctx, name, K->pw, scale);
+    return K->pw->scale(ctx->device, y->dtype, y->numel, sc, x0, y->data);
+  }
+  if (k == PW_SILU) {
+    DT_OP_KSLOT(ctx, name, K->pw, silu);
+    return K->pw->silu(ctx->device, y->dtype, y->numel, x0, y->data);
+  }
+  if (n != 2) return dt_error(ctx, DT_ERR_INTERNAL, name, "binary kind with %d operands", n);
+  dt_pw_op op = k == PW_ADD ? DT_PW_ADD : k == PW_SUB ? DT_PW_SUB : k == PW_MUL ? DT_PW_MUL
+              : k == PW_SWIGLU ? DT_PW_SWIGLU : DT_PW_SILU_GRAD;
+  DT_OP_KSLOT(ctx, name, K->pw, binary);
+  return K->pw->binary(ctx->device, y->dtype, op, y->ndim, y->shape, x0, st[0],
+                       in[1]->local.data, st[1], y->data);
+}
+
 /* y = k(x0, x1) on the local arrays; an operand's size-1 dim (or a dim it
  * lacks) is read at index 0 (broadcast: such a dim is R, so its local is 1). */
 static dt_status pw_run(dt_ctx *ctx, pw_kind k, double sc, const dt_tensor *const *in, int n,
@@ -276,6 +304,7 @@ static dt_status pw_run(dt_ctx *ctx, pw_kind k, double sc, const dt_tensor *cons
       s *= x->shape[d];
     }
   }
+  if (out->local.dev != DT_DEV_CPU) return pw_device(ctx, k, sc, in, n, out, st);
   if (numel <= 0) return DT_OK;
   bool same = true;
   for (int j = 0; j < n; j++) {
@@ -495,6 +524,14 @@ static dt_status sgb_kernel(dt_ctx *ctx, const dt_op_attrs *at, const dt_tensor 
   if (out[1]->local.numel != n || in[0]->local.numel != n || in[1]->local.numel != n ||
       in[2]->local.numel != n)
     return dt_error(ctx, DT_ERR_INTERNAL, "swiglu_bwd", "local sizes differ");
+  if (out[0]->local.dev != DT_DEV_CPU) {
+    const dt_kernels *K;
+    DT_CHECK(dt_op_kernels(ctx, "swiglu_bwd", &K));
+    DT_OP_KSLOT(ctx, "swiglu_bwd", K->pw, swiglu_bwd);
+    return K->pw->swiglu_bwd(ctx->device, out[0]->local.dtype, n, in[0]->local.data,
+                             in[1]->local.data, in[2]->local.data, out[0]->local.data,
+                             out[1]->local.data);
+  }
   if (out[0]->local.dtype == DT_F32) {
     const float *A = in[0]->local.data, *B = in[1]->local.data, *G = in[2]->local.data;
     float *DA = out[0]->local.data, *DB = out[1]->local.data;

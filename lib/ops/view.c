@@ -24,7 +24,9 @@
  *    view is strict (aten.view's strict_view): it returns DT_ERR_INVALID when the
  *    input would have to move.
  * Kernels: any dtype (views move bytes, no arithmetic): view/reshape copy the
- * contiguous local block; transpose/permute do a local permuted copy. Backward:
+ * contiguous local block; transpose/permute do a local permuted copy. On device
+ * arrays the copy is a device-to-device dt_device_copy and the permuted copy the
+ * device's permute slot (lib/device/kernels.h). Backward:
  * reshape the gradient back to the input's shape, transpose back, or the
  * inverse permutation, all through dt_op_call.
  *
@@ -278,7 +280,11 @@ static dt_status view_kernel(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor 
     return dt_error(ctx, DT_ERR_INTERNAL, "view/reshape",
                     "local input has %lld elements, local output %lld (strategy bug)",
                     (long long)x->numel, (long long)y->numel);
-  if (x->numel > 0) memcpy(y->data, x->data, (size_t)x->numel * dt_dtype_size(x->dtype));
+  if (x->numel == 0) return DT_OK;
+  if (x->dev != DT_DEV_CPU)
+    return dt_device_copy(ctx->device, y->data, x->data, (size_t)x->numel * dt_dtype_size(x->dtype),
+                          DT_COPY_D2D);
+  memcpy(y->data, x->data, (size_t)x->numel * dt_dtype_size(x->dtype));
   return DT_OK;
 }
 
@@ -300,6 +306,12 @@ static dt_status perm_kernel_common(dt_ctx *ctx, bool tr, const dt_op_attrs *a,
     return dt_error(ctx, DT_ERR_INTERNAL, name, "local output shape does not match (strategy bug)");
   for (int k = 0; k < nd; k++) st[k] = xst[perm[k]]; /* input stride of output dim k */
   size_t es = dt_dtype_size(x->dtype);
+  if (x->dev != DT_DEV_CPU) {
+    const dt_kernels *K;
+    DT_CHECK(dt_op_kernels(ctx, name, &K));
+    DT_OP_KSLOT(ctx, name, K->pw, permute);
+    return K->pw->permute(ctx->device, es, nd, y->shape, st, 0, x->data, y->data);
+  }
   const unsigned char *src = x->data;
   unsigned char *dst = y->data;
   int64_t p = 0;
