@@ -42,20 +42,27 @@
  *   exactly those that use the local kv heads [k kvh/N, (k+1) kvh/N). Partial
  *   inputs are never kept: the cost model picks R or a Shard target for them
  *   (all-reduce or reduce-scatter). The all-R candidate always survives.
- *   Kernel per (batch, head) and block of 64 query rows (keys up to the
+ *   attrs.i2 = query rows per block (0: 64 on the host, up to 256 on a
+ *   device), for tuning and tests; results do not depend on it beyond rounding.
+ *   Kernel per (batch, head) and block of query rows (keys up to the
  *   block's last row only: causal blocks skip what they cannot see): GEMMs on
  *   the strided head in place (no copies in either layout), max-subtracted
- *   softmax with its sum in double.
+ *   softmax with its sum in double. This is the query-chunked attention of
+ *   Rabe & Staats, "Self-attention does not need O(n^2) memory" (2021), sec.
+ *   2-3: the scores of one block of rows exist at a time, never S x S.
  *   Backward: one private op on (q, k, v, dout) with the same strategy,
  *   sdpa_bwd -> (dq, dk, dv), recomputing P once per head (as flash attention
  *   does; nothing S x S is kept from the forward): dV = P^T dO, dP = dO V^T,
  *   dS = P (dP - rowsum(dP P)), dQ = dS K scale, dK = dS^T Q scale, dK and dV
  *   summed over a group's heads.
  *
- * Kernels: f32 and f64 host arrays.
+ * Kernels: f32 and f64 host arrays; on a device (arrays of another kind) f32,
+ *   f64 and bf16 (as far as the device's GEMM takes the dtype), the same blocks
+ *   batched over kv heads through dt_device_gemm and the device's attn kernels
+ *   (lib/device/kernels.h; see sdpa_dev_get below), all in device memory.
  * What it is not: sequence-sharded attention (that is sdpa_cp, attention_cp.c), dropout,
  * non-causal masks, rotate-half rope, a flash (online-softmax) kernel: a
- * block's scores over all its keys are materialised (64 x S).
+ * block's scores over all its keys are materialised (BQ x S).
  */
 #include "config.h"
 

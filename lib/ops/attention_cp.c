@@ -71,8 +71,11 @@
  * Counters: each kernel call (forward and backward) adds its (query unit, key
  *   unit) pairs once (not per batch or head) to the rank's dt_cp_counts, kept
  *   on the context (dt_ctx_ext).
- * Kernels: f32 and f64 host arrays. What it is not: non-causal or document
- * masks, dropout, a PyTorch-style f32 upcast of bf16 (no bf16 kernels here).
+ * Kernels: f32 and f64 host arrays; device arrays (f32, f64, and bf16 as far
+ *   as the device's GEMM takes it) run the same pairs and blocks through
+ *   dt_device_gemm and the device's attn kernels (lib/device/kernels.h) in
+ *   device memory, the [K | V] and [dK | dV] buffers too (the comm front moves
+ *   them). What it is not: non-causal or document masks, dropout.
  */
 #include "config.h"
 
