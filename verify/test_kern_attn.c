@@ -492,6 +492,33 @@ static dt_status body(dt_ctx *ctx, void *arg) {
   printf("sdpa_cp on %s: 4 chunks S 132 GQA 4:1, 2 chunks S 8 head dim 128, both layouts, f32, f64\n",
          ON_CUDA ? "cuda" : "cuda-emu");
 
+  /* bf16: q, k, v, out and the scores in bf16 (f32 arithmetic in the row
+   * kernels). It runs where the device's GEMM takes bf16; where it does not,
+   * the op must fail cleanly, naming the GEMM. */
+  {
+    acase c = {.B = 1, .H = 4, .KVH = 1, .S = 7, .HD = 64, .lay = 1, .pos = natural};
+    int64_t nq = c.B * c.H * c.S * c.HD, nk = c.B * c.KVH * c.S * c.HD;
+    double *q = rounded(DT_BF16, nq, 901), *k = rounded(DT_BF16, nk, 902), *v = rounded(DT_BF16, nk, 903);
+    double *o = malloc(nq * sizeof *o);
+    ref_attn(&c, q, k, v, NULL, o, NULL, NULL, NULL, NULL);
+    run_out r;
+    dt_status s = run_op(ctx, mesh, DT_BF16, &c, 0, 0, q, k, v, NULL, &r);
+    if (s == DT_OK) {
+      /* scores, probabilities and out each rounded to bf16 (u = 2^-8) around
+       * f32 sums: the bound of (b) with three bf16 roundings per value on top */
+      double tol = 4 * sqrt((double)(c.S + c.HD)) * kt_unit(DT_F32) + 3 * kt_unit(DT_BF16);
+      close_to(0, "sdpa bf16 out", r.out, o, nq, tol);
+      printf("sdpa bf16: ran (the device GEMM takes bf16)\n");
+    } else {
+      TU_CHECK(s == DT_ERR_UNSUPPORTED && strstr(dt_last_error(ctx), "dt_device_gemm"),
+               "sdpa bf16: %s: %s", dt_status_str(s), dt_last_error(ctx));
+      printf("sdpa bf16: refused by the device GEMM (%s)\n", dt_last_error(ctx));
+      dt_error_clear(ctx);
+    }
+    run_free(&r);
+    free(q), free(k), free(v), free(o);
+  }
+
   /* (d) finite differences */
   for (int lay = 0; lay < 2; lay++) {
     acase c = {.B = 1, .H = 2, .KVH = 1, .S = 5, .HD = 4, .lay = lay, .pos = natural};
