@@ -589,7 +589,8 @@ static void *buf_get(dt_ctx *ctx, cp_buf *b, bool dev, dt_dtype t, int64_t n) {
     b->a.data = dt_host_alloc(ctx, (size_t)n * dt_dtype_size(t));
     return b->a.data;
   }
-  if (dt_array_create(ctx, DT_DEV_CUDA, t, 1, &n, &b->a) != DT_OK) return NULL;
+  int64_t m = n > 0 ? n : 1; /* an empty shard still gets a buffer */
+  if (dt_array_create(ctx, ctx->device->kind, t, 1, &m, &b->a) != DT_OK) return NULL;
   return b->a.data;
 }
 
