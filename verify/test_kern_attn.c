@@ -519,6 +519,22 @@ static dt_status body(dt_ctx *ctx, void *arg) {
     free(q), free(k), free(v), free(o);
   }
 
+  /* The batched GEMMs above write [b, s, h, hd] heads side by side within a
+   * row; outputs that really overlap are still refused. */
+  {
+    float dummy[1]; /* only checked, never read */
+    dt_gemm_desc g = {.dtype = DT_F32, .m = 3, .n = 4, .k = 2, .lda = 2, .ldb = 4, .ldc = 8,
+                      .stride_a = 6, .stride_b = 8, .batch = 2, .alpha = 1, .a = dummy,
+                      .b = dummy, .c = dummy};
+    g.stride_c = 4; /* side by side: columns [0, 4) and [4, 8) */
+    TU_CHECK(dt_gemm_check(ctx, &g) == DT_OK, "side-by-side outputs refused: %s", dt_last_error(ctx));
+    g.stride_c = 3; /* columns [0, 4) and [3, 7) share column 3 */
+    TU_CHECK(dt_gemm_check(ctx, &g) == DT_ERR_INVALID, "overlapping outputs accepted");
+    g.stride_c = 5; /* [5, 9) passes the row of 8 into the next row */
+    TU_CHECK(dt_gemm_check(ctx, &g) == DT_ERR_INVALID, "outputs past ldc accepted");
+    dt_error_clear(ctx);
+  }
+
   /* (d) finite differences */
   for (int lay = 0; lay < 2; lay++) {
     acase c = {.B = 1, .H = 2, .KVH = 1, .S = 5, .HD = 4, .lay = lay, .pos = natural};
