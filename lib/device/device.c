@@ -62,8 +62,12 @@ dt_status dt_gemm_check(dt_ctx *ctx, const dt_gemm_desc *g) {
       g->ldc < (g->n > 1 ? g->n : 1))
     return dt_error(ctx, DT_ERR_INVALID, c, "leading dims lda=%lld ldb=%lld ldc=%lld too small",
                     (long long)g->lda, (long long)g->ldb, (long long)g->ldc);
-  if (g->batch > 1 && (g->stride_a < 0 || g->stride_b < 0 ||
-                       g->stride_c < (g->m - 1) * g->ldc + g->n))
+  /* The outputs must be disjoint: one after another, or side by side within
+   * each row (the heads of a [b, s, heads, hd] tensor: stride_c >= n and every
+   * matrix within the row's ldc). */
+  bool stacked = g->stride_c >= (g->m - 1) * g->ldc + g->n;
+  bool side = g->stride_c >= g->n && (g->batch - 1) * g->stride_c + g->n <= g->ldc;
+  if (g->batch > 1 && (g->stride_a < 0 || g->stride_b < 0 || !(stacked || side)))
     return dt_error(ctx, DT_ERR_INVALID, c, "batch strides overlap the output");
   if ((g->m && g->n && !g->c) || (g->m && g->k && a_rows && !g->a) || (g->n && g->k && b_rows && !g->b))
     return dt_error(ctx, DT_ERR_INVALID, c, "NULL matrix");

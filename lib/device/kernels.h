@@ -156,8 +156,49 @@ static inline size_t dt_kern_rms_ws(int64_t rows, int64_t dim) {
 }
 
 /* Attention's row kernels (k_attn.cu); the GEMMs go through dt_device_gemm. */
+/* Where attention's row kernels find their rows. Scores: `batch` blocks of
+ * `rows` rows of `nk` keys; row r of block b starts at element b stride + r ld
+ * of the score buffer, and sees keys [0, min(nk, vis0 + r)) (causal block whose
+ * first query row is at key index vis0 - 1: vis0 = r0 + 1; no mask: vis0 >= nk);
+ * the keys it does not see are set to 0. Per-row statistics (running max m, sum
+ * l, lse, D) of row r of block b are element b sstride + r sld of their arrays. */
+typedef struct dt_attn_rows {
+  int64_t batch, rows, nk, vis0;
+  int64_t ld, stride;
+  int64_t sld, sstride;
+} dt_attn_rows;
+
+/* Attention's row kernels (k_attn.cu); the GEMMs go through dt_device_gemm.
+ * t: the dtype of the scores and of q, k, v, out (f32, f64, bf16); the running
+ * statistics m, l and D are in its arithmetic type (f64 for f64, else f32),
+ * lse in t. They implement the query-chunked attention of Rabe & Staats, "Self-
+ * attention does not need O(n^2) memory" (2021), sec. 2-3, with the log-sum-exp
+ * bookkeeping of FlashAttention-2 (Dao 2023, Alg. 1 forward, Alg. 2 backward). */
 typedef struct dt_kern_attn {
-  const char *group;
+  /* Row softmax of the scores in place (max-subtracted), masked keys 0. */
+  dt_status (*softmax)(dt_device *d, dt_dtype t, const dt_attn_rows *g, void *P);
+  /* dS = P (dP - rowsum(dP P)) in place over dP (P the softmax rows); masked 0. */
+  dt_status (*softmax_bwd)(dt_device *d, dt_dtype t, const dt_attn_rows *g, const void *P,
+                           void *dP);
+  /* One online-softmax step over a key block (FlashAttention-2 Alg. 1, lines
+   * 8-10): mx = max(m, row max), P = exp(P - mx) (masked 0), l = l e^(m - mx) +
+   * rowsum(P), m = mx, and the hd values of the row's unnormalised output
+   * (row r of block b at O + b ostride + r old) scaled by e^(m_old - mx). */
+  dt_status (*online)(dt_device *d, dt_dtype t, const dt_attn_rows *g, void *P, void *m, void *l,
+                      void *O, int64_t old, int64_t ostride, int64_t hd);
+  /* The end of the online softmax over n contiguous rows of hd values:
+   * O[i] /= l[i], lse[i] = m[i] + log l[i]. */
+  dt_status (*finish)(dt_device *d, dt_dtype t, int64_t n, int64_t hd, void *O, const void *m,
+                      const void *l, void *lse);
+  /* D[i] = rowsum(dO[i] * O[i]) over n contiguous rows of hd values
+   * (FlashAttention-2 Alg. 2, line 4). */
+  dt_status (*rowdot)(dt_device *d, dt_dtype t, int64_t n, int64_t hd, const void *dO,
+                      const void *O, void *D);
+  /* The backward from a saved lse (FlashAttention-2 Alg. 2, lines 11-14), in
+   * place: P = exp(P - lse) over the raw scaled scores, then
+   * dS = P (dS - D) over dS = dO V^T; masked keys 0 in both. */
+  dt_status (*lse_bwd)(dt_device *d, dt_dtype t, const dt_attn_rows *g, void *P, void *dS,
+                       const void *lse, const void *D);
 } dt_kern_attn;
 
 /* Reduce operators of dt_kern_layout.reduce, in the order of dt_reduce_op

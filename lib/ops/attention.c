@@ -43,20 +43,27 @@
  *   exactly those that use the local kv heads [k kvh/N, (k+1) kvh/N). Partial
  *   inputs are never kept: the cost model picks R or a Shard target for them
  *   (all-reduce or reduce-scatter). The all-R candidate always survives.
- *   Kernel per (batch, head) and block of 64 query rows (keys up to the
+ *   attrs.i2 = query rows per block (0: 64 on the host, up to 256 on a
+ *   device), for tuning and tests; results do not depend on it beyond rounding.
+ *   Kernel per (batch, head) and block of query rows (keys up to the
  *   block's last row only: causal blocks skip what they cannot see): GEMMs on
  *   the strided head in place (no copies in either layout), max-subtracted
- *   softmax with its sum in double.
+ *   softmax with its sum in double. This is the query-chunked attention of
+ *   Rabe & Staats, "Self-attention does not need O(n^2) memory" (2021), sec.
+ *   2-3: the scores of one block of rows exist at a time, never S x S.
  *   Backward: one private op on (q, k, v, dout) with the same strategy,
  *   sdpa_bwd -> (dq, dk, dv), recomputing P once per head (as flash attention
  *   does; nothing S x S is kept from the forward): dV = P^T dO, dP = dO V^T,
  *   dS = P (dP - rowsum(dP P)), dQ = dS K scale, dK = dS^T Q scale, dK and dV
  *   summed over a group's heads.
  *
- * Kernels: f32 and f64 host arrays.
+ * Kernels: f32 and f64 host arrays; on a device (arrays of another kind) f32,
+ *   f64 and bf16 (as far as the device's GEMM takes the dtype), the same blocks
+ *   batched over kv heads through dt_device_gemm and the device's attn kernels
+ *   (lib/device/kernels.h; see sdpa_dev_get below), all in device memory.
  * What it is not: sequence-sharded attention (that is sdpa_cp, attention_cp.c), dropout,
  * non-causal masks, rotate-half rope, a flash (online-softmax) kernel: a
- * block's scores over all its keys are materialised (64 x S).
+ * block's scores over all its keys are materialised (BQ x S).
  */
 #include "config.h"
 
@@ -64,6 +71,7 @@
 #include <string.h>
 
 #include "device/device.h"
+#include "device/kernels.h"
 #include "ops/ops.h"
 #include "ops/vmath.h"
 #include "ops/attention_impl.h"
@@ -220,8 +228,13 @@ static dt_status sdpa_check(dt_ctx *ctx, const char *name, const dt_op_attrs *a,
   int hd_ = 1, sd_ = 2;
   DT_CHECK(dt_attn_layout(ctx, name, a, &hd_, &sd_));
   const char *lay = hd_ == 1 ? "[b, heads, s, hd]" : "[b, s, heads, hd]";
+  if (a && a->i2 < 0)
+    return dt_error(ctx, DT_ERR_INVALID, name, "query rows per block (i2) %d: 0 (the default) or more",
+                    a->i2);
   for (int j = 0; j < n; j++) {
-    DT_CHECK(check_float(ctx, name, j, in[j].dtype));
+    if (in[j].dtype != DT_F32 && in[j].dtype != DT_F64 && in[j].dtype != DT_BF16)
+      return dt_error(ctx, DT_ERR_UNSUPPORTED, name, "input %d is %s; only f32, f64 and bf16 are supported",
+                      j, dt_dtype_name(in[j].dtype));
     if (in[j].dtype != in[0].dtype)
       return dt_error(ctx, DT_ERR_INVALID, name, "q and %s differ in dtype", NM[j]);
     if (in[j].ndim != 4)
@@ -446,6 +459,160 @@ static dt_status sdpa_probs(dt_ctx *ctx, dt_dtype t, const char *Q, const char *
   return DT_OK;
 }
 
+/* ---- the device path ------------------------------------------------------------------ */
+
+/* On a device the blocks are batched over kv heads: one strided-batched GEMM
+ * per (group member j, query block) covers every kv head (and, in [b, h, s,
+ * hd], every batch too: query head kvh * group + j of batch b sits at a
+ * constant stride from that of batch b, kv head kvh - 1), so a block costs two
+ * GEMMs and one row kernel forward and five GEMMs and two row kernels backward
+ * whatever the head count. Query rows per block: attrs.i2 when set, else
+ * SDPA_DEV_BQ (the causal blocks then do (S + BQ) / S of the minimal score
+ * work: 1.03 at S = 8192), fewer when the scores of all batched heads, nbuf
+ * buffers of nbat x BQ x S, would pass SDPA_DEV_SCRATCH. */
+enum { SDPA_DEV_BQ = 256 };
+static const size_t SDPA_DEV_SCRATCH = (size_t)256 << 20;
+
+typedef struct sdpa_dev {
+  const dt_kern_attn *ka;
+  int64_t nouter, nbat;      /* outer loop (b in [b, s, h, hd]) x GEMM batch */
+  int64_t oq, ok;            /* q (k) offset of outer index ob, elements */
+  int64_t sq, sk;            /* batch strides of q (k) */
+  int64_t bq;                /* query rows per block */
+  size_t es;
+} sdpa_dev;
+
+static dt_status sdpa_dev_get(dt_ctx *ctx, const char *name, const dt_op_attrs *a, const sdpa_geo *g,
+                              dt_dtype t, int nbuf, sdpa_dev *D) {
+  const dt_kernels *K;
+  DT_CHECK(dt_op_kernels(ctx, name, &K));
+  DT_OP_KSLOT(ctx, name, K->attn, softmax);
+  DT_OP_KSLOT(ctx, name, K->attn, softmax_bwd);
+  D->ka = K->attn;
+  D->es = dt_dtype_size(t);
+  bool bhsd = a->i0 == DT_ATTN_BHSD;
+  D->nouter = bhsd ? 1 : g->B;
+  D->nbat = bhsd ? g->B * g->KVH : g->KVH;
+  D->oq = g->qb;
+  D->ok = g->kb;
+  D->sq = g->group * g->qh;
+  D->sk = g->kh;
+  int64_t cap = (int64_t)(SDPA_DEV_SCRATCH / ((size_t)nbuf * (size_t)(D->nbat * g->S) * D->es));
+  int64_t bq = a->i2 > 0 ? a->i2 : cap < SDPA_DEV_BQ ? cap : SDPA_DEV_BQ;
+  if (bq > g->S) bq = g->S;
+  D->bq = bq < 1 ? 1 : bq;
+  return DT_OK;
+}
+
+/* One strided-batched GEMM of the block loop. */
+static dt_status dev_gemm(dt_ctx *ctx, dt_dtype t, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+                          double alpha, const void *A, int64_t lda, int64_t sa, const void *B,
+                          int64_t ldb, int64_t sb, double beta, void *C, int64_t ldc, int64_t sc,
+                          int64_t batch) {
+  dt_gemm_desc d = {.dtype = t, .trans_a = ta, .trans_b = tb, .m = m, .n = n, .k = k,
+                    .alpha = alpha, .beta = beta, .a = A, .lda = lda, .stride_a = sa, .b = B,
+                    .ldb = ldb, .stride_b = sb, .c = C, .ldc = ldc, .stride_c = sc, .batch = batch};
+  return dt_device_gemm(ctx->device, &d);
+}
+
+/* P (nbat blocks of bq x S) = softmax(scale Q[r0, r1) K[0, r1)^T), causal. */
+static dt_status dev_probs(dt_ctx *ctx, dt_dtype t, const sdpa_geo *g, const sdpa_dev *D,
+                           const char *Q, const char *K, int64_t r0, int64_t r1, void *P) {
+  DT_CHECK(dev_gemm(ctx, t, false, true, r1 - r0, r1, g->HD, g->scale, Q + (size_t)(r0 * g->qld) * D->es,
+                    g->qld, D->sq, K, g->kld, D->sk, 0.0, P, g->S, D->bq * g->S, D->nbat));
+  dt_attn_rows rg = {.batch = D->nbat, .rows = r1 - r0, .nk = r1, .vis0 = r0 + 1, .ld = g->S,
+                     .stride = D->bq * g->S};
+  return D->ka->softmax(ctx->device, t, &rg, P);
+}
+
+static dt_status sdpa_dev_kernel(dt_ctx *ctx, const dt_op_attrs *a, const sdpa_geo *g,
+                                 const dt_array *q, const dt_array *k, const dt_array *v, dt_array *o) {
+  dt_dtype t = q->dtype;
+  sdpa_dev D;
+  DT_CHECK(sdpa_dev_get(ctx, "sdpa", a, g, t, 1, &D));
+  dt_array P;
+  const int64_t pn = D.nbat * D.bq * g->S;
+  DT_CHECK(dt_array_create(ctx, o->dev, t, 1, &pn, &P));
+  dt_status s = DT_OK;
+  for (int64_t ob = 0; ob < D.nouter && s == DT_OK; ob++)
+    for (int64_t j = 0; j < g->group && s == DT_OK; j++) {
+      size_t qo = (size_t)(ob * D.oq + j * g->qh) * D.es, ko = (size_t)(ob * D.ok) * D.es;
+      const char *Q = (const char *)q->data + qo, *K = (const char *)k->data + ko;
+      const char *V = (const char *)v->data + ko;
+      for (int64_t r0 = 0; r0 < g->S && s == DT_OK; r0 += D.bq) {
+        int64_t r1 = r0 + D.bq < g->S ? r0 + D.bq : g->S;
+        s = dev_probs(ctx, t, g, &D, Q, K, r0, r1, P.data);
+        char *O = (char *)o->data + qo + (size_t)(r0 * g->qld) * D.es;
+        if (s == DT_OK)
+          s = dev_gemm(ctx, t, false, false, r1 - r0, g->HD, r1, 1.0, P.data, g->S, D.bq * g->S, V,
+                       g->kld, D.sk, 0.0, O, g->qld, D.sq, D.nbat);
+      }
+    }
+  dt_array_free(ctx, &P);
+  return s;
+}
+
+/* The backward on the device, as bwd_kernel below: per block P recomputed, dP =
+ * dO V^T, dS = P (dP - rowsum(dP P)), dQ = scale dS K, dK += scale dS^T Q,
+ * dV += P^T dO (beta = 1: a kv head's gradient sums its group's query heads,
+ * which the loop over j visits in turn, and the blocks). */
+static dt_status bwd_dev_kernel(dt_ctx *ctx, const dt_op_attrs *a, const sdpa_geo *g,
+                                const dt_tensor *const *in, dt_tensor *const *out) {
+  const dt_array *q = &in[0]->local, *k = &in[1]->local, *v = &in[2]->local, *dO = &in[3]->local;
+  dt_array *dq = &out[0]->local, *dk = &out[1]->local, *dv = &out[2]->local;
+  dt_dtype t = q->dtype;
+  DT_CHECK(dt_device_fill(ctx->device, t, dk->data, dk->numel, 0.0));
+  DT_CHECK(dt_device_fill(ctx->device, t, dv->data, dv->numel, 0.0));
+  if (g->B * g->H * g->S == 0) return DT_OK;
+  sdpa_dev D;
+  DT_CHECK(sdpa_dev_get(ctx, "sdpa_bwd", a, g, t, 2, &D));
+  dt_array buf;
+  const int64_t blk = D.nbat * D.bq * g->S, bn = 2 * blk, st = D.bq * g->S;
+  DT_CHECK(dt_array_create(ctx, q->dev, t, 1, &bn, &buf));
+  char *P = buf.data, *dS = P + (size_t)blk * D.es;
+  dt_status s = DT_OK;
+  for (int64_t ob = 0; ob < D.nouter && s == DT_OK; ob++)
+    for (int64_t j = 0; j < g->group && s == DT_OK; j++) {
+      size_t qo = (size_t)(ob * D.oq + j * g->qh) * D.es, ko = (size_t)(ob * D.ok) * D.es;
+      const char *Q = (const char *)q->data + qo, *DO = (const char *)dO->data + qo;
+      const char *K = (const char *)k->data + ko, *V = (const char *)v->data + ko;
+      char *DK = (char *)dk->data + ko, *DV = (char *)dv->data + ko;
+      for (int64_t r0 = 0; r0 < g->S && s == DT_OK; r0 += D.bq) {
+        int64_t r1 = r0 + D.bq < g->S ? r0 + D.bq : g->S, rb = r1 - r0;
+        size_t ro = (size_t)(r0 * g->qld) * D.es;
+        s = dev_probs(ctx, t, g, &D, Q, K, r0, r1, P);
+        if (s == DT_OK)
+          s = dev_gemm(ctx, t, false, true, rb, r1, g->HD, 1.0, DO + ro, g->qld, D.sq, V, g->kld, D.sk,
+                       0.0, dS, g->S, st, D.nbat);
+        dt_attn_rows rg = {.batch = D.nbat, .rows = rb, .nk = r1, .vis0 = r0 + 1, .ld = g->S,
+                           .stride = st};
+        if (s == DT_OK) s = D.ka->softmax_bwd(ctx->device, t, &rg, P, dS);
+        char *DQ = (char *)dq->data + qo + ro;
+        if (s == DT_OK)
+          s = dev_gemm(ctx, t, false, false, rb, g->HD, r1, g->scale, dS, g->S, st, K, g->kld, D.sk,
+                       0.0, DQ, g->qld, D.sq, D.nbat);
+        if (s == DT_OK)
+          s = dev_gemm(ctx, t, true, false, r1, g->HD, rb, g->scale, dS, g->S, st, Q + ro, g->qld,
+                       D.sq, 1.0, DK, g->kld, D.sk, D.nbat);
+        if (s == DT_OK)
+          s = dev_gemm(ctx, t, true, false, r1, g->HD, rb, 1.0, P, g->S, st, DO + ro, g->qld, D.sq,
+                       1.0, DV, g->kld, D.sk, D.nbat);
+      }
+    }
+  dt_array_free(ctx, &buf);
+  return s;
+}
+
+/* ---- the host path -------------------------------------------------------------------- */
+
+/* Host kernels: f32 and f64 (bf16 runs on a device only). */
+static dt_status host_dtype(dt_ctx *ctx, const char *name, dt_dtype t) {
+  if (t != DT_F32 && t != DT_F64)
+    return dt_error(ctx, DT_ERR_UNSUPPORTED, name, "%s on the host: f32 and f64 only (bf16 needs a device)",
+                    dt_dtype_name(t));
+  return DT_OK;
+}
+
 static dt_status sdpa_kernel(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor *const *in,
                              dt_tensor *const *out) {
   sdpa_geo g;
@@ -453,9 +620,12 @@ static dt_status sdpa_kernel(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor 
   const dt_array *q = &in[0]->local, *k = &in[1]->local, *v = &in[2]->local;
   dt_array *o = &out[0]->local;
   if (g.B * g.H * g.S == 0) return DT_OK;
+  if (q->dev != DT_DEV_CPU) return sdpa_dev_kernel(ctx, a, &g, q, k, v, o);
   dt_dtype t = q->dtype;
+  DT_CHECK(host_dtype(ctx, "sdpa", t));
   size_t es = dt_dtype_size(t);
-  int64_t bq = g.S < SDPA_BQ ? g.S : SDPA_BQ;
+  int64_t bq = a->i2 > 0 ? a->i2 : SDPA_BQ;
+  if (bq > g.S) bq = g.S;
   void *P = dt_host_alloc(ctx, (size_t)(bq * g.S) * es);
   if (!P) return dt_error(ctx, DT_ERR_NOMEM, "sdpa", "scores");
   dt_status s = DT_OK;
@@ -486,11 +656,14 @@ static dt_status bwd_kernel(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor *
   const dt_array *q = &in[0]->local, *k = &in[1]->local, *v = &in[2]->local, *dO = &in[3]->local;
   if (dO->numel != q->numel) return dt_error(ctx, DT_ERR_INTERNAL, name, "dout shape differs from q");
   dt_array *dq = &out[0]->local, *dk = &out[1]->local, *dv = &out[2]->local;
+  if (q->dev != DT_DEV_CPU) return bwd_dev_kernel(ctx, a, &g, in, out);
+  DT_CHECK(host_dtype(ctx, name, q->dtype));
   if (dk->numel) memset(dk->data, 0, dt_array_bytes(dk));
   if (dv->numel) memset(dv->data, 0, dt_array_bytes(dv));
   if (g.B * g.H * g.S == 0) return DT_OK;
   dt_dtype t = q->dtype;
-  int64_t bq = g.S < SDPA_BQ ? g.S : SDPA_BQ;
+  int64_t bq = a->i2 > 0 ? a->i2 : SDPA_BQ;
+  if (bq > g.S) bq = g.S;
   size_t es = dt_dtype_size(t), blk = (size_t)(bq * g.S);
   char *P = dt_host_alloc(ctx, 2 * blk * es);
   if (!P) return dt_error(ctx, DT_ERR_NOMEM, name, "scratch");

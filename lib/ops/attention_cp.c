@@ -71,8 +71,11 @@
  * Counters: each kernel call (forward and backward) adds its (query unit, key
  *   unit) pairs once (not per batch or head) to the rank's dt_cp_counts, kept
  *   on the context (dt_ctx_ext).
- * Kernels: f32 and f64 host arrays. What it is not: non-causal or document
- * masks, dropout, a PyTorch-style f32 upcast of bf16 (no bf16 kernels here).
+ * Kernels: f32 and f64 host arrays; device arrays (f32, f64, and bf16 as far
+ *   as the device's GEMM takes it) run the same pairs and blocks through
+ *   dt_device_gemm and the device's attn kernels (lib/device/kernels.h) in
+ *   device memory, the [K | V] and [dK | dV] buffers too (the comm front moves
+ *   them). What it is not: non-causal or document masks, dropout.
  */
 #include "config.h"
 
@@ -152,9 +155,9 @@ static dt_status cp_check(dt_ctx *ctx, const char *name, const dt_op_attrs *a, c
   int hdim = 1, sdim = 2, n = bwd ? 6 : 3;
   DT_CHECK(dt_attn_layout(ctx, name, a, &hdim, &sdim));
   for (int j = 0; j < n; j++) {
-    if (in[j].dtype != DT_F32 && in[j].dtype != DT_F64)
-      return dt_error(ctx, DT_ERR_UNSUPPORTED, name, "%s is %s; only f32 and f64 are supported", NM[j],
-                      dt_dtype_name(in[j].dtype));
+    if (in[j].dtype != DT_F32 && in[j].dtype != DT_F64 && in[j].dtype != DT_BF16)
+      return dt_error(ctx, DT_ERR_UNSUPPORTED, name, "%s is %s; only f32, f64 and bf16 are supported",
+                      NM[j], dt_dtype_name(in[j].dtype));
     if (in[j].dtype != in[0].dtype)
       return dt_error(ctx, DT_ERR_INVALID, name, "q and %s differ in dtype", NM[j]);
     int want = j == 4 ? 3 : 4;
@@ -486,27 +489,157 @@ static dt_status fwd_pair(dt_ctx *ctx, const cp_geo *g, const kv_view *w, int64_
   return DT_OK;
 }
 
+/* ---- the device path ---------------------------------------------------------------- */
+
+/* On a device the same pairs and blocks run through dt_device_gemm and the
+ * attn kernels (lib/device/kernels.h) on device scratch: the running max and
+ * sum m, l (and the backward's D) in the arithmetic type (f64 for f64, else
+ * f32), indexed like lse, so that finish and rowdot take every local row at
+ * once; the online step rescales the output rows itself. Query rows per block:
+ * CP_DEV_BQ (scores of CP_DEV_BQ x L per block). */
+enum { CP_DEV_BQ = 256 };
+
+static dt_dtype acc_dtype(dt_dtype t) { return t == DT_F64 ? DT_F64 : DT_F32; }
+
+/* The device's attn kernels, or the recorded error. */
+static dt_status dev_attn(dt_ctx *ctx, const char *name, const dt_kern_attn **out) {
+  const dt_kernels *K;
+  DT_CHECK(dt_op_kernels(ctx, name, &K));
+  DT_OP_KSLOT(ctx, name, K->attn, online);
+  DT_OP_KSLOT(ctx, name, K->attn, finish);
+  DT_OP_KSLOT(ctx, name, K->attn, rowdot);
+  DT_OP_KSLOT(ctx, name, K->attn, lse_bwd);
+  *out = K->attn;
+  return DT_OK;
+}
+
+/* The scores of rows [r0, r1) of a pair (rb x nk, row i sees its first
+ * diag ? i + 1 : nk keys), for the attn kernels. */
+static dt_attn_rows pair_rows(const cp_geo *g, int64_t r0, int64_t r1, int64_t nk, bool diag) {
+  dt_attn_rows rg = {.batch = 1, .rows = r1 - r0, .nk = nk, .vis0 = diag ? r0 + 1 : nk, .ld = g->L,
+                     .sld = g->lld};
+  return rg;
+}
+
+/* fwd_pair on the device: m, l the device statistics (indexed like lse). */
+static dt_status dev_fwd_pair(dt_ctx *ctx, const cp_geo *g, const dt_kern_attn *ka, const kv_view *w,
+                              int64_t b, int64_t h, int64_t a, int64_t bu, bool diag, const dt_array *q,
+                              dt_array *o, char *m, char *l, void *P) {
+  const size_t es = g->es, as = dt_dtype_size(acc_dtype(g->t));
+  const int64_t L = g->L, bq = L < CP_DEV_BQ ? L : CP_DEV_BQ;
+  size_t qo = (size_t)(b * g->qb + h * g->qh + a * L * g->qld) * es;
+  size_t ko = (size_t)(b * w->kb + h / g->group * w->kh + bu * L * w->kld) * es;
+  const int64_t l0 = b * g->lb + h * g->lh + a * L * g->lld;
+  const char *Q = (const char *)q->data + qo, *K = w->K + ko, *V = w->V + ko;
+  char *O = (char *)o->data + qo;
+  for (int64_t r0 = 0; r0 < L; r0 += bq) {
+    int64_t r1 = r0 + bq < L ? r0 + bq : L, nk = diag ? r1 : L;
+    size_t ro = (size_t)(r0 * g->qld) * es, so = (size_t)(l0 + r0 * g->lld) * as;
+    DT_CHECK(dt_attn_gemm(ctx, g->t, false, true, r1 - r0, nk, g->HD, g->scale, Q + ro, g->qld, K, w->kld,
+                          0.0, P, L));
+    dt_attn_rows rg = pair_rows(g, r0, r1, nk, diag);
+    DT_CHECK(ka->online(ctx->device, g->t, &rg, P, m + so, l + so, O + ro, g->qld, 0, g->HD));
+    DT_CHECK(dt_attn_gemm(ctx, g->t, false, false, r1 - r0, g->HD, nk, 1.0, P, L, V, w->kld, 1.0, O + ro,
+                          g->qld));
+  }
+  return DT_OK;
+}
+
+/* bwd_pair on the device: D the device rowdot (indexed like lse). */
+static dt_status dev_bwd_pair(dt_ctx *ctx, const cp_geo *g, const dt_kern_attn *ka, const kv_view *w,
+                              int64_t b, int64_t h, int64_t a, int64_t bu, bool diag,
+                              const dt_tensor *const *in, dt_array *dq, const char *D, char *P,
+                              char *dS) {
+  const size_t es = g->es, as = dt_dtype_size(acc_dtype(g->t));
+  const int64_t L = g->L, bq = L < CP_DEV_BQ ? L : CP_DEV_BQ;
+  const dt_array *q = &in[0]->local, *lse = &in[4]->local, *dO = &in[5]->local;
+  size_t qo = (size_t)(b * g->qb + h * g->qh + a * L * g->qld) * es;
+  size_t ko = (size_t)(b * w->kb + h / g->group * w->kh + bu * L * w->kld) * es;
+  const char *Q = (const char *)q->data + qo, *DO = (const char *)dO->data + qo;
+  const char *K = w->K + ko, *V = w->V + ko;
+  char *DQ = (char *)dq->data + qo, *DK = w->dK + ko, *DV = w->dV + ko;
+  const int64_t l0 = b * g->lb + h * g->lh + a * L * g->lld;
+  for (int64_t r0 = 0; r0 < L; r0 += bq) {
+    int64_t r1 = r0 + bq < L ? r0 + bq : L, rb = r1 - r0, nk = diag ? r1 : L;
+    size_t ro = (size_t)(r0 * g->qld) * es;
+    int64_t si = l0 + r0 * g->lld;
+    DT_CHECK(dt_attn_gemm(ctx, g->t, false, true, rb, nk, g->HD, g->scale, Q + ro, g->qld, K, w->kld, 0.0, P, L));
+    DT_CHECK(dt_attn_gemm(ctx, g->t, false, true, rb, nk, g->HD, 1.0, DO + ro, g->qld, V, w->kld, 0.0, dS, L));
+    dt_attn_rows rg = pair_rows(g, r0, r1, nk, diag);
+    DT_CHECK(ka->lse_bwd(ctx->device, g->t, &rg, P, dS, (const char *)lse->data + (size_t)si * es,
+                         D + (size_t)si * as));
+    DT_CHECK(dt_attn_gemm(ctx, g->t, false, false, rb, g->HD, nk, g->scale, dS, L, K, w->kld, 1.0, DQ + ro, g->qld));
+    DT_CHECK(dt_attn_gemm(ctx, g->t, true, false, nk, g->HD, rb, g->scale, dS, L, Q + ro, g->qld, 1.0, DK, w->kld));
+    DT_CHECK(dt_attn_gemm(ctx, g->t, true, false, nk, g->HD, rb, 1.0, P, L, DO + ro, g->qld, 1.0, DV, w->kld));
+  }
+  return DT_OK;
+}
+
+/* Buffers on the arrays' side: host memory, or device memory through the
+ * rank's device (dt_array_create / dt_array_free, so it is counted). */
+typedef struct cp_buf {
+  dt_array a;
+  bool dev;
+} cp_buf;
+
+static void *buf_get(dt_ctx *ctx, cp_buf *b, bool dev, dt_dtype t, int64_t n) {
+  memset(b, 0, sizeof *b);
+  b->dev = dev;
+  if (!dev) {
+    b->a.data = dt_host_alloc(ctx, (size_t)n * dt_dtype_size(t));
+    return b->a.data;
+  }
+  int64_t m = n > 0 ? n : 1; /* an empty shard still gets a buffer */
+  if (dt_array_create(ctx, ctx->device->kind, t, 1, &m, &b->a) != DT_OK) return NULL;
+  return b->a.data;
+}
+
+static void buf_put(dt_ctx *ctx, cp_buf *b) {
+  if (!b->dev) dt_host_free(ctx, b->a.data);
+  else if (b->a.data) dt_array_free(ctx, &b->a);
+  memset(b, 0, sizeof *b);
+}
+
+/* x[0 .. n) = 0, n elements of t, on the host or the device */
+static dt_status zero_n(dt_ctx *ctx, bool dev, dt_dtype t, void *x, int64_t n) {
+  if (dev) return dt_device_fill(ctx->device, t, x, n, 0.0);
+  if (n) memset(x, 0, (size_t)n * dt_dtype_size(t));
+  return DT_OK;
+}
+
+static dt_status copy_n(dt_ctx *ctx, bool dev, void *dst, const void *src, size_t bytes) {
+  if (dev) return dt_device_copy(ctx->device, dst, src, bytes, DT_COPY_D2D);
+  memcpy(dst, src, bytes);
+  return DT_OK;
+}
+
 /* Every pair of this rank's query units with cp rank s's key units. */
-static dt_status fwd_block(dt_ctx *ctx, const cp_geo *g, const kv_view *w, int s, const dt_array *q,
-                           dt_array *o, double *m, double *l, void *P, double *alpha, dt_cp_counts *n) {
+static dt_status fwd_block(dt_ctx *ctx, const cp_geo *g, const dt_kern_attn *ka, const kv_view *w, int s,
+                           const dt_array *q, dt_array *o, void *m, void *l, void *P, double *alpha,
+                           dt_cp_counts *n) {
   for (int64_t a = 0; a < g->u; a++)
     for (int64_t bu = 0; bu < g->u; bu++) {
       pair_kind k = pair_of(g, a, s, bu, n);
       if (k == PAIR_SKIP) continue;
       for (int64_t b = 0; b < g->B; b++)
         for (int64_t h = 0; h < g->H; h++) {
+          if (ka) {
+            DT_CHECK(dev_fwd_pair(ctx, g, ka, w, b, h, a, bu, k == PAIR_DIAG, q, o, m, l, P));
+            continue;
+          }
           size_t r = (size_t)((b * g->H + h) * g->Sq + a * g->L);
-          DT_CHECK(fwd_pair(ctx, g, w, b, h, a, bu, k == PAIR_DIAG, q, o, m + r, l + r, P, alpha));
+          DT_CHECK(fwd_pair(ctx, g, w, b, h, a, bu, k == PAIR_DIAG, q, o, (double *)m + r,
+                            (double *)l + r, P, alpha));
         }
     }
   return DT_OK;
 }
 
 /* [K | V] of the local k, v into buf (one flat buffer, K then V). */
-static void pack_kv(const dt_array *k, const dt_array *v, char *buf) {
+static dt_status pack_kv(dt_ctx *ctx, bool dev, const dt_array *k, const dt_array *v, char *buf) {
   size_t nb = dt_array_bytes(k);
-  memcpy(buf, k->data, nb);
-  memcpy(buf + nb, v->data, nb);
+  DT_CHECK(copy_n(ctx, dev, buf, k->data, nb));
+  return copy_n(ctx, dev, buf + nb, v->data, nb);
 }
 
 static dt_status cp_kernel(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor *const *in,
@@ -516,38 +649,51 @@ static dt_status cp_kernel(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor *c
   DT_CHECK(cp_geo_get(ctx, name, a, in, &g));
   const dt_array *q = &in[0]->local, *k = &in[1]->local, *v = &in[2]->local;
   dt_array *o = &out[0]->local, *lse = &out[1]->local;
+  const bool dev = q->dev != DT_DEV_CPU;
+  const dt_kern_attn *ka = NULL;
+  if (dev) DT_CHECK(dev_attn(ctx, name, &ka));
+  else if (g.t != DT_F32 && g.t != DT_F64)
+    return dt_error(ctx, DT_ERR_UNSUPPORTED, name, "%s on the host: f32 and f64 only (bf16 needs a device)",
+                    dt_dtype_name(g.t));
   const bool rotate = g.ring && g.C > 1;
-  const size_t es = g.es, kvbytes = 2 * dt_array_bytes(k);
-  const int64_t rows = g.B * g.H * g.Sq, bq = g.L < CP_BQ ? g.L : CP_BQ;
-  if (o->numel) memset(o->data, 0, dt_array_bytes(o));
-  double *ml = dt_host_alloc(ctx, (size_t)(2 * rows + bq) * sizeof *ml);
-  void *P = dt_host_alloc(ctx, (size_t)(bq * g.L) * es);
-  char *buf = rotate ? dt_host_alloc(ctx, 2 * kvbytes) : NULL;
+  const size_t kvbytes = 2 * dt_array_bytes(k);
+  const int64_t rows = g.B * g.H * g.Sq, bq = g.L < (dev ? CP_DEV_BQ : CP_BQ) ? g.L : dev ? CP_DEV_BQ : CP_BQ;
+  const dt_dtype st = dev ? acc_dtype(g.t) : DT_F64; /* the statistics m, l */
+  cp_buf bml = {0}, bP = {0}, bbuf = {0};
+  DT_CHECK(zero_n(ctx, dev, g.t, o->data, o->numel));
+  double *ml = buf_get(ctx, &bml, dev, st, 2 * rows + (dev ? 0 : bq));
+  void *P = buf_get(ctx, &bP, dev, g.t, bq * g.L);
+  char *buf = rotate ? buf_get(ctx, &bbuf, dev, g.t, 2 * (int64_t)(kvbytes / g.es)) : NULL;
   dt_status s = DT_OK;
   if (!ml || !P || (rotate && !buf)) {
     s = dt_error(ctx, DT_ERR_NOMEM, name, "scratch");
     goto done;
   }
-  double *m = ml, *l = ml + rows, *alpha = ml + 2 * rows;
-  for (int64_t i = 0; i < rows; i++) {
-    m[i] = -INFINITY;
-    l[i] = 0;
-  }
+  void *m = ml, *l = (char *)ml + (size_t)rows * dt_dtype_size(st);
+  double *alpha = dev ? NULL : ml + 2 * rows;
+  if (dev) {
+    s = dt_device_fill(ctx->device, st, m, rows, -INFINITY);
+    if (s == DT_OK) s = dt_device_fill(ctx->device, st, l, rows, 0.0);
+  } else
+    for (int64_t i = 0; i < rows; i++) {
+      ml[i] = -INFINITY;
+      ml[rows + i] = 0;
+    }
   char *cur = buf, *nxt = buf ? buf + kvbytes : NULL;
-  if (rotate) pack_kv(k, v, cur);
+  if (rotate && s == DT_OK) s = pack_kv(ctx, dev, k, v, cur);
   const int next = (g.c + 1) % g.C, prev = (g.c - 1 + g.C) % g.C;
   dt_cp_counts n = {0, 0, 0};
   for (int i = 0; i < g.C && s == DT_OK; i++) {
     int src = (g.c - i + g.C) % g.C; /* whose block is held at step i */
     if (rotate && i < g.C - 1) {
-      s = dt_comm_send(g.comm, cur, kvbytes / es, g.t, next, CP_TAG_FWD_KV);
+      s = dt_comm_send(g.comm, cur, kvbytes / g.es, g.t, next, CP_TAG_FWD_KV);
       if (s != DT_OK) break;
     }
     kv_view w;
     view_of(&g, rotate, cur, NULL, k, v, NULL, NULL, src, &w);
-    s = fwd_block(ctx, &g, &w, src, q, o, m, l, P, alpha, &n);
+    s = fwd_block(ctx, &g, ka, &w, src, q, o, m, l, P, alpha, &n);
     if (s == DT_OK && rotate && i < g.C - 1) {
-      s = dt_comm_recv(g.comm, nxt, kvbytes / es, g.t, prev, CP_TAG_FWD_KV);
+      s = dt_comm_recv(g.comm, nxt, kvbytes / g.es, g.t, prev, CP_TAG_FWD_KV);
       char *t = cur;
       cur = nxt;
       nxt = t;
@@ -555,21 +701,22 @@ static dt_status cp_kernel(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor *c
   }
   if (s == DT_OK) s = counts_add(ctx, &n);
   /* normalise, and lse = max + log(sum): every row sees at least its own key */
-  for (int64_t b = 0; b < g.B && s == DT_OK; b++)
+  if (s == DT_OK && dev) s = ka->finish(ctx->device, g.t, rows, g.HD, o->data, m, l, lse->data);
+  for (int64_t b = 0; b < g.B && s == DT_OK && !dev; b++)
     for (int64_t h = 0; h < g.H; h++)
       for (int64_t i = 0; i < g.Sq; i++) {
         size_t r = (size_t)((b * g.H + h) * g.Sq + i);
-        char *row = (char *)o->data + (size_t)(b * g.qb + h * g.qh + i * g.qld) * es;
-        double inv = 1.0 / l[r];
+        char *row = (char *)o->data + (size_t)(b * g.qb + h * g.qh + i * g.qld) * g.es;
+        double inv = 1.0 / ml[rows + r];
         if (g.t == DT_F32) dt_scale_f32((float *)row, (float)inv, g.HD);
         else
           for (int64_t d = 0; d < g.HD; d++) ((double *)row)[d] *= inv;
-        dt_elem_st(lse, b * g.lb + h * g.lh + i * g.lld, m[r] + log(l[r]));
+        dt_elem_st(lse, b * g.lb + h * g.lh + i * g.lld, ml[r] + log(ml[rows + r]));
       }
 done:
-  dt_host_free(ctx, ml);
-  dt_host_free(ctx, P);
-  dt_host_free(ctx, buf);
+  buf_put(ctx, &bml);
+  buf_put(ctx, &bP);
+  buf_put(ctx, &bbuf);
   return s;
 }
 
@@ -623,8 +770,8 @@ static dt_status bwd_pair(dt_ctx *ctx, const cp_geo *g, const kv_view *w, int64_
   return DT_OK;
 }
 
-static dt_status bwd_block(dt_ctx *ctx, const cp_geo *g, const kv_view *w, int s,
-                           const dt_tensor *const *in, dt_array *dq, const double *D, void *P, void *dS,
+static dt_status bwd_block(dt_ctx *ctx, const cp_geo *g, const dt_kern_attn *ka, const kv_view *w, int s,
+                           const dt_tensor *const *in, dt_array *dq, const void *D, void *P, void *dS,
                            dt_cp_counts *n) {
   for (int64_t a = 0; a < g->u; a++)
     for (int64_t bu = 0; bu < g->u; bu++) {
@@ -632,15 +779,20 @@ static dt_status bwd_block(dt_ctx *ctx, const cp_geo *g, const kv_view *w, int s
       if (k == PAIR_SKIP) continue;
       for (int64_t b = 0; b < g->B; b++)
         for (int64_t h = 0; h < g->H; h++) {
-          const double *Dr = D + (b * g->H + h) * g->Sq + a * g->L;
+          if (ka) {
+            DT_CHECK(dev_bwd_pair(ctx, g, ka, w, b, h, a, bu, k == PAIR_DIAG, in, dq, D, P, dS));
+            continue;
+          }
+          const double *Dr = (const double *)D + (b * g->H + h) * g->Sq + a * g->L;
           DT_CHECK(bwd_pair(ctx, g, w, b, h, a, bu, k == PAIR_DIAG, in, dq, Dr, P, dS));
         }
     }
   return DT_OK;
 }
 
-/* acc += x, n elements of dtype t */
-static void add_into(dt_dtype t, void *acc, const void *x, size_t n) {
+/* acc += x, n elements of dtype t, on the host or the device */
+static dt_status add_into(dt_ctx *ctx, bool dev, dt_dtype t, void *acc, const void *x, size_t n) {
+  if (dev) return dt_device_axpy(ctx->device, t, (int64_t)n, 1.0, x, acc);
   if (t == DT_F32) {
     float *y = acc;
     const float *z = x;
@@ -650,6 +802,7 @@ static void add_into(dt_dtype t, void *acc, const void *x, size_t n) {
     const double *z = x;
     for (size_t i = 0; i < n; i++) y[i] += z[i];
   }
+  return DT_OK;
 }
 
 static dt_status cp_bwd_kernel(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor *const *in,
@@ -662,26 +815,37 @@ static dt_status cp_bwd_kernel(dt_ctx *ctx, const dt_op_attrs *a, const dt_tenso
   if (O->numel != in[0]->local.numel || dO->numel != O->numel ||
       in[4]->local.numel * g.HD != O->numel || dk->numel != k->numel || dv->numel != v->numel)
     return dt_error(ctx, DT_ERR_INTERNAL, name, "local shapes of out, lse, dout or the gradients differ");
+  const bool dev = O->dev != DT_DEV_CPU;
+  const dt_kern_attn *ka = NULL;
+  if (dev) DT_CHECK(dev_attn(ctx, name, &ka));
+  else if (g.t != DT_F32 && g.t != DT_F64)
+    return dt_error(ctx, DT_ERR_UNSUPPORTED, name, "%s on the host: f32 and f64 only (bf16 needs a device)",
+                    dt_dtype_name(g.t));
   const bool rotate = g.ring && g.C > 1;
   const size_t es = g.es, kvbytes = 2 * dt_array_bytes(k);
   const size_t kvn = kvbytes / es;
-  const int64_t rows = g.B * g.H * g.Sq, bq = g.L < CP_BQ ? g.L : CP_BQ;
-  if (dq->numel) memset(dq->data, 0, dt_array_bytes(dq));
-  if (dk->numel) memset(dk->data, 0, dt_array_bytes(dk));
-  if (dv->numel) memset(dv->data, 0, dt_array_bytes(dv));
-  double *D = dt_host_alloc(ctx, (size_t)rows * sizeof *D);
-  char *P = dt_host_alloc(ctx, 2 * (size_t)(bq * g.L) * es);
+  const int64_t rows = g.B * g.H * g.Sq;
+  const int64_t bmax = dev ? CP_DEV_BQ : CP_BQ, bq = g.L < bmax ? g.L : bmax;
+  const dt_dtype st = dev ? acc_dtype(g.t) : DT_F64; /* D */
+  DT_CHECK(zero_n(ctx, dev, g.t, dq->data, dq->numel));
+  DT_CHECK(zero_n(ctx, dev, g.t, dk->data, dk->numel));
+  DT_CHECK(zero_n(ctx, dev, g.t, dv->data, dv->numel));
+  cp_buf bD = {0}, bP = {0}, bbuf = {0};
+  void *D = buf_get(ctx, &bD, dev, st, rows);
+  char *P = buf_get(ctx, &bP, dev, g.t, 2 * bq * g.L);
   /* ring: the held [K | V] and the next, the travelling [dK | dV] and this
    * step's contributions */
-  char *buf = rotate ? dt_host_alloc(ctx, 4 * kvbytes) : NULL;
+  char *buf = rotate ? buf_get(ctx, &bbuf, dev, g.t, 4 * (int64_t)kvn) : NULL;
   dt_status s = DT_OK;
   if (!D || !P || (rotate && !buf)) {
     s = dt_error(ctx, DT_ERR_NOMEM, name, "scratch");
     goto done;
   }
   char *dS = P + (size_t)(bq * g.L) * es;
-  /* D_i = rowsum(dO_i * O_i), in double */
-  for (int64_t b = 0; b < g.B; b++)
+  /* D_i = rowsum(dO_i * O_i): on the device for every row at once, indexed
+   * like lse; on the host in double, indexed (b, h, i) */
+  if (dev) s = ka->rowdot(ctx->device, g.t, rows, g.HD, dO->data, O->data, D);
+  for (int64_t b = 0; b < g.B && !dev; b++)
     for (int64_t h = 0; h < g.H; h++)
       for (int64_t i = 0; i < g.Sq; i++) {
         int64_t e = b * g.qb + h * g.qh + i * g.qld;
@@ -690,11 +854,11 @@ static dt_status cp_bwd_kernel(dt_ctx *ctx, const dt_op_attrs *a, const dt_tenso
         else
           for (int64_t d = 0; d < g.HD; d++)
             acc += ((const double *)dO->data)[e + d] * ((const double *)O->data)[e + d];
-        D[(b * g.H + h) * g.Sq + i] = acc;
+        ((double *)D)[(b * g.H + h) * g.Sq + i] = acc;
       }
   char *cur = buf, *nxt = buf ? buf + kvbytes : NULL;
   char *acc = buf ? buf + 2 * kvbytes : NULL, *part = buf ? buf + 3 * kvbytes : NULL;
-  if (rotate) pack_kv(k, v, cur);
+  if (rotate && s == DT_OK) s = pack_kv(ctx, dev, k, v, cur);
   const int next = (g.c + 1) % g.C, prev = (g.c - 1 + g.C) % g.C;
   dt_cp_counts n = {0, 0, 0};
   for (int i = 0; i < g.C && s == DT_OK; i++) {
@@ -703,10 +867,11 @@ static dt_status cp_bwd_kernel(dt_ctx *ctx, const dt_op_attrs *a, const dt_tenso
       s = dt_comm_send(g.comm, cur, kvn, g.t, next, CP_TAG_BWD_KV);
       if (s != DT_OK) break;
     }
-    if (rotate) memset(part, 0, kvbytes);
+    if (rotate) s = zero_n(ctx, dev, g.t, part, (int64_t)kvn);
+    if (s != DT_OK) break;
     kv_view w;
     view_of(&g, rotate, cur, part, k, v, dk, dv, src, &w);
-    s = bwd_block(ctx, &g, &w, src, in, dq, D, P, dS, &n);
+    s = bwd_block(ctx, &g, ka, &w, src, in, dq, D, P, dS, &n);
     if (s != DT_OK || !rotate) continue;
     /* the held block's accumulator: fresh at step 0, else from rank c - 1 */
     if (i == 0) {
@@ -716,7 +881,8 @@ static dt_status cp_bwd_kernel(dt_ctx *ctx, const dt_op_attrs *a, const dt_tenso
     } else {
       s = dt_comm_recv(g.comm, acc, kvn, g.t, prev, CP_TAG_BWD_DKV);
       if (s != DT_OK) break;
-      add_into(g.t, acc, part, kvn);
+      s = add_into(ctx, dev, g.t, acc, part, kvn);
+      if (s != DT_OK) break;
     }
     s = dt_comm_send(g.comm, acc, kvn, g.t, next, CP_TAG_BWD_DKV);
     if (s == DT_OK && i < g.C - 1) {
@@ -729,16 +895,14 @@ static dt_status cp_bwd_kernel(dt_ctx *ctx, const dt_op_attrs *a, const dt_tenso
   /* the C-th transfer brings this rank's own block, summed over every rank */
   if (s == DT_OK && rotate) {
     s = dt_comm_recv(g.comm, acc, kvn, g.t, prev, CP_TAG_BWD_DKV);
-    if (s == DT_OK) {
-      memcpy(dk->data, acc, kvbytes / 2);
-      memcpy(dv->data, acc + kvbytes / 2, kvbytes / 2);
-    }
+    if (s == DT_OK) s = copy_n(ctx, dev, dk->data, acc, kvbytes / 2);
+    if (s == DT_OK) s = copy_n(ctx, dev, dv->data, acc + kvbytes / 2, kvbytes / 2);
   }
   if (s == DT_OK) s = counts_add(ctx, &n);
 done:
-  dt_host_free(ctx, D);
-  dt_host_free(ctx, P);
-  dt_host_free(ctx, buf);
+  buf_put(ctx, &bD);
+  buf_put(ctx, &bP);
+  buf_put(ctx, &bbuf);
   return s;
 }
 

@@ -148,7 +148,8 @@ extern const dt_op dt_op_sum, dt_op_mean, dt_op_softmax;
  *                  positions are global (a sequence shard uses its offset); i1 = the
  *                  sequence's storage order (dt_seq_position's n_chunks; 0: natural)
  *   sdpa           q [b, h, s, hd], k and v [b, kvh, s, hd]; causal; scale 1/sqrt(hd);
- *                  h % kvh == 0 (query head i reads kv head i / (h/kvh))
+ *                  h % kvh == 0 (query head i reads kv head i / (h/kvh)); i0 = 1:
+ *                  [b, s, h, hd] instead; i2 = query rows per block (0: the default)
  *   embedding      weight [vocab, dim], ids (i64) [...] -> [..., dim]; no attrs; row-wise
  *                  (weight S(0)) gives P(sum) with masked lookups; ids get no gradient
  *   cross_entropy  logits [..., vocab], targets (i64) [...] -> mean loss (0-d); no

@@ -1,0 +1,571 @@
+/* verify/test_kern_attn.c: attention on a device: the attn kernels of
+ * lib/device/kernels.h, and the sdpa and sdpa_cp ops (lib/ops/attention.c,
+ * attention_cp.c) on device arrays, on the cuda-emu device (the CUDA kernels
+ * built for the host) or, built with -DKERN_ON_CUDA (test_kern_attn_cuda), on
+ * GPU 0, which exits 77 (SKIP) where there is none.
+ *
+ * Oracles, all written here in double:
+ *  (a) attn.softmax and attn.online against a direct row softmax / online
+ *      step, key counts 1, 7, 300 (more than a block of threads) and 1000,
+ *      masks partial and none, f32, f64 and bf16;
+ *  (b) sdpa forward (out) and backward (dq, dk, dv) against a naive causal
+ *      attention over the whole S x S (and its gradients from the softmax
+ *      Jacobian), GQA with Hq = 4 Hkv and Hq = Hkv, S = 1, 7, 130 (with 48
+ *      query rows per block, attrs.i2: blocks of 48, 48, 34, and the default),
+ *      head dim 64 and 128, both layouts, f32 and f64;
+ *  (c) sdpa_cp on a one-rank cp mesh with 2 and 4 storage chunks (4: the
+ *      positions are permuted, so its full, diagonal and skipped pairs and the
+ *      online softmax over several key blocks all run): out, lse, dq, dk, dv;
+ *  (d) the device gradients of sdpa and sdpa_cp against central finite
+ *      differences of the device forward (loss = sum(out G)), f64, tiny;
+ *  (e) the comparisons can fail: the naive reference without the causal mask
+ *      is refused by the same check.
+ * Tolerances: a result is a chain of dot products of at most S + HD terms
+ * over inputs in [-1, 1]. The worst-case bound for a length-n sum is n u, but
+ * rounding errors of independent sign grow like sqrt(n) u (the probabilistic
+ * bound of Higham & Mary, SIAM J. Sci. Comput. 2019, Thm. 3.1), so
+ * c sqrt(S + HD) u (u = the dtype's unit roundoff, relative with floor 1)
+ * with c = 4 for the forward (a GEMM, the softmax, a GEMM), 8 for the
+ * gradients (two more chained GEMMs and a row sum). The run prints the worst
+ * error as a fraction of it.
+ */
+#include "config.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kerntest.h"
+
+#ifdef KERN_ON_CUDA
+static const bool ON_CUDA = true;
+#else
+static const bool ON_CUDA = false;
+#endif
+
+/* ---- (a) the row kernels ----------------------------------------------------------- */
+
+static void test_rows(kt_dev *T) {
+  static const int64_t nks[] = {1, 7, 300, 1000};
+  static const dt_dtype ts[] = {DT_F32, DT_F64, DT_BF16};
+  for (int ti = 0; ti < 3; ti++)
+    for (int ki = 0; ki < 4; ki++) {
+      dt_dtype t = ts[ti];
+      size_t es = dt_dtype_size(t);
+      int64_t nk = nks[ki], rows = 5, batch = 3, ld = nk + 3, stride = rows * ld + 2;
+      int64_t n = batch * stride;
+      /* causal rows (vis0 = nk - rows + 1: the last row sees every key), or none */
+      for (int causal = 0; causal < 2; causal++) {
+        int64_t vis0 = causal ? nk - rows + 1 : nk;
+        double *x = malloc(n * sizeof *x), *want = malloc(n * sizeof *want), *got = malloc(n * sizeof *got);
+        kt_uniform(x, n, 21, (uint64_t)(ti * 8 + ki * 2 + causal), -8, 8);
+        void *hx = kt_pack(t, x, n), *hy = malloc(n * es);
+        kt_unpack(t, hx, x, n);
+        memcpy(want, x, n * sizeof *x);
+        for (int64_t b = 0; b < batch; b++)
+          for (int64_t r = 0; r < rows; r++) {
+            double *p = want + b * stride + r * ld, mx = -INFINITY, z = 0;
+            int64_t cnt = vis0 + r < 0 ? 0 : vis0 + r < nk ? vis0 + r : nk;
+            for (int64_t j = 0; j < cnt; j++) mx = fmax(mx, p[j]);
+            for (int64_t j = 0; j < cnt; j++) z += exp(p[j] - mx);
+            for (int64_t j = 0; j < nk; j++) p[j] = j < cnt ? exp(p[j] - mx) / z : 0;
+          }
+        void *dx = kt_up(T, hx, n * es);
+        dt_attn_rows g = {.batch = batch, .rows = rows, .nk = nk, .vis0 = vis0, .ld = ld, .stride = stride};
+        TU_OK(T->ctx, T->K->attn->softmax(T->dev, t, &g, dx));
+        kt_down(T, hy, dx, n * es);
+        kt_unpack(t, hy, got, n);
+        /* exp, the sum (a tree of <= 1000 terms: log2 levels) and the scale
+         * round in the arithmetic type, then the store in t; the padding
+         * between rows is untouched (compared exactly) */
+        double tol = 16 * kt_unit(t == DT_F64 ? DT_F64 : DT_F32) + kt_unit(t);
+        char what[96];
+        snprintf(what, sizeof what, "attn.softmax %s nk=%lld %s", dt_dtype_name(t), (long long)nk,
+                 causal ? "causal" : "full");
+        kt_close_to(what, got, want, n, tol);
+        kt_free(T, dx, n * es);
+        free(x), free(want), free(got), free(hx), free(hy);
+      }
+    }
+  printf("attn.softmax: f32, f64, bf16 x nk 1, 7, 300, 1000, causal and full\n");
+
+  /* online: two key blocks per row; after both, finish gives O / l and lse */
+  for (int ti = 0; ti < 2; ti++) {
+    dt_dtype t = ts[ti], at = t;
+    size_t es = dt_dtype_size(t);
+    int64_t rows = 6, nk = 300, hd = 64;
+    double *s1 = malloc(rows * nk * sizeof(double)), *s2 = malloc(rows * nk * sizeof(double));
+    double *o = malloc(rows * hd * sizeof(double));
+    kt_uniform(s1, rows * nk, 31, 0, -6, 6);
+    kt_uniform(s2, rows * nk, 31, 1, -3, 9); /* larger max: the rescale runs */
+    kt_uniform(o, rows * hd, 31, 2, -1, 1);
+    double m0[6], l0[6];
+    for (int64_t r = 0; r < rows; r++) m0[r] = -INFINITY, l0[r] = 0;
+    void *h1 = kt_pack(t, s1, rows * nk), *h2 = kt_pack(t, s2, rows * nk), *ho = kt_pack(t, o, rows * hd);
+    void *hm = kt_pack(at, m0, rows), *hl = kt_pack(at, l0, rows);
+    void *d1 = kt_up(T, h1, rows * nk * es), *d2 = kt_up(T, h2, rows * nk * es);
+    void *dO = kt_up(T, NULL, rows * hd * es), *dm = kt_up(T, hm, rows * es), *dl = kt_up(T, hl, rows * es);
+    void *dlse = kt_up(T, NULL, rows * es);
+    TU_OK(T->ctx, dt_device_fill(T->dev, t, dO, rows * hd, 0.0));
+    dt_attn_rows g1 = {.batch = 1, .rows = rows, .nk = nk, .vis0 = nk, .ld = nk, .sld = 1};
+    dt_attn_rows g2 = {.batch = 1, .rows = rows, .nk = nk, .vis0 = nk - rows + 1, .ld = nk, .sld = 1};
+    /* O accumulates P V with V = the identity on the first hd keys: O[r][c] +=
+     * P[r][c]; done on the host between the steps (the op does it by GEMM) */
+    double *want_o = calloc(rows * hd, sizeof(double)), *want_lse = malloc(rows * sizeof(double));
+    double *p1 = malloc(rows * nk * sizeof(double)), *p2 = malloc(rows * nk * sizeof(double));
+    TU_OK(T->ctx, T->K->attn->online(T->dev, t, &g1, d1, dm, dl, dO, hd, 0, hd));
+    kt_down(T, h1, d1, rows * nk * es);
+    kt_unpack(t, h1, p1, rows * nk);
+    double *oh = malloc(rows * hd * sizeof(double));
+    for (int64_t r = 0; r < rows; r++)
+      for (int64_t c = 0; c < hd; c++) oh[r * hd + c] = p1[r * nk + c];
+    void *hoh = kt_pack(t, oh, rows * hd);
+    kt_free(T, dO, rows * hd * es);
+    dO = kt_up(T, hoh, rows * hd * es);
+    TU_OK(T->ctx, T->K->attn->online(T->dev, t, &g2, d2, dm, dl, dO, hd, 0, hd));
+    kt_down(T, h2, d2, rows * nk * es);
+    kt_unpack(t, h2, p2, rows * nk);
+    kt_down(T, hoh, dO, rows * hd * es);
+    kt_unpack(t, hoh, oh, rows * hd);
+    for (int64_t r = 0; r < rows; r++)
+      for (int64_t c = 0; c < hd; c++) oh[r * hd + c] += p2[r * nk + c];
+    free(hoh);
+    hoh = kt_pack(t, oh, rows * hd);
+    kt_free(T, dO, rows * hd * es);
+    dO = kt_up(T, hoh, rows * hd * es);
+    TU_OK(T->ctx, T->K->attn->finish(T->dev, t, rows, hd, dO, dm, dl, dlse));
+    double *got_o = malloc(rows * hd * sizeof(double)), got_lse[6];
+    kt_down(T, hoh, dO, rows * hd * es);
+    kt_unpack(t, hoh, got_o, rows * hd);
+    void *hlse = malloc(rows * es);
+    kt_down(T, hlse, dlse, rows * es);
+    kt_unpack(t, hlse, got_lse, rows);
+    /* the reference: softmax over the union of both blocks' visible keys */
+    double *r1 = malloc(rows * nk * sizeof(double)), *r2 = malloc(rows * nk * sizeof(double));
+    void *q1 = kt_pack(t, s1, rows * nk), *q2 = kt_pack(t, s2, rows * nk);
+    kt_unpack(t, q1, r1, rows * nk);
+    kt_unpack(t, q2, r2, rows * nk);
+    for (int64_t r = 0; r < rows; r++) {
+      int64_t c2 = g2.vis0 + r < nk ? g2.vis0 + r : nk;
+      double mx = -INFINITY, z = 0;
+      for (int64_t j = 0; j < nk; j++) mx = fmax(mx, r1[r * nk + j]);
+      for (int64_t j = 0; j < c2; j++) mx = fmax(mx, r2[r * nk + j]);
+      for (int64_t j = 0; j < nk; j++) z += exp(r1[r * nk + j] - mx);
+      for (int64_t j = 0; j < c2; j++) z += exp(r2[r * nk + j] - mx);
+      want_lse[r] = mx + log(z);
+      for (int64_t c = 0; c < hd; c++)
+        want_o[r * hd + c] = (exp(r1[r * nk + c] - mx) + (c < c2 ? exp(r2[r * nk + c] - mx) : 0)) / z;
+    }
+    /* exp, the rescales and the tree sums: a few dozen roundings at most */
+    double tol = 64 * kt_unit(t);
+    char what[64];
+    snprintf(what, sizeof what, "attn.online+finish out %s", dt_dtype_name(t));
+    kt_close_to(what, got_o, want_o, rows * hd, tol);
+    snprintf(what, sizeof what, "attn.online+finish lse %s", dt_dtype_name(t));
+    kt_close_to(what, got_lse, want_lse, rows, tol);
+    kt_free(T, d1, rows * nk * es), kt_free(T, d2, rows * nk * es), kt_free(T, dO, rows * hd * es);
+    kt_free(T, dm, rows * es), kt_free(T, dl, rows * es), kt_free(T, dlse, rows * es);
+    free(s1), free(s2), free(o), free(h1), free(h2), free(ho), free(hm), free(hl), free(want_o);
+    free(want_lse), free(p1), free(p2), free(oh), free(hoh), free(got_o), free(hlse), free(r1), free(r2);
+    free(q1), free(q2);
+  }
+  printf("attn.online, attn.finish: f32, f64, two key blocks\n");
+}
+
+/* The largest error of the op checks as a fraction of their tolerance, per
+ * family (0 forward, 1 gradients), printed at the end: how near the bound
+ * the kernels come. */
+static double worst[2];
+
+static void close_to(int fam, const char *what, const double *got, const double *want, int64_t n,
+                     double tol) {
+  for (int64_t i = 0; i < n; i++) {
+    double e = fabs(got[i] - want[i]) / (fabs(want[i]) > 1 ? fabs(want[i]) : 1) / tol;
+    if (e > worst[fam]) worst[fam] = e;
+  }
+  kt_close_to(what, got, want, n, tol);
+}
+
+/* ---- the naive reference ------------------------------------------------------------ */
+
+/* Geometry of one case: logical [B, H, S, HD] (kv: KVH heads), stored in layout
+ * `lay` (0 [b, h, s, hd], 1 [b, s, h, hd]); pos[i]: position of stored row i
+ * (causal: key j visible to query i iff pos[j] <= pos[i]; nomask: all). */
+typedef struct acase {
+  int64_t B, H, KVH, S, HD;
+  int lay;
+  const int64_t *pos;
+  bool nomask;
+} acase;
+
+static int64_t at(const acase *c, int64_t nh, int64_t b, int64_t h, int64_t s, int64_t d) {
+  return c->lay == 0 ? ((b * nh + h) * c->S + s) * c->HD + d : ((b * c->S + s) * nh + h) * c->HD + d;
+}
+static int64_t lse_at(const acase *c, int64_t b, int64_t h, int64_t s) {
+  return c->lay == 0 ? (b * c->H + h) * c->S + s : (b * c->S + s) * c->H + h;
+}
+
+/* out, lse (either may be NULL) and, with dO, dq dk dv (zeroed here). */
+static void ref_attn(const acase *c, const double *q, const double *k, const double *v,
+                     const double *dO, double *out, double *lse, double *dq, double *dk, double *dv) {
+  int64_t S = c->S, HD = c->HD, grp = c->H / c->KVH;
+  double sc = 1.0 / sqrt((double)HD);
+  double *P = malloc(S * sizeof *P), *dP = malloc(S * sizeof *dP);
+  if (dO) {
+    memset(dq, 0, c->B * c->H * S * HD * sizeof *dq);
+    memset(dk, 0, c->B * c->KVH * S * HD * sizeof *dk);
+    memset(dv, 0, c->B * c->KVH * S * HD * sizeof *dv);
+  }
+  for (int64_t b = 0; b < c->B; b++)
+    for (int64_t h = 0; h < c->H; h++) {
+      int64_t kh = h / grp; /* repeat_kv */
+      for (int64_t i = 0; i < S; i++) {
+        double mx = -INFINITY, z = 0;
+        for (int64_t j = 0; j < S; j++) {
+          if (!c->nomask && c->pos[j] > c->pos[i]) {
+            P[j] = -INFINITY;
+            continue;
+          }
+          double s = 0;
+          for (int64_t d = 0; d < HD; d++) s += q[at(c, c->H, b, h, i, d)] * k[at(c, c->KVH, b, kh, j, d)];
+          P[j] = s * sc;
+          mx = fmax(mx, P[j]);
+        }
+        for (int64_t j = 0; j < S; j++) z += P[j] == -INFINITY ? 0 : exp(P[j] - mx);
+        for (int64_t j = 0; j < S; j++) P[j] = P[j] == -INFINITY ? 0 : exp(P[j] - mx) / z;
+        if (lse) lse[lse_at(c, b, h, i)] = mx + log(z);
+        if (out)
+          for (int64_t d = 0; d < HD; d++) {
+            double acc = 0;
+            for (int64_t j = 0; j < S; j++) acc += P[j] * v[at(c, c->KVH, b, kh, j, d)];
+            out[at(c, c->H, b, h, i, d)] = acc;
+          }
+        if (!dO) continue;
+        /* softmax Jacobian: dS_j = P_j (dP_j - sum_l P_l dP_l) */
+        double rs = 0;
+        for (int64_t j = 0; j < S; j++) {
+          dP[j] = 0;
+          for (int64_t d = 0; d < HD; d++) dP[j] += dO[at(c, c->H, b, h, i, d)] * v[at(c, c->KVH, b, kh, j, d)];
+          rs += P[j] * dP[j];
+        }
+        for (int64_t j = 0; j < S; j++) {
+          double ds = P[j] * (dP[j] - rs) * sc;
+          for (int64_t d = 0; d < HD; d++) {
+            dq[at(c, c->H, b, h, i, d)] += ds * k[at(c, c->KVH, b, kh, j, d)];
+            dk[at(c, c->KVH, b, kh, j, d)] += ds * q[at(c, c->H, b, h, i, d)];
+            dv[at(c, c->KVH, b, kh, j, d)] += P[j] * dO[at(c, c->H, b, h, i, d)];
+          }
+        }
+      }
+    }
+  free(P), free(dP);
+}
+
+/* ---- the ops on the device ------------------------------------------------------------ */
+
+/* A one-rank DTensor on the device holding v (dtype t), placement pl. */
+static void dev_tensor(dt_ctx *ctx, dt_mesh *mesh, dt_dtype t, dt_placement pl, int ndim,
+                       const int64_t *shape, const double *v, dt_tensor *out) {
+  TU_OK(ctx, dt_tensor_meta(ctx, mesh, &pl, ndim, shape, t, "test", out));
+  TU_OK(ctx, dt_array_create(ctx, DT_DEV_CUDA, t, ndim, shape, &out->local));
+  void *h = kt_pack(t, v, out->local.numel);
+  TU_OK(ctx, dt_device_copy(ctx->device, out->local.data, h, dt_array_bytes(&out->local), DT_COPY_H2D));
+  free(h);
+}
+
+/* The device tensor's values as doubles (n of them). */
+static void dev_read(dt_ctx *ctx, const dt_tensor *x, double *v) {
+  size_t nb = dt_array_bytes(&x->local);
+  void *h = malloc(nb ? nb : 1);
+  TU_OK(ctx, dt_device_sync(ctx->device));
+  TU_OK(ctx, dt_device_copy(ctx->device, h, x->local.data, nb, DT_COPY_D2H));
+  kt_unpack(x->local.dtype, h, v, x->local.numel);
+  free(h);
+}
+
+/* Inputs rounded to t (the reference sees what the device sees). */
+static double *rounded(dt_dtype t, int64_t n, uint64_t stream) {
+  double *v = malloc(n * sizeof *v);
+  kt_uniform(v, n, 41, stream, -1, 1);
+  void *h = kt_pack(t, v, n);
+  kt_unpack(t, h, v, n);
+  free(h);
+  return v;
+}
+
+typedef struct run_out {
+  double *out, *lse, *dq, *dk, *dv; /* lse: cp only */
+} run_out;
+
+/* Runs sdpa (cp_chunks 0) or sdpa_cp on a one-rank mesh ("cp"), forward and,
+ * when dO, backward; fills r (allocated here). */
+static dt_status run_op(dt_ctx *ctx, dt_mesh *mesh, dt_dtype t, const acase *c, int cp_chunks, int bq,
+                        const double *q, const double *k, const double *v, const double *G,
+                        run_out *r) {
+  int hdim = c->lay == 0 ? 1 : 2, sdim = c->lay == 0 ? 2 : 1;
+  int64_t qs[4] = {c->B, c->H, c->S, c->HD}, ks[4] = {c->B, c->KVH, c->S, c->HD};
+  if (c->lay == 1) {
+    qs[1] = ks[1] = c->S;
+    qs[2] = c->H;
+    ks[2] = c->KVH;
+  }
+  (void)hdim;
+  dt_placement pl = cp_chunks ? dt_shard(sdim) : dt_replicate();
+  dt_tensor tq, tk, tv, to[2], tg, gi[3];
+  dev_tensor(ctx, mesh, t, pl, 4, qs, q, &tq);
+  dev_tensor(ctx, mesh, t, pl, 4, ks, k, &tk);
+  dev_tensor(ctx, mesh, t, pl, 4, ks, v, &tv);
+  dt_op_attrs a = DT_OP_ATTRS_INIT;
+  a.i0 = c->lay;
+  const dt_op *op = &dt_op_sdpa;
+  if (cp_chunks) {
+    op = &dt_op_sdpa_cp;
+    a.dim = 0;
+    a.i1 = cp_chunks;
+    a.i2 = DT_CP_RING;
+  } else {
+    a.i2 = bq;
+  }
+  const dt_tensor *in[3] = {&tq, &tk, &tv};
+  dt_tensor *out[2] = {&to[0], &to[1]};
+  dt_status s = dt_op_call(ctx, op, &a, in, out, NULL);
+  int64_t nq = c->B * c->H * c->S * c->HD, nk = c->B * c->KVH * c->S * c->HD;
+  memset(r, 0, sizeof *r);
+  if (s == DT_OK) {
+    r->out = malloc(nq * sizeof(double));
+    dev_read(ctx, &to[0], r->out);
+    if (cp_chunks) {
+      r->lse = malloc(c->B * c->H * c->S * sizeof(double));
+      dev_read(ctx, &to[1], r->lse);
+    }
+  }
+  if (s == DT_OK && G) {
+    dev_tensor(ctx, mesh, t, pl, 4, qs, G, &tg);
+    const dt_tensor *gout[2] = {&tg, NULL};
+    dt_tensor *gin[3] = {&gi[0], &gi[1], &gi[2]};
+    const dt_tensor *oc[2] = {&to[0], &to[1]};
+    s = op->backward(ctx, &a, in, oc, gout, gin);
+    if (s == DT_OK) {
+      r->dq = malloc(nq * sizeof(double));
+      r->dk = malloc(nk * sizeof(double));
+      r->dv = malloc(nk * sizeof(double));
+      dev_read(ctx, &gi[0], r->dq);
+      dev_read(ctx, &gi[1], r->dk);
+      dev_read(ctx, &gi[2], r->dv);
+      for (int j = 0; j < 3; j++) dt_tensor_free(ctx, &gi[j]);
+    }
+    dt_tensor_free(ctx, &tg);
+  }
+  if (r->out) {
+    dt_tensor_free(ctx, &to[0]);
+    if (cp_chunks) dt_tensor_free(ctx, &to[1]);
+  }
+  dt_tensor_free(ctx, &tq), dt_tensor_free(ctx, &tk), dt_tensor_free(ctx, &tv);
+  return s;
+}
+
+static void run_free(run_out *r) { free(r->out), free(r->lse), free(r->dq), free(r->dk), free(r->dv); }
+
+/* (b), (c), and (e) on the f64 sdpa cases: one case against the reference. */
+static void check_case(dt_ctx *ctx, dt_mesh *mesh, dt_dtype t, const acase *c, int cp_chunks, int bq) {
+  int64_t nq = c->B * c->H * c->S * c->HD, nk = c->B * c->KVH * c->S * c->HD;
+  uint64_t st = (uint64_t)(c->S * 1000 + c->HD * 10 + c->H);
+  double *q = rounded(t, nq, st), *k = rounded(t, nk, st + 1), *v = rounded(t, nk, st + 2);
+  double *G = rounded(t, nq, st + 3);
+  double *o = malloc(nq * sizeof *o), *lse = malloc(c->B * c->H * c->S * sizeof *lse);
+  double *dq = malloc(nq * sizeof *dq), *dk = malloc(nk * sizeof *dk), *dv = malloc(nk * sizeof *dv);
+  ref_attn(c, q, k, v, G, o, lse, dq, dk, dv);
+  run_out r;
+  char what[160];
+  snprintf(what, sizeof what, "%s %s B%lld H%lld KVH%lld S%lld HD%lld layout %d bq %d", cp_chunks ? "sdpa_cp" : "sdpa",
+           dt_dtype_name(t), (long long)c->B, (long long)c->H, (long long)c->KVH, (long long)c->S,
+           (long long)c->HD, c->lay, cp_chunks ? cp_chunks : bq);
+  dt_status s = run_op(ctx, mesh, t, c, cp_chunks, bq, q, k, v, G, &r);
+  TU_CHECK(s == DT_OK, "%s: %s", what, dt_last_error(ctx));
+  if (s == DT_OK) {
+    double u = kt_unit(t), n = sqrt((double)(c->S + c->HD));
+    char w2[200];
+    snprintf(w2, sizeof w2, "%s out", what);
+    close_to(0, w2, r.out, o, nq, 4 * n * u);
+    if (cp_chunks) {
+      snprintf(w2, sizeof w2, "%s lse", what);
+      close_to(0, w2, r.lse, lse, c->B * c->H * c->S, 4 * n * u);
+    }
+    snprintf(w2, sizeof w2, "%s dq", what);
+    close_to(1, w2, r.dq, dq, nq, 8 * n * u);
+    snprintf(w2, sizeof w2, "%s dk", what);
+    close_to(1, w2, r.dk, dk, nk, 8 * n * u);
+    snprintf(w2, sizeof w2, "%s dv", what);
+    close_to(1, w2, r.dv, dv, nk, 8 * n * u);
+    if (c->S > 1 && !cp_chunks && bq == 0 && t == DT_F64) {
+      /* (e) the same check refuses a reference that drops the causal mask */
+      acase nm = *c;
+      nm.nomask = true;
+      ref_attn(&nm, q, k, v, NULL, o, NULL, NULL, NULL, NULL);
+      TU_CHECK(kt_mismatch(r.out, o, nq, 4 * n * u) >= 0, "%s: the unmasked reference passes", what);
+    }
+  }
+  run_free(&r);
+  free(q), free(k), free(v), free(G), free(o), free(lse), free(dq), free(dk), free(dv);
+}
+
+/* (d) central differences of loss = sum(out G) on the device forward. */
+static void check_fd(dt_ctx *ctx, dt_mesh *mesh, const acase *c, int cp_chunks) {
+  const dt_dtype t = DT_F64;
+  int64_t nq = c->B * c->H * c->S * c->HD, nk = c->B * c->KVH * c->S * c->HD;
+  double *x[3] = {rounded(t, nq, 501), rounded(t, nk, 502), rounded(t, nk, 503)};
+  double *G = rounded(t, nq, 504);
+  int64_t nx[3] = {nq, nk, nk};
+  run_out r;
+  TU_OK(ctx, run_op(ctx, mesh, t, c, cp_chunks, 2, x[0], x[1], x[2], G, &r));
+  if (!r.dq) return;
+  double *grad[3] = {r.dq, r.dk, r.dv};
+  /* h = 1e-5: truncation ~h^2 |f'''| (smooth, O(1) derivatives: ~1e-10),
+   * round-off ~u |L| / h (|L| < 100: ~2e-9); 1e-7 is far below a wrong
+   * gradient (O(0.01) and more) */
+  const double h = 1e-5, tol = 1e-7;
+  static const char *const NM[3] = {"dq", "dk", "dv"};
+  for (int j = 0; j < 3; j++) {
+    double *fd = malloc(nx[j] * sizeof *fd);
+    for (int64_t e = 0; e < nx[j]; e++) {
+      double keep = x[j][e], L[2];
+      for (int sgn = 0; sgn < 2; sgn++) {
+        x[j][e] = keep + (sgn ? -h : h);
+        run_out f;
+        TU_OK(ctx, run_op(ctx, mesh, t, c, cp_chunks, 2, x[0], x[1], x[2], NULL, &f));
+        L[sgn] = 0;
+        for (int64_t i = 0; f.out && i < nq; i++) L[sgn] += f.out[i] * G[i];
+        run_free(&f);
+      }
+      x[j][e] = keep;
+      fd[e] = (L[0] - L[1]) / (2 * h);
+    }
+    char what[96];
+    snprintf(what, sizeof what, "%s finite differences %s layout %d", cp_chunks ? "sdpa_cp" : "sdpa", NM[j], c->lay);
+    kt_close_to(what, grad[j], fd, nx[j], tol);
+    free(fd);
+  }
+  run_free(&r);
+  for (int j = 0; j < 3; j++) free(x[j]);
+  free(G);
+}
+
+static dt_status body(dt_ctx *ctx, void *arg) {
+  (void)arg;
+  kt_dev T = {.ctx = ctx, .dev = ctx->device, .K = ctx->device->ops->kern, .name = ON_CUDA ? "cuda" : "cuda-emu"};
+  test_rows(&T);
+  dt_mesh *mesh = NULL;
+  const char *nm[1] = {"cp"};
+  TU_OK(ctx, dt_mesh_create(ctx, ctx->world, 1, (int[]){1}, nm, &mesh));
+  if (!mesh) return DT_ERR_INTERNAL;
+  int64_t natural[130], perm4[132];
+  for (int64_t i = 0; i < 130; i++) natural[i] = i;
+
+  /* (b) sdpa */
+  static const int64_t Ss[] = {1, 7, 130};
+  static const dt_dtype ts[] = {DT_F64, DT_F32};
+  for (int ti = 0; ti < 2; ti++)
+    for (int si = 0; si < 3; si++)
+      for (int hi = 0; hi < 2; hi++)
+        for (int gi = 0; gi < 2; gi++)
+          for (int lay = 0; lay < 2; lay++) {
+            int64_t HD = hi ? 128 : 64, S = Ss[si];
+            /* the big f32/f64 x 130 x 128 cases in one layout each keep the emulator quick */
+            if (S == 130 && HD == 128 && lay != ti) continue;
+            acase c = {.B = 2, .H = gi ? 4 : 2, .KVH = gi ? 1 : 2, .S = S, .HD = HD, .lay = lay, .pos = natural};
+            check_case(ctx, mesh, ts[ti], &c, 0, S == 130 ? 48 : 0);
+            if (S == 130 && HD == 64) check_case(ctx, mesh, ts[ti], &c, 0, 0);
+            if (S == 7 && HD == 64) check_case(ctx, mesh, ts[ti], &c, 0, 3);
+          }
+  printf("sdpa on %s: S 1, 7, 130 x head dim 64, 128 x GQA 4:1, 1:1 x both layouts, f32, f64\n",
+         ON_CUDA ? "cuda" : "cuda-emu");
+
+  /* (c) sdpa_cp: 2 chunks (natural order) and 4 (positions 0, 3, 1, 2 per chunk) */
+  for (int ti = 0; ti < 2; ti++)
+    for (int lay = 0; lay < 2; lay++) {
+      acase c = {.B = 2, .H = 4, .KVH = 1, .S = 132, .HD = 64, .lay = lay, .pos = perm4};
+      for (int64_t i = 0; i < 132; i++) perm4[i] = dt_seq_position(i, 132, 4);
+      check_case(ctx, mesh, ts[ti], &c, 4, 0);
+      acase c2 = {.B = 1, .H = 2, .KVH = 2, .S = 8, .HD = 128, .lay = lay, .pos = natural};
+      check_case(ctx, mesh, ts[ti], &c2, 2, 0);
+    }
+  printf("sdpa_cp on %s: 4 chunks S 132 GQA 4:1, 2 chunks S 8 head dim 128, both layouts, f32, f64\n",
+         ON_CUDA ? "cuda" : "cuda-emu");
+
+  /* bf16: q, k, v, out and the scores in bf16 (f32 arithmetic in the row
+   * kernels). It runs where the device's GEMM takes bf16; where it does not,
+   * the op must fail cleanly, naming the GEMM. */
+  {
+    acase c = {.B = 1, .H = 4, .KVH = 1, .S = 7, .HD = 64, .lay = 1, .pos = natural};
+    int64_t nq = c.B * c.H * c.S * c.HD, nk = c.B * c.KVH * c.S * c.HD;
+    double *q = rounded(DT_BF16, nq, 901), *k = rounded(DT_BF16, nk, 902), *v = rounded(DT_BF16, nk, 903);
+    double *o = malloc(nq * sizeof *o);
+    ref_attn(&c, q, k, v, NULL, o, NULL, NULL, NULL, NULL);
+    run_out r;
+    dt_status s = run_op(ctx, mesh, DT_BF16, &c, 0, 0, q, k, v, NULL, &r);
+    if (s == DT_OK) {
+      /* scores, probabilities and out each rounded to bf16 (u = 2^-8) around
+       * f32 sums: the bound of (b) with three bf16 roundings per value on top */
+      double tol = 4 * sqrt((double)(c.S + c.HD)) * kt_unit(DT_F32) + 3 * kt_unit(DT_BF16);
+      close_to(0, "sdpa bf16 out", r.out, o, nq, tol);
+      printf("sdpa bf16: ran (the device GEMM takes bf16)\n");
+    } else {
+      TU_CHECK(s == DT_ERR_UNSUPPORTED && strstr(dt_last_error(ctx), "dt_device_gemm"),
+               "sdpa bf16: %s: %s", dt_status_str(s), dt_last_error(ctx));
+      printf("sdpa bf16: refused by the device GEMM (%s)\n", dt_last_error(ctx));
+      dt_error_clear(ctx);
+    }
+    run_free(&r);
+    free(q), free(k), free(v), free(o);
+  }
+
+  /* The batched GEMMs above write [b, s, h, hd] heads side by side within a
+   * row; outputs that really overlap are still refused. */
+  {
+    float dummy[1]; /* only checked, never read */
+    dt_gemm_desc g = {.dtype = DT_F32, .m = 3, .n = 4, .k = 2, .lda = 2, .ldb = 4, .ldc = 8,
+                      .stride_a = 6, .stride_b = 8, .batch = 2, .alpha = 1, .a = dummy,
+                      .b = dummy, .c = dummy};
+    g.stride_c = 4; /* side by side: columns [0, 4) and [4, 8) */
+    TU_CHECK(dt_gemm_check(ctx, &g) == DT_OK, "side-by-side outputs refused: %s", dt_last_error(ctx));
+    g.stride_c = 3; /* columns [0, 4) and [3, 7) share column 3 */
+    TU_CHECK(dt_gemm_check(ctx, &g) == DT_ERR_INVALID, "overlapping outputs accepted");
+    g.stride_c = 5; /* [5, 9) passes the row of 8 into the next row */
+    TU_CHECK(dt_gemm_check(ctx, &g) == DT_ERR_INVALID, "outputs past ldc accepted");
+    dt_error_clear(ctx);
+  }
+
+  /* (d) finite differences */
+  for (int lay = 0; lay < 2; lay++) {
+    acase c = {.B = 1, .H = 2, .KVH = 1, .S = 5, .HD = 4, .lay = lay, .pos = natural};
+    check_fd(ctx, mesh, &c, 0);
+    int64_t p4[8];
+    for (int64_t i = 0; i < 8; i++) p4[i] = dt_seq_position(i, 8, 4);
+    acase c4 = {.B = 1, .H = 2, .KVH = 1, .S = 8, .HD = 4, .lay = lay, .pos = p4};
+    check_fd(ctx, mesh, &c4, 4);
+  }
+  printf("finite differences: sdpa and sdpa_cp gradients, f64, both layouts\n");
+  printf("worst error / tolerance: forward %.3g, gradients %.3g\n", worst[0], worst[1]);
+  dt_mesh_free(mesh);
+  TU_CHECK(ctx->mem.dev_cur == 0, "device bytes left: %zu", ctx->mem.dev_cur);
+  return DT_OK;
+}
+
+int main(void) {
+  if (ON_CUDA && (!dt_device_cuda_built() || dt_device_cuda_count() == 0)) {
+    printf("SKIP: no usable GPU (CUDA built: %s)\n", dt_device_cuda_built() ? "yes" : "no");
+    return SB_SKIP;
+  }
+  dt_launch_opts lo = {.backend = DT_BACKEND_THREADS, .world = 1, .timeout_s = 600,
+                       .device = DT_DEV_CUDA, .cuda_emu = !ON_CUDA};
+  dt_launch_report rep;
+  dt_status s = dt_launch(&lo, body, NULL, &rep);
+  if (s != DT_OK)
+    tu_fail(__FILE__, __LINE__, "launch: rank %d: %s", rep.failed_rank, rep.failed_msg);
+  dt_launch_report_free(&rep);
+#ifdef KERN_ON_CUDA
+  return tu_finish("test_kern_attn_cuda");
+#else
+  return tu_finish("test_kern_attn");
+#endif
+}
