@@ -164,16 +164,14 @@ static dt_status run_gemms(dt_ctx *ctx, dt_device *d, job *J) {
 
 /* ---- (b), (c) training steps on the library's Llama --------------------------------- */
 
-/* A device tensor (Replicate on the 1-rank mesh) of the values in host h. */
+/* A device tensor (Replicate on the 1-rank mesh) of the values in host h:
+ * dt_tensor_distribute places the shard on the rank's device (one upload). */
 static dt_status dev_tensor(dt_ctx *ctx, dt_mesh *mesh, dt_dtype t, int ndim, const int64_t *shape,
                             const void *h, dt_tensor *out) {
   dt_array a;
-  DT_CHECK(dt_array_create(ctx, DT_DEV_CUDA, t, ndim, shape, &a));
-  dt_status s = dt_device_copy(ctx->device, a.data, h, dt_array_bytes(&a), DT_COPY_H2D);
+  DT_CHECK(dt_array_wrap(ctx, DT_DEV_CPU, t, ndim, shape, (void *)h, &a));
   dt_placement pl[1] = {dt_replicate()};
-  if (s == DT_OK) s = dt_tensor_distribute(ctx, mesh, &a, pl, out);
-  dt_array_free(ctx, &a);
-  return s;
+  return dt_tensor_distribute(ctx, mesh, &a, pl, out);
 }
 
 static dt_status rand_tensor(dt_ctx *ctx, dt_mesh *mesh, int ndim, const int64_t *shape,
