@@ -492,31 +492,40 @@ static dt_status body(dt_ctx *ctx, void *arg) {
   printf("sdpa_cp on %s: 4 chunks S 132 GQA 4:1, 2 chunks S 8 head dim 128, both layouts, f32, f64\n",
          ON_CUDA ? "cuda" : "cuda-emu");
 
-  /* bf16: q, k, v, out and the scores in bf16 (f32 arithmetic in the row
-   * kernels). It runs where the device's GEMM takes bf16; where it does not,
-   * the op must fail cleanly, naming the GEMM. */
+  /* bf16 (q, k, v, out, dO and the gradients bf16): scores, softmax, dP and dS
+   * in f32, P and dS rounded to bf16 as GEMM operands, dK and dV summed in f32
+   * over the 3 query blocks (bq 48 of S 130) and the 4 query heads of the group,
+   * then rounded once. Against the double reference on the same bf16 inputs:
+   * forward, one rounding of P (relative u = 2^-8 per probability: at most u
+   * times the largest |v| over a convex sum) and one of out: 2u, plus the f32
+   * sums' 4 sqrt(S + HD) u_f32; gradients, the roundings of P or dS as operands
+   * and of the result, and dS = P (dP - D) cancels, so the error is relative
+   * to the terms, not the result: 4u on the (floor 1) scale, plus the f32 sums. */
   {
-    acase c = {.B = 1, .H = 4, .KVH = 1, .S = 7, .HD = 64, .lay = 1, .pos = natural};
+    acase c = {.B = 1, .H = 4, .KVH = 1, .S = 130, .HD = 64, .lay = 1, .pos = natural};
     int64_t nq = c.B * c.H * c.S * c.HD, nk = c.B * c.KVH * c.S * c.HD;
     double *q = rounded(DT_BF16, nq, 901), *k = rounded(DT_BF16, nk, 902), *v = rounded(DT_BF16, nk, 903);
-    double *o = malloc(nq * sizeof *o);
-    ref_attn(&c, q, k, v, NULL, o, NULL, NULL, NULL, NULL);
+    double *G = rounded(DT_BF16, nq, 904);
+    /* Logits of several units, as trained attention has (x 8 is exact in
+     * bf16): a score rounded to bf16 would then be off by more than 2u in
+     * its probability, which this check must see. */
+    for (int64_t i = 0; i < nq; i++) q[i] *= 8;
+    double *o = malloc(nq * sizeof *o), *dq = malloc(nq * sizeof *dq), *dk = malloc(nk * sizeof *dk),
+           *dv = malloc(nk * sizeof *dv);
+    ref_attn(&c, q, k, v, G, o, NULL, dq, dk, dv);
     run_out r;
-    dt_status s = run_op(ctx, mesh, DT_BF16, &c, 0, 0, q, k, v, NULL, &r);
+    dt_status s = run_op(ctx, mesh, DT_BF16, &c, 0, 48, q, k, v, G, &r);
+    TU_CHECK(s == DT_OK, "sdpa bf16: %s", dt_last_error(ctx));
     if (s == DT_OK) {
-      /* scores, probabilities and out each rounded to bf16 (u = 2^-8) around
-       * f32 sums: the bound of (b) with three bf16 roundings per value on top */
-      double tol = 4 * sqrt((double)(c.S + c.HD)) * kt_unit(DT_F32) + 3 * kt_unit(DT_BF16);
-      close_to(0, "sdpa bf16 out", r.out, o, nq, tol);
-      printf("sdpa bf16: ran (the device GEMM takes bf16)\n");
-    } else {
-      TU_CHECK(s == DT_ERR_UNSUPPORTED && strstr(dt_last_error(ctx), "dt_device_gemm"),
-               "sdpa bf16: %s: %s", dt_status_str(s), dt_last_error(ctx));
-      printf("sdpa bf16: refused by the device GEMM (%s)\n", dt_last_error(ctx));
-      dt_error_clear(ctx);
+      double u = kt_unit(DT_BF16), f = 4 * sqrt((double)(c.S + c.HD)) * kt_unit(DT_F32);
+      close_to(0, "sdpa bf16 out", r.out, o, nq, 2 * u + f);
+      close_to(1, "sdpa bf16 dq", r.dq, dq, nq, 4 * u + 2 * f);
+      close_to(1, "sdpa bf16 dk", r.dk, dk, nk, 4 * u + 2 * f);
+      close_to(1, "sdpa bf16 dv", r.dv, dv, nk, 4 * u + 2 * f);
+      printf("sdpa bf16: S 130 in 3 blocks, GQA 4:1: out, dq, dk, dv\n");
     }
     run_free(&r);
-    free(q), free(k), free(v), free(o);
+    free(q), free(k), free(v), free(G), free(o), free(dq), free(dk), free(dv);
   }
 
   /* The batched GEMMs above write [b, s, h, hd] heads side by side within a

@@ -475,6 +475,7 @@ static const size_t SDPA_DEV_SCRATCH = (size_t)256 << 20;
 
 typedef struct sdpa_dev {
   const dt_kern_attn *ka;
+  const dt_kern_pw *kp;      /* cast (bf16) */
   int64_t nouter, nbat;      /* outer loop (b in [b, s, h, hd]) x GEMM batch */
   int64_t oq, ok;            /* q (k) offset of outer index ob, elements */
   int64_t sq, sk;            /* batch strides of q (k) */
@@ -482,13 +483,16 @@ typedef struct sdpa_dev {
   size_t es;
 } sdpa_dev;
 
+/* score_bytes: bytes of scratch per score element over all the block's buffers. */
 static dt_status sdpa_dev_get(dt_ctx *ctx, const char *name, const dt_op_attrs *a, const sdpa_geo *g,
-                              dt_dtype t, int nbuf, sdpa_dev *D) {
+                              dt_dtype t, size_t score_bytes, sdpa_dev *D) {
   const dt_kernels *K;
   DT_CHECK(dt_op_kernels(ctx, name, &K));
   DT_OP_KSLOT(ctx, name, K->attn, softmax);
   DT_OP_KSLOT(ctx, name, K->attn, softmax_bwd);
+  DT_OP_KSLOT(ctx, name, K->pw, cast);
   D->ka = K->attn;
+  D->kp = K->pw;
   D->es = dt_dtype_size(t);
   bool bhsd = a->i0 == DT_ATTN_BHSD;
   D->nouter = bhsd ? 1 : g->B;
@@ -497,43 +501,64 @@ static dt_status sdpa_dev_get(dt_ctx *ctx, const char *name, const dt_op_attrs *
   D->ok = g->kb;
   D->sq = g->group * g->qh;
   D->sk = g->kh;
-  int64_t cap = (int64_t)(SDPA_DEV_SCRATCH / ((size_t)nbuf * (size_t)(D->nbat * g->S) * D->es));
+  int64_t cap = (int64_t)(SDPA_DEV_SCRATCH / (score_bytes * (size_t)(D->nbat * g->S)));
   int64_t bq = a->i2 > 0 ? a->i2 : cap < SDPA_DEV_BQ ? cap : SDPA_DEV_BQ;
   if (bq > g->S) bq = g->S;
   D->bq = bq < 1 ? 1 : bq;
   return DT_OK;
 }
 
-/* One strided-batched GEMM of the block loop. */
-static dt_status dev_gemm(dt_ctx *ctx, dt_dtype t, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
-                          double alpha, const void *A, int64_t lda, int64_t sa, const void *B,
-                          int64_t ldb, int64_t sb, double beta, void *C, int64_t ldc, int64_t sc,
-                          int64_t batch) {
-  dt_gemm_desc d = {.dtype = t, .trans_a = ta, .trans_b = tb, .m = m, .n = n, .k = k,
+/* One strided-batched GEMM of the block loop; t = DT_BF16 with c32: bf16 A and B,
+ * f32 C (dt_gemm_desc.c_f32). */
+static dt_status dev_gemm_c(dt_ctx *ctx, dt_dtype t, bool c32, bool ta, bool tb, int64_t m,
+                            int64_t n, int64_t k, double alpha, const void *A, int64_t lda,
+                            int64_t sa, const void *B, int64_t ldb, int64_t sb, double beta, void *C,
+                            int64_t ldc, int64_t sc, int64_t batch) {
+  dt_gemm_desc d = {.dtype = t, .c_f32 = c32, .trans_a = ta, .trans_b = tb, .m = m, .n = n, .k = k,
                     .alpha = alpha, .beta = beta, .a = A, .lda = lda, .stride_a = sa, .b = B,
                     .ldb = ldb, .stride_b = sb, .c = C, .ldc = ldc, .stride_c = sc, .batch = batch};
   return dt_device_gemm(ctx->device, &d);
 }
 
-/* P (nbat blocks of bq x S) = softmax(scale Q[r0, r1) K[0, r1)^T), causal. */
+static dt_status dev_gemm(dt_ctx *ctx, dt_dtype t, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+                          double alpha, const void *A, int64_t lda, int64_t sa, const void *B,
+                          int64_t ldb, int64_t sb, double beta, void *C, int64_t ldc, int64_t sc,
+                          int64_t batch) {
+  return dev_gemm_c(ctx, t, false, ta, tb, m, n, k, alpha, A, lda, sa, B, ldb, sb, beta, C, ldc, sc,
+                    batch);
+}
+
+/* bf16 attention keeps what FlashAttention-2 (Dao 2023, sec. 3.1) keeps in
+ * f32: the scores and their softmax (and, backward, dP and dS) are f32
+ * (bf16 GEMMs with an f32 C); P and dS are rounded to bf16 only as the A
+ * operand of the next GEMM, and dK, dV, which sum over the blocks and the
+ * group's query heads, accumulate in f32 and are rounded once at the end. */
+static bool sdpa_mixed(dt_dtype t) { return t == DT_BF16; }
+
+/* Ps (nbat blocks of bq x S, f32 when mixed, else t) = softmax(scale Q[r0, r1)
+ * K[0, r1)^T), causal; when mixed also P = Ps rounded to bf16. */
 static dt_status dev_probs(dt_ctx *ctx, dt_dtype t, const sdpa_geo *g, const sdpa_dev *D,
-                           const char *Q, const char *K, int64_t r0, int64_t r1, void *P) {
-  DT_CHECK(dev_gemm(ctx, t, false, true, r1 - r0, r1, g->HD, g->scale, Q + (size_t)(r0 * g->qld) * D->es,
-                    g->qld, D->sq, K, g->kld, D->sk, 0.0, P, g->S, D->bq * g->S, D->nbat));
+                           const char *Q, const char *K, int64_t r0, int64_t r1, void *Ps, void *P) {
+  bool mixed = sdpa_mixed(t);
+  DT_CHECK(dev_gemm_c(ctx, t, mixed, false, true, r1 - r0, r1, g->HD, g->scale,
+                      Q + (size_t)(r0 * g->qld) * D->es, g->qld, D->sq, K, g->kld, D->sk, 0.0, Ps,
+                      g->S, D->bq * g->S, D->nbat));
   dt_attn_rows rg = {.batch = D->nbat, .rows = r1 - r0, .nk = r1, .vis0 = r0 + 1, .ld = g->S,
                      .stride = D->bq * g->S};
-  return D->ka->softmax(ctx->device, t, &rg, P);
+  DT_CHECK(D->ka->softmax(ctx->device, mixed ? DT_F32 : t, &rg, Ps));
+  return mixed ? D->kp->cast(ctx->device, DT_F32, Ps, DT_BF16, P, D->nbat * D->bq * g->S) : DT_OK;
 }
 
 static dt_status sdpa_dev_kernel(dt_ctx *ctx, const dt_op_attrs *a, const sdpa_geo *g,
                                  const dt_array *q, const dt_array *k, const dt_array *v, dt_array *o) {
   dt_dtype t = q->dtype;
+  bool mixed = sdpa_mixed(t);
   sdpa_dev D;
-  DT_CHECK(sdpa_dev_get(ctx, "sdpa", a, g, t, 1, &D));
-  dt_array P;
+  DT_CHECK(sdpa_dev_get(ctx, "sdpa", a, g, t, mixed ? 6 : dt_dtype_size(t), &D));
+  dt_array P, Ps = {0};
   const int64_t pn = D.nbat * D.bq * g->S;
   DT_CHECK(dt_array_create(ctx, o->dev, t, 1, &pn, &P));
-  dt_status s = DT_OK;
+  dt_status s = mixed ? dt_array_create(ctx, o->dev, DT_F32, 1, &pn, &Ps) : DT_OK;
   for (int64_t ob = 0; ob < D.nouter && s == DT_OK; ob++)
     for (int64_t j = 0; j < g->group && s == DT_OK; j++) {
       size_t qo = (size_t)(ob * D.oq + j * g->qh) * D.es, ko = (size_t)(ob * D.ok) * D.es;
@@ -541,7 +566,7 @@ static dt_status sdpa_dev_kernel(dt_ctx *ctx, const dt_op_attrs *a, const sdpa_g
       const char *V = (const char *)v->data + ko;
       for (int64_t r0 = 0; r0 < g->S && s == DT_OK; r0 += D.bq) {
         int64_t r1 = r0 + D.bq < g->S ? r0 + D.bq : g->S;
-        s = dev_probs(ctx, t, g, &D, Q, K, r0, r1, P.data);
+        s = dev_probs(ctx, t, g, &D, Q, K, r0, r1, mixed ? Ps.data : P.data, P.data);
         char *O = (char *)o->data + qo + (size_t)(r0 * g->qld) * D.es;
         if (s == DT_OK)
           s = dev_gemm(ctx, t, false, false, r1 - r0, g->HD, r1, 1.0, P.data, g->S, D.bq * g->S, V,
@@ -549,6 +574,7 @@ static dt_status sdpa_dev_kernel(dt_ctx *ctx, const dt_op_attrs *a, const sdpa_g
       }
     }
   dt_array_free(ctx, &P);
+  if (mixed) dt_array_free(ctx, &Ps);
   return s;
 }
 
@@ -561,45 +587,68 @@ static dt_status bwd_dev_kernel(dt_ctx *ctx, const dt_op_attrs *a, const sdpa_ge
   const dt_array *q = &in[0]->local, *k = &in[1]->local, *v = &in[2]->local, *dO = &in[3]->local;
   dt_array *dq = &out[0]->local, *dk = &out[1]->local, *dv = &out[2]->local;
   dt_dtype t = q->dtype;
-  DT_CHECK(dt_device_fill(ctx->device, t, dk->data, dk->numel, 0.0));
-  DT_CHECK(dt_device_fill(ctx->device, t, dv->data, dv->numel, 0.0));
-  if (g->B * g->H * g->S == 0) return DT_OK;
+  bool mixed = sdpa_mixed(t);
+  if (g->B * g->H * g->S == 0) {
+    DT_CHECK(dt_device_fill(ctx->device, t, dk->data, dk->numel, 0.0));
+    return dt_device_fill(ctx->device, t, dv->data, dv->numel, 0.0);
+  }
   sdpa_dev D;
-  DT_CHECK(sdpa_dev_get(ctx, "sdpa_bwd", a, g, t, 2, &D));
-  dt_array buf;
-  const int64_t blk = D.nbat * D.bq * g->S, bn = 2 * blk, st = D.bq * g->S;
+  DT_CHECK(sdpa_dev_get(ctx, "sdpa_bwd", a, g, t, mixed ? 12 : 2 * dt_dtype_size(t), &D));
+  /* Scratch: P and dS in t; when mixed also their f32 forms Ps, dSs and the f32
+   * accumulators of dK and dV. */
+  const int64_t blk = D.nbat * D.bq * g->S, st = D.bq * g->S;
+  const int64_t bn = 2 * blk, fn = mixed ? 2 * blk + dk->numel + dv->numel : 0;
+  dt_array buf, fbuf = {0};
   DT_CHECK(dt_array_create(ctx, q->dev, t, 1, &bn, &buf));
+  dt_status s = mixed ? dt_array_create(ctx, q->dev, DT_F32, 1, &fn, &fbuf) : DT_OK;
   char *P = buf.data, *dS = P + (size_t)blk * D.es;
-  dt_status s = DT_OK;
+  char *Ps = P, *dSs = dS, *dk_acc = dk->data, *dv_acc = dv->data;
+  dt_dtype at = t;     /* dtype of the dK, dV accumulators */
+  size_t aes = D.es;   /* and its size */
+  if (mixed && s == DT_OK) {
+    Ps = fbuf.data;
+    dSs = Ps + (size_t)blk * 4;
+    dk_acc = dSs + (size_t)blk * 4;
+    dv_acc = dk_acc + (size_t)dk->numel * 4;
+    at = DT_F32;
+    aes = 4;
+  }
+  if (s == DT_OK) s = dt_device_fill(ctx->device, at, dk_acc, dk->numel, 0.0);
+  if (s == DT_OK) s = dt_device_fill(ctx->device, at, dv_acc, dv->numel, 0.0);
   for (int64_t ob = 0; ob < D.nouter && s == DT_OK; ob++)
     for (int64_t j = 0; j < g->group && s == DT_OK; j++) {
       size_t qo = (size_t)(ob * D.oq + j * g->qh) * D.es, ko = (size_t)(ob * D.ok) * D.es;
+      size_t kao = (size_t)(ob * D.ok) * aes;
       const char *Q = (const char *)q->data + qo, *DO = (const char *)dO->data + qo;
       const char *K = (const char *)k->data + ko, *V = (const char *)v->data + ko;
-      char *DK = (char *)dk->data + ko, *DV = (char *)dv->data + ko;
+      char *DK = dk_acc + kao, *DV = dv_acc + kao;
       for (int64_t r0 = 0; r0 < g->S && s == DT_OK; r0 += D.bq) {
         int64_t r1 = r0 + D.bq < g->S ? r0 + D.bq : g->S, rb = r1 - r0;
         size_t ro = (size_t)(r0 * g->qld) * D.es;
-        s = dev_probs(ctx, t, g, &D, Q, K, r0, r1, P);
+        s = dev_probs(ctx, t, g, &D, Q, K, r0, r1, Ps, P);
         if (s == DT_OK)
-          s = dev_gemm(ctx, t, false, true, rb, r1, g->HD, 1.0, DO + ro, g->qld, D.sq, V, g->kld, D.sk,
-                       0.0, dS, g->S, st, D.nbat);
+          s = dev_gemm_c(ctx, t, mixed, false, true, rb, r1, g->HD, 1.0, DO + ro, g->qld, D.sq, V,
+                         g->kld, D.sk, 0.0, dSs, g->S, st, D.nbat);
         dt_attn_rows rg = {.batch = D.nbat, .rows = rb, .nk = r1, .vis0 = r0 + 1, .ld = g->S,
                            .stride = st};
-        if (s == DT_OK) s = D.ka->softmax_bwd(ctx->device, t, &rg, P, dS);
+        if (s == DT_OK) s = D.ka->softmax_bwd(ctx->device, mixed ? DT_F32 : t, &rg, Ps, dSs);
+        if (s == DT_OK && mixed) s = D.kp->cast(ctx->device, DT_F32, dSs, DT_BF16, dS, blk);
         char *DQ = (char *)dq->data + qo + ro;
         if (s == DT_OK)
           s = dev_gemm(ctx, t, false, false, rb, g->HD, r1, g->scale, dS, g->S, st, K, g->kld, D.sk,
                        0.0, DQ, g->qld, D.sq, D.nbat);
         if (s == DT_OK)
-          s = dev_gemm(ctx, t, true, false, r1, g->HD, rb, g->scale, dS, g->S, st, Q + ro, g->qld,
-                       D.sq, 1.0, DK, g->kld, D.sk, D.nbat);
+          s = dev_gemm_c(ctx, t, mixed, true, false, r1, g->HD, rb, g->scale, dS, g->S, st, Q + ro,
+                         g->qld, D.sq, 1.0, DK, g->kld, D.sk, D.nbat);
         if (s == DT_OK)
-          s = dev_gemm(ctx, t, true, false, r1, g->HD, rb, 1.0, P, g->S, st, DO + ro, g->qld, D.sq,
-                       1.0, DV, g->kld, D.sk, D.nbat);
+          s = dev_gemm_c(ctx, t, mixed, true, false, r1, g->HD, rb, 1.0, P, g->S, st, DO + ro,
+                         g->qld, D.sq, 1.0, DV, g->kld, D.sk, D.nbat);
       }
     }
+  if (s == DT_OK && mixed) s = D.kp->cast(ctx->device, DT_F32, dk_acc, DT_BF16, dk->data, dk->numel);
+  if (s == DT_OK && mixed) s = D.kp->cast(ctx->device, DT_F32, dv_acc, DT_BF16, dv->data, dv->numel);
   dt_array_free(ctx, &buf);
+  if (mixed) dt_array_free(ctx, &fbuf);
   return s;
 }
 
