@@ -54,7 +54,7 @@
  * --peak-tflops, or a single-core sgemm rate x min(world, online CPUs) measured
  * once per run or sweep and stored on its runs row; under MPI on several nodes
  * pass --peak-tflops); peak host memory = max over ranks of
- * ctx->mem.host_peak; comm rows from rank 0's ledger over the timed steps,
+ * *mem_peak(ctx); comm rows from rank 0's ledger over the timed steps,
  * per step.
  *
  * FSDP: a plan's [dp_shard] fully_shard entries go on the dp_shard dim
@@ -108,6 +108,15 @@
 #include "../stats.h"
 
 const char *const sb_dim_names[SB_NDIMS] = {"pp", "dp_replicate", "dp_shard", "cp", "tp"};
+
+/* The memory a run measures: the rank's device memory when it computes on a
+ * device (its arrays live there; the host holds only the run's bookkeeping),
+ * else host memory. */
+static bool on_device(const dt_ctx *ctx) { return ctx->device && ctx->device->kind != DT_DEV_CPU; }
+static size_t *mem_peak(dt_ctx *ctx) {
+  return on_device(ctx) ? &ctx->mem.dev_peak : &ctx->mem.host_peak;
+}
+static size_t *mem_cur(dt_ctx *ctx) { return on_device(ctx) ? &ctx->mem.dev_cur : &ctx->mem.host_cur; }
 
 /* Weights are generated from this seed on both sides; any fixed value works. */
 static const uint64_t SEED = 20260101;
@@ -522,7 +531,7 @@ static dt_status save_weights(dt_ctx *ctx, dt_model *m, const job *j) {
   dt_ledger_enable(ctx, false);
   dt_status s = dt_model_save_weights(ctx, m, j->o->save_weights, j->o->weights_dtype,
                                       j->o->weights_names, 4, keys, vals);
-  ctx->mem.host_peak = ctx->mem.host_cur;
+  *mem_peak(ctx) = *mem_cur(ctx);
   return s;
 }
 
@@ -665,14 +674,14 @@ static dt_status pipe_step(dt_ctx *ctx, dt_mesh *mesh, dt_model *m, const job *j
   dt_ledger_enable(ctx, was);
   const double zero = dt_now();
   /* the step's own peak above its start (restored to the larger one after) */
-  const size_t run_peak = ctx->mem.host_peak, base = ctx->mem.host_cur;
-  ctx->mem.host_peak = base;
+  const size_t run_peak = *mem_peak(ctx), base = *mem_cur(ctx);
+  *mem_peak(ctx) = base;
   int n_ev = 0;
   if (s == DT_OK)
     s = dt_pipeline_step(ctx, m, j->pp_dim, &p->L, &p->S, tok, tgt, &p->loss,
                          timed >= 0 ? p->ev : NULL, timed >= 0 ? p->cap : 0, &n_ev);
-  const size_t peak = ctx->mem.host_peak;
-  if (run_peak > ctx->mem.host_peak) ctx->mem.host_peak = run_peak;
+  const size_t peak = *mem_peak(ctx);
+  if (run_peak > *mem_peak(ctx)) *mem_peak(ctx) = run_peak;
   if (s == DT_OK && timed >= 0) {
     double *rec = p->rec + (size_t)timed * rec_stride(p);
     int pipe_id = 0;
@@ -938,7 +947,7 @@ static dt_status collect(dt_ctx *ctx, dt_model *m, job *j, pipe *pp, const dt_va
 static dt_status measures(dt_ctx *ctx, job *j, double *times, int total) {
   const sb_opts *o = j->o;
   DT_CHECK(dt_comm_all_reduce(ctx->world, times, times, (size_t)total, DT_F64, DT_RED_MAX));
-  double mem = (double)ctx->mem.host_peak;
+  double mem = (double)*mem_peak(ctx);
   DT_CHECK(dt_comm_all_reduce(ctx->world, &mem, &mem, 1, DT_F64, DT_RED_MAX));
   if (ctx->rank != 0) return DT_OK;
   j->step_time_s = o->steps > 0 ? sb_median(times + o->warmup, o->steps) : NAN;
@@ -989,7 +998,7 @@ static dt_status train(dt_ctx *ctx, dt_mesh *mesh, job *j) {
     s = dt_pipeline_release_foreign(ctx, m, j->pp_dim, &pp->L);
     /* the peak restarts: generating every stage's weights from the one seed, as the
      * reference does, is setup (TorchTitan initializes only its stages' modules) */
-    ctx->mem.host_peak = ctx->mem.host_cur;
+    *mem_peak(ctx) = *mem_cur(ctx);
   }
   if (s == DT_OK && j->reference && ctx->rank == 0) s = sb_snap_init(ctx, m, total, &j->out);
   if (s == DT_OK) dt_ledger_clear(ctx);
@@ -998,18 +1007,18 @@ static dt_status train(dt_ctx *ctx, dt_mesh *mesh, job *j) {
     dt_var *loss = NULL;
     double t_grad = 0, t_update = 0;
     /* the step's own peak, apart from the run's (the checks' gathers are not the step's) */
-    const size_t run_peak = ctx->mem.host_peak;
-    ctx->mem.host_peak = ctx->mem.host_cur;
+    const size_t run_peak = *mem_peak(ctx);
+    *mem_peak(ctx) = *mem_cur(ctx);
     dt_model_mem grads, after;
     s = step_grads(ctx, mesh, m, j, pp, step, timed, &loss, &t_grad);
     dt_model_state_bytes(m, &grads);
-    const size_t grad_peak = ctx->mem.host_peak;
+    const size_t grad_peak = *mem_peak(ctx);
     if (s == DT_OK) s = collect(ctx, m, j, pp, loss, step, total - 1, &c);
-    ctx->mem.host_peak = ctx->mem.host_cur; /* not the checks' gathers */
+    *mem_peak(ctx) = *mem_cur(ctx); /* not the checks' gathers */
     if (s == DT_OK) s = step_update(ctx, m, timed, &t_update);
     dt_model_state_bytes(m, &after);
-    const size_t step_peak = ctx->mem.host_peak > grad_peak ? ctx->mem.host_peak : grad_peak;
-    ctx->mem.host_peak = run_peak > step_peak ? run_peak : step_peak;
+    const size_t step_peak = *mem_peak(ctx) > grad_peak ? *mem_peak(ctx) : grad_peak;
+    *mem_peak(ctx) = run_peak > step_peak ? run_peak : step_peak;
     if (timed && ctx->rank == 0) {
       const int64_t persistent = after.params + grads.grads + after.optimizer;
       j->mem[0] = after.params;
@@ -1484,9 +1493,9 @@ void sb_print_result(FILE *f, const sb_config *c, const sb_result *r, bool json)
   fprintf(f, "  step time %.4f s (median), %.1f tokens/s, %.4f TFLOP/s, MFU %.2f%% of %.4f "
              "TFLOP/s (%s)\n", r->step_time_s, r->tokens_per_s, r->tflops, 100 * r->mfu,
           r->peak_tflops, r->peak_source[0] ? r->peak_source : "no peak");
-  fprintf(f, "  peak host memory per rank %.2f MiB (estimated %.2f MiB); vs reference: max abs "
+  fprintf(f, "  peak %s memory per rank %.2f MiB (estimated %.2f MiB); vs reference: max abs "
              "err %.3g, max rel err %.3g (tolerance %.1e)\n",
-          (double)r->peak_mem_bytes / (1024.0 * 1024.0), r->est_mem_bytes / (1024.0 * 1024.0),
+          strstr(c->key, " device=") ? "device" : "host", (double)r->peak_mem_bytes / (1024.0 * 1024.0), r->est_mem_bytes / (1024.0 * 1024.0),
           r->max_abs_err, r->max_rel_err, r->tolerance);
   if (r->mem_params_bytes >= 0)
     fprintf(f, "  memory rank 0: params %.2f MiB, grads %.2f MiB, optimizer %.2f MiB, "

@@ -111,6 +111,52 @@ int sb_check_workload(const char *cmd, const char *flag, const char *w) {
 
 /* ---- the MFU peak and the memory limit --------------------------------------------- */
 
+/* --device cuda: the GPU's own rate on a large GEMM of the run's dtype (bf16:
+ * f32 accumulation on the tensor cores; f32: no TF32, as the cuda device runs
+ * it), best of PEAK_REPS after a warm-up, times the GPUs the ranks use (ranks
+ * of a threads job share GPU 0). NAN (source says why) when it cannot run. */
+enum { PEAK_GPU_N = 4096 };
+static double gpu_peak_tflops(int world, const char *dtype, char *source, size_t n) {
+  dt_ctx c;
+  dt_ctx_init(&c, 0, 1);
+  dt_device *d = NULL;
+  const dt_dtype t = !strcmp(dtype, "bf16") ? DT_BF16 : DT_F32;
+  const size_t bytes = (size_t)PEAK_GPU_N * PEAK_GPU_N * dt_dtype_size(t);
+  void *buf[3] = {NULL, NULL, NULL};
+  double best = 1e30;
+  dt_status s = dt_device_cuda_create(&c, 0, &d);
+  for (int i = 0; i < 3 && s == DT_OK; i++) s = dt_device_alloc(d, bytes, &buf[i]);
+  for (int i = 0; i < 2 && s == DT_OK; i++) s = dt_device_fill(d, t, buf[i], (int64_t)bytes / (int64_t)dt_dtype_size(t), 0.01);
+  dt_gemm_desc g = {.dtype = t, .m = PEAK_GPU_N, .n = PEAK_GPU_N, .k = PEAK_GPU_N, .alpha = 1,
+                    .a = buf[0], .lda = PEAK_GPU_N, .b = buf[1], .ldb = PEAK_GPU_N,
+                    .c = buf[2], .ldc = PEAK_GPU_N, .batch = 1};
+  for (int r = 0; r <= PEAK_REPS && s == DT_OK; r++) {
+    s = dt_device_sync(d);
+    double t0 = dt_now();
+    if (s == DT_OK) s = dt_device_gemm(d, &g);
+    if (s == DT_OK) s = dt_device_sync(d);
+    double dt = dt_now() - t0;
+    if (s == DT_OK && r > 0 && dt < best) best = dt;
+  }
+  if (s != DT_OK) snprintf(source, n, "none: %s", sb_strip_call(dt_last_error(&c)));
+  for (int i = 0; i < 3; i++) dt_device_free(d, buf[i], bytes);
+  dt_device_destroy(d);
+  dt_ctx_release(&c);
+  if (s != DT_OK) return NAN;
+  int ngpu = dt_device_cuda_count();
+  const int gpus = world < ngpu ? world : ngpu > 0 ? ngpu : 1;
+  const double per = 2.0 * PEAK_GPU_N * PEAK_GPU_N * (double)PEAK_GPU_N / best / 1e12;
+  snprintf(source, n, "measured: %s GEMM %d^3 on GPU 0, %.4g TFLOP/s x %d GPU%s", dt_dtype_name(t),
+           PEAK_GPU_N, per, gpus, gpus == 1 ? "" : "s");
+  return per * gpus;
+}
+
+double sb_default_peak_tflops_on(int world, const char *device, const char *dtype, char *source,
+                                 size_t n) {
+  if (device && !strcmp(device, "cuda")) return gpu_peak_tflops(world, dtype, source, n);
+  return sb_default_peak_tflops(world, source, n);
+}
+
 double sb_default_peak_tflops(int world, char *source, size_t n) {
   float *a = malloc(sizeof(float) * PEAK_N * PEAK_N * 3);
   snprintf(source, n, "none: no memory to measure it");
@@ -615,7 +661,8 @@ int sb_cmd_run(int argc, char **argv) {
   memset(&st, 0, sizeof st);
   if (a.db && rank == 0 && (rc = sb_store_open(&st, a.db, "run"))) return rc;
   if (rank == 0 && !(o->peak_tflops > 0))
-    o->peak_tflops = sb_default_peak_tflops(o->world, o->peak_source, sizeof o->peak_source);
+    o->peak_tflops = sb_default_peak_tflops_on(o->world, o->device, o->dtype, o->peak_source,
+                                               sizeof o->peak_source);
   sb_config c;
   sb_config_fill(o, &c);
   sb_ref ref;

@@ -258,6 +258,10 @@ int sb_plan_validate(const char *cmd, const char *flag, const char *path, const 
 /* A measured single-core sgemm rate x min(world, online CPUs), TFLOP/s, with
  * how it was measured in source. Call once per invocation. */
 double sb_default_peak_tflops(int world, char *source, size_t n);
+/* The same for the ranks' device: --device cuda measures the GPU (a 4096^3
+ * GEMM of dtype), any other device the CPU as above. */
+double sb_default_peak_tflops_on(int world, const char *device, const char *dtype, char *source,
+                                 size_t n);
 /* The MFU peak and memory limit flags of run and sweep into o: --peak-tflops
  * (NULL: o->peak_tflops stays 0, for sb_default_peak_tflops once the input is
  * checked), --mem-limit (NULL: the machine's available memory), --no-mem-check.

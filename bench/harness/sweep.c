@@ -524,8 +524,11 @@ static int sweep_open(const sweep_args *a, sb_store *st, sb_opts *lim, int argc,
   int rc = sb_store_open(st, a->db, "sweep");
   if (rc) return rc;
   if (!(lim->peak_tflops > 0))
-    lim->peak_tflops = sb_default_peak_tflops((int)a->world, lim->peak_source,
-                                              sizeof lim->peak_source);
+    /* on a GPU, the first dtype's GEMM rate (one peak per invocation) */
+    lim->peak_tflops = sb_default_peak_tflops_on((int)a->world, a->device_s,
+                                                 a->dtypes_s && !strncmp(a->dtypes_s, "bf16", 4)
+                                                     ? "bf16" : "f32",
+                                                 lim->peak_source, sizeof lim->peak_source);
   if (sb_store_begin_run(st, argc, argv, a->backend_s, (int)a->world, lim->peak_tflops,
                          lim->peak_source)) {
     sb_store_close(st);
