@@ -218,6 +218,66 @@ static void pack(const fsdp *f, const fsdp_member *mb, int r, char *seg, dt_dtyp
        mb->rows * mb->inner, mb->outer, size * mb->inner);
 }
 
+/* ---- the same on device memory ---------------------------------------------------
+ * With the weights on a device (local.dev != DT_DEV_CPU) every flat buffer lives
+ * there too and the collectives take it as it is (lib/comm/comm.h). Layout moves
+ * are byte copies in the model's dtype (D2D per contiguous run, the layout
+ * copy_box slot for strided runs); a dtype change (param / reduce dtype) is one pw
+ * cast of a whole contiguous buffer, which gives the values of the host path's
+ * element-wise convert (the same rounding, to nearest even, applied once). */
+
+/* The device the unit's weights live on (DT_DEV_CPU: the host path). */
+static dt_device_kind unit_dev(const fsdp_unit *u) {
+  if (!u->n) return DT_DEV_CPU;
+  return dt_var_value(u->f->m->mods[u->mem[0].mod].weight)->local.dev;
+}
+
+/* A flat device buffer of n (>= 1 allocated) elements; zeroed when zero. */
+static dt_status dbuf(dt_ctx *ctx, dt_device_kind k, dt_dtype t, int64_t n, bool zero,
+                      dt_array *a) {
+  const int64_t len = n > 0 ? n : 1;
+  DT_CHECK(dt_array_create(ctx, k, t, 1, &len, a));
+  if (!zero) return DT_OK;
+  dt_status s = dt_device_fill(ctx->device, t, a->data, len, 0.0);
+  if (s != DT_OK) dt_array_free(ctx, a);
+  return s;
+}
+
+/* convert() on device pointers: a D2D copy, or the pw cast slot. */
+static dt_status dconvert(dt_ctx *ctx, void *dst, dt_dtype td, const void *src, dt_dtype ts,
+                          int64_t n) {
+  if (n <= 0) return DT_OK;
+  if (td == ts) return dt_device_copy(ctx->device, dst, src, (size_t)n * dt_dtype_size(td), DT_COPY_D2D);
+  const dt_kernels *K;
+  DT_CHECK(dt_op_kernels(ctx, WHO, &K));
+  DT_OP_KSLOT(ctx, WHO, K->pw, cast);
+  return K->pw->cast(ctx->device, ts, src, td, dst, n);
+}
+
+/* runs() on device pointers, one dtype (es bytes): one box copy [outer, n] out of
+ * [outer, sstride] into [outer, dstride]. */
+static dt_status druns(dt_ctx *ctx, size_t es, char *dst, int64_t dstride, const char *src,
+                       int64_t sstride, int64_t outer, int64_t n) {
+  if (outer <= 0 || n <= 0) return DT_OK;
+  if (outer == 1) return dt_device_copy(ctx->device, dst, src, (size_t)n * es, DT_COPY_D2D);
+  const dt_kernels *K;
+  DT_CHECK(dt_op_kernels(ctx, WHO, &K));
+  DT_OP_KSLOT(ctx, WHO, K->layout, copy_box);
+  const int64_t ds[2] = {outer, dstride}, ss[2] = {outer, sstride}, zo[2] = {0, 0},
+                box[2] = {outer, n};
+  return K->layout->copy_box(ctx->device, es, 2, dst, ds, zo, src, ss, zo, box);
+}
+
+/* pack() on device pointers, seg and full both of dtype t. */
+static dt_status dpack(dt_ctx *ctx, const fsdp *f, const fsdp_member *mb, int r, char *seg,
+                       const char *full, dt_dtype t) {
+  int64_t size, off;
+  fsdp_chunk(f, mb->rows, r, &size, &off);
+  const size_t es = dt_dtype_size(t);
+  return druns(ctx, es, seg, size * mb->inner, full + (size_t)(off * mb->inner) * es,
+               mb->rows * mb->inner, mb->outer, size * mb->inner);
+}
+
 /* ---- all_gather (forward, and again before backward) ------------------------------ */
 
 /* Member k's whole tensor from an all_gather's [W, P] result recv (dtype rt) into
@@ -235,8 +295,56 @@ static void unpack(const fsdp_unit *u, int k, const char *recv, dt_dtype rt, voi
   }
 }
 
+/* unpack() on device pointers, recv and dst both of dtype t. */
+static dt_status dunpack(dt_ctx *ctx, const fsdp_unit *u, int k, const char *recv, void *dst,
+                         dt_dtype t) {
+  const fsdp_member *mb = &u->mem[k];
+  const size_t es = dt_dtype_size(t);
+  dt_status s = DT_OK;
+  for (int r = 0; s == DT_OK && r < u->f->W; r++) {
+    int64_t size, off;
+    fsdp_chunk(u->f, mb->rows, r, &size, &off);
+    s = druns(ctx, es, (char *)dst + (size_t)(off * mb->inner) * es, mb->rows * mb->inner,
+              recv + ((size_t)r * (size_t)u->P + (size_t)mb->off) * es, size * mb->inner,
+              mb->outer, size * mb->inner);
+  }
+  return s;
+}
+
+/* gather_into on the device: the shards into one flat buffer (model dtype), cast
+ * to the param dtype, all_gather, cast back, unpacked. */
+static dt_status gather_into_dev(dt_ctx *ctx, fsdp_unit *u, dt_tensor *const *vals) {
+  fsdp *f = u->f;
+  const dt_dtype pd = comm_dtype(f, false), md = f->m->dtype;
+  const dt_device_kind dk = unit_dev(u);
+  const size_t em = dt_dtype_size(md);
+  const int64_t P = u->P, WP = u->P * f->W;
+  dt_array sm = {0}, sp = {0}, rp = {0}, rm = {0};
+  dt_status s = dbuf(ctx, dk, md, P, true, &sm);
+  for (int k = 0; s == DT_OK && k < u->n; k++) {
+    const dt_tensor *w = dt_var_value(f->m->mods[u->mem[k].mod].weight);
+    s = dconvert(ctx, (char *)sm.data + (size_t)u->mem[k].off * em, md, w->local.data, md,
+                 w->local.numel);
+  }
+  if (s == DT_OK && pd != md && (s = dbuf(ctx, dk, pd, P, false, &sp)) == DT_OK)
+    s = dconvert(ctx, sp.data, pd, sm.data, md, P);
+  if (s == DT_OK) s = dbuf(ctx, dk, pd, WP, false, &rp);
+  if (s == DT_OK)
+    s = dt_comm_all_gather(f->comm, pd != md ? sp.data : sm.data, rp.data, (size_t)P, pd);
+  if (s == DT_OK && pd != md && (s = dbuf(ctx, dk, md, WP, false, &rm)) == DT_OK)
+    s = dconvert(ctx, rm.data, md, rp.data, pd, WP);
+  for (int k = 0; s == DT_OK && k < u->n; k++)
+    s = dunpack(ctx, u, k, pd != md ? rm.data : rp.data, vals[k]->local.data, md);
+  dt_array_free(ctx, &sm);
+  dt_array_free(ctx, &sp);
+  dt_array_free(ctx, &rp);
+  dt_array_free(ctx, &rm);
+  return s;
+}
+
 /* The unit's unsharded values into vals[k] (already allocated, right local shape). */
 static dt_status gather_into(dt_ctx *ctx, fsdp_unit *u, dt_tensor *const *vals) {
+  if (unit_dev(u) != DT_DEV_CPU) return gather_into_dev(ctx, u, vals);
   fsdp *f = u->f;
   const dt_dtype pd = comm_dtype(f, false), md = f->m->dtype;
   const size_t es = dt_dtype_size(pd);
@@ -270,7 +378,14 @@ static dt_status regather(dt_ctx *ctx, fsdp_unit *u) {
   dt_status s = vals ? DT_OK : dt_error(ctx, DT_ERR_NOMEM, WHO, "no memory");
   for (int k = 0; s == DT_OK && k < u->n; k++) {
     dt_tensor *v = value_of(u->mem[k].unsharded);
-    if (!v->local.data) {
+    if (!v->local.data && v->local.dev != DT_DEV_CPU) { /* device memory of the same shape */
+      dt_array a;
+      s = dt_array_create(ctx, v->local.dev, v->local.dtype, v->local.ndim, v->local.shape, &a);
+      if (s == DT_OK) {
+        v->local.data = a.data;
+        v->local.owns = true;
+      }
+    } else if (!v->local.data) {
       size_t bytes = dt_array_bytes(&v->local);
       v->local.data = dt_host_alloc(ctx, bytes ? bytes : 1);
       if (!v->local.data) s = dt_error(ctx, DT_ERR_NOMEM, WHO, "no memory");
@@ -300,12 +415,27 @@ static dt_status reduce_unit(dt_ctx *ctx, fsdp_unit *u, const dt_tensor *const *
   dt_model *m = f->m;
   const int rd = f->o.replicate_dim, nd = dt_mesh_ndim(m->mesh);
   const dt_dtype rt = comm_dtype(f, true), md = m->dtype;
-  const size_t es = dt_dtype_size(rt);
-  char *send = dt_host_calloc(ctx, (size_t)u->P * es * (size_t)f->W);
-  char *recv = dt_host_alloc(ctx, (size_t)u->P * es);
+  const size_t es = dt_dtype_size(rt), em = dt_dtype_size(md);
+  /* on a device: the gradients packed in the model dtype into sm, cast to rt (sr) */
+  const dt_device_kind dk = unit_dev(u);
+  const bool dev = dk != DT_DEV_CPU;
+  dt_array sm = {0}, sr = {0}, rr = {0}, tmp = {0};
+  char *send = NULL, *recv = NULL;
+  dt_status s = DT_OK;
+  if (dev) {
+    s = dbuf(ctx, dk, md, u->P * f->W, true, &sm);
+    if (s == DT_OK && rt != md) s = dbuf(ctx, dk, rt, u->P * f->W, false, &sr);
+    if (s == DT_OK) s = dbuf(ctx, dk, rt, u->P, false, &rr);
+    send = rt != md ? sr.data : sm.data;
+    recv = rr.data;
+  } else {
+    send = dt_host_calloc(ctx, (size_t)u->P * es * (size_t)f->W);
+    recv = dt_host_alloc(ctx, (size_t)u->P * es);
+  }
   dt_tensor *g = dt_host_calloc(ctx, sizeof *g * (size_t)u->n); /* each gradient, redistributed */
   bool *partial_rep = dt_host_calloc(ctx, sizeof *partial_rep * (size_t)u->n);
-  dt_status s = send && recv && g && partial_rep ? DT_OK : dt_error(ctx, DT_ERR_NOMEM, WHO, "no memory");
+  if (s == DT_OK && !(send && recv && g && partial_rep))
+    s = dt_error(ctx, DT_ERR_NOMEM, WHO, "no memory");
   bool any_rep = false;
   for (int k = 0; s == DT_OK && k < u->n; k++) {
     const fsdp_member *mb = &u->mem[k];
@@ -343,23 +473,41 @@ static dt_status reduce_unit(dt_ctx *ctx, fsdp_unit *u, const dt_tensor *const *
       s = dt_error(ctx, DT_ERR_UNSUPPORTED, WHO, "%s: a Partial gradient that is not a sum",
                    m->mods[mb->mod].fqn);
     if (s != DT_OK || !contribute) continue;
-    for (int r = 0; r < f->W; r++)
+    for (int r = 0; dev && s == DT_OK && r < f->W; r++)
+      s = dpack(ctx, f, mb, r, (char *)sm.data + ((size_t)r * (size_t)u->P + (size_t)mb->off) * em,
+                g[k].local.data, md);
+    for (int r = 0; !dev && r < f->W; r++)
       pack(f, mb, r, send + ((size_t)r * (size_t)u->P + (size_t)mb->off) * es, rt,
            g[k].local.data, md);
   }
+  if (s == DT_OK && dev && rt != md) s = dconvert(ctx, sr.data, rt, sm.data, md, u->P * f->W);
   if (s == DT_OK) s = dt_comm_reduce_scatter(f->comm, send, recv, (size_t)u->P, rt, DT_RED_SUM);
   for (int k = 0; s == DT_OK && f->o.fault_no_reduce[0] && k < u->n; k++) {
     const fsdp_member *mb = &u->mem[k];
     if (!g[k].mesh || strcmp(m->mods[mb->mod].fqn, f->o.fault_no_reduce)) continue;
     /* the fault: this rank's own chunk of its partial gradient */
-    pack(f, mb, f->coord, recv + (size_t)mb->off * es, rt, g[k].local.data, md);
+    if (dev) {
+      int64_t size, off;
+      fsdp_chunk(f, mb->rows, f->coord, &size, &off);
+      if (!tmp.data) s = dbuf(ctx, dk, md, u->P, false, &tmp);
+      if (s == DT_OK)
+        s = dpack(ctx, f, mb, f->coord, (char *)tmp.data + (size_t)mb->off * em, g[k].local.data, md);
+      if (s == DT_OK)
+        s = dconvert(ctx, recv + (size_t)mb->off * es, rt, (char *)tmp.data + (size_t)mb->off * em,
+                     md, mb->outer * size * mb->inner);
+    } else {
+      pack(f, mb, f->coord, recv + (size_t)mb->off * es, rt, g[k].local.data, md);
+    }
   }
   if (s == DT_OK && any_rep) { /* HSDP: the shard's sum over the replicas */
-    for (int k = 0; k < u->n; k++) /* a gradient Replicate over dp_replicate counts once */
-      if (g[k].mesh && !partial_rep[k] && dt_mesh_coord(m->mesh, rd) != 0)
+    for (int k = 0; s == DT_OK && k < u->n; k++) /* a gradient Replicate over dp_replicate counts once */
+      if (g[k].mesh && !partial_rep[k] && dt_mesh_coord(m->mesh, rd) != 0 && dev)
+        s = dt_device_fill(ctx->device, rt, recv + (size_t)u->mem[k].off * es,
+                           u->mem[k].outer * u->mem[k].c * u->mem[k].inner, 0.0);
+      else if (g[k].mesh && !partial_rep[k] && dt_mesh_coord(m->mesh, rd) != 0)
         memset(recv + (size_t)u->mem[k].off * es, 0,
                (size_t)(u->mem[k].outer * u->mem[k].c * u->mem[k].inner) * es);
-    s = dt_comm_all_reduce(dt_mesh_comm(m->mesh, rd), recv, recv, (size_t)u->P, rt, DT_RED_SUM);
+    if (s == DT_OK) s = dt_comm_all_reduce(dt_mesh_comm(m->mesh, rd), recv, recv, (size_t)u->P, rt, DT_RED_SUM);
   }
   for (int k = 0; s == DT_OK && k < u->n; k++) {
     if (!gin[k] || !g[k].mesh) continue;
@@ -372,17 +520,29 @@ static dt_status reduce_unit(dt_ctx *ctx, fsdp_unit *u, const dt_tensor *const *
               : g[k].pl[d].kind == DT_PL_PARTIAL        ? g[k].pl[d]
                                                         : w->pl[d];
     dt_array a;
-    s = dt_array_create(ctx, DT_DEV_CPU, md, w->local.ndim, w->local.shape, &a);
+    s = dt_array_create(ctx, w->local.dev, md, w->local.ndim, w->local.shape, &a);
     if (s != DT_OK) break;
-    convert(a.data, md, recv + (size_t)mb->off * es, rt, w->local.numel);
+    if (dev) s = dconvert(ctx, a.data, md, recv + (size_t)mb->off * es, rt, w->local.numel);
+    else convert(a.data, md, recv + (size_t)mb->off * es, rt, w->local.numel);
+    if (s != DT_OK) {
+      dt_array_free(ctx, &a);
+      break;
+    }
     s = dt_tensor_from_local(ctx, w->mesh, &a, pl, w->ndim, w->gshape, gin[k]);
     dt_array_free(ctx, &a);
   }
   for (int k = 0; g && k < u->n; k++) dt_tensor_free(ctx, &g[k]);
   dt_host_free(ctx, g);
   dt_host_free(ctx, partial_rep);
-  dt_host_free(ctx, send);
-  dt_host_free(ctx, recv);
+  if (dev) {
+    dt_array_free(ctx, &sm);
+    dt_array_free(ctx, &sr);
+    dt_array_free(ctx, &rr);
+    dt_array_free(ctx, &tmp);
+  } else {
+    dt_host_free(ctx, send);
+    dt_host_free(ctx, recv);
+  }
   return s;
 }
 
@@ -413,7 +573,9 @@ static dt_status gather_new(dt_ctx *ctx, fsdp_unit *u, dt_tensor *vals) {
                        &vals[k]);
     int64_t ls[DT_MAX_DIMS];
     if (s == DT_OK) dt_tensor_local_shape(&vals[k], ls);
-    if (s == DT_OK) s = dt_array_create(ctx, DT_DEV_CPU, m->dtype, md->wndim, ls, &vals[k].local);
+    if (s == DT_OK) /* where the sharded weight lives */
+      s = dt_array_create(ctx, dt_var_value(md->weight)->local.dev, m->dtype, md->wndim, ls,
+                          &vals[k].local);
   }
   if (s == DT_OK) s = gather_into(ctx, u, vp);
   for (int k = 0; s != DT_OK && k < u->n; k++) dt_tensor_free(ctx, &vals[k]);
@@ -506,6 +668,20 @@ static dt_status add_grad(dt_ctx *ctx, dt_model *m, dt_var *w, dt_tensor *g) {
     s = dt_error(ctx, DT_ERR_INTERNAL, WHO, "a gradient of %lld elements for one of %lld",
                  (long long)a->local.numel, (long long)old->local.numel);
   dt_tensor *o = (dt_tensor *)old; /* the tape's, accumulated into in place */
+  if (s == DT_OK && o->local.numel && o->local.dev != DT_DEV_CPU) { /* o += a on the device */
+    dt_array c = {0};
+    const void *x = a->local.data;
+    if (a->dtype != o->dtype) { /* a converted to o's dtype first */
+      s = dbuf(ctx, o->local.dev, o->dtype, o->local.numel, false, &c);
+      if (s == DT_OK) s = dconvert(ctx, c.data, o->dtype, a->local.data, a->dtype, o->local.numel);
+      x = c.data;
+    }
+    if (s == DT_OK) s = dt_device_axpy(ctx->device, o->dtype, o->local.numel, 1.0, x, o->local.data);
+    dt_array_free(ctx, &c);
+    dt_tensor_free(ctx, &r);
+    dt_tensor_free(ctx, g);
+    return s;
+  }
   for (int64_t e = 0; s == DT_OK && e < o->local.numel; e++)
     put(o->local.data, o->dtype, e,
         get(o->local.data, o->dtype, e) + get(a->local.data, a->dtype, e));
@@ -848,7 +1024,16 @@ static dt_status zero1_reduce(dt_ctx *ctx, fsdp *f, fsdp_unit *u, dt_comm *c, co
   const size_t es = dt_dtype_size(rt);
   int64_t total = 0;
   for (int k = 0; k < u->n; k++) total += u->mem[k].outer * u->mem[k].rows * u->mem[k].inner;
-  char *buf = dt_host_calloc(ctx, (size_t)(total ? total : 1) * es);
+  const dt_device_kind dk = unit_dev(u);
+  const bool dev = dk != DT_DEV_CPU;
+  dt_array db = {0}; /* on a device: the flat buffer there */
+  char *buf = NULL;
+  if (dev) {
+    DT_CHECK(dbuf(ctx, dk, rt, total, true, &db));
+    buf = db.data;
+  } else {
+    buf = dt_host_calloc(ctx, (size_t)(total ? total : 1) * es);
+  }
   if (!buf) return dt_error(ctx, DT_ERR_NOMEM, WHO, "no memory");
   bool any = false;
   int64_t at = 0;
@@ -882,7 +1067,8 @@ static dt_status zero1_reduce(dt_ctx *ctx, fsdp *f, fsdp_unit *u, dt_comm *c, co
       any = any || partial;
       if (!partial && dt_mesh_coord(m->mesh, dims[q]) != 0) contribute = false;
     }
-    if (contribute) convert(buf + (size_t)at * es, rt, g->local.data, md, n);
+    if (contribute && dev) s = dconvert(ctx, buf + (size_t)at * es, rt, g->local.data, md, n);
+    else if (contribute) convert(buf + (size_t)at * es, rt, g->local.data, md, n);
     at += n;
   }
   if (s == DT_OK && any) s = dt_comm_all_reduce(c, buf, buf, (size_t)total, rt, DT_RED_SUM);
@@ -892,12 +1078,15 @@ static dt_status zero1_reduce(dt_ctx *ctx, fsdp *f, fsdp_unit *u, dt_comm *c, co
     dt_tensor *g = (dt_tensor *)dt_var_grad(m->mods[mb->mod].weight); /* the tape's, reduced in place */
     const int64_t n = mb->outer * mb->rows * mb->inner;
     /* the fault keeps each rank's own partial sum */
-    if (g && g->local.numel == n && strcmp(m->mods[mb->mod].fqn, f->o.fault_no_reduce))
-      convert(g->local.data, md, buf + (size_t)at * es, rt, n);
+    if (g && g->local.numel == n && strcmp(m->mods[mb->mod].fqn, f->o.fault_no_reduce)) {
+      if (dev) s = dconvert(ctx, g->local.data, md, buf + (size_t)at * es, rt, n);
+      else convert(g->local.data, md, buf + (size_t)at * es, rt, n);
+    }
     for (int q = 0; g && q < n_dims; q++) g->pl[dims[q]] = dt_replicate();
     at += n;
   }
-  dt_host_free(ctx, buf);
+  if (dev) dt_array_free(ctx, &db);
+  else dt_host_free(ctx, buf);
   return s;
 }
 
@@ -930,19 +1119,39 @@ dt_status dt_fsdp_after_step(dt_ctx *ctx, dt_model *m) {
   for (int i = 0; s == DT_OK && i < f->n_units; i++) {
     fsdp_unit *u = &us[i];
     if (!u->n) continue;
-    char *send = dt_host_calloc(ctx, (size_t)u->P * es);
-    char *recv = dt_host_alloc(ctx, (size_t)u->P * es * (size_t)f->W);
-    if (!send || !recv) s = dt_error(ctx, DT_ERR_NOMEM, WHO, "no memory");
+    const dt_device_kind dk = unit_dev(u);
+    const bool dev = dk != DT_DEV_CPU;
+    dt_array ds = {0}, dr = {0}; /* on a device: the buffers there */
+    char *send = NULL, *recv = NULL;
+    if (dev) {
+      s = dbuf(ctx, dk, md, u->P, true, &ds);
+      if (s == DT_OK) s = dbuf(ctx, dk, md, u->P * f->W, false, &dr);
+      send = ds.data;
+      recv = dr.data;
+    } else {
+      send = dt_host_calloc(ctx, (size_t)u->P * es);
+      recv = dt_host_alloc(ctx, (size_t)u->P * es * (size_t)f->W);
+    }
+    if (s == DT_OK && (!send || !recv)) s = dt_error(ctx, DT_ERR_NOMEM, WHO, "no memory");
     for (int k = 0; s == DT_OK && k < u->n; k++) { /* this rank's updated rows */
       const fsdp_member *mb = &u->mem[k];
       const dt_tensor *w = dt_var_value(m->mods[mb->mod].weight);
-      pack(f, mb, f->coord, send + (size_t)mb->off * es, md, w->local.data, md);
+      if (dev) s = dpack(ctx, f, mb, f->coord, send + (size_t)mb->off * es, w->local.data, md);
+      else pack(f, mb, f->coord, send + (size_t)mb->off * es, md, w->local.data, md);
     }
     if (s == DT_OK) s = dt_comm_all_gather(f->comm, send, recv, (size_t)u->P, md);
-    for (int k = 0; s == DT_OK && k < u->n; k++)
-      unpack(u, k, recv, md, value_of(m->mods[u->mem[k].mod].weight)->local.data, md);
-    dt_host_free(ctx, send);
-    dt_host_free(ctx, recv);
+    for (int k = 0; s == DT_OK && k < u->n; k++) {
+      void *dst = value_of(m->mods[u->mem[k].mod].weight)->local.data;
+      if (dev) s = dunpack(ctx, u, k, recv, dst, md);
+      else unpack(u, k, recv, md, dst, md);
+    }
+    if (dev) {
+      dt_array_free(ctx, &ds);
+      dt_array_free(ctx, &dr);
+    } else {
+      dt_host_free(ctx, send);
+      dt_host_free(ctx, recv);
+    }
   }
   return s;
 }

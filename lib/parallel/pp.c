@@ -138,7 +138,10 @@ static dt_status recv_tensor(pp_run *r, const dt_tensor *like, int peer, int tag
   DT_CHECK(dt_tensor_meta(ctx, m->mesh, pl, ndim, gshape, m->dtype, WHO, out));
   int64_t ls[DT_MAX_DIMS];
   dt_tensor_local_shape(out, ls);
-  dt_status s = dt_array_create(ctx, DT_DEV_CPU, m->dtype, ndim, ls, &out->local);
+  /* on the sender's kind of memory: like's, else the rank's compute device (the
+   * activations the ops made there; the comm front takes device buffers) */
+  const dt_device_kind dev = like ? like->local.dev : ctx->device ? ctx->device->kind : DT_DEV_CPU;
+  dt_status s = dt_array_create(ctx, dev, m->dtype, ndim, ls, &out->local);
   if (s == DT_OK)
     s = dt_comm_recv(r->comm, out->local.data, (size_t)out->local.numel, m->dtype, peer, tag);
   if (s != DT_OK) dt_tensor_free(ctx, out);
@@ -427,7 +430,7 @@ dt_status dt_pipeline_share(dt_ctx *ctx, dt_model *m, int pp_dim, const dt_pp_la
     DT_CHECK(dt_tensor_meta(ctx, m->mesh, pl, w->ndim, w->gshape, w->dtype, who, &t));
     int64_t ls[DT_MAX_DIMS];
     dt_tensor_local_shape(&t, ls);
-    dt_status s = dt_array_create(ctx, DT_DEV_CPU, w->dtype, w->ndim, ls, &t.local);
+    dt_status s = dt_array_create(ctx, w->local.dev, w->dtype, w->ndim, ls, &t.local); /* the weight's memory */
     if (s == DT_OK) s = dt_comm_broadcast(comm, t.local.data, (size_t)t.local.numel, w->dtype, owner);
     if (s == DT_OK) s = dt_var_set_grad(m->tape, md->weight, &t);
     else dt_tensor_free(ctx, &t);
