@@ -12,8 +12,9 @@
 # The check: every CUDA test program (verify/test_*_cuda, verify/test_nccl when
 # built; exit 0 passes, 77 = SKIP is a failure on a GPU machine), `shardbench run
 # --device cuda` of the debugmodel with the threads backend on the one GPU (TP,
-# FSDP and DP at world 2, each verified against the one-rank reference: its
-# "status: ok" line), NCCL at world 1 when this shardbench has it, then
+# FSDP, DP and bf16 TP at world 2, each verified against the one-rank reference:
+# its "status: ok" line), NCCL at world 1 (--comm nccl) when this shardbench has
+# it, then
 # shardbench-gpu (GPU_BENCH_ARGS, default a short setting), and one line
 #   gpu-check: PASS|FAIL tests=N/M runs=N/M mfu_block=X gemm_ratio=Y
 # Exit: 0 PASS, 1 FAIL, 2 build or bundle error.
@@ -51,7 +52,7 @@ check() {
   done
   sb=$root/bin/shardbench
   for cfg in "tp --mesh tp:2" "fsdp --mesh dp_shard:2 --plan fsdp" \
-             "dp --mesh dp_replicate:2 --plan dp"; do
+             "dp --mesh dp_replicate:2 --plan dp" "tp-bf16 --mesh tp:2 --dtype bf16"; do
     runs=$((runs + 1))
     # shellcheck disable=SC2086 # cfg is a word list on purpose
     set -- $cfg
@@ -65,16 +66,19 @@ check() {
       echo "FAIL: run $name (exit $rc)"; tail -n 8 "$log"
     fi
   done
-  if "$sb" help run 2>&1 | grep -q nccl; then
-    runs=$((runs + 1))
-    if limit "$sb" run --device cuda --backend nccl --world 1 --mesh 1 --steps 2 \
-         ${SB_PLANS:+--plans-dir "$SB_PLANS"} > "$log" 2>&1 && grep -q '^ *status: ok' "$log"; then
-      runs_ok=$((runs_ok + 1)); echo "PASS: run nccl world 1"
-    else
-      echo "FAIL: run nccl world 1"; tail -n 8 "$log"
-    fi
+  # NCCL at world 1 (one GPU): refused up front when this shardbench has none
+  limit "$sb" run --device cuda --comm nccl --world 1 --steps 2 \
+    ${SB_PLANS:+--plans-dir "$SB_PLANS"} > "$log" 2>&1
+  rc=$?
+  if [ $rc -eq 2 ] && grep -q "not built into" "$log"; then
+    echo "note: this shardbench has no nccl comm; not run"
   else
-    echo "note: this shardbench has no nccl backend; not run"
+    runs=$((runs + 1))
+    if [ $rc -eq 0 ] && grep -q '^ *status: ok' "$log"; then
+      runs_ok=$((runs_ok + 1)); echo "PASS: run nccl world 1: $(grep -m1 'vs reference' "$log")"
+    else
+      echo "FAIL: run nccl world 1 (exit $rc)"; tail -n 8 "$log"
+    fi
   fi
   runs=$((runs + 1))
   # shellcheck disable=SC2086 # GPU_BENCH_ARGS is a word list
