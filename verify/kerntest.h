@@ -42,4 +42,32 @@ int64_t kt_mismatch(const double *got, const double *want, int64_t n, double tol
  * mismatch with `what`; counts one check. */
 bool kt_close_to(const char *what, const double *got, const double *want, int64_t n, double tol);
 
+/* KT_ON_CUDA: this program tests the GPU (built with -DKERN_ON_CUDA, the
+ * test_*_cuda twins), else cuda-emu; KT_NAME(base) is its name for tu_finish. */
+#ifdef KERN_ON_CUDA
+#define KT_ON_CUDA true
+#define KT_NAME(base) base "_cuda"
+#else
+#define KT_ON_CUDA false
+#define KT_NAME(base) base
+#endif
+
+/* For main: a one-rank context and the device under test; nonzero (SKIP or a
+ * failure, printed) when it cannot be opened, with ctx already released. */
+static inline int kt_start(kt_dev *T, dt_ctx *ctx) {
+  dt_ctx_init(ctx, 0, 1);
+  int rc = kt_open(T, ctx, KT_ON_CUDA);
+  if (rc) dt_ctx_release(ctx);
+  return rc;
+}
+
+/* For main: every device byte freed (one check), then the device and ctx
+ * released; tu_finish's exit code. */
+static inline int kt_end(kt_dev *T, dt_ctx *ctx, const char *name) {
+  TU_CHECK(ctx->mem.dev_cur == 0, "device bytes left: %zu", ctx->mem.dev_cur);
+  kt_close(T);
+  dt_ctx_release(ctx);
+  return tu_finish(name);
+}
+
 #endif

@@ -741,17 +741,9 @@ static void test_guards(kt_dev *T) {
 
 int main(void) {
   dt_ctx ctx;
-  dt_ctx_init(&ctx, 0, 1);
   kt_dev T;
-#ifdef KERN_ON_CUDA
-  int rc = kt_open(&T, &ctx, true);
-#else
-  int rc = kt_open(&T, &ctx, false);
-#endif
-  if (rc) {
-    dt_ctx_release(&ctx);
-    return rc;
-  }
+  int rc = kt_start(&T, &ctx);
+  if (rc) return rc;
   test_silu(&T);
   test_cast(&T);
   test_scale(&T);
@@ -761,17 +753,6 @@ int main(void) {
   test_softmax(&T);
   test_permute(&T);
   test_guards(&T);
-#ifdef KERN_ON_CUDA
-  test_ops(true);
-#else
-  test_ops(false);
-#endif
-  TU_CHECK(ctx.mem.dev_cur == 0, "device bytes left: %zu", ctx.mem.dev_cur);
-  kt_close(&T);
-  dt_ctx_release(&ctx);
-#ifdef KERN_ON_CUDA
-  return tu_finish("test_kern_cuda");
-#else
-  return tu_finish("test_kern");
-#endif
+  test_ops(KT_ON_CUDA);
+  return kt_end(&T, &ctx, KT_NAME("test_kern"));
 }

@@ -218,26 +218,11 @@ static void test_guards(void) {
 
 int main(void) {
   dt_ctx ctx;
-  dt_ctx_init(&ctx, 0, 1);
   kt_dev T;
-#ifdef KERN_ON_CUDA
-  int rc = kt_open(&T, &ctx, true);
-#else
-  int rc = kt_open(&T, &ctx, false);
-#endif
-  if (rc) {
-    dt_ctx_release(&ctx);
-    return rc;
-  }
+  int rc = kt_start(&T, &ctx);
+  if (rc) return rc;
   test_guards();
   test_copy_box(&T);
   test_reduce(&T);
-  TU_CHECK(ctx.mem.dev_cur == 0, "device bytes left: %zu", ctx.mem.dev_cur);
-  kt_close(&T);
-  dt_ctx_release(&ctx);
-#ifdef KERN_ON_CUDA
-  return tu_finish("test_kern_layout_cuda");
-#else
-  return tu_finish("test_kern_layout");
-#endif
+  return kt_end(&T, &ctx, KT_NAME("test_kern_layout"));
 }

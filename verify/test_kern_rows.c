@@ -633,17 +633,9 @@ static void test_can_fail(kt_dev *T) {
 
 int main(void) {
   dt_ctx ctx;
-  dt_ctx_init(&ctx, 0, 1);
   kt_dev T;
-#ifdef KERN_ON_CUDA
-  int rc = kt_open(&T, &ctx, true);
-#else
-  int rc = kt_open(&T, &ctx, false);
-#endif
-  if (rc) {
-    dt_ctx_release(&ctx);
-    return rc;
-  }
+  int rc = kt_start(&T, &ctx);
+  if (rc) return rc;
   test_rms(&T);
   test_rms_fd(&T);
   test_rope(&T);
@@ -651,12 +643,5 @@ int main(void) {
   test_ce(&T);
   test_ce_fd(&T);
   test_can_fail(&T);
-  TU_CHECK(ctx.mem.dev_cur == 0, "device bytes left: %zu", ctx.mem.dev_cur);
-  kt_close(&T);
-  dt_ctx_release(&ctx);
-#ifdef KERN_ON_CUDA
-  return tu_finish("test_kern_rows_cuda");
-#else
-  return tu_finish("test_kern_rows");
-#endif
+  return kt_end(&T, &ctx, KT_NAME("test_kern_rows"));
 }
