@@ -332,17 +332,20 @@ static void test_fill(void) {
 /* ---- axpy -------------------------------------------------------------------- */
 
 static void test_axpy(void) {
-  const dt_dtype types[] = {DT_F32, DT_F64};
+  const dt_dtype types[] = {DT_F32, DT_F64, DT_BF16};
   const int64_t sizes[] = {1, 1000, (1 << 20) + 3};
   const double alphas[] = {-1.75, 0.5, 3.0e-3};
   int runs = 0;
-  for (int ti = 0; ti < 2; ti++) {
+  for (int ti = 0; ti < 3; ti++) {
     const dt_dtype t = types[ti];
     const size_t es = dt_dtype_size(t);
     /* y + alpha x rounds at most twice in the dtype (product, sum; once with
      * FMA): |err| <= eps * (|alpha x| + |y|). The double reference adds up to
-     * two roundings of 2^-53 each; 2 eps covers both for f32 and f64. */
-    const double tol_rel = 2.0 * (t == DT_F32 ? 0x1p-23 : 0x1p-52);
+     * two roundings of 2^-53 each; 2 eps covers both for f32 and f64. bf16
+     * computes in f32 (those two f32 roundings) and rounds y once to bf16
+     * (2^-8 of the result, itself at most |alpha x| + |y|). */
+    const double tol_rel = t == DT_BF16 ? 0x1p-8 + 2.0 * 0x1p-23
+                                        : 2.0 * (t == DT_F32 ? 0x1p-23 : 0x1p-52);
     for (size_t si = 0; si < 3; si++)
       for (size_t ai = 0; ai < 3; ai++) {
         const int64_t n = sizes[si];
@@ -359,7 +362,7 @@ static void test_axpy(void) {
           TU_OK(&ctx, dt_device_copy(gpu, hr, dy, bytes, DT_COPY_D2H));
           TU_OK(&ctx, dt_device_copy(gpu, hx2, dx, bytes, DT_COPY_D2H));
           /* alpha as the device sees it: f32 arithmetic takes (float)alpha */
-          const double a = t == DT_F32 ? (double)(float)alpha : alpha;
+          const double a = t != DT_F64 ? (double)(float)alpha : alpha;
           int64_t bad = 0, first = -1;
           for (int64_t i = 0; i < n; i++) {
             double x = get(t, hx, i), y = get(t, hy, i), ref = a * x + y;
@@ -381,10 +384,10 @@ static void test_axpy(void) {
         host_free(hx2);
       }
   }
-  /* no bf16 arithmetic on the cuda device */
-  void *d = gpu_alloc(16);
-  if (d) TU_CHECK(dt_device_axpy(gpu, DT_BF16, 4, 1.0, d, d) == DT_ERR_UNSUPPORTED, "bf16 axpy");
-  gpu_free(d, 16);
+  /* indices are never summed */
+  void *d = gpu_alloc(32);
+  if (d) TU_CHECK(dt_device_axpy(gpu, DT_I64, 4, 1.0, d, d) == DT_ERR_UNSUPPORTED, "i64 axpy");
+  gpu_free(d, 32);
   printf("axpy: %d cases\n", runs);
 }
 

@@ -133,6 +133,10 @@ static dt_status cpu_axpy(dt_device *d, dt_dtype t, int64_t n, double alpha, con
   } else if (t == DT_F64) {
     const double *xs = x; double *ys = y;
     for (int64_t i = 0; i < n; i++) ys[i] += alpha * xs[i];
+  } else if (t == DT_BF16) { /* f32 arithmetic, one rounding of each y, as the cuda device */
+    const dt_bf16 *xs = x; dt_bf16 *ys = y; float a = (float)alpha;
+    for (int64_t i = 0; i < n; i++)
+      ys[i] = dt_f32_to_bf16(dt_bf16_to_f32(ys[i]) + a * dt_bf16_to_f32(xs[i]));
   } else {
     return dt_error(d->ctx, DT_ERR_UNSUPPORTED, "dt_device_axpy", "dtype %s", dt_dtype_name(t));
   }

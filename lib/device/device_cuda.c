@@ -389,13 +389,29 @@ static dt_status cuda_fill(dt_device *d, dt_dtype t, void *x, int64_t n, double 
 /* y += alpha x for f32/f64 device vectors (cublas axpy; no overlap of x and y). */
 static dt_status cuda_axpy(dt_device *d, dt_dtype t, int64_t n, double alpha, const void *x,
                            void *y) {
-  if (t != DT_F32 && t != DT_F64)
+  if (t != DT_F32 && t != DT_F64 && t != DT_BF16)
     return dt_error(d->ctx, DT_ERR_UNSUPPORTED, "dt_device_axpy",
-                    "the cuda device has no %s axpy (f32 and f64 only)", dt_dtype_name(t));
+                    "the cuda device has no %s axpy (f32, f64 and bf16 only)", dt_dtype_name(t));
   if (n <= 0) return DT_OK;
   CUDA_ENTER(d);
   cublasHandle_t h = impl_of(d)->blas;
   const float af = (float)alpha;
+  if (t == DT_BF16) {
+    /* bf16 x and y, f32 alpha and arithmetic, one rounding of each y. */
+#if DT_CUBLAS_64
+    CUBLAS_RET(d->ctx, cublasAxpyEx_64(h, n, &af, CUDA_R_32F, x, CUDA_R_16BF, 1, y, CUDA_R_16BF, 1,
+                                       CUDA_R_32F));
+#else
+    for (int64_t off = 0; off < n;) {
+      int c = n - off > INT_MAX ? INT_MAX : (int)(n - off);
+      CUBLAS_RET(d->ctx, cublasAxpyEx(h, c, &af, CUDA_R_32F, (const char *)x + (size_t)off * 2,
+                                      CUDA_R_16BF, 1, (char *)y + (size_t)off * 2, CUDA_R_16BF, 1,
+                                      CUDA_R_32F));
+      off += c;
+    }
+#endif
+    return DT_OK;
+  }
 #if DT_CUBLAS_64
   if (t == DT_F32)
     CUBLAS_RET(d->ctx, cublasSaxpy_64(h, n, &af, x, 1, y, 1));
