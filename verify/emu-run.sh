@@ -63,6 +63,7 @@ emu_config pp-fsdp --pp 2 --dp-shard 2 --plan pp-fsdp
 emu_config tp-bf16 --tp 2 --dtype bf16
 emu_config fsdp-bf16 --dp-shard 2 --plan fsdp --dtype bf16
 emu_config cp-ddp-bf16 --dp-replicate 2 --cp 2 --plan dp-cp --dtype bf16
+emu_config pp-ddp-bf16 --pp 2 --dp-replicate 2 --plan pp --dtype bf16
 BATCH=8 SEQ=32 # 32 ranks: a batch for dp 4, a sequence for 2 cp x 2 tp
 emu_config 5d --pp 2 --dp-replicate 2 --dp-shard 2 --cp 2 --tp 2 --plan torchtitan-5d
 BATCH=4 SEQ=16

@@ -260,7 +260,9 @@ static dt_status do_action(pp_run *r, const dt_pp_action *a, const dt_tensor *to
         /* 0-d, Partial(sum) over the dims the batch is sharded on: a 1-element
          * all_reduce on each */
         DT_CHECK(dt_tensor_full(ctx, dt_var_value(c->out), &v));
-        *loss += v.dtype == DT_F64 ? ((const double *)v.data)[0] : ((const float *)v.data)[0];
+        *loss += v.dtype == DT_F64    ? ((const double *)v.data)[0]
+                 : v.dtype == DT_BF16 ? (double)dt_bf16_to_f32(((const dt_bf16 *)v.data)[0])
+                                      : ((const float *)v.data)[0];
         dt_array_free(ctx, &v);
       }
       return DT_OK;
