@@ -81,6 +81,19 @@ void kt_unpack(dt_dtype t, const void *p, double *v, int64_t n) {
   }
 }
 
+double kt_nearest_bf16(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  uint32_t lo = u & 0xffff0000u, hi = lo + 0x10000u;
+  float flo, fhi;
+  memcpy(&flo, &lo, 4);
+  memcpy(&fhi, &hi, 4);
+  double dl = fabs((double)f - flo), dh = fabs((double)fhi - f);
+  if (dl < dh) return flo;
+  if (dh < dl) return fhi;
+  return (lo >> 16) & 1 ? fhi : flo;
+}
+
 double kt_unit(dt_dtype t) {
   return t == DT_F64 ? ldexp(1, -53) : t == DT_BF16 ? ldexp(1, -8) : ldexp(1, -24);
 }

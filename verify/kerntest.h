@@ -33,6 +33,9 @@ void kt_uniform(double *v, int64_t n, uint64_t seed, uint64_t stream, double lo,
 void *kt_pack(dt_dtype t, const double *v, int64_t n);
 /* v[i] = element i of buffer p of dtype t (f32, f64, bf16, i64). */
 void kt_unpack(dt_dtype t, const void *p, double *v, int64_t n);
+/* The bf16 nearest to f, ties to even, found by comparing the two neighbours
+ * (an oracle independent of the library's conversion). */
+double kt_nearest_bf16(float f);
 /* Unit roundoff of dtype t (2^-p for p significand bits: 2^-24, 2^-53, 2^-8). */
 double kt_unit(dt_dtype t);
 

@@ -51,19 +51,6 @@ static void test_silu(kt_dev *T) {
 }
 
 /* ---- pw.cast ---------------------------------------------------------------- */
-/* The bf16 nearest to f (ties to even), by comparing the two neighbours. */
-static double nearest_bf16(float f) {
-  uint32_t u;
-  memcpy(&u, &f, 4);
-  uint32_t lo = u & 0xffff0000u, hi = lo + 0x10000u;
-  float flo, fhi;
-  memcpy(&flo, &lo, 4);
-  memcpy(&fhi, &hi, 4);
-  double dl = fabs((double)f - flo), dh = fabs((double)fhi - f);
-  if (dl < dh) return flo;
-  if (dh < dl) return fhi;
-  return (lo >> 16) & 1 ? fhi : flo;
-}
 
 static void test_cast(kt_dev *T) {
   int64_t n = 100003;
@@ -77,7 +64,7 @@ static void test_cast(kt_dev *T) {
       kt_unpack(ts, hs, xs, n);
       for (int64_t i = 0; i < n; i++)
         want[i] = td == DT_F64 ? xs[i] : td == DT_F32 ? (double)(float)xs[i]
-                                                      : nearest_bf16((float)xs[i]);
+                                                      : kt_nearest_bf16((float)xs[i]);
       void *ds = kt_up(T, hs, n * dt_dtype_size(ts)), *dd = kt_up(T, NULL, n * dt_dtype_size(td));
       TU_OK(T->ctx, T->K->pw->cast(T->dev, ts, ds, td, dd, n));
       kt_down(T, hd, dd, n * dt_dtype_size(td));

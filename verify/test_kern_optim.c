@@ -39,19 +39,6 @@
 static const int64_t sizes[] = {1, 7, 256, 1000, 100003};
 enum { N_SIZES = sizeof sizes / sizeof sizes[0], N_STEPS = 4 };
 
-/* The bf16 nearest to f (ties to even), by comparing the two neighbours. */
-static double nearest_bf16(float f) {
-  uint32_t u;
-  memcpy(&u, &f, 4);
-  uint32_t lo = u & 0xffff0000u, hi = lo + 0x10000u;
-  float flo, fhi;
-  memcpy(&flo, &lo, 4);
-  memcpy(&fhi, &hi, 4);
-  double dl = fabs((double)f - flo), dh = fabs((double)fhi - f);
-  if (dl < dh) return flo;
-  if (dh < dl) return fhi;
-  return (lo >> 16) & 1 ? fhi : flo;
-}
 
 /* The first i with |got - want| > tol * scale[i] (NaN counts), or -1. */
 static int64_t scaled_mismatch(const double *got, const double *want, const double *scale,
@@ -133,7 +120,7 @@ static void one_case(kt_dev *T, const acase *c, int64_t n) {
       kt_down(T, hw, dw, n * ws);
       kt_unpack(c->wt, hw, got, n);
       for (int64_t i = 0; i < n; i++)
-        tmp[i] = c->wt == DT_BF16 ? nearest_bf16((float)p[i]) : c->wt == DT_F32 ? (float)p[i] : p[i];
+        tmp[i] = c->wt == DT_BF16 ? kt_nearest_bf16((float)p[i]) : c->wt == DT_F32 ? (float)p[i] : p[i];
       kt_close_to(what, got, tmp, n, 0);
     }
     free(mn), free(vn), free(sm), free(sv);

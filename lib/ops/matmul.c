@@ -285,6 +285,16 @@ static dt_status tmp_like(dt_ctx *ctx, const char *call, const dt_array *a, dt_a
   return DT_OK;
 }
 
+/* Operand a (labels sl) copied into a new temporary *tmp laid out as dl, on a's
+ * side (host loop or the device's permute slot). */
+static dt_status relayout(dt_ctx *ctx, const char *call, size_t es, int nd, const char *sl,
+                          const dt_array *a, const char *dl, dt_array *tmp) {
+  DT_CHECK(tmp_like(ctx, call, a, tmp));
+  if (a->dev != DT_DEV_CPU) return permute_dev(ctx, call, es, nd, sl, a->shape, a->data, dl, tmp->data);
+  permute_copy(es, nd, sl, a->shape, a->data, dl, tmp->data);
+  return DT_OK;
+}
+
 static void tmp_free(dt_ctx *ctx, bool dev, dt_array *tmp) {
   if (dev)
     dt_array_free(ctx, tmp);
@@ -449,14 +459,8 @@ static dt_status kernel_common(dt_ctx *ctx, op_kind kind, const char *call, cons
   } else if (!strcmp(e.l[0], alt)) {
     ta = true;
   } else {
-    s = tmp_like(ctx, call, arr[0], &tmp[0]);
+    s = relayout(ctx, call, es, e.n[0], e.l[0], arr[0], want, &tmp[0]);
     if (s != DT_OK) goto done;
-    if (dev) {
-      s = permute_dev(ctx, call, es, e.n[0], e.l[0], arr[0]->shape, arr[0]->data, want, tmp[0].data);
-      if (s != DT_OK) goto done;
-    } else {
-      permute_copy(es, e.n[0], e.l[0], arr[0]->shape, arr[0]->data, want, tmp[0].data);
-    }
     pa = tmp[0].data;
   }
   /* B as [batch, contract, rhs-free] or, transposed, [batch, rhs-free, contract] */
@@ -466,14 +470,8 @@ static dt_status kernel_common(dt_ctx *ctx, op_kind kind, const char *call, cons
   } else if (!strcmp(e.l[1], alt)) {
     tb = true;
   } else {
-    s = tmp_like(ctx, call, arr[1], &tmp[1]);
+    s = relayout(ctx, call, es, e.n[1], e.l[1], arr[1], want, &tmp[1]);
     if (s != DT_OK) goto done;
-    if (dev) {
-      s = permute_dev(ctx, call, es, e.n[1], e.l[1], arr[1]->shape, arr[1]->data, want, tmp[1].data);
-      if (s != DT_OK) goto done;
-    } else {
-      permute_copy(es, e.n[1], e.l[1], arr[1]->shape, arr[1]->data, want, tmp[1].data);
-    }
     pb = tmp[1].data;
   }
   /* C as [batch, lhs-free, rhs-free], else through a temporary */
