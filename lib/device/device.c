@@ -2,6 +2,7 @@
 #include "config.h"
 
 #include "device/device.h"
+#include "device/kernels.h"
 
 static dt_status need(dt_device *d, const void *slot, const char *call) {
   if (!d) return DT_ERR_INVALID;
@@ -100,4 +101,23 @@ dt_status dt_device_axpy(dt_device *d, dt_dtype t, int64_t n, double alpha, cons
 dt_status dt_device_sync(dt_device *d) {
   if (!d) return DT_ERR_INVALID;
   return d->ops->sync ? d->ops->sync(d) : DT_OK;
+}
+
+dt_status dt_device_kernels(dt_ctx *ctx, dt_device_kind kind, const char *who, dt_kdev *out) {
+  dt_device *d = ctx->device;
+  if (d && d->kind == kind && d->ops->kern) {
+    out->dev = d;
+    out->k = d->ops->kern;
+    return DT_OK;
+  }
+  if (kind == DT_DEV_CPU) {
+    out->host = (dt_device){.ops = dt_device_cpu_ops(), .kind = DT_DEV_CPU, .ctx = ctx};
+    out->dev = &out->host;
+    out->k = out->host.ops->kern;
+    return DT_OK;
+  }
+  out->dev = NULL;
+  out->k = NULL;
+  return dt_error(ctx, DT_ERR_UNSUPPORTED, who, "device arrays, but the rank's device (%s) has no kernels for them",
+                  d ? d->ops->name : "none");
 }

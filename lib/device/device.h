@@ -1,4 +1,4 @@
-/* lib/device/device.h: the compute-backend vtable (cpu | cuda).
+/* lib/device/device.h: the compute-backend vtable (cpu | cuda | cuda-emu).
  *
  * A device owns memory and runs the few dense kernels the runtime needs: GEMM
  * (strided-batched, transposes, f32/f64/bf16), fill, copy and axpy. The CPU device is
@@ -59,8 +59,7 @@ typedef struct dt_device_ops {
   dt_status (*axpy)(dt_device *d, dt_dtype t, int64_t n, double alpha, const void *x, void *y);
   dt_status (*sync)(dt_device *d);
   void (*destroy)(dt_device *d);
-  /* The device's other kernels (lib/device/kernels.h); NULL on the CPU, whose
-   * kernels are the ops' host loops. */
+  /* The device's other kernels (lib/device/kernels.h); every device has one. */
   const struct dt_kernels *kern;
 } dt_device_ops;
 
@@ -71,6 +70,8 @@ struct dt_device {
   void *impl;
 };
 
+/* The CPU device's slots (for handles on host arrays, lib/device/kernels.h). */
+const dt_device_ops *dt_device_cpu_ops(void);
 /* Creates the CPU device for ctx. Its BLAS calls run on the calling thread. */
 dt_status dt_device_cpu_create(dt_ctx *ctx, dt_device **out);
 /* Creates a CUDA device on GPU `ordinal`; the first one created on a rank is the

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "device/device.h"
+#include "device/kernels.h"
 
 static dt_status cpu_alloc(dt_device *d, size_t bytes, void **out) {
   *out = dt_host_alloc(d->ctx, bytes);
@@ -155,7 +156,10 @@ static const dt_device_ops cpu_ops = {
     .axpy = cpu_axpy,
     .sync = NULL, /* the CPU device is synchronous */
     .destroy = cpu_destroy,
+    .kern = &dt_kernels_cpu,
 };
+
+const dt_device_ops *dt_device_cpu_ops(void) { return &cpu_ops; }
 
 dt_status dt_device_cpu_create(dt_ctx *ctx, dt_device **out) {
   dt_device *d = calloc(1, sizeof *d);

@@ -1,22 +1,29 @@
 /* lib/device/kernels.h: the kernels a device runs besides GEMM, fill and axpy.
  *
- * A non-CPU device carries a table of them (dt_device_ops.kern); the ops layer
- * calls a slot when its arrays live on that device (the CPU device has no table:
- * the ops' own host loops are its kernels). Slots take the device (for its
- * stream and the rank's error record), element counts and device pointers, and
- * return DT_OK or a recorded error; they queue work on the device's stream and
- * do not wait for it. Every slot works on contiguous row-major data.
+ * Every device carries a table of them (dt_device_ops.kern): the CPU's host
+ * loops (lib/device/cpu/k_GROUP.c, dt_kernels_cpu), the CUDA kernels
+ * (lib/device/kern/k_GROUP.cu) built by nvcc for "cuda" and by the C++ compiler
+ * for "cuda-emu" (lib/device/kern/sbk.cuh runs each kernel on the host, thread by
+ * thread, so CI checks the kernels' logic). An op, a layout copy or an FSDP pack
+ * calls the slot of the device its arrays live on (dt_device_kernels) and has no
+ * host/device branch of its own. Slots take the device (for its stream and the
+ * rank's error record), element counts and pointers into that device's memory,
+ * and return DT_OK or a recorded error; on a GPU they queue work on the device's
+ * stream and do not wait for it. Every slot works on contiguous row-major data
+ * unless it says otherwise.
+ *
+ * Arithmetic: a slot's contract says what it computes in; where the CPU's loop
+ * sums in f64 for f32 data (its kernels keep the arithmetic the runtime's host
+ * loops have always had) the slot says so, and the GPU builds may sum in f32.
  *
  * The table is split by group so that each group's slots live with their
- * kernels (lib/device/kern/k_GROUP.cu); a NULL group or slot means unsupported.
- * The same .cu sources build twice: with nvcc for the "cuda" device, and with
- * the C++ compiler as the "cuda-emu" device (lib/device/kern/sbk.cuh), which runs
- * each kernel on the host, thread by thread, so CI checks the kernels' logic.
+ * kernels; a NULL group or slot means unsupported.
  */
 #ifndef DT_KERNELS_H
 #define DT_KERNELS_H
 
 #include "../core/core.h"
+#include "device.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -252,7 +259,7 @@ typedef struct dt_kern_optim {
 } dt_kern_optim;
 
 typedef struct dt_kernels {
-  const char *name; /* "cuda", "cuda-emu" */
+  const char *name; /* "cpu", "cuda", "cuda-emu" */
   const dt_kern_pw *pw;
   const dt_kern_rows *rows;
   const dt_kern_attn *attn;
@@ -271,9 +278,26 @@ typedef struct dt_kernels {
 void *dt_device_cuda_stream(dt_device *d);
 
 /* The two builds of the same kernels: on the GPU (NULL-free only when built
- * with CUDA) and on the host. */
+ * with CUDA) and on the host; and the CPU's host loops. */
 extern const dt_kernels dt_kernels_cuda;
 extern const dt_kernels dt_kernels_emu;
+extern const dt_kernels dt_kernels_cpu;
+
+/* The device whose kernels run on arrays of one kind for a rank, and its table.
+ * Filled by dt_device_kernels; `dev` may point at `host` inside the same struct,
+ * so a dt_kdev is used where it was filled and never copied. */
+typedef struct dt_kdev {
+  dt_device *dev;          /* pass to the slots and to dt_device_gemm etc. */
+  const dt_kernels *k;     /* dev's table */
+  dt_device host;          /* a CPU handle, for host arrays on a rank whose own
+                              device is not the CPU (or that has none) */
+} dt_kdev;
+
+/* For arrays of kind `kind` on ctx's rank: ctx->device when it is of that kind;
+ * for host arrays on any other rank (a GPU rank's host arrays, a context with no
+ * device) the CPU device's ops on a handle inside *out. DT_ERR_UNSUPPORTED
+ * (recorded, naming `who`) when the rank has no device of that kind. */
+dt_status dt_device_kernels(dt_ctx *ctx, dt_device_kind kind, const char *who, dt_kdev *out);
 
 #ifdef __cplusplus
 }
