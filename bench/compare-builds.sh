@@ -4,6 +4,7 @@
 # the verdict's tolerances.
 #
 #   bench/compare-builds.sh OLD_BUILD NEW_BUILD [--world N] [--dtypes f64] [--skip-sweep]
+#                           [--old-db FILE]
 #
 # OLD_BUILD and NEW_BUILD are build trees (each with bench/shardbench and
 # plans/). Checks:
@@ -15,18 +16,20 @@
 #      max_abs_err and max_rel_err (quote() of the REAL: 17 significant digits)
 #      and the same comm rows (op, dim, phase, calls, payload and wire bytes).
 # Prints what differs and ends "compare-builds: N differences"; exit 0 when none.
-# The sweeps take a few minutes each on 2 cores; --skip-sweep does only 1.
+# The sweeps take a few minutes each on 2 cores; --skip-sweep does only 1;
+# --old-db FILE takes the old build's sweep from FILE (a DB of the same sweep).
 set -u
 [ $# -ge 2 ] || { echo "usage: $0 OLD_BUILD NEW_BUILD [--world N] [--dtypes LIST] [--skip-sweep]" >&2; exit 2; }
 OLD=$(cd "$1" && pwd) || exit 2
 NEW=$(cd "$2" && pwd) || exit 2
 shift 2
-world=8 dtypes=f64 sweep=1
+world=8 dtypes=f64 sweep=1 olddb=
 while [ $# -gt 0 ]; do
   case $1 in
     --world) world=$2; shift 2 ;;
     --dtypes) dtypes=$2; shift 2 ;;
     --skip-sweep) sweep=0; shift ;;
+    --old-db) olddb=$2; shift 2 ;;
     *) echo "compare-builds: unknown flag $1" >&2; exit 2 ;;
   esac
 done
@@ -65,7 +68,9 @@ done <"$tmp/runs"
 
 # 2. a sweep with each build
 if [ $sweep = 1 ]; then
+  [ -z "$olddb" ] || cp "$olddb" "$tmp/old.db" || exit 2
   for side in old new; do
+    [ $side = old ] && [ -n "$olddb" ] && continue
     b=$OLD; [ $side = new ] && b=$NEW
     start=$(date +%s)
     "$b/bench/shardbench" sweep --world "$world" --dtypes "$dtypes" --plans-dir "$SRC/plans" \
