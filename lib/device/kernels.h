@@ -97,9 +97,13 @@ typedef struct dt_kern_rope_args {
   double sign;           /* +1 forward, -1 backward (rotation by -angle) */
 } dt_kern_rope_args;
 
-/* Row-wise kernels: RMSNorm, RoPE, embedding, cross-entropy (k_rows.cu). One
- * block per row; bf16 data computes in f32, f32 in f32, f64 in f64, except
- * where a slot says otherwise. */
+/* Row-wise kernels: RMSNorm, RoPE, embedding, cross-entropy. On the GPU builds
+ * (k_rows.cu) one block per row; bf16 data computes in f32, f32 in f32, f64 in
+ * f64, except where a slot says otherwise. On the CPU (cpu/k_rows.c) f32 and
+ * f64 only (bf16: DT_ERR_UNSUPPORTED), every element computed in f64 and
+ * rounded once to the stored type, every sum an f64 in index order; f32
+ * exponentials (cross-entropy) on the f32 vector exp of cpu/vmath.h (within 2
+ * ulps). */
 typedef struct dt_kern_rows {
   /* RMSNorm over rows of dim: y = x / sqrt(mean(x^2) + eps) * w; x, w, y of
    * dtype t (f32, f64, bf16). */
@@ -109,7 +113,9 @@ typedef struct dt_kern_rows {
    *   dx = (g - xh mean(g xh)) r;  gxh = dy xh (element-wise; may be NULL);
    *   dw[k] = sum over rows of dy xh (may be NULL; needs ws, dt_kern_rms_ws bytes
    *   of device scratch: per-row r, then per-chunk column sums reduced in a fixed
-   *   order, so dw is the same on every run, for every dtype). */
+   *   order, so dw is the same on every run, for every dtype; the CPU sums the
+   *   same chunks in f64). The ops take gxh and sum it with the sum op instead,
+   *   so that a Shard of an outer dim gives a Partial dweight. */
   dt_status (*rms_bwd)(dt_device *d, dt_dtype t, int64_t rows, int64_t dim, double eps,
                        const void *x, const void *w, const void *dy, void *dx, void *gxh,
                        void *dw, void *ws);
@@ -124,14 +130,16 @@ typedef struct dt_kern_rows {
                          int64_t cols, int64_t off, const void *w, void *y);
   /* Its backward: gw (dtype tw: f32, f64) = 0, then gw[ids[i] - off, :] += g[i, :]
    * for the ids held (g dtype tg: f32, f64, bf16), by atomic adds (order, and so
-   * f32 / f64 rounding, may vary between runs on the GPU when ids repeat). */
+   * f32 / f64 rounding, may vary between runs on the GPU when ids repeat; the
+   * CPU adds in the order of i, each add in f64 rounded to tw). */
   dt_status (*embedding_bwd)(dt_device *d, dt_dtype tg, int64_t n, const int64_t *ids,
                              const void *g, int64_t rows, int64_t cols, int64_t off, dt_dtype tw,
                              void *gw);
   /* Cross-entropy statistics of logits x [npos, V] (dtype t; a vocab shard at
    * offset voff), f64 per position: ce_max: mx = max over the row. ce_sumexp:
    * (when find_max, mx as ce_max first) se = sum exp(x - mx) (exp in the
-   * arithmetic type, summed in f64), tl = x[p, tg[p] - voff] when held, else 0. */
+   * arithmetic type, summed in f64), tl = x[p, tg[p] - voff] when held, else 0.
+   * The CPU's f32 exp is the vector exp, in chunks of 256 summed in f64. */
   dt_status (*ce_max)(dt_device *d, dt_dtype t, int64_t npos, int64_t V, const void *x,
                       double *mx);
   dt_status (*ce_sumexp)(dt_device *d, dt_dtype t, int64_t npos, int64_t V, int64_t voff,
@@ -142,10 +150,17 @@ typedef struct dt_kern_rows {
   dt_status (*ce_loss)(dt_device *d, dt_dtype t, int64_t npos, double n_total, const double *mx,
                        const double *se, const double *tl, double *lse, void *loss);
   /* dx = (exp(x - lse) - onehot(tg - voff)) * grad[0] / n_total; x, dx, grad of
-   * dtype t (grad a device scalar: no host read). */
+   * dtype t (grad a device scalar: no host read). The CPU's f32: exp(x - lse32)
+   * by the vector exp times exp(lse32 - lse) in f64, lse32 = (float)lse. */
   dt_status (*ce_bwd)(dt_device *d, dt_dtype t, int64_t npos, int64_t V, int64_t voff,
                       const void *x, const int64_t *tg, const double *lse, const void *grad,
                       double n_total, void *dx);
+  /* DT_ERR_INVALID (recorded, naming who: "index I out of range [0, hi)") at
+   * the first of ids[0..n) outside [0, hi). Optional: NULL where checking would
+   * read the ids back to the host (the GPU builds), and there an id outside a
+   * table gives zero rows or no target logit, never a fault. */
+  dt_status (*check_ids)(dt_device *d, const char *who, int64_t n, const int64_t *ids,
+                         int64_t hi);
 } dt_kern_rows;
 
 /* rms_bwd's dw: rows are summed in chunks of at least DT_KERN_RMS_CHUNK_ROWS,

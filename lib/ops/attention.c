@@ -27,7 +27,8 @@
  *   P(sum) and P(avg) pass through unreduced; P(max) / P(min) go to R (a
  *   rotation does not commute with max). Backward: the private op rope_bwd,
  *   the same rotation by -angle (the transpose of a rotation), same strategy.
- *   Device arrays (f32, f64, bf16) go to the device's rows.rope, angles in f64.
+ *   Kernel: the rows.rope slot of x's device (angles in f64; the CPU takes
+ *   f32 and f64, the GPU builds bf16 too).
  *
  * sdpa: q [b, h, s, hd], k and v [b, kvh, s, hd] (h % kvh == 0; query head i
  *   uses kv head i / (h / kvh), TorchTitan's repeat_kv), causal (query i sees
@@ -95,24 +96,8 @@ dt_status dt_attn_zeros_like(dt_ctx *ctx, const dt_tensor *x, dt_tensor *out) {
 
 /* ---- rope --------------------------------------------------------------------------- */
 
-/* Llama 3.1 frequency scaling constants (Meta's apply_scaling, TorchTitan's
- * rope_scaling_args): the published values, not tunables. */
-static const double ROPE_SCALE = 8.0, ROPE_LOW = 1.0, ROPE_HIGH = 4.0, ROPE_CTX = 8192.0;
 /* TorchTitan's ModelArgs default rope_theta, used when attrs.scalar is 0 */
 static const double ROPE_THETA_DEFAULT = 10000.0;
-
-/* freq of pair i of a head of hd elements */
-static double rope_freq(const dt_op_attrs *a, int64_t i, int64_t hd) {
-  double theta = a->scalar != 0 ? a->scalar : ROPE_THETA_DEFAULT;
-  double f = pow(theta, -(double)(2 * i) / (double)hd);
-  if (a->i0 != 1) return f;
-  const double two_pi = 2.0 * acos(-1.0);
-  double wavelen = two_pi / f, low_wl = ROPE_CTX / ROPE_LOW, high_wl = ROPE_CTX / ROPE_HIGH;
-  if (wavelen < high_wl) return f;
-  if (wavelen > low_wl) return f / ROPE_SCALE;
-  double smooth = (ROPE_CTX / wavelen - ROPE_LOW) / (ROPE_HIGH - ROPE_LOW);
-  return (1.0 - smooth) * f / ROPE_SCALE + smooth * f;
-}
 
 static dt_status rope_infer(dt_ctx *ctx, const dt_op_attrs *a, const dt_spec *in, dt_spec *out) {
   if (in[0].dtype != DT_BF16) DT_CHECK(check_float(ctx, "rope", 0, in[0].dtype)); /* bf16: device */
@@ -159,31 +144,12 @@ static dt_status rope_run(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor *co
   int64_t B = x->shape[0], S = x->shape[1], H = x->shape[2], HD = x->shape[3];
   int64_t ghd = in[0]->gshape[3], gs = in[0]->gshape[1], pos0 = in[0]->goffset[1];
   if (HD != ghd) return dt_error(ctx, DT_ERR_INTERNAL, "rope", "head dim is sharded");
-  if (x->dev != DT_DEV_CPU) { /* angles in f64 on the device, from the same attrs */
-    const dt_kernels *K;
-    DT_CHECK(dt_op_kernels(ctx, "rope", &K));
-    DT_OP_KSLOT(ctx, "rope", K->rows, rope);
-    dt_kern_rope_args ra = {B, S, H, HD, pos0, gs, a->i1, a->i0,
-                            a->scalar != 0 ? a->scalar : ROPE_THETA_DEFAULT, sign};
-    return K->rows->rope(ctx->device, x->dtype, &ra, x->data, y->data);
-  }
-  if (x->dtype == DT_BF16)
-    return dt_error(ctx, DT_ERR_UNSUPPORTED, "rope", "bf16 host arrays (the device kernel takes bf16)");
-  for (int64_t i = 0; i < HD / 2; i++) {
-    double f = rope_freq(a, i, ghd);
-    for (int64_t t = 0; t < S; t++) {
-      int64_t pos = dt_seq_position(pos0 + t, gs, a->i1);
-      double ang = sign * (double)pos * f, c = cos(ang), sn = sin(ang);
-      for (int64_t bb = 0; bb < B; bb++)
-        for (int64_t h = 0; h < H; h++) {
-          int64_t e = ((bb * S + t) * H + h) * HD + 2 * i;
-          double x0 = dt_elem_ld(x, e), x1 = dt_elem_ld(x, e + 1);
-          dt_elem_st(y, e, x0 * c - x1 * sn);
-          dt_elem_st(y, e + 1, x0 * sn + x1 * c);
-        }
-    }
-  }
-  return DT_OK;
+  dt_kdev kd; /* the angles in f64 on x's device, from the same attrs */
+  DT_CHECK(dt_device_kernels(ctx, x->dev, "rope", &kd));
+  DT_OP_KSLOT(ctx, "rope", kd.k->rows, rope);
+  dt_kern_rope_args ra = {B, S, H, HD, pos0, gs, a->i1, a->i0,
+                          a->scalar != 0 ? a->scalar : ROPE_THETA_DEFAULT, sign};
+  return kd.k->rows->rope(kd.dev, x->dtype, &ra, x->data, y->data);
 }
 
 static dt_status rope_kernel(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor *const *in,

@@ -44,26 +44,23 @@
  * (exp(logits - lse) - onehot) * grad / N with the logits' option (R, batch or
  * loss parallel): no collective in any of them (as PyTorch's loss parallel).
  *
- * Kernels: host arrays f32 and f64 (computed in double; f32 exp on vmath.h's
- * vector exp; bf16 host arrays are refused by the kernels), i64 ids/targets.
- * Device arrays (f32, f64, bf16) run the device's rows kernels with the same
- * formulas and no host round trip: embedding / embedding_bwd (atomic adds into
- * an f32 or f64 gradient; a bf16 gradient is summed in an f32 scratch and
- * rounded once), ce_max / ce_sumexp / ce_loss (the three loss-parallel
- * all_reduces on device buffers between them), ce_bwd (the 0-d grad read on
- * the device). Device ids and targets are not range-checked (that would read
- * them on the host): an id outside the table gives 0 rows / no target logit,
- * never a fault.
+ * Kernels: the rows slots of the arrays' device (lib/device/kernels.h: the
+ * CPU's f32 and f64 computed in double, the GPU's f32, f64 and bf16), i64
+ * ids/targets: embedding / embedding_bwd (a bf16 gradient is summed in an f32
+ * scratch and rounded once), ce_max / ce_sumexp / ce_loss (the loss-parallel
+ * all_reduces on the statistics, in the arrays' memory, between them), ce_bwd
+ * (the 0-d grad read where it lives). Ids and targets are range-checked by the
+ * device's check_ids where it has one (the CPU); the GPU builds would have to
+ * read them back to the host, so there an id outside the table gives 0 rows /
+ * no target logit, never a fault.
  * What it is not: padding_idx, max_norm, class weights, ignore_index, label
  * smoothing, reductions other than mean.
  */
 #include "config.h"
 
-#include <math.h>
 #include <string.h>
 
 #include "ops/ops.h"
-#include "ops/vmath.h"
 
 /* ---- helpers ----------------------------------------------------------------- */
 
@@ -74,21 +71,6 @@ static dt_status check_float(dt_ctx *ctx, const char *name, const char *what, dt
   return DT_OK;
 }
 
-/* bf16 host arrays: no host kernel (f32 and f64 only) */
-static dt_status host_dtype(dt_ctx *ctx, const char *name, dt_dtype t) {
-  if (t == DT_BF16)
-    return dt_error(ctx, DT_ERR_UNSUPPORTED, name, "bf16 host arrays (the device kernels take bf16)");
-  return DT_OK;
-}
-
-/* The rank's device kernels (rows group) for device arrays. */
-static dt_status rows_kern(dt_ctx *ctx, const char *name, const dt_kern_rows **out) {
-  const dt_kernels *K;
-  DT_CHECK(dt_op_kernels(ctx, name, &K));
-  if (!K->rows) return dt_error(ctx, DT_ERR_UNSUPPORTED, name, "the device has no row kernels");
-  *out = K->rows;
-  return DT_OK;
-}
 
 static dt_status check_i64(dt_ctx *ctx, const char *name, const char *what, dt_dtype t) {
   if (t != DT_I64)
@@ -96,14 +78,11 @@ static dt_status check_i64(dt_ctx *ctx, const char *name, const char *what, dt_d
   return DT_OK;
 }
 
-/* Every local id in [0, V); DT_ERR_INVALID naming the first one that is not. */
-static dt_status check_ids(dt_ctx *ctx, const char *name, const dt_array *ids, int64_t V) {
-  const int64_t *p = ids->data;
-  for (int64_t i = 0; i < ids->numel; i++)
-    if (p[i] < 0 || p[i] >= V)
-      return dt_error(ctx, DT_ERR_INVALID, name, "index %lld out of range [0, %lld)", (long long)p[i],
-                      (long long)V);
-  return DT_OK;
+/* Every local id in [0, V) where the device can check it (its check_ids);
+ * DT_ERR_INVALID naming the first one that is not. */
+static dt_status check_ids(const dt_kdev *kd, const char *name, const dt_array *ids, int64_t V) {
+  if (!kd->k->rows->check_ids) return DT_OK;
+  return kd->k->rows->check_ids(kd->dev, name, ids->numel, ids->data, V);
 }
 
 static dt_status room(dt_ctx *ctx, const char *name, int need, int max) {
@@ -166,21 +145,12 @@ static dt_status emb_kernel(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor *
   if (Y->numel != I->numel * cols)
     return dt_error(ctx, DT_ERR_INTERNAL, "embedding", "local output has %lld elements, expected %lld",
                     (long long)Y->numel, (long long)(I->numel * cols));
-  if (W->dev != DT_DEV_CPU) {
-    const dt_kern_rows *R = NULL;
-    DT_CHECK(rows_kern(ctx, "embedding", &R));
-    DT_OP_KSLOT(ctx, "embedding", R, embedding);
-    return R->embedding(ctx->device, W->dtype, I->numel, I->data, rows, cols, off, W->data, Y->data);
-  }
-  DT_CHECK(host_dtype(ctx, "embedding", W->dtype));
-  DT_CHECK(check_ids(ctx, "embedding", I, w->gshape[0]));
-  const int64_t *ids = I->data;
-  for (int64_t i = 0; i < I->numel; i++) {
-    int64_t row = ids[i] - off;
-    bool mine = row >= 0 && row < rows;
-    for (int64_t c = 0; c < cols; c++) dt_elem_st(Y, i * cols + c, mine ? dt_elem_ld(W, row * cols + c) : 0.0);
-  }
-  return DT_OK;
+  dt_kdev kd;
+  DT_CHECK(dt_device_kernels(ctx, W->dev, "embedding", &kd));
+  DT_OP_KSLOT(ctx, "embedding", kd.k->rows, embedding);
+  DT_CHECK(check_ids(&kd, "embedding", I, w->gshape[0]));
+  return kd.k->rows->embedding(kd.dev, W->dtype, I->numel, I->data, rows, cols, off, W->data,
+                               Y->data);
 }
 
 /* ---- embedding backward: the private op --------------------------------------------- */
@@ -243,36 +213,23 @@ static dt_status embb_kernel(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor 
   if (G->numel != I->numel * cols)
     return dt_error(ctx, DT_ERR_INTERNAL, "embedding_bwd", "local grad has %lld elements, expected %lld",
                     (long long)G->numel, (long long)(I->numel * cols));
-  if (Y->dev != DT_DEV_CPU) {
-    const dt_kern_rows *R = NULL;
-    DT_CHECK(rows_kern(ctx, "embedding_bwd", &R));
-    DT_OP_KSLOT(ctx, "embedding_bwd", R, embedding_bwd);
-    if (Y->dtype != DT_BF16)
-      return R->embedding_bwd(ctx->device, G->dtype, I->numel, I->data, G->data, rows, cols, off,
-                              Y->dtype, Y->data);
-    /* bf16: the sums in f32 (atomics), rounded to bf16 once */
-    const dt_kernels *K;
-    DT_CHECK(dt_op_kernels(ctx, "embedding_bwd", &K));
-    DT_OP_KSLOT(ctx, "embedding_bwd", K->pw, cast);
-    dt_array acc;
-    DT_CHECK(dt_array_create(ctx, Y->dev, DT_F32, 2, Y->shape, &acc));
-    dt_status s = R->embedding_bwd(ctx->device, G->dtype, I->numel, I->data, G->data, rows, cols,
-                                   off, DT_F32, acc.data);
-    if (s == DT_OK) s = K->pw->cast(ctx->device, DT_F32, acc.data, DT_BF16, Y->data, Y->numel);
-    dt_array_free(ctx, &acc);
-    return s;
-  }
-  DT_CHECK(host_dtype(ctx, "embedding_bwd", Y->dtype));
-  DT_CHECK(check_ids(ctx, "embedding_bwd", I, gw->gshape[0]));
-  for (int64_t i = 0; i < Y->numel; i++) dt_elem_st(Y, i, 0.0);
-  const int64_t *ids = I->data;
-  for (int64_t i = 0; i < I->numel; i++) {
-    int64_t row = ids[i] - off;
-    if (row < 0 || row >= rows) continue;
-    for (int64_t c = 0; c < cols; c++)
-      dt_elem_st(Y, row * cols + c, dt_elem_ld(Y, row * cols + c) + dt_elem_ld(G, i * cols + c));
-  }
-  return DT_OK;
+  dt_kdev kd;
+  DT_CHECK(dt_device_kernels(ctx, Y->dev, "embedding_bwd", &kd));
+  const dt_kern_rows *R = kd.k->rows;
+  DT_OP_KSLOT(ctx, "embedding_bwd", R, embedding_bwd);
+  DT_CHECK(check_ids(&kd, "embedding_bwd", I, gw->gshape[0]));
+  if (Y->dtype != DT_BF16)
+    return R->embedding_bwd(kd.dev, G->dtype, I->numel, I->data, G->data, rows, cols, off,
+                            Y->dtype, Y->data);
+  /* bf16: the sums in f32, rounded to bf16 once */
+  DT_OP_KSLOT(ctx, "embedding_bwd", kd.k->pw, cast);
+  dt_array acc;
+  DT_CHECK(dt_array_create(ctx, Y->dev, DT_F32, 2, Y->shape, &acc));
+  dt_status s = R->embedding_bwd(kd.dev, G->dtype, I->numel, I->data, G->data, rows, cols, off,
+                                 DT_F32, acc.data);
+  if (s == DT_OK) s = kd.k->pw->cast(kd.dev, DT_F32, acc.data, DT_BF16, Y->data, Y->numel);
+  dt_array_free(ctx, &acc);
+  return s;
 }
 
 static const dt_op op_embedding_bwd = {.name = "embedding_bwd", .n_in = 3, .n_out = 1,
@@ -338,54 +295,6 @@ static dt_status ce_options(dt_ctx *ctx, const dt_op_attrs *a, const dt_spec *in
   return DT_OK;
 }
 
-/* Per-position reductions over the vocab shards of x (local [npos, Vl] at vocab
- * offset voff): mx = global max, se = global sum of exp(x - mx), tl = the
- * target logit. Collectives: one all_reduce per quantity per mesh dim that
- * shards the vocab (S(last)). */
-static dt_status ce_stats(dt_ctx *ctx, const dt_tensor *x, const int64_t *tg,
-                          int64_t npos, double *mx, double *se, double *tl) {
-  const dt_array *X = &x->local;
-  int last = x->ndim - 1;
-  int64_t Vl = X->shape[last], voff = x->goffset[last];
-  for (int64_t p = 0; p < npos; p++) {
-    double m = -INFINITY;
-    if (X->dtype == DT_F32 && Vl > 0)
-      m = dt_max_f32((const float *)X->data + p * Vl, Vl);
-    else
-      for (int64_t v = 0; v < Vl; v++) m = fmax(m, dt_elem_ld(X, p * Vl + v));
-    mx[p] = m;
-  }
-  for (int i = 0; i < x->mesh_ndim; i++)
-    if (x->pl[i].kind == DT_PL_SHARD && x->pl[i].dim == last)
-      DT_CHECK(dt_comm_all_reduce(dt_mesh_comm(x->mesh, i), mx, mx, (size_t)npos, DT_F64, DT_RED_MAX));
-  for (int64_t p = 0; p < npos; p++) {
-    double s = 0;
-    if (X->dtype == DT_F32) { /* f32 logits: vmath.h's exp (2 ulps) in chunks */
-      const float *xf = (const float *)X->data + p * Vl;
-      float m = (float)mx[p], e[256];
-      for (int64_t v = 0; v < Vl; v += 256) {
-        int64_t c = Vl - v < 256 ? Vl - v : 256;
-        dt_vexp_f32(e, xf + v, m, c);
-        s += dt_sum_f32(e, c);
-      }
-    } else {
-      for (int64_t v = 0; v < Vl; v++) s += exp(dt_elem_ld(X, p * Vl + v) - mx[p]);
-    }
-    se[p] = s;
-  }
-  for (int i = 0; i < x->mesh_ndim; i++)
-    if (x->pl[i].kind == DT_PL_SHARD && x->pl[i].dim == last)
-      DT_CHECK(dt_comm_all_reduce(dt_mesh_comm(x->mesh, i), se, se, (size_t)npos, DT_F64, DT_RED_SUM));
-  for (int64_t p = 0; p < npos; p++) {
-    int64_t v = tg[p] - voff;
-    tl[p] = v >= 0 && v < Vl ? dt_elem_ld(X, p * Vl + v) : 0.0; /* masked: only the owner contributes */
-  }
-  for (int i = 0; i < x->mesh_ndim; i++)
-    if (x->pl[i].kind == DT_PL_SHARD && x->pl[i].dim == last)
-      DT_CHECK(dt_comm_all_reduce(dt_mesh_comm(x->mesh, i), tl, tl, (size_t)npos, DT_F64, DT_RED_SUM));
-  return DT_OK;
-}
-
 /* number of positions of the global logits */
 static double ce_N(const dt_tensor *x) {
   double N = 1;
@@ -393,82 +302,62 @@ static double ce_N(const dt_tensor *x) {
   return N;
 }
 
-/* ce_kernel for device arrays: the statistics in a device scratch [mx | se |
- * tl], the loss-parallel all_reduces on it as on the host (the comm takes
- * device buffers),
- * then lse and the loss on the device. */
-static dt_status ce_device(dt_ctx *ctx, const dt_tensor *x, const dt_array *T, dt_tensor *const *out) {
-  const dt_array *X = &x->local;
-  int last = x->ndim - 1;
-  int64_t Vl = X->shape[last], voff = x->goffset[last], npos = T->numel;
-  dt_array *lse = &out[1]->local;
-  if (lse->numel != npos || lse->dtype != DT_F64)
-    return dt_error(ctx, DT_ERR_INTERNAL, "cross_entropy", "local lse and targets disagree");
-  const dt_kern_rows *R = NULL;
-  DT_CHECK(rows_kern(ctx, "cross_entropy", &R));
-  DT_OP_KSLOT(ctx, "cross_entropy", R, ce_max);
-  DT_OP_KSLOT(ctx, "cross_entropy", R, ce_sumexp);
-  DT_OP_KSLOT(ctx, "cross_entropy", R, ce_loss);
-  bool vocab_sharded = false;
+/* All-reduces the n f64 statistics v (in the logits' memory) with op over
+ * each mesh dim that shards the vocab (S(last)). */
+static dt_status vocab_all_reduce(const dt_tensor *x, double *v, int64_t n, dt_reduce_op op) {
   for (int i = 0; i < x->mesh_ndim; i++)
-    vocab_sharded |= x->pl[i].kind == DT_PL_SHARD && x->pl[i].dim == last;
-  int64_t n3 = 3 * npos > 0 ? 3 * npos : 1;
-  dt_array st;
-  DT_CHECK(dt_array_create(ctx, X->dev, DT_F64, 1, &n3, &st));
-  double *mx = st.data, *se = mx + npos, *tl = se + npos;
-  dt_status s = DT_OK;
-  if (vocab_sharded) { /* the global max first: the sum of exp is taken against it */
-    s = R->ce_max(ctx->device, X->dtype, npos, Vl, X->data, mx);
-    for (int i = 0; i < x->mesh_ndim && s == DT_OK; i++)
-      if (x->pl[i].kind == DT_PL_SHARD && x->pl[i].dim == last)
-        s = dt_comm_all_reduce(dt_mesh_comm(x->mesh, i), mx, mx, (size_t)npos, DT_F64, DT_RED_MAX);
-  }
-  if (s == DT_OK)
-    s = R->ce_sumexp(ctx->device, X->dtype, npos, Vl, voff, X->data, T->data, !vocab_sharded, mx,
-                     se, tl);
-  for (int i = 0; i < x->mesh_ndim && s == DT_OK; i++)
-    if (x->pl[i].kind == DT_PL_SHARD && x->pl[i].dim == last) { /* the host's three all_reduces */
-      dt_comm *c = dt_mesh_comm(x->mesh, i);
-      s = dt_comm_all_reduce(c, se, se, (size_t)npos, DT_F64, DT_RED_SUM);
-      if (s == DT_OK) s = dt_comm_all_reduce(c, tl, tl, (size_t)npos, DT_F64, DT_RED_SUM);
-    }
-  if (s == DT_OK)
-    s = R->ce_loss(ctx->device, X->dtype, npos, ce_N(x), mx, se, tl, lse->data, out[0]->local.data);
-  dt_array_free(ctx, &st);
-  return s;
+    if (x->pl[i].kind == DT_PL_SHARD && x->pl[i].dim == x->ndim - 1)
+      DT_CHECK(dt_comm_all_reduce(dt_mesh_comm(x->mesh, i), v, v, (size_t)n, DT_F64, op));
+  return DT_OK;
 }
 
+/* The statistics in a scratch [mx | se | tl] on the logits' device; per
+ * position mx = the global max, se = the global sum of exp(x - mx), tl = the
+ * target logit (only the owning vocab shard contributes), each all_reduced
+ * over the vocab-sharding mesh dims (the max first: the sum of exp is taken
+ * against it); then lse and the loss, the local sum of lse - tl over the
+ * GLOBAL number of positions (an exact P(sum)). */
 static dt_status ce_kernel(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor *const *in,
                            dt_tensor *const *out) {
   (void)a;
   const dt_tensor *x = in[0];
   const dt_array *X = &x->local, *T = &in[1]->local;
   int last = x->ndim - 1;
-  int64_t Vl = X->shape[last], npos = T->numel;
+  int64_t Vl = X->shape[last], voff = x->goffset[last], npos = T->numel;
   if (X->numel != npos * Vl)
     return dt_error(ctx, DT_ERR_INTERNAL, "cross_entropy", "local logits and targets disagree");
-  if (X->dev != DT_DEV_CPU) return ce_device(ctx, x, T, out);
-  DT_CHECK(host_dtype(ctx, "cross_entropy", X->dtype));
+  dt_array *lse = &out[1]->local;
+  if (lse->numel != npos || lse->dtype != DT_F64)
+    return dt_error(ctx, DT_ERR_INTERNAL, "cross_entropy", "local lse and targets disagree");
+  dt_kdev kd;
+  DT_CHECK(dt_device_kernels(ctx, X->dev, "cross_entropy", &kd));
+  const dt_kern_rows *R = kd.k->rows;
+  DT_OP_KSLOT(ctx, "cross_entropy", R, ce_max);
+  DT_OP_KSLOT(ctx, "cross_entropy", R, ce_sumexp);
+  DT_OP_KSLOT(ctx, "cross_entropy", R, ce_loss);
   /* every rank of a vocab group holds the same targets, so all fail alike here,
    * before any collective */
-  DT_CHECK(check_ids(ctx, "cross_entropy", T, x->gshape[last]));
-  double *buf = dt_host_alloc(ctx, (size_t)(3 * npos + 1) * sizeof(double));
-  if (!buf) return dt_error(ctx, DT_ERR_NOMEM, "cross_entropy", "statistics");
-  dt_array *lse = &out[1]->local;
-  if (lse->numel != npos || lse->dtype != DT_F64) {
-    dt_host_free(ctx, buf);
-    return dt_error(ctx, DT_ERR_INTERNAL, "cross_entropy", "local lse and targets disagree");
+  DT_CHECK(check_ids(&kd, "cross_entropy", T, x->gshape[last]));
+  bool vocab_sharded = false;
+  for (int i = 0; i < x->mesh_ndim; i++)
+    vocab_sharded |= x->pl[i].kind == DT_PL_SHARD && x->pl[i].dim == last;
+  int64_t n3 = 3 * npos + 1;
+  dt_array st;
+  DT_CHECK(dt_array_create(ctx, X->dev, DT_F64, 1, &n3, &st));
+  double *mx = st.data, *se = mx + npos, *tl = se + npos;
+  dt_status s = DT_OK;
+  if (vocab_sharded) {
+    s = R->ce_max(kd.dev, X->dtype, npos, Vl, X->data, mx);
+    if (s == DT_OK) s = vocab_all_reduce(x, mx, npos, DT_RED_MAX);
   }
-  dt_status s = ce_stats(ctx, x, T->data, npos, buf, buf + npos, buf + 2 * npos);
-  if (s == DT_OK) {
-    double sum = 0, *L = lse->data;
-    for (int64_t p = 0; p < npos; p++) {
-      L[p] = log(buf[npos + p]) + buf[p];
-      sum += L[p] - buf[2 * npos + p];
-    }
-    dt_elem_st(&out[0]->local, 0, sum / ce_N(x)); /* local sum / global N: an exact P(sum) */
-  }
-  dt_host_free(ctx, buf);
+  if (s == DT_OK)
+    s = R->ce_sumexp(kd.dev, X->dtype, npos, Vl, voff, X->data, T->data, !vocab_sharded, mx, se,
+                     tl);
+  if (s == DT_OK) s = vocab_all_reduce(x, se, npos, DT_RED_SUM);
+  if (s == DT_OK) s = vocab_all_reduce(x, tl, npos, DT_RED_SUM);
+  if (s == DT_OK)
+    s = R->ce_loss(kd.dev, X->dtype, npos, ce_N(x), mx, se, tl, lse->data, out[0]->local.data);
+  dt_array_free(ctx, &st);
   return s;
 }
 
@@ -528,36 +417,12 @@ static dt_status ceb_kernel(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor *
   const dt_array *LSE = &in[3]->local;
   if (LSE->numel != npos)
     return dt_error(ctx, DT_ERR_INTERNAL, "cross_entropy_bwd", "local lse and targets disagree");
-  if (X->dev != DT_DEV_CPU) {
-    const dt_kern_rows *R = NULL;
-    DT_CHECK(rows_kern(ctx, "cross_entropy_bwd", &R));
-    DT_OP_KSLOT(ctx, "cross_entropy_bwd", R, ce_bwd);
-    return R->ce_bwd(ctx->device, X->dtype, npos, Vl, voff, X->data, T->data, LSE->data,
-                     in[0]->local.data, ce_N(x), Y->data);
-  }
-  DT_CHECK(host_dtype(ctx, "cross_entropy_bwd", X->dtype));
-  DT_CHECK(check_ids(ctx, "cross_entropy_bwd", T, x->gshape[last]));
-  const double g = dt_elem_ld(&in[0]->local, 0) / ce_N(x), *lse = LSE->data;
-  const int64_t *tg = T->data;
-  for (int64_t p = 0; p < npos; p++) {
-    int64_t t = tg[p] - voff;
-    if (X->dtype == DT_F32) {
-      /* exp(x - lse) as exp(x - lse32) exp(lse32 - lse): the f32 shift keeps the
-       * vector exp's argument exact to rounding of x - lse32, the correction
-       * (|lse32 - lse| <= 1 f32 ulp of lse) is taken in double */
-      const float *xf = (const float *)X->data + p * Vl;
-      float *yf = (float *)Y->data + p * Vl, l32 = (float)lse[p];
-      dt_vexp_f32(yf, xf, l32, Vl);
-      dt_scale_f32(yf, (float)(g * exp((double)l32 - lse[p])), Vl);
-      if (t >= 0 && t < Vl) yf[t] = (float)((double)yf[t] - g);
-      continue;
-    }
-    for (int64_t v = 0; v < Vl; v++) {
-      double sm = exp(dt_elem_ld(X, p * Vl + v) - lse[p]);
-      dt_elem_st(Y, p * Vl + v, (sm - (v == t ? 1.0 : 0.0)) * g);
-    }
-  }
-  return DT_OK;
+  dt_kdev kd;
+  DT_CHECK(dt_device_kernels(ctx, X->dev, "cross_entropy_bwd", &kd));
+  DT_OP_KSLOT(ctx, "cross_entropy_bwd", kd.k->rows, ce_bwd);
+  DT_CHECK(check_ids(&kd, "cross_entropy_bwd", T, x->gshape[last]));
+  return kd.k->rows->ce_bwd(kd.dev, X->dtype, npos, Vl, voff, X->data, T->data, LSE->data,
+                            in[0]->local.data, ce_N(x), Y->data);
 }
 
 static const dt_op op_cross_entropy_bwd = {.name = "cross_entropy_bwd", .n_in = 4, .n_out = 1,

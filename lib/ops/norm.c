@@ -8,10 +8,9 @@
  * Strategy (PyTorch's _common_norm_forward_strategy, one option per mesh dim
  * plus an all-R fallback): x keeps its Shards on dims < last; a Shard on the
  * last dim and any Partial go to R; weight R; the output follows x.
- * Kernels: host arrays f32 / f64, accumulated in double (bf16 host arrays are
- * refused by the kernel: the host has no bf16 kernel); device arrays f32, f64
- * and bf16 through the device's rows.rms_fwd / rms_bwd (one block per row, f32
- * arithmetic for bf16, no host round trip).
+ * Kernels: the rows.rms_fwd / rms_bwd slots of the arrays' device
+ * (lib/device/kernels.h: the CPU's f32 / f64 accumulated in double, the GPU's
+ * f32, f64 and bf16 one block per row).
  * Backward: a private op rms_norm_bwd(x, weight, dy) -> (dx, dy * x_hat) with
  * the forward's placements (dx follows x, as PyTorch's d_input), then
  * dweight = sum(dy * x_hat) over the outer dims with dt_op_sum, which turns a
@@ -25,11 +24,9 @@
  */
 #include "config.h"
 
-#include <math.h>
 #include <string.h>
 
 #include "ops/ops.h"
-#include "ops/vmath.h"
 
 /* torch.nn.RMSNorm uses finfo(dtype).eps when eps is None; TorchTitan passes
  * 1e-5 explicitly, which is what attrs.scalar == 0 stands for here. */
@@ -97,13 +94,6 @@ static dt_status rows(dt_ctx *ctx, const char *name, const dt_array *x, const dt
   return DT_OK;
 }
 
-/* bf16 host arrays: no host kernel (f32 and f64 only) */
-static dt_status host_dtype(dt_ctx *ctx, const char *name, const dt_array *x) {
-  if (x->dtype == DT_BF16)
-    return dt_error(ctx, DT_ERR_UNSUPPORTED, name, "bf16 host arrays (the device kernels take bf16)");
-  return DT_OK;
-}
-
 static dt_status rms_kernel(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor *const *in,
                             dt_tensor *const *out) {
   const dt_array *x = &in[0]->local, *w = &in[1]->local;
@@ -112,24 +102,10 @@ static dt_status rms_kernel(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor *
   DT_CHECK(rows(ctx, "rms_norm", x, w, &nr, &d));
   if (y->numel != x->numel)
     return dt_error(ctx, DT_ERR_INTERNAL, "rms_norm", "local output size differs (strategy bug)");
-  double eps = get_eps(a);
-  if (x->dev != DT_DEV_CPU) {
-    const dt_kernels *K;
-    DT_CHECK(dt_op_kernels(ctx, "rms_norm", &K));
-    DT_OP_KSLOT(ctx, "rms_norm", K->rows, rms_fwd);
-    return K->rows->rms_fwd(ctx->device, x->dtype, nr, d, eps, x->data, w->data, y->data);
-  }
-  DT_CHECK(host_dtype(ctx, "rms_norm", x));
-  for (int64_t r = 0; r < nr; r++) {
-    double ss = 0;
-    for (int64_t k = 0; k < d; k++) {
-      double v = dt_elem_ld(x, r * d + k);
-      ss += v * v;
-    }
-    double inv = 1.0 / sqrt(ss / (double)d + eps);
-    for (int64_t k = 0; k < d; k++) dt_elem_st(y, r * d + k, dt_elem_ld(x, r * d + k) * inv * dt_elem_ld(w, k));
-  }
-  return DT_OK;
+  dt_kdev kd;
+  DT_CHECK(dt_device_kernels(ctx, x->dev, "rms_norm", &kd));
+  DT_OP_KSLOT(ctx, "rms_norm", kd.k->rows, rms_fwd);
+  return kd.k->rows->rms_fwd(kd.dev, x->dtype, nr, d, get_eps(a), x->data, w->data, y->data);
 }
 
 /* ---- backward: rms_norm_bwd(x, weight, dy) -> (dx, dy * x_hat) ------------------- */
@@ -170,35 +146,12 @@ static dt_status bwd_kernel(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor *
   DT_CHECK(rows(ctx, "rms_norm_bwd", x, w, &nr, &d));
   if (dy->numel != x->numel || dx->numel != x->numel || gw->numel != x->numel)
     return dt_error(ctx, DT_ERR_INTERNAL, "rms_norm_bwd", "local sizes differ (strategy bug)");
-  double eps = get_eps(a);
-  if (x->dev != DT_DEV_CPU) { /* dweight is the dt_op_sum of gw, as on the host */
-    const dt_kernels *K;
-    DT_CHECK(dt_op_kernels(ctx, "rms_norm_bwd", &K));
-    DT_OP_KSLOT(ctx, "rms_norm_bwd", K->rows, rms_bwd);
-    return K->rows->rms_bwd(ctx->device, x->dtype, nr, d, eps, x->data, w->data, dy->data,
-                            dx->data, gw->data, NULL, NULL);
-  }
-  DT_CHECK(host_dtype(ctx, "rms_norm_bwd", x));
-  for (int64_t r = 0; r < nr; r++) {
-    const int64_t b = r * d;
-    double ss = 0;
-    for (int64_t k = 0; k < d; k++) {
-      double v = dt_elem_ld(x, b + k);
-      ss += v * v;
-    }
-    double inv = 1.0 / sqrt(ss / (double)d + eps), dot = 0;
-    for (int64_t k = 0; k < d; k++) {
-      double xh = dt_elem_ld(x, b + k) * inv, g = dt_elem_ld(dy, b + k);
-      dot += dt_elem_ld(w, k) * g * xh;
-      dt_elem_st(gw, b + k, g * xh);
-    }
-    dot /= (double)d;
-    for (int64_t k = 0; k < d; k++) {
-      double xh = dt_elem_ld(x, b + k) * inv;
-      dt_elem_st(dx, b + k, (dt_elem_ld(w, k) * dt_elem_ld(dy, b + k) - xh * dot) * inv);
-    }
-  }
-  return DT_OK;
+  /* dweight is the sum op over gw (rms_backward), the same composition on every device */
+  dt_kdev kd;
+  DT_CHECK(dt_device_kernels(ctx, x->dev, "rms_norm_bwd", &kd));
+  DT_OP_KSLOT(ctx, "rms_norm_bwd", kd.k->rows, rms_bwd);
+  return kd.k->rows->rms_bwd(kd.dev, x->dtype, nr, d, get_eps(a), x->data, w->data, dy->data,
+                             dx->data, gw->data, NULL, NULL);
 }
 
 static const dt_op op_rms_norm_bwd = {.name = "rms_norm_bwd", .n_in = 3, .n_out = 2,
