@@ -188,11 +188,12 @@ typedef struct dt_attn_rows {
  * CUDA builds, where the ops pass f32 scores for bf16 data). The statistics
  * m, l and D are of dt_kern_attn_stat(table, t): f64 when stats_f64, else the
  * arithmetic type (f64 for f64, f32 for f32 and bf16).
- * Arithmetic: the CUDA builds compute in the arithmetic type, reductions by
- * a block of threads through shared memory. The CPU keeps its host loops: f64
- * in plain loops with exp; f32 on lib/device/cpu/vmath.h (its exp within 2
- * ulps, sums and dot products in double: softmax's sum, softmax_bwd's and
- * rowdot's row sums, online's l, all in f64), the statistics in f64. */
+ * Arithmetic: the CUDA builds compute in the arithmetic type, a row's
+ * reductions by its block of threads through shared memory (a tree). The CPU
+ * keeps the host loops the ops always ran: f64 in plain loops with exp, sums
+ * left to right; f32 on lib/device/cpu/vmath.h (its exp within 2 ulps, sums
+ * and dot products in double in four chains: softmax's sum, softmax_bwd's and
+ * rowdot's row sums, online's l), the statistics in f64. */
 typedef struct dt_kern_attn {
   /* Row softmax of the scores in place (max-subtracted): p = exp(s - max) and
    * p *= 1 / sum p; masked keys 0. */
@@ -207,13 +208,14 @@ typedef struct dt_kern_attn {
    * (left alone when that is 1). */
   dt_status (*online)(dt_device *d, dt_dtype t, const dt_attn_rows *g, void *P, void *m, void *l,
                       void *O, int64_t old, int64_t ostride, int64_t hd);
-  /* The end of the online softmax over n contiguous rows of hd values:
+  /* The end of the online softmax over n contiguous rows of hd values (sdpa_cp:
+   * the whole local output, in either layout; m, l, lse in the same row order):
    * O[i] *= 1 / l[i] (the reciprocal in the statistics' type, rounded to t),
    * lse[i] = m[i] + log l[i] (rounded to t). */
   dt_status (*finish)(dt_device *d, dt_dtype t, int64_t n, int64_t hd, void *O, const void *m,
                       const void *l, void *lse);
-  /* D[i] = rowsum(dO[i] * O[i]) over n contiguous rows of hd values
-   * (FlashAttention-2 Alg. 2, line 4). */
+  /* D[i] = rowsum(dO[i] * O[i]) over n contiguous rows of hd values, D
+   * indexed like finish's lse (FlashAttention-2 Alg. 2, line 4). */
   dt_status (*rowdot)(dt_device *d, dt_dtype t, int64_t n, int64_t hd, const void *dO,
                       const void *O, void *D);
   /* The backward from a saved lse (FlashAttention-2 Alg. 2, lines 11-14), in

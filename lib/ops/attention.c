@@ -512,15 +512,15 @@ static dt_status sdpa_kernel(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor 
   DT_CHECK(dt_array_create(ctx, o->dev, t, 1, &pn, &P));
   dt_status s = mixed ? dt_array_create(ctx, o->dev, DT_F32, 1, &pn, &Ps) : DT_OK;
   for (int64_t ob = 0; ob < D.nouter && s == DT_OK; ob++)
-    for (int64_t j = 0; j < g.group && s == DT_OK; j++)
-      for (int64_t r0 = 0; r0 < g.S && s == DT_OK; r0 += D.bq) {
-        int64_t r1 = r0 + D.bq < g.S ? r0 + D.bq : g.S;
-        for (int64_t h0 = 0; h0 < D.nbat && s == DT_OK; h0 += D.nb) {
-          int64_t nh = D.nbat - h0 < D.nb ? D.nbat - h0 : D.nb;
-          size_t qo = (size_t)(ob * D.oq + j * g.qh + h0 * D.sq) * D.es;
-          size_t ko = (size_t)(ob * D.ok + h0 * D.sk) * D.es;
-          const char *Q = (const char *)q->data + qo, *K = (const char *)k->data + ko;
-          const char *V = (const char *)v->data + ko;
+    for (int64_t h0 = 0; h0 < D.nbat && s == DT_OK; h0 += D.nb) {
+      int64_t nh = D.nbat - h0 < D.nb ? D.nbat - h0 : D.nb;
+      for (int64_t j = 0; j < g.group && s == DT_OK; j++) {
+        size_t qo = (size_t)(ob * D.oq + j * g.qh + h0 * D.sq) * D.es;
+        size_t ko = (size_t)(ob * D.ok + h0 * D.sk) * D.es;
+        const char *Q = (const char *)q->data + qo, *K = (const char *)k->data + ko;
+        const char *V = (const char *)v->data + ko;
+        for (int64_t r0 = 0; r0 < g.S && s == DT_OK; r0 += D.bq) {
+          int64_t r1 = r0 + D.bq < g.S ? r0 + D.bq : g.S;
           s = blk_probs(t, &g, &D, Q, K, r0, r1, nh, mixed ? Ps.data : P.data, P.data);
           char *O = (char *)o->data + qo + (size_t)(r0 * g.qld) * D.es;
           if (s == DT_OK)
@@ -528,6 +528,7 @@ static dt_status sdpa_kernel(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor 
                          g.kld, D.sk, 0.0, O, g.qld, D.sq, nh);
         }
       }
+    }
   dt_array_free(ctx, &P);
   if (mixed) dt_array_free(ctx, &Ps);
   return s;
@@ -577,17 +578,17 @@ static dt_status bwd_kernel(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor *
   if (s == DT_OK) s = dt_device_fill(D.dev, at, dk_acc, dk->numel, 0.0);
   if (s == DT_OK) s = dt_device_fill(D.dev, at, dv_acc, dv->numel, 0.0);
   for (int64_t ob = 0; ob < D.nouter && s == DT_OK; ob++)
-    for (int64_t j = 0; j < g.group && s == DT_OK; j++)
-      for (int64_t r0 = 0; r0 < g.S && s == DT_OK; r0 += D.bq) {
-        int64_t r1 = r0 + D.bq < g.S ? r0 + D.bq : g.S, rb = r1 - r0;
-        size_t ro = (size_t)(r0 * g.qld) * D.es;
-        for (int64_t h0 = 0; h0 < D.nbat && s == DT_OK; h0 += D.nb) {
-          int64_t nh = D.nbat - h0 < D.nb ? D.nbat - h0 : D.nb, nbk = nh * D.bq * g.S;
-          size_t qo = (size_t)(ob * D.oq + j * g.qh + h0 * D.sq) * D.es;
-          size_t ko = (size_t)(ob * D.ok + h0 * D.sk) * D.es, kao = (size_t)(ob * D.ok + h0 * D.sk) * aes;
-          const char *Q = (const char *)q->data + qo, *DO = (const char *)dO->data + qo;
-          const char *K = (const char *)k->data + ko, *V = (const char *)v->data + ko;
-          char *DK = dk_acc + kao, *DV = dv_acc + kao;
+    for (int64_t h0 = 0; h0 < D.nbat && s == DT_OK; h0 += D.nb) {
+      int64_t nh = D.nbat - h0 < D.nb ? D.nbat - h0 : D.nb, nbk = nh * D.bq * g.S;
+      size_t ko = (size_t)(ob * D.ok + h0 * D.sk) * D.es, kao = (size_t)(ob * D.ok + h0 * D.sk) * aes;
+      const char *K = (const char *)k->data + ko, *V = (const char *)v->data + ko;
+      char *DK = dk_acc + kao, *DV = dv_acc + kao;
+      for (int64_t j = 0; j < g.group && s == DT_OK; j++) {
+        size_t qo = (size_t)(ob * D.oq + j * g.qh + h0 * D.sq) * D.es;
+        const char *Q = (const char *)q->data + qo, *DO = (const char *)dO->data + qo;
+        for (int64_t r0 = 0; r0 < g.S && s == DT_OK; r0 += D.bq) {
+          int64_t r1 = r0 + D.bq < g.S ? r0 + D.bq : g.S, rb = r1 - r0;
+          size_t ro = (size_t)(r0 * g.qld) * D.es;
           s = blk_probs(t, &g, &D, Q, K, r0, r1, nh, Ps, P);
           if (s == DT_OK)
             s = blk_gemm_c(&D, t, mixed, false, true, rb, r1, g.HD, 1.0, DO + ro, g.qld, D.sq, V,
@@ -608,6 +609,7 @@ static dt_status bwd_kernel(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor *
                            g.qld, D.sq, 1.0, DV, g.kld, D.sk, nh);
         }
       }
+    }
   if (s == DT_OK && mixed) s = D.kp->cast(D.dev, DT_F32, dk_acc, DT_BF16, dk->data, dk->numel);
   if (s == DT_OK && mixed) s = D.kp->cast(D.dev, DT_F32, dv_acc, DT_BF16, dv->data, dv->numel);
   dt_array_free(ctx, &buf);
