@@ -24,7 +24,8 @@ static void cpu_free(dt_device *d, void *p, size_t bytes) {
 }
 
 static dt_status cpu_copy(dt_device *d, void *dst, const void *src, size_t bytes, dt_copy_kind k) {
-  if (k != DT_COPY_H2H)
+  /* the CPU device's memory is host memory: a copy within it (D2D) is H2H */
+  if (k != DT_COPY_H2H && k != DT_COPY_D2D)
     return dt_error(d->ctx, DT_ERR_INVALID, "dt_device_copy", "the cpu device copies host to host only");
   memmove(dst, src, bytes);
   return DT_OK;

@@ -177,27 +177,41 @@ static inline size_t dt_kern_rms_ws(int64_t rows, int64_t dim) {
   return (size_t)(rows + dt_kern_rms_chunks(rows) * dim) * sizeof(double);
 }
 
-/* Attention's row kernels (k_attn.cu); the GEMMs go through dt_device_gemm. */
-/* Where attention's row kernels find their rows. Scores: `batch` blocks of
- * `rows` rows of `nk` keys; row r of block b starts at element b stride + r ld
- * of the score buffer, and sees keys [0, min(nk, vis0 + r)) (causal block whose
- * first query row is at key index vis0 - 1: vis0 = r0 + 1; no mask: vis0 >= nk);
- * the keys it does not see are set to 0. Per-row statistics (running max m, sum
- * l, lse, D) of row r of block b are element b sstride + r sld of their arrays. */
+/* Attention's row kernels: the CPU's loops (cpu/k_attn.c) and the CUDA kernels
+ * (kern/k_attn.cu); the GEMMs between them go through dt_device_gemm.
+ * Where they find their rows. Scores: `batch` blocks of `rows` rows of `nk`
+ * keys; row r of block b starts at element b stride + r ld of the score buffer,
+ * and sees keys [0, min(nk, vis0 + r)) (causal block whose first query row is
+ * at key index vis0 - 1: vis0 = r0 + 1; no mask: vis0 >= nk); the keys it does
+ * not see are set to 0. Per-row statistics (running max m, sum l, lse, D) of
+ * row r of block b are element b sstride + r sld of their arrays. */
 typedef struct dt_attn_rows {
   int64_t batch, rows, nk, vis0;
   int64_t ld, stride;
   int64_t sld, sstride;
 } dt_attn_rows;
 
-/* Attention's row kernels (k_attn.cu); the GEMMs go through dt_device_gemm.
- * t: the dtype of the scores and of q, k, v, out (f32, f64, bf16); the running
- * statistics m, l and D are in its arithmetic type (f64 for f64, else f32),
- * lse in t. They implement the query-chunked attention of Rabe & Staats, "Self-
- * attention does not need O(n^2) memory" (2021), sec. 2-3, with the log-sum-exp
- * bookkeeping of FlashAttention-2 (Dao 2023, Alg. 1 forward, Alg. 2 backward). */
+/* Attention's row kernels and how the device wants its blocks. They implement
+ * the query-chunked attention of Rabe & Staats, "Self-attention does not need
+ * O(n^2) memory" (2021), sec. 2-3, with the log-sum-exp bookkeeping of
+ * FlashAttention-2 (Dao 2023, Alg. 1 forward, Alg. 2 backward); the ops
+ * (sdpa, sdpa_cp) compose them with dt_device_gemm the same way on every
+ * device, so a device's numbers follow from its GEMM, these slots and the
+ * blocking fields below.
+ *
+ * t: the dtype of the scores and of q, k, v, out, lse (f32, f64; bf16 on the
+ * CUDA builds, where the ops pass f32 scores for bf16 data). The statistics
+ * m, l and D are of dt_kern_attn_stat(table, t): f64 when stats_f64, else the
+ * arithmetic type (f64 for f64, f32 for f32 and bf16).
+ * Arithmetic: the CUDA builds compute in the arithmetic type, a row's
+ * reductions by its block of threads through shared memory (a tree). The CPU
+ * keeps the host loops the ops always ran: f64 in plain loops with exp, sums
+ * left to right; f32 on lib/device/cpu/vmath.h (its exp within 2 ulps, sums
+ * and dot products in double in four chains: softmax's sum, softmax_bwd's and
+ * rowdot's row sums, online's l), the statistics in f64. */
 typedef struct dt_kern_attn {
-  /* Row softmax of the scores in place (max-subtracted), masked keys 0. */
+  /* Row softmax of the scores in place (max-subtracted): p = exp(s - max) and
+   * p *= 1 / sum p; masked keys 0. */
   dt_status (*softmax)(dt_device *d, dt_dtype t, const dt_attn_rows *g, void *P);
   /* dS = P (dP - rowsum(dP P)) in place over dP (P the softmax rows); masked 0. */
   dt_status (*softmax_bwd)(dt_device *d, dt_dtype t, const dt_attn_rows *g, const void *P,
@@ -205,15 +219,18 @@ typedef struct dt_kern_attn {
   /* One online-softmax step over a key block (FlashAttention-2 Alg. 1, lines
    * 8-10): mx = max(m, row max), P = exp(P - mx) (masked 0), l = l e^(m - mx) +
    * rowsum(P), m = mx, and the hd values of the row's unnormalised output
-   * (row r of block b at O + b ostride + r old) scaled by e^(m_old - mx). */
+   * (row r of block b at O + b ostride + r old) scaled by e^(m_old - mx)
+   * (left alone when that is 1). */
   dt_status (*online)(dt_device *d, dt_dtype t, const dt_attn_rows *g, void *P, void *m, void *l,
                       void *O, int64_t old, int64_t ostride, int64_t hd);
-  /* The end of the online softmax over n contiguous rows of hd values:
-   * O[i] /= l[i], lse[i] = m[i] + log l[i]. */
+  /* The end of the online softmax over n contiguous rows of hd values (sdpa_cp:
+   * the whole local output, in either layout; m, l, lse in the same row order):
+   * O[i] *= 1 / l[i] (the reciprocal in the statistics' type, rounded to t),
+   * lse[i] = m[i] + log l[i] (rounded to t). */
   dt_status (*finish)(dt_device *d, dt_dtype t, int64_t n, int64_t hd, void *O, const void *m,
                       const void *l, void *lse);
-  /* D[i] = rowsum(dO[i] * O[i]) over n contiguous rows of hd values
-   * (FlashAttention-2 Alg. 2, line 4). */
+  /* D[i] = rowsum(dO[i] * O[i]) over n contiguous rows of hd values, D
+   * indexed like finish's lse (FlashAttention-2 Alg. 2, line 4). */
   dt_status (*rowdot)(dt_device *d, dt_dtype t, int64_t n, int64_t hd, const void *dO,
                       const void *O, void *D);
   /* The backward from a saved lse (FlashAttention-2 Alg. 2, lines 11-14), in
@@ -221,7 +238,27 @@ typedef struct dt_kern_attn {
    * dS = P (dS - D) over dS = dO V^T; masked keys 0 in both. */
   dt_status (*lse_bwd)(dt_device *d, dt_dtype t, const dt_attn_rows *g, void *P, void *dS,
                        const void *lse, const void *D);
+  /* Blocking (data, read by the ops; part of the device's numbers, since a
+   * block's GEMM shapes follow from it):
+   * block_rows: query rows per block where the op's attrs do not say (sdpa's
+   *   attrs.i2 = 0, every sdpa_cp block); > 0.
+   * block_bytes: sdpa's bound on the bytes of the scores scratch of one block
+   *   over the heads its GEMMs batch (the default block_rows is lowered to
+   *   fit; attrs.i2 is not); 0: no bound.
+   * gemm_heads: kv heads one of sdpa's strided-batched GEMMs covers (the
+   *   scratch holds that many heads' scores); 0: all of a call's (every kv
+   *   head, and in [b, h, s, hd] every batch too).
+   * stats_f64: m, l, D in f64 for every t (see dt_kern_attn_stat). */
+  int64_t block_rows;
+  size_t block_bytes;
+  int64_t gemm_heads;
+  bool stats_f64;
 } dt_kern_attn;
+
+/* The dtype of the statistics m, l and D of a table's slots for data of dtype t. */
+static inline dt_dtype dt_kern_attn_stat(const dt_kern_attn *k, dt_dtype t) {
+  return k->stats_f64 || t == DT_F64 ? DT_F64 : DT_F32;
+}
 
 /* Reduce operators of dt_kern_layout.reduce, in the order of dt_reduce_op
  * (lib/comm/comm.h), which the launcher maps onto them. */

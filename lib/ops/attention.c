@@ -44,12 +44,13 @@
  *   exactly those that use the local kv heads [k kvh/N, (k+1) kvh/N). Partial
  *   inputs are never kept: the cost model picks R or a Shard target for them
  *   (all-reduce or reduce-scatter). The all-R candidate always survives.
- *   attrs.i2 = query rows per block (0: 64 on the host, up to 256 on a
- *   device), for tuning and tests; results do not depend on it beyond rounding.
+ *   attrs.i2 = query rows per block (0: the device's attn.block_rows, 64 on
+ *   the CPU, up to 256 on CUDA), for tuning and tests; results do not depend
+ *   on it beyond rounding.
  *   Kernel per (batch, head) and block of query rows (keys up to the
  *   block's last row only: causal blocks skip what they cannot see): GEMMs on
- *   the strided head in place (no copies in either layout), max-subtracted
- *   softmax with its sum in double. This is the query-chunked attention of
+ *   the strided head in place (no copies in either layout), the device's
+ *   max-subtracted row softmax between them. This is the query-chunked attention of
  *   Rabe & Staats, "Self-attention does not need O(n^2) memory" (2021), sec.
  *   2-3: the scores of one block of rows exist at a time, never S x S.
  *   Backward: one private op on (q, k, v, dout) with the same strategy,
@@ -58,10 +59,12 @@
  *   dS = P (dP - rowsum(dP P)), dQ = dS K scale, dK = dS^T Q scale, dK and dV
  *   summed over a group's heads.
  *
- * Kernels: f32 and f64 host arrays; on a device (arrays of another kind) f32,
- *   f64 and bf16 (as far as the device's GEMM takes the dtype), the same blocks
- *   batched over kv heads through dt_device_gemm and the device's attn kernels
- *   (lib/device/kernels.h; see sdpa_dev_get below), all in device memory.
+ * Kernels: one composition on every device (the arrays' kind picks the
+ *   device, dt_device_kernels): the blocks, batched over kv heads as the
+ *   device's attn table says, through dt_device_gemm and its attn kernels
+ *   (lib/device/kernels.h; see sdpa_blk_get below), scratch in the arrays'
+ *   memory. f32 and f64 everywhere; bf16 on CUDA (host bf16 arrays reach the
+ *   kernel as f32, through the dispatcher).
  * What it is not: sequence-sharded attention (that is sdpa_cp, attention_cp.c), dropout,
  * non-causal masks, rotate-half rope, a flash (online-softmax) kernel: a
  * block's scores over all its keys are materialised (BQ x S).
@@ -341,158 +344,50 @@ static dt_status sdpa_geo_get(dt_ctx *ctx, const char *name, const dt_op_attrs *
   return DT_OK;
 }
 
-/* The kernels run per (batch, head) on GEMMs of the rank's device (cblas on the
- * CPU) in the tensors' dtype: scores = Q K^T * scale, a causal softmax per row
- * (max and sum accumulated in double), out = P V; backward recomputes P,
- * dP = dO V^T, dS = P (dP - rowsum(dP P)), dQ = dS K * scale, and for the kv head
- * of each group dK += dS^T Q * scale, dV += P^T dO (GEMMs with beta = 1). */
+/* The kernel, on every device: per (batch, head) and block of query rows,
+ * scores = Q K^T * scale (keys up to the block's last row), the causal row
+ * softmax (attn.softmax), out = P V; backward recomputes P, dP = dO V^T, dS =
+ * P (dP - rowsum(dP P)) (attn.softmax_bwd), dQ = dS K * scale, and for the kv
+ * head of each group dK += dS^T Q * scale, dV += P^T dO (GEMMs with beta = 1).
+ * The GEMMs are dt_device_gemm's, on the strided heads in place, in the
+ * tensors' dtype. */
 
-dt_status dt_attn_gemm(dt_ctx *ctx, dt_dtype t, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+dt_status dt_attn_gemm(dt_device *d, dt_dtype t, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
                        double alpha, const void *A, int64_t lda, const void *B, int64_t ldb,
                        double beta, void *C, int64_t ldc) {
-  dt_gemm_desc d = {.dtype = t, .trans_a = ta, .trans_b = tb, .m = m, .n = n, .k = k,
+  dt_gemm_desc g = {.dtype = t, .trans_a = ta, .trans_b = tb, .m = m, .n = n, .k = k,
                     .alpha = alpha, .beta = beta, .a = A, .lda = lda, .b = B, .ldb = ldb,
                     .c = C, .ldc = ldc, .batch = 1};
-  return dt_device_gemm(ctx->device, &d);
+  return dt_device_gemm(d, &g);
 }
 
-/* Causal attention is computed in blocks of SDPA_BQ query rows: block
- * [r0, r1) only sees keys [0, r1), so its scores are a (r1 - r0) x r1 GEMM
- * and the blocks together do (S^2 + S BQ) / 2 of the S^2 score, P V and
- * backward products (0.75 of them at S = 128, 0.53 at S = 1024), with a
- * BQ x S scratch instead of S x S (256 MiB of f32 at S = 8192). */
-enum { SDPA_BQ = 64 };
-
-/* Causal softmax of the score rows i in [r0, r1) in place (row i at
- * P + (i - r0) ld sees keys j <= i; j in (i, r1) set to 0), the sum in double;
- * dsoft: dS = P (dP - rowsum(dP P)) over dP, same rows. f64 in plain loops
- * with exp; f32 on the vector primitives of vmath.h (its exp within 2 ulps,
- * 3x expf: these rows are most of the attention time outside the GEMMs). */
-static void softmax_block_double(double *P, int64_t ld, int64_t r0, int64_t r1) {
-  for (int64_t i = r0; i < r1; i++) {
-    double *row = P + (i - r0) * ld, mx = row[0], z = 0;
-    for (int64_t j = 1; j <= i; j++) mx = row[j] > mx ? row[j] : mx;
-    for (int64_t j = 0; j <= i; j++) {
-      row[j] = exp(row[j] - mx);
-      z += row[j];
-    }
-    double inv = 1.0 / z;
-    for (int64_t j = 0; j <= i; j++) row[j] *= inv;
-    for (int64_t j = i + 1; j < r1; j++) row[j] = 0;
-  }
-}
-
-static void dsoft_block_double(const double *P, double *dP, int64_t ld, int64_t r0, int64_t r1) {
-  for (int64_t i = r0; i < r1; i++) {
-    const double *p = P + (i - r0) * ld;
-    double *d = dP + (i - r0) * ld, rs = 0;
-    for (int64_t j = 0; j <= i; j++) rs += d[j] * p[j];
-    for (int64_t j = 0; j <= i; j++) d[j] = p[j] * (d[j] - rs);
-    for (int64_t j = i + 1; j < r1; j++) d[j] = 0;
-  }
-}
-
-static void softmax_block_float(float *P, int64_t ld, int64_t r0, int64_t r1) {
-  for (int64_t i = r0; i < r1; i++) {
-    float *row = P + (i - r0) * ld;
-    float mx = dt_max_f32(row, i + 1);
-    dt_vexp_f32(row, row, mx, i + 1);
-    dt_scale_f32(row, (float)(1.0 / dt_sum_f32(row, i + 1)), i + 1);
-    memset(row + i + 1, 0, (size_t)(r1 - i - 1) * sizeof *row);
-  }
-}
-
-static void dsoft_block_float(const float *P, float *dP, int64_t ld, int64_t r0, int64_t r1) {
-  for (int64_t i = r0; i < r1; i++) {
-    const float *p = P + (i - r0) * ld;
-    float *d = dP + (i - r0) * ld, r = (float)dt_dot_f32(d, p, i + 1);
-    int64_t j = 0;
-    for (; j + 4 <= i + 1; j += 4) dt_v4_store(d + j, dt_v4_load(p + j) * (dt_v4_load(d + j) - r));
-    for (; j <= i; j++) d[j] = p[j] * (d[j] - r);
-    memset(d + i + 1, 0, (size_t)(r1 - i - 1) * sizeof *d);
-  }
-}
-
-/* P[0 .. r1-r0) x [0, r1) = softmax(Q rows [r0, r1) K rows [0, r1)^T * scale),
- * rows g->S apart. Q, K: the head's first row. */
-static dt_status sdpa_probs(dt_ctx *ctx, dt_dtype t, const char *Q, const char *K, const sdpa_geo *g,
-                            int64_t r0, int64_t r1, void *P) {
-  size_t es = dt_dtype_size(t);
-  DT_CHECK(dt_attn_gemm(ctx, t, false, true, r1 - r0, r1, g->HD, g->scale, Q + (size_t)(r0 * g->qld) * es,
-                g->qld, K, g->kld, 0.0, P, g->S));
-  if (t == DT_F32) softmax_block_float(P, g->S, r0, r1);
-  else softmax_block_double(P, g->S, r0, r1);
+dt_status dt_attn_kernels(dt_ctx *ctx, const char *name, dt_device_kind kind, dt_kdev *kd) {
+  DT_CHECK(dt_device_kernels(ctx, kind, name, kd));
+  if (!kd->k->attn) return dt_error(ctx, DT_ERR_UNSUPPORTED, name, "the device has no attn kernels");
   return DT_OK;
 }
 
-/* ---- the device path ------------------------------------------------------------------ */
-
-/* On a device the blocks are batched over kv heads: one strided-batched GEMM
- * per (group member j, query block) covers every kv head (and, in [b, h, s,
- * hd], every batch too: query head kvh * group + j of batch b sits at a
- * constant stride from that of batch b, kv head kvh - 1), so a block costs two
- * GEMMs and one row kernel forward and five GEMMs and two row kernels backward
- * whatever the head count. Query rows per block: attrs.i2 when set, else
- * SDPA_DEV_BQ (the causal blocks then do (S + BQ) / S of the minimal score
- * work: 1.03 at S = 8192), fewer when the scores of all batched heads, nbuf
- * buffers of nbat x BQ x S, would pass SDPA_DEV_SCRATCH. */
-enum { SDPA_DEV_BQ = 256 };
-static const size_t SDPA_DEV_SCRATCH = (size_t)256 << 20;
-
-typedef struct sdpa_dev {
+/* Blocks are batched over kv heads: one strided-batched GEMM per (group
+ * member j, query block, run of gemm_heads kv heads) covers those heads (in
+ * [b, h, s, hd] across batches too: query head kvh * group + j of batch b sits
+ * at a constant stride from that of batch b, kv head kvh - 1). A kv head's dK
+ * and dV so sum its group's members j in turn, each over the blocks in order,
+ * however many heads a GEMM takes. Causal block [r0, r1) only sees keys
+ * [0, r1), so its scores are a (r1 - r0) x r1 GEMM and the blocks together do
+ * (S^2 + S BQ) / 2 of the S^2 score, P V and backward products, with BQ x S
+ * scores per batched head instead of S x S. Query rows per block: attrs.i2
+ * when set, else the device's attn.block_rows, fewer when the scores of one
+ * block, nbuf buffers of nb x BQ x S, would pass its attn.block_bytes. */
+typedef struct sdpa_blk {
+  dt_device *dev;
   const dt_kern_attn *ka;
   const dt_kern_pw *kp;      /* cast (bf16) */
-  int64_t nouter, nbat;      /* outer loop (b in [b, s, h, hd]) x GEMM batch */
+  int64_t nouter, nbat, nb;  /* outer loop (b in [b, s, h, hd]) x kv heads, per GEMM */
   int64_t oq, ok;            /* q (k) offset of outer index ob, elements */
   int64_t sq, sk;            /* batch strides of q (k) */
   int64_t bq;                /* query rows per block */
   size_t es;
-} sdpa_dev;
-
-/* score_bytes: bytes of scratch per score element over all the block's buffers. */
-static dt_status sdpa_dev_get(dt_ctx *ctx, const char *name, const dt_op_attrs *a, const sdpa_geo *g,
-                              dt_dtype t, size_t score_bytes, sdpa_dev *D) {
-  const dt_kernels *K;
-  DT_CHECK(dt_op_kernels(ctx, name, &K));
-  DT_OP_KSLOT(ctx, name, K->attn, softmax);
-  DT_OP_KSLOT(ctx, name, K->attn, softmax_bwd);
-  DT_OP_KSLOT(ctx, name, K->pw, cast);
-  D->ka = K->attn;
-  D->kp = K->pw;
-  D->es = dt_dtype_size(t);
-  bool bhsd = a->i0 == DT_ATTN_BHSD;
-  D->nouter = bhsd ? 1 : g->B;
-  D->nbat = bhsd ? g->B * g->KVH : g->KVH;
-  D->oq = g->qb;
-  D->ok = g->kb;
-  D->sq = g->group * g->qh;
-  D->sk = g->kh;
-  int64_t cap = (int64_t)(SDPA_DEV_SCRATCH / (score_bytes * (size_t)(D->nbat * g->S)));
-  int64_t bq = a->i2 > 0 ? a->i2 : cap < SDPA_DEV_BQ ? cap : SDPA_DEV_BQ;
-  if (bq > g->S) bq = g->S;
-  D->bq = bq < 1 ? 1 : bq;
-  return DT_OK;
-}
-
-/* One strided-batched GEMM of the block loop; t = DT_BF16 with c32: bf16 A and B,
- * f32 C (dt_gemm_desc.c_f32). */
-static dt_status dev_gemm_c(dt_ctx *ctx, dt_dtype t, bool c32, bool ta, bool tb, int64_t m,
-                            int64_t n, int64_t k, double alpha, const void *A, int64_t lda,
-                            int64_t sa, const void *B, int64_t ldb, int64_t sb, double beta, void *C,
-                            int64_t ldc, int64_t sc, int64_t batch) {
-  dt_gemm_desc d = {.dtype = t, .c_f32 = c32, .trans_a = ta, .trans_b = tb, .m = m, .n = n, .k = k,
-                    .alpha = alpha, .beta = beta, .a = A, .lda = lda, .stride_a = sa, .b = B,
-                    .ldb = ldb, .stride_b = sb, .c = C, .ldc = ldc, .stride_c = sc, .batch = batch};
-  return dt_device_gemm(ctx->device, &d);
-}
-
-static dt_status dev_gemm(dt_ctx *ctx, dt_dtype t, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
-                          double alpha, const void *A, int64_t lda, int64_t sa, const void *B,
-                          int64_t ldb, int64_t sb, double beta, void *C, int64_t ldc, int64_t sc,
-                          int64_t batch) {
-  return dev_gemm_c(ctx, t, false, ta, tb, m, n, k, alpha, A, lda, sa, B, ldb, sb, beta, C, ldc, sc,
-                    batch);
-}
+} sdpa_blk;
 
 /* bf16 attention keeps what FlashAttention-2 (Dao 2023, sec. 3.1) keeps in
  * f32: the scores and their softmax (and, backward, dP and dS) are f32
@@ -501,42 +396,103 @@ static dt_status dev_gemm(dt_ctx *ctx, dt_dtype t, bool ta, bool tb, int64_t m, 
  * group's query heads, accumulate in f32 and are rounded once at the end. */
 static bool sdpa_mixed(dt_dtype t) { return t == DT_BF16; }
 
-/* Ps (nbat blocks of bq x S, f32 when mixed, else t) = softmax(scale Q[r0, r1)
- * K[0, r1)^T), causal; when mixed also P = Ps rounded to bf16. */
-static dt_status dev_probs(dt_ctx *ctx, dt_dtype t, const sdpa_geo *g, const sdpa_dev *D,
-                           const char *Q, const char *K, int64_t r0, int64_t r1, void *Ps, void *P) {
-  bool mixed = sdpa_mixed(t);
-  DT_CHECK(dev_gemm_c(ctx, t, mixed, false, true, r1 - r0, r1, g->HD, g->scale,
-                      Q + (size_t)(r0 * g->qld) * D->es, g->qld, D->sq, K, g->kld, D->sk, 0.0, Ps,
-                      g->S, D->bq * g->S, D->nbat));
-  dt_attn_rows rg = {.batch = D->nbat, .rows = r1 - r0, .nk = r1, .vis0 = r0 + 1, .ld = g->S,
-                     .stride = D->bq * g->S};
-  DT_CHECK(D->ka->softmax(ctx->device, mixed ? DT_F32 : t, &rg, Ps));
-  return mixed ? D->kp->cast(ctx->device, DT_F32, Ps, DT_BF16, P, D->nbat * D->bq * g->S) : DT_OK;
+/* score_bytes: bytes of scratch per score element over all the block's buffers. */
+static dt_status sdpa_blk_get(dt_ctx *ctx, const char *name, const dt_op_attrs *a, const sdpa_geo *g,
+                              dt_dtype t, size_t score_bytes, const dt_kdev *kd, sdpa_blk *D) {
+  DT_OP_KSLOT(ctx, name, kd->k->attn, softmax);
+  DT_OP_KSLOT(ctx, name, kd->k->attn, softmax_bwd);
+  if (sdpa_mixed(t)) DT_OP_KSLOT(ctx, name, kd->k->pw, cast);
+  D->dev = kd->dev;
+  D->ka = kd->k->attn;
+  D->kp = kd->k->pw;
+  D->es = dt_dtype_size(t);
+  bool bhsd = a->i0 == DT_ATTN_BHSD;
+  D->nouter = bhsd ? 1 : g->B;
+  D->nbat = bhsd ? g->B * g->KVH : g->KVH;
+  D->nb = D->ka->gemm_heads > 0 && D->ka->gemm_heads < D->nbat ? D->ka->gemm_heads : D->nbat;
+  D->oq = g->qb;
+  D->ok = g->kb;
+  D->sq = g->group * g->qh;
+  D->sk = g->kh;
+  int64_t bq = D->ka->block_rows > 0 ? D->ka->block_rows : 1;
+  if (D->ka->block_bytes && D->nb * g->S > 0) {
+    int64_t cap = (int64_t)(D->ka->block_bytes / (score_bytes * (size_t)(D->nb * g->S)));
+    bq = cap < bq ? cap : bq;
+  }
+  if (a->i2 > 0) bq = a->i2;
+  if (bq > g->S) bq = g->S;
+  D->bq = bq < 1 ? 1 : bq;
+  return DT_OK;
 }
 
-static dt_status sdpa_dev_kernel(dt_ctx *ctx, const dt_op_attrs *a, const sdpa_geo *g,
-                                 const dt_array *q, const dt_array *k, const dt_array *v, dt_array *o) {
+/* One strided-batched GEMM of the block loop; t = DT_BF16 with c32: bf16 A and B,
+ * f32 C (dt_gemm_desc.c_f32). */
+static dt_status blk_gemm_c(const sdpa_blk *D, dt_dtype t, bool c32, bool ta, bool tb, int64_t m,
+                            int64_t n, int64_t k, double alpha, const void *A, int64_t lda,
+                            int64_t sa, const void *B, int64_t ldb, int64_t sb, double beta, void *C,
+                            int64_t ldc, int64_t sc, int64_t batch) {
+  dt_gemm_desc d = {.dtype = t, .c_f32 = c32, .trans_a = ta, .trans_b = tb, .m = m, .n = n, .k = k,
+                    .alpha = alpha, .beta = beta, .a = A, .lda = lda, .stride_a = sa, .b = B,
+                    .ldb = ldb, .stride_b = sb, .c = C, .ldc = ldc, .stride_c = sc, .batch = batch};
+  return dt_device_gemm(D->dev, &d);
+}
+
+static dt_status blk_gemm(const sdpa_blk *D, dt_dtype t, bool ta, bool tb, int64_t m, int64_t n,
+                          int64_t k, double alpha, const void *A, int64_t lda, int64_t sa,
+                          const void *B, int64_t ldb, int64_t sb, double beta, void *C, int64_t ldc,
+                          int64_t sc, int64_t batch) {
+  return blk_gemm_c(D, t, false, ta, tb, m, n, k, alpha, A, lda, sa, B, ldb, sb, beta, C, ldc, sc,
+                    batch);
+}
+
+/* Ps (nh blocks of bq x S, f32 when mixed, else t) = softmax(scale Q[r0, r1)
+ * K[0, r1)^T), causal, for nh heads from Q, K on; when mixed also P = Ps
+ * rounded to bf16. */
+static dt_status blk_probs(dt_dtype t, const sdpa_geo *g, const sdpa_blk *D, const char *Q,
+                           const char *K, int64_t r0, int64_t r1, int64_t nh, void *Ps, void *P) {
+  bool mixed = sdpa_mixed(t);
+  DT_CHECK(blk_gemm_c(D, t, mixed, false, true, r1 - r0, r1, g->HD, g->scale,
+                      Q + (size_t)(r0 * g->qld) * D->es, g->qld, D->sq, K, g->kld, D->sk, 0.0, Ps,
+                      g->S, D->bq * g->S, nh));
+  dt_attn_rows rg = {.batch = nh, .rows = r1 - r0, .nk = r1, .vis0 = r0 + 1, .ld = g->S,
+                     .stride = D->bq * g->S};
+  DT_CHECK(D->ka->softmax(D->dev, mixed ? DT_F32 : t, &rg, Ps));
+  return mixed ? D->kp->cast(D->dev, DT_F32, Ps, DT_BF16, P, nh * D->bq * g->S) : DT_OK;
+}
+
+static dt_status sdpa_kernel(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor *const *in,
+                             dt_tensor *const *out) {
+  sdpa_geo g;
+  DT_CHECK(sdpa_geo_get(ctx, "sdpa", a, in, &g));
+  const dt_array *q = &in[0]->local, *k = &in[1]->local, *v = &in[2]->local;
+  dt_array *o = &out[0]->local;
+  if (g.B * g.H * g.S == 0) return DT_OK;
   dt_dtype t = q->dtype;
   bool mixed = sdpa_mixed(t);
-  sdpa_dev D;
-  DT_CHECK(sdpa_dev_get(ctx, "sdpa", a, g, t, mixed ? 6 : dt_dtype_size(t), &D));
+  dt_kdev kd;
+  DT_CHECK(dt_attn_kernels(ctx, "sdpa", q->dev, &kd));
+  sdpa_blk D;
+  DT_CHECK(sdpa_blk_get(ctx, "sdpa", a, &g, t, mixed ? 6 : dt_dtype_size(t), &kd, &D));
   dt_array P, Ps = {0};
-  const int64_t pn = D.nbat * D.bq * g->S;
+  const int64_t pn = D.nb * D.bq * g.S;
   DT_CHECK(dt_array_create(ctx, o->dev, t, 1, &pn, &P));
   dt_status s = mixed ? dt_array_create(ctx, o->dev, DT_F32, 1, &pn, &Ps) : DT_OK;
   for (int64_t ob = 0; ob < D.nouter && s == DT_OK; ob++)
-    for (int64_t j = 0; j < g->group && s == DT_OK; j++) {
-      size_t qo = (size_t)(ob * D.oq + j * g->qh) * D.es, ko = (size_t)(ob * D.ok) * D.es;
-      const char *Q = (const char *)q->data + qo, *K = (const char *)k->data + ko;
-      const char *V = (const char *)v->data + ko;
-      for (int64_t r0 = 0; r0 < g->S && s == DT_OK; r0 += D.bq) {
-        int64_t r1 = r0 + D.bq < g->S ? r0 + D.bq : g->S;
-        s = dev_probs(ctx, t, g, &D, Q, K, r0, r1, mixed ? Ps.data : P.data, P.data);
-        char *O = (char *)o->data + qo + (size_t)(r0 * g->qld) * D.es;
-        if (s == DT_OK)
-          s = dev_gemm(ctx, t, false, false, r1 - r0, g->HD, r1, 1.0, P.data, g->S, D.bq * g->S, V,
-                       g->kld, D.sk, 0.0, O, g->qld, D.sq, D.nbat);
+    for (int64_t h0 = 0; h0 < D.nbat && s == DT_OK; h0 += D.nb) {
+      int64_t nh = D.nbat - h0 < D.nb ? D.nbat - h0 : D.nb;
+      for (int64_t j = 0; j < g.group && s == DT_OK; j++) {
+        size_t qo = (size_t)(ob * D.oq + j * g.qh + h0 * D.sq) * D.es;
+        size_t ko = (size_t)(ob * D.ok + h0 * D.sk) * D.es;
+        const char *Q = (const char *)q->data + qo, *K = (const char *)k->data + ko;
+        const char *V = (const char *)v->data + ko;
+        for (int64_t r0 = 0; r0 < g.S && s == DT_OK; r0 += D.bq) {
+          int64_t r1 = r0 + D.bq < g.S ? r0 + D.bq : g.S;
+          s = blk_probs(t, &g, &D, Q, K, r0, r1, nh, mixed ? Ps.data : P.data, P.data);
+          char *O = (char *)o->data + qo + (size_t)(r0 * g.qld) * D.es;
+          if (s == DT_OK)
+            s = blk_gemm(&D, t, false, false, r1 - r0, g.HD, r1, 1.0, P.data, g.S, D.bq * g.S, V,
+                         g.kld, D.sk, 0.0, O, g.qld, D.sq, nh);
+        }
       }
     }
   dt_array_free(ctx, &P);
@@ -544,25 +500,31 @@ static dt_status sdpa_dev_kernel(dt_ctx *ctx, const dt_op_attrs *a, const sdpa_g
   return s;
 }
 
-/* The backward on the device, as bwd_kernel below: per block P recomputed, dP =
- * dO V^T, dS = P (dP - rowsum(dP P)), dQ = scale dS K, dK += scale dS^T Q,
+/* The backward kernel: dq, dk, dv from q, k, v, dout. Per block P recomputed,
+ * dP = dO V^T, dS = P (dP - rowsum(dP P)), dQ = scale dS K, dK += scale dS^T Q,
  * dV += P^T dO (beta = 1: a kv head's gradient sums its group's query heads,
  * which the loop over j visits in turn, and the blocks). */
-static dt_status bwd_dev_kernel(dt_ctx *ctx, const dt_op_attrs *a, const sdpa_geo *g,
-                                const dt_tensor *const *in, dt_tensor *const *out) {
+static dt_status bwd_kernel(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor *const *in,
+                            dt_tensor *const *out) {
+  static const char name[] = "sdpa_bwd";
+  sdpa_geo g;
+  DT_CHECK(sdpa_geo_get(ctx, name, a, in, &g));
   const dt_array *q = &in[0]->local, *k = &in[1]->local, *v = &in[2]->local, *dO = &in[3]->local;
+  if (dO->numel != q->numel) return dt_error(ctx, DT_ERR_INTERNAL, name, "dout shape differs from q");
   dt_array *dq = &out[0]->local, *dk = &out[1]->local, *dv = &out[2]->local;
   dt_dtype t = q->dtype;
   bool mixed = sdpa_mixed(t);
-  if (g->B * g->H * g->S == 0) {
-    DT_CHECK(dt_device_fill(ctx->device, t, dk->data, dk->numel, 0.0));
-    return dt_device_fill(ctx->device, t, dv->data, dv->numel, 0.0);
+  dt_kdev kd;
+  DT_CHECK(dt_attn_kernels(ctx, name, q->dev, &kd));
+  if (g.B * g.H * g.S == 0) {
+    DT_CHECK(dt_device_fill(kd.dev, t, dk->data, dk->numel, 0.0));
+    return dt_device_fill(kd.dev, t, dv->data, dv->numel, 0.0);
   }
-  sdpa_dev D;
-  DT_CHECK(sdpa_dev_get(ctx, "sdpa_bwd", a, g, t, mixed ? 12 : 2 * dt_dtype_size(t), &D));
+  sdpa_blk D;
+  DT_CHECK(sdpa_blk_get(ctx, name, a, &g, t, mixed ? 12 : 2 * dt_dtype_size(t), &kd, &D));
   /* Scratch: P and dS in t; when mixed also their f32 forms Ps, dSs and the f32
    * accumulators of dK and dV. */
-  const int64_t blk = D.nbat * D.bq * g->S, st = D.bq * g->S;
+  const int64_t blk = D.nb * D.bq * g.S, st = D.bq * g.S;
   const int64_t bn = 2 * blk, fn = mixed ? 2 * blk + dk->numel + dv->numel : 0;
   dt_array buf, fbuf = {0};
   DT_CHECK(dt_array_create(ctx, q->dev, t, 1, &bn, &buf));
@@ -579,136 +541,45 @@ static dt_status bwd_dev_kernel(dt_ctx *ctx, const dt_op_attrs *a, const sdpa_ge
     at = DT_F32;
     aes = 4;
   }
-  if (s == DT_OK) s = dt_device_fill(ctx->device, at, dk_acc, dk->numel, 0.0);
-  if (s == DT_OK) s = dt_device_fill(ctx->device, at, dv_acc, dv->numel, 0.0);
+  if (s == DT_OK) s = dt_device_fill(D.dev, at, dk_acc, dk->numel, 0.0);
+  if (s == DT_OK) s = dt_device_fill(D.dev, at, dv_acc, dv->numel, 0.0);
   for (int64_t ob = 0; ob < D.nouter && s == DT_OK; ob++)
-    for (int64_t j = 0; j < g->group && s == DT_OK; j++) {
-      size_t qo = (size_t)(ob * D.oq + j * g->qh) * D.es, ko = (size_t)(ob * D.ok) * D.es;
-      size_t kao = (size_t)(ob * D.ok) * aes;
-      const char *Q = (const char *)q->data + qo, *DO = (const char *)dO->data + qo;
+    for (int64_t h0 = 0; h0 < D.nbat && s == DT_OK; h0 += D.nb) {
+      int64_t nh = D.nbat - h0 < D.nb ? D.nbat - h0 : D.nb, nbk = nh * D.bq * g.S;
+      size_t ko = (size_t)(ob * D.ok + h0 * D.sk) * D.es, kao = (size_t)(ob * D.ok + h0 * D.sk) * aes;
       const char *K = (const char *)k->data + ko, *V = (const char *)v->data + ko;
       char *DK = dk_acc + kao, *DV = dv_acc + kao;
-      for (int64_t r0 = 0; r0 < g->S && s == DT_OK; r0 += D.bq) {
-        int64_t r1 = r0 + D.bq < g->S ? r0 + D.bq : g->S, rb = r1 - r0;
-        size_t ro = (size_t)(r0 * g->qld) * D.es;
-        s = dev_probs(ctx, t, g, &D, Q, K, r0, r1, Ps, P);
-        if (s == DT_OK)
-          s = dev_gemm_c(ctx, t, mixed, false, true, rb, r1, g->HD, 1.0, DO + ro, g->qld, D.sq, V,
-                         g->kld, D.sk, 0.0, dSs, g->S, st, D.nbat);
-        dt_attn_rows rg = {.batch = D.nbat, .rows = rb, .nk = r1, .vis0 = r0 + 1, .ld = g->S,
-                           .stride = st};
-        if (s == DT_OK) s = D.ka->softmax_bwd(ctx->device, mixed ? DT_F32 : t, &rg, Ps, dSs);
-        if (s == DT_OK && mixed) s = D.kp->cast(ctx->device, DT_F32, dSs, DT_BF16, dS, blk);
-        char *DQ = (char *)dq->data + qo + ro;
-        if (s == DT_OK)
-          s = dev_gemm(ctx, t, false, false, rb, g->HD, r1, g->scale, dS, g->S, st, K, g->kld, D.sk,
-                       0.0, DQ, g->qld, D.sq, D.nbat);
-        if (s == DT_OK)
-          s = dev_gemm_c(ctx, t, mixed, true, false, r1, g->HD, rb, g->scale, dS, g->S, st, Q + ro,
-                         g->qld, D.sq, 1.0, DK, g->kld, D.sk, D.nbat);
-        if (s == DT_OK)
-          s = dev_gemm_c(ctx, t, mixed, true, false, r1, g->HD, rb, 1.0, P, g->S, st, DO + ro,
-                         g->qld, D.sq, 1.0, DV, g->kld, D.sk, D.nbat);
+      for (int64_t j = 0; j < g.group && s == DT_OK; j++) {
+        size_t qo = (size_t)(ob * D.oq + j * g.qh + h0 * D.sq) * D.es;
+        const char *Q = (const char *)q->data + qo, *DO = (const char *)dO->data + qo;
+        for (int64_t r0 = 0; r0 < g.S && s == DT_OK; r0 += D.bq) {
+          int64_t r1 = r0 + D.bq < g.S ? r0 + D.bq : g.S, rb = r1 - r0;
+          size_t ro = (size_t)(r0 * g.qld) * D.es;
+          s = blk_probs(t, &g, &D, Q, K, r0, r1, nh, Ps, P);
+          if (s == DT_OK)
+            s = blk_gemm_c(&D, t, mixed, false, true, rb, r1, g.HD, 1.0, DO + ro, g.qld, D.sq, V,
+                           g.kld, D.sk, 0.0, dSs, g.S, st, nh);
+          dt_attn_rows rg = {.batch = nh, .rows = rb, .nk = r1, .vis0 = r0 + 1, .ld = g.S,
+                             .stride = st};
+          if (s == DT_OK) s = D.ka->softmax_bwd(D.dev, mixed ? DT_F32 : t, &rg, Ps, dSs);
+          if (s == DT_OK && mixed) s = D.kp->cast(D.dev, DT_F32, dSs, DT_BF16, dS, nbk);
+          char *DQ = (char *)dq->data + qo + ro;
+          if (s == DT_OK)
+            s = blk_gemm(&D, t, false, false, rb, g.HD, r1, g.scale, dS, g.S, st, K, g.kld, D.sk,
+                         0.0, DQ, g.qld, D.sq, nh);
+          if (s == DT_OK)
+            s = blk_gemm_c(&D, t, mixed, true, false, r1, g.HD, rb, g.scale, dS, g.S, st, Q + ro,
+                           g.qld, D.sq, 1.0, DK, g.kld, D.sk, nh);
+          if (s == DT_OK)
+            s = blk_gemm_c(&D, t, mixed, true, false, r1, g.HD, rb, 1.0, P, g.S, st, DO + ro,
+                           g.qld, D.sq, 1.0, DV, g.kld, D.sk, nh);
+        }
       }
     }
-  if (s == DT_OK && mixed) s = D.kp->cast(ctx->device, DT_F32, dk_acc, DT_BF16, dk->data, dk->numel);
-  if (s == DT_OK && mixed) s = D.kp->cast(ctx->device, DT_F32, dv_acc, DT_BF16, dv->data, dv->numel);
+  if (s == DT_OK && mixed) s = D.kp->cast(D.dev, DT_F32, dk_acc, DT_BF16, dk->data, dk->numel);
+  if (s == DT_OK && mixed) s = D.kp->cast(D.dev, DT_F32, dv_acc, DT_BF16, dv->data, dv->numel);
   dt_array_free(ctx, &buf);
   if (mixed) dt_array_free(ctx, &fbuf);
-  return s;
-}
-
-/* ---- the host path -------------------------------------------------------------------- */
-
-/* Host kernels: f32 and f64 (bf16 runs on a device only). */
-static dt_status host_dtype(dt_ctx *ctx, const char *name, dt_dtype t) {
-  if (t != DT_F32 && t != DT_F64)
-    return dt_error(ctx, DT_ERR_UNSUPPORTED, name, "%s on the host: f32 and f64 only (bf16 needs a device)",
-                    dt_dtype_name(t));
-  return DT_OK;
-}
-
-static dt_status sdpa_kernel(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor *const *in,
-                             dt_tensor *const *out) {
-  sdpa_geo g;
-  DT_CHECK(sdpa_geo_get(ctx, "sdpa", a, in, &g));
-  const dt_array *q = &in[0]->local, *k = &in[1]->local, *v = &in[2]->local;
-  dt_array *o = &out[0]->local;
-  if (g.B * g.H * g.S == 0) return DT_OK;
-  if (q->dev != DT_DEV_CPU) return sdpa_dev_kernel(ctx, a, &g, q, k, v, o);
-  dt_dtype t = q->dtype;
-  DT_CHECK(host_dtype(ctx, "sdpa", t));
-  size_t es = dt_dtype_size(t);
-  int64_t bq = a->i2 > 0 ? a->i2 : SDPA_BQ;
-  if (bq > g.S) bq = g.S;
-  void *P = dt_host_alloc(ctx, (size_t)(bq * g.S) * es);
-  if (!P) return dt_error(ctx, DT_ERR_NOMEM, "sdpa", "scores");
-  dt_status s = DT_OK;
-  for (int64_t b = 0; b < g.B && s == DT_OK; b++)
-    for (int64_t h = 0; h < g.H && s == DT_OK; h++) {
-      size_t qo = (size_t)(b * g.qb + h * g.qh) * es, ko = (size_t)(b * g.kb + h / g.group * g.kh) * es;
-      const char *Q = (const char *)q->data + qo, *K = (const char *)k->data + ko;
-      const char *V = (const char *)v->data + ko;
-      for (int64_t r0 = 0; r0 < g.S && s == DT_OK; r0 += bq) {
-        int64_t r1 = r0 + bq < g.S ? r0 + bq : g.S;
-        s = sdpa_probs(ctx, t, Q, K, &g, r0, r1, P);
-        char *O = (char *)o->data + qo + (size_t)(r0 * g.qld) * es;
-        if (s == DT_OK) s = dt_attn_gemm(ctx, t, false, false, r1 - r0, g.HD, r1, 1.0, P, g.S, V, g.kld, 0.0, O, g.qld);
-      }
-    }
-  dt_host_free(ctx, P);
-  return s;
-}
-
-/* The backward kernel: dq, dk, dv from q, k, v, dout. Per head and block of
- * query rows [r0, r1): P and dS once each (keys [0, r1)), dQ of those rows,
- * dK and dV of keys [0, r1) accumulated (over the blocks and a group's heads). */
-static dt_status bwd_kernel(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor *const *in,
-                            dt_tensor *const *out) {
-  static const char name[] = "sdpa_bwd";
-  sdpa_geo g;
-  DT_CHECK(sdpa_geo_get(ctx, name, a, in, &g));
-  const dt_array *q = &in[0]->local, *k = &in[1]->local, *v = &in[2]->local, *dO = &in[3]->local;
-  if (dO->numel != q->numel) return dt_error(ctx, DT_ERR_INTERNAL, name, "dout shape differs from q");
-  dt_array *dq = &out[0]->local, *dk = &out[1]->local, *dv = &out[2]->local;
-  if (q->dev != DT_DEV_CPU) return bwd_dev_kernel(ctx, a, &g, in, out);
-  DT_CHECK(host_dtype(ctx, name, q->dtype));
-  if (dk->numel) memset(dk->data, 0, dt_array_bytes(dk));
-  if (dv->numel) memset(dv->data, 0, dt_array_bytes(dv));
-  if (g.B * g.H * g.S == 0) return DT_OK;
-  dt_dtype t = q->dtype;
-  int64_t bq = a->i2 > 0 ? a->i2 : SDPA_BQ;
-  if (bq > g.S) bq = g.S;
-  size_t es = dt_dtype_size(t), blk = (size_t)(bq * g.S);
-  char *P = dt_host_alloc(ctx, 2 * blk * es);
-  if (!P) return dt_error(ctx, DT_ERR_NOMEM, name, "scratch");
-  char *dS = P + blk * es;
-  dt_status s = DT_OK;
-  for (int64_t b = 0; b < g.B && s == DT_OK; b++)
-    for (int64_t h = 0; h < g.H && s == DT_OK; h++) {
-      size_t qo = (size_t)(b * g.qb + h * g.qh) * es, ko = (size_t)(b * g.kb + h / g.group * g.kh) * es;
-      const char *Q = (const char *)q->data + qo, *DO = (const char *)dO->data + qo;
-      const char *K = (const char *)k->data + ko, *V = (const char *)v->data + ko;
-      char *DK = (char *)dk->data + ko, *DV = (char *)dv->data + ko;
-      for (int64_t r0 = 0; r0 < g.S && s == DT_OK; r0 += bq) {
-        int64_t r1 = r0 + bq < g.S ? r0 + bq : g.S, rb = r1 - r0;
-        size_t ro = (size_t)(r0 * g.qld) * es; /* rows r0.. of q, dout, dq */
-        s = sdpa_probs(ctx, t, Q, K, &g, r0, r1, P);
-        /* dP = dO V^T, then dS in place */
-        if (s == DT_OK)
-          s = dt_attn_gemm(ctx, t, false, true, rb, r1, g.HD, 1.0, DO + ro, g.qld, V, g.kld, 0.0, dS, g.S);
-        if (s != DT_OK) break;
-        if (t == DT_F32) dsoft_block_float((const float *)P, (float *)dS, g.S, r0, r1);
-        else dsoft_block_double((const double *)P, (double *)dS, g.S, r0, r1);
-        char *DQ = (char *)dq->data + qo + ro;
-        s = dt_attn_gemm(ctx, t, false, false, rb, g.HD, r1, g.scale, dS, g.S, K, g.kld, 0.0, DQ, g.qld);
-        if (s == DT_OK)
-          s = dt_attn_gemm(ctx, t, true, false, r1, g.HD, rb, g.scale, dS, g.S, Q + ro, g.qld, 1.0, DK, g.kld);
-        if (s == DT_OK)
-          s = dt_attn_gemm(ctx, t, true, false, r1, g.HD, rb, 1.0, P, g.S, DO + ro, g.qld, 1.0, DV, g.kld);
-      }
-    }
-  dt_host_free(ctx, P);
   return s;
 }
 

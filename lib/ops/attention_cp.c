@@ -38,12 +38,13 @@
  *   diagonal (pk == pq: causal inside, rows are consecutive positions) or
  *   skipped (pk > pq: never computed), as PyTorch's _is_causal_behavior
  *   splits its ring steps. A pair runs per (batch, head) in blocks of at most
- *   CP_BQ query rows against the unit's keys (a diagonal block only up to its
- *   last row): GEMMs on the strided heads in place (dt_device_gemm), then the
- *   online softmax of FlashAttention-2 per row (running max, sum in double,
- *   the output kept unnormalised in out and rescaled when the max grows;
- *   normalised, and lse = max + log(sum), at the end). Scratch is CP_BQ x L
- *   scores and two doubles per local query row: memory per rank falls with cp.
+ *   BQ query rows (the device's attn.block_rows: 64 on the CPU, 256 on CUDA)
+ *   against the unit's keys (a diagonal block only up to its last row): GEMMs
+ *   on the strided heads in place (dt_device_gemm), then the online softmax of
+ *   FlashAttention-2 per row (attn.online: running max and sum, the output
+ *   kept unnormalised in out and rescaled when the max grows; normalised, and
+ *   lse = max + log(sum), at the end by attn.finish). Scratch is BQ x L scores
+ *   and two statistics per local query row: memory per rank falls with cp.
  *   Candidates: per mesh dim other than cp {all R, all S(heads), all S(0)} for
  *   q, k, v, out and lse (lse's first three dims are q's), minus head
  *   shardings that do not divide both h and kvh (as sdpa); on the cp mesh dim
@@ -71,11 +72,13 @@
  * Counters: each kernel call (forward and backward) adds its (query unit, key
  *   unit) pairs once (not per batch or head) to the rank's dt_cp_counts, kept
  *   on the context (dt_ctx_ext).
- * Kernels: f32 and f64 host arrays; device arrays (f32, f64, and bf16 as far
- *   as the device's GEMM takes it) run the same pairs and blocks through
- *   dt_device_gemm and the device's attn kernels (lib/device/kernels.h) in
- *   device memory, the [K | V] and [dK | dV] buffers too (the comm front moves
- *   them). What it is not: non-causal or document masks, dropout.
+ * Kernels: one composition on every device (the arrays' kind picks it,
+ *   dt_device_kernels): the pairs and blocks through dt_device_gemm and the
+ *   device's attn kernels (lib/device/kernels.h), scratch and the [K | V] and
+ *   [dK | dV] buffers in the arrays' memory (the comm front moves them). f32
+ *   and f64 everywhere; bf16 on CUDA as far as its GEMM takes it (host bf16
+ *   arrays reach the kernel as f32, through the dispatcher). What it is not:
+ *   non-causal or document masks, dropout.
  */
 #include "config.h"
 
@@ -85,7 +88,6 @@
 
 #include "device/device.h"
 #include "ops/ops.h"
-#include "ops/vmath.h"
 #include "ops/attention_impl.h"
 
 /* ---- storage order ---------------------------------------------------------------- */
@@ -142,9 +144,6 @@ static dt_status counts_add(dt_ctx *ctx, const dt_cp_counts *add) {
 /* Message tags on the cp communicator, one per purpose (a receive takes the
  * oldest message of its tag from its peer, so the streams never mix). */
 enum { CP_TAG_FWD_KV = 0x4350, CP_TAG_BWD_KV = 0x4351, CP_TAG_BWD_DKV = 0x4352 };
-
-/* Query rows per block: CP_BQ x L scores of scratch (as sdpa's SDPA_BQ). */
-enum { CP_BQ = 64 };
 
 
 /* Checks the inputs (q, k, v; with bwd also out, lse, dout) and the attrs
@@ -423,93 +422,36 @@ static void view_of(const cp_geo *g, bool held, const char *buf, char *gbuf, con
 }
 
 
-/* ---- forward -------------------------------------------------------------------------- */
+/* ---- the kernels ------------------------------------------------------------------- */
 
-/* Online softmax of score rows [r0, r1) of a pair (row i at P + (i - r0) ld
- * sees its first cnt_i = diag ? i + 1 : nk keys; the rest set to 0): the new
- * running max, the rows exponentiated against it, the running sum rescaled and
- * increased, and the alpha = exp(old max - new max) each output row is to be
- * rescaled by (written to alpha[i - r0]). */
-static void online_rows(const cp_geo *g, void *Pv, int64_t ld, int64_t r0, int64_t r1, int64_t nk,
-                        bool diag, double *m, double *l, double *alpha) {
-  for (int64_t i = r0; i < r1; i++) {
-    int64_t cnt = diag ? i + 1 : nk;
-    double mx, z = 0;
-    if (g->t == DT_F32) {
-      float *row = (float *)Pv + (i - r0) * ld;
-      mx = dt_max_f32(row, cnt);
-      mx = m[i] > mx ? m[i] : mx;
-      dt_vexp_f32(row, row, (float)mx, cnt);
-      z = dt_sum_f32(row, cnt);
-      memset(row + cnt, 0, (size_t)(nk - cnt) * sizeof *row);
-    } else {
-      double *row = (double *)Pv + (i - r0) * ld;
-      mx = m[i];
-      for (int64_t j = 0; j < cnt; j++) mx = row[j] > mx ? row[j] : mx;
-      for (int64_t j = 0; j < cnt; j++) {
-        row[j] = exp(row[j] - mx);
-        z += row[j];
-      }
-      for (int64_t j = cnt; j < nk; j++) row[j] = 0;
-    }
-    double al = exp(m[i] - mx); /* 0 on the first block (m = -inf) */
-    l[i] = l[i] * al + z;
-    m[i] = mx;
-    alpha[i - r0] = al;
-  }
-}
+/* Every device runs the same pairs and blocks through dt_device_gemm and its
+ * attn kernels (lib/device/kernels.h), scratch in the arrays' memory: the
+ * running max and sum m, l (and the backward's D) in the table's statistics
+ * dtype (dt_kern_attn_stat), indexed like lse, so that finish and rowdot take
+ * every local row at once; the online step rescales the output rows itself.
+ * Query rows per block: the device's attn.block_rows (scores of that many rows
+ * x L per block), at most L. */
+typedef struct cp_dev {
+  dt_device *dev;
+  const dt_kern_attn *ka;
+  dt_dtype st; /* m, l, D */
+  size_t ss;
+  int64_t bq;
+} cp_dev;
 
-/* Query unit a, head (b, h), against key unit bu of block w. m, l: the unit's
- * rows of the running max and sum. */
-static dt_status fwd_pair(dt_ctx *ctx, const cp_geo *g, const kv_view *w, int64_t b, int64_t h,
-                          int64_t a, int64_t bu, bool diag, const dt_array *q, dt_array *o,
-                          double *m, double *l, void *P, double *alpha) {
-  const size_t es = g->es;
-  const int64_t L = g->L, bq = L < CP_BQ ? L : CP_BQ;
-  size_t qo = (size_t)(b * g->qb + h * g->qh + a * L * g->qld) * es;
-  size_t ko = (size_t)(b * w->kb + h / g->group * w->kh + bu * L * w->kld) * es;
-  const char *Q = (const char *)q->data + qo, *K = w->K + ko, *V = w->V + ko;
-  char *O = (char *)o->data + qo;
-  for (int64_t r0 = 0; r0 < L; r0 += bq) {
-    int64_t r1 = r0 + bq < L ? r0 + bq : L, nk = diag ? r1 : L;
-    size_t ro = (size_t)(r0 * g->qld) * es;
-    DT_CHECK(dt_attn_gemm(ctx, g->t, false, true, r1 - r0, nk, g->HD, g->scale, Q + ro, g->qld, K, w->kld, 0.0,
-                  P, L));
-    online_rows(g, P, L, r0, r1, nk, diag, m, l, alpha);
-    for (int64_t i = r0; i < r1; i++) {
-      double al = alpha[i - r0];
-      if (al == 1.0) continue;
-      char *row = O + (size_t)(i * g->qld) * es;
-      if (g->t == DT_F32) dt_scale_f32((float *)row, (float)al, g->HD);
-      else
-        for (int64_t d = 0; d < g->HD; d++) ((double *)row)[d] *= al;
-    }
-    DT_CHECK(dt_attn_gemm(ctx, g->t, false, false, r1 - r0, g->HD, nk, 1.0, P, L, V, w->kld, 1.0, O + ro, g->qld));
-  }
-  return DT_OK;
-}
-
-/* ---- the device path ---------------------------------------------------------------- */
-
-/* On a device the same pairs and blocks run through dt_device_gemm and the
- * attn kernels (lib/device/kernels.h) on device scratch: the running max and
- * sum m, l (and the backward's D) in the arithmetic type (f64 for f64, else
- * f32), indexed like lse, so that finish and rowdot take every local row at
- * once; the online step rescales the output rows itself. Query rows per block:
- * CP_DEV_BQ (scores of CP_DEV_BQ x L per block). */
-enum { CP_DEV_BQ = 256 };
-
-static dt_dtype acc_dtype(dt_dtype t) { return t == DT_F64 ? DT_F64 : DT_F32; }
-
-/* The device's attn kernels, or the recorded error. */
-static dt_status dev_attn(dt_ctx *ctx, const char *name, const dt_kern_attn **out) {
-  const dt_kernels *K;
-  DT_CHECK(dt_op_kernels(ctx, name, &K));
-  DT_OP_KSLOT(ctx, name, K->attn, online);
-  DT_OP_KSLOT(ctx, name, K->attn, finish);
-  DT_OP_KSLOT(ctx, name, K->attn, rowdot);
-  DT_OP_KSLOT(ctx, name, K->attn, lse_bwd);
-  *out = K->attn;
+static dt_status cp_dev_get(dt_ctx *ctx, const char *name, const cp_geo *g, const dt_kdev *kd,
+                            cp_dev *D) {
+  const dt_kern_attn *ka = kd->k->attn;
+  DT_OP_KSLOT(ctx, name, ka, online);
+  DT_OP_KSLOT(ctx, name, ka, finish);
+  DT_OP_KSLOT(ctx, name, ka, rowdot);
+  DT_OP_KSLOT(ctx, name, ka, lse_bwd);
+  D->dev = kd->dev;
+  D->ka = ka;
+  D->st = dt_kern_attn_stat(ka, g->t);
+  D->ss = dt_dtype_size(D->st);
+  int64_t bq = ka->block_rows > 0 ? ka->block_rows : 1;
+  D->bq = g->L < bq ? g->L : bq;
   return DT_OK;
 }
 
@@ -521,12 +463,16 @@ static dt_attn_rows pair_rows(const cp_geo *g, int64_t r0, int64_t r1, int64_t n
   return rg;
 }
 
-/* fwd_pair on the device: m, l the device statistics (indexed like lse). */
-static dt_status dev_fwd_pair(dt_ctx *ctx, const cp_geo *g, const dt_kern_attn *ka, const kv_view *w,
-                              int64_t b, int64_t h, int64_t a, int64_t bu, bool diag, const dt_array *q,
-                              dt_array *o, char *m, char *l, void *P) {
-  const size_t es = g->es, as = dt_dtype_size(acc_dtype(g->t));
-  const int64_t L = g->L, bq = L < CP_DEV_BQ ? L : CP_DEV_BQ;
+/* ---- forward -------------------------------------------------------------------------- */
+
+/* Query unit a, head (b, h), against key unit bu of block w: per block of rows
+ * the scores, the online softmax step (which rescales the output rows), and
+ * out += P V. m, l: the statistics (indexed like lse). */
+static dt_status fwd_pair(const cp_geo *g, const cp_dev *D, const kv_view *w, int64_t b, int64_t h,
+                          int64_t a, int64_t bu, bool diag, const dt_array *q, dt_array *o, char *m,
+                          char *l, void *P) {
+  const size_t es = g->es;
+  const int64_t L = g->L, bq = D->bq;
   size_t qo = (size_t)(b * g->qb + h * g->qh + a * L * g->qld) * es;
   size_t ko = (size_t)(b * w->kb + h / g->group * w->kh + bu * L * w->kld) * es;
   const int64_t l0 = b * g->lb + h * g->lh + a * L * g->lld;
@@ -534,112 +480,51 @@ static dt_status dev_fwd_pair(dt_ctx *ctx, const cp_geo *g, const dt_kern_attn *
   char *O = (char *)o->data + qo;
   for (int64_t r0 = 0; r0 < L; r0 += bq) {
     int64_t r1 = r0 + bq < L ? r0 + bq : L, nk = diag ? r1 : L;
-    size_t ro = (size_t)(r0 * g->qld) * es, so = (size_t)(l0 + r0 * g->lld) * as;
-    DT_CHECK(dt_attn_gemm(ctx, g->t, false, true, r1 - r0, nk, g->HD, g->scale, Q + ro, g->qld, K, w->kld,
-                          0.0, P, L));
+    size_t ro = (size_t)(r0 * g->qld) * es, so = (size_t)(l0 + r0 * g->lld) * D->ss;
+    DT_CHECK(dt_attn_gemm(D->dev, g->t, false, true, r1 - r0, nk, g->HD, g->scale, Q + ro, g->qld, K,
+                          w->kld, 0.0, P, L));
     dt_attn_rows rg = pair_rows(g, r0, r1, nk, diag);
-    DT_CHECK(ka->online(ctx->device, g->t, &rg, P, m + so, l + so, O + ro, g->qld, 0, g->HD));
-    DT_CHECK(dt_attn_gemm(ctx, g->t, false, false, r1 - r0, g->HD, nk, 1.0, P, L, V, w->kld, 1.0, O + ro,
-                          g->qld));
+    DT_CHECK(D->ka->online(D->dev, g->t, &rg, P, m + so, l + so, O + ro, g->qld, 0, g->HD));
+    DT_CHECK(dt_attn_gemm(D->dev, g->t, false, false, r1 - r0, g->HD, nk, 1.0, P, L, V, w->kld, 1.0,
+                          O + ro, g->qld));
   }
   return DT_OK;
 }
 
-/* bwd_pair on the device: D the device rowdot (indexed like lse). */
-static dt_status dev_bwd_pair(dt_ctx *ctx, const cp_geo *g, const dt_kern_attn *ka, const kv_view *w,
-                              int64_t b, int64_t h, int64_t a, int64_t bu, bool diag,
-                              const dt_tensor *const *in, dt_array *dq, const char *D, char *P,
-                              char *dS) {
-  const size_t es = g->es, as = dt_dtype_size(acc_dtype(g->t));
-  const int64_t L = g->L, bq = L < CP_DEV_BQ ? L : CP_DEV_BQ;
-  const dt_array *q = &in[0]->local, *lse = &in[4]->local, *dO = &in[5]->local;
-  size_t qo = (size_t)(b * g->qb + h * g->qh + a * L * g->qld) * es;
-  size_t ko = (size_t)(b * w->kb + h / g->group * w->kh + bu * L * w->kld) * es;
-  const char *Q = (const char *)q->data + qo, *DO = (const char *)dO->data + qo;
-  const char *K = w->K + ko, *V = w->V + ko;
-  char *DQ = (char *)dq->data + qo, *DK = w->dK + ko, *DV = w->dV + ko;
-  const int64_t l0 = b * g->lb + h * g->lh + a * L * g->lld;
-  for (int64_t r0 = 0; r0 < L; r0 += bq) {
-    int64_t r1 = r0 + bq < L ? r0 + bq : L, rb = r1 - r0, nk = diag ? r1 : L;
-    size_t ro = (size_t)(r0 * g->qld) * es;
-    int64_t si = l0 + r0 * g->lld;
-    DT_CHECK(dt_attn_gemm(ctx, g->t, false, true, rb, nk, g->HD, g->scale, Q + ro, g->qld, K, w->kld, 0.0, P, L));
-    DT_CHECK(dt_attn_gemm(ctx, g->t, false, true, rb, nk, g->HD, 1.0, DO + ro, g->qld, V, w->kld, 0.0, dS, L));
-    dt_attn_rows rg = pair_rows(g, r0, r1, nk, diag);
-    DT_CHECK(ka->lse_bwd(ctx->device, g->t, &rg, P, dS, (const char *)lse->data + (size_t)si * es,
-                         D + (size_t)si * as));
-    DT_CHECK(dt_attn_gemm(ctx, g->t, false, false, rb, g->HD, nk, g->scale, dS, L, K, w->kld, 1.0, DQ + ro, g->qld));
-    DT_CHECK(dt_attn_gemm(ctx, g->t, true, false, nk, g->HD, rb, g->scale, dS, L, Q + ro, g->qld, 1.0, DK, w->kld));
-    DT_CHECK(dt_attn_gemm(ctx, g->t, true, false, nk, g->HD, rb, 1.0, P, L, DO + ro, g->qld, 1.0, DV, w->kld));
-  }
-  return DT_OK;
-}
-
-/* Buffers on the arrays' side: host memory, or device memory through the
- * rank's device (dt_array_create / dt_array_free, so it is counted). */
-typedef struct cp_buf {
-  dt_array a;
-  bool dev;
-} cp_buf;
-
-static void *buf_get(dt_ctx *ctx, cp_buf *b, bool dev, dt_dtype t, int64_t n) {
+/* Scratch in the arrays' memory (dt_array_create / dt_array_free, so it is
+ * counted); an empty shard still gets a buffer. */
+static void *buf_get(dt_ctx *ctx, dt_array *b, dt_device_kind kind, dt_dtype t, int64_t n) {
   memset(b, 0, sizeof *b);
-  b->dev = dev;
-  if (!dev) {
-    b->a.data = dt_host_alloc(ctx, (size_t)n * dt_dtype_size(t));
-    return b->a.data;
-  }
-  int64_t m = n > 0 ? n : 1; /* an empty shard still gets a buffer */
-  if (dt_array_create(ctx, ctx->device->kind, t, 1, &m, &b->a) != DT_OK) return NULL;
-  return b->a.data;
+  int64_t m = n > 0 ? n : 1;
+  if (dt_array_create(ctx, kind, t, 1, &m, b) != DT_OK) return NULL;
+  return b->data;
 }
 
-static void buf_put(dt_ctx *ctx, cp_buf *b) {
-  if (!b->dev) dt_host_free(ctx, b->a.data);
-  else if (b->a.data) dt_array_free(ctx, &b->a);
+static void buf_put(dt_ctx *ctx, dt_array *b) {
+  if (b->data) dt_array_free(ctx, b);
   memset(b, 0, sizeof *b);
-}
-
-/* x[0 .. n) = 0, n elements of t, on the host or the device */
-static dt_status zero_n(dt_ctx *ctx, bool dev, dt_dtype t, void *x, int64_t n) {
-  if (dev) return dt_device_fill(ctx->device, t, x, n, 0.0);
-  if (n) memset(x, 0, (size_t)n * dt_dtype_size(t));
-  return DT_OK;
-}
-
-static dt_status copy_n(dt_ctx *ctx, bool dev, void *dst, const void *src, size_t bytes) {
-  if (dev) return dt_device_copy(ctx->device, dst, src, bytes, DT_COPY_D2D);
-  memcpy(dst, src, bytes);
-  return DT_OK;
 }
 
 /* Every pair of this rank's query units with cp rank s's key units. */
-static dt_status fwd_block(dt_ctx *ctx, const cp_geo *g, const dt_kern_attn *ka, const kv_view *w, int s,
-                           const dt_array *q, dt_array *o, void *m, void *l, void *P, double *alpha,
+static dt_status fwd_block(const cp_geo *g, const cp_dev *D, const kv_view *w, int s,
+                           const dt_array *q, dt_array *o, char *m, char *l, void *P,
                            dt_cp_counts *n) {
   for (int64_t a = 0; a < g->u; a++)
     for (int64_t bu = 0; bu < g->u; bu++) {
       pair_kind k = pair_of(g, a, s, bu, n);
       if (k == PAIR_SKIP) continue;
       for (int64_t b = 0; b < g->B; b++)
-        for (int64_t h = 0; h < g->H; h++) {
-          if (ka) {
-            DT_CHECK(dev_fwd_pair(ctx, g, ka, w, b, h, a, bu, k == PAIR_DIAG, q, o, m, l, P));
-            continue;
-          }
-          size_t r = (size_t)((b * g->H + h) * g->Sq + a * g->L);
-          DT_CHECK(fwd_pair(ctx, g, w, b, h, a, bu, k == PAIR_DIAG, q, o, (double *)m + r,
-                            (double *)l + r, P, alpha));
-        }
+        for (int64_t h = 0; h < g->H; h++)
+          DT_CHECK(fwd_pair(g, D, w, b, h, a, bu, k == PAIR_DIAG, q, o, m, l, P));
     }
   return DT_OK;
 }
 
 /* [K | V] of the local k, v into buf (one flat buffer, K then V). */
-static dt_status pack_kv(dt_ctx *ctx, bool dev, const dt_array *k, const dt_array *v, char *buf) {
+static dt_status pack_kv(const cp_dev *D, const dt_array *k, const dt_array *v, char *buf) {
   size_t nb = dt_array_bytes(k);
-  DT_CHECK(copy_n(ctx, dev, buf, k->data, nb));
-  return copy_n(ctx, dev, buf + nb, v->data, nb);
+  DT_CHECK(dt_device_copy(D->dev, buf, k->data, nb, DT_COPY_D2D));
+  return dt_device_copy(D->dev, buf + nb, v->data, nb, DT_COPY_D2D);
 }
 
 static dt_status cp_kernel(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor *const *in,
@@ -649,38 +534,28 @@ static dt_status cp_kernel(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor *c
   DT_CHECK(cp_geo_get(ctx, name, a, in, &g));
   const dt_array *q = &in[0]->local, *k = &in[1]->local, *v = &in[2]->local;
   dt_array *o = &out[0]->local, *lse = &out[1]->local;
-  const bool dev = q->dev != DT_DEV_CPU;
-  const dt_kern_attn *ka = NULL;
-  if (dev) DT_CHECK(dev_attn(ctx, name, &ka));
-  else if (g.t != DT_F32 && g.t != DT_F64)
-    return dt_error(ctx, DT_ERR_UNSUPPORTED, name, "%s on the host: f32 and f64 only (bf16 needs a device)",
-                    dt_dtype_name(g.t));
+  dt_kdev kd;
+  cp_dev D;
+  DT_CHECK(dt_attn_kernels(ctx, name, q->dev, &kd));
+  DT_CHECK(cp_dev_get(ctx, name, &g, &kd, &D));
   const bool rotate = g.ring && g.C > 1;
   const size_t kvbytes = 2 * dt_array_bytes(k);
-  const int64_t rows = g.B * g.H * g.Sq, bq = g.L < (dev ? CP_DEV_BQ : CP_BQ) ? g.L : dev ? CP_DEV_BQ : CP_BQ;
-  const dt_dtype st = dev ? acc_dtype(g.t) : DT_F64; /* the statistics m, l */
-  cp_buf bml = {0}, bP = {0}, bbuf = {0};
-  DT_CHECK(zero_n(ctx, dev, g.t, o->data, o->numel));
-  double *ml = buf_get(ctx, &bml, dev, st, 2 * rows + (dev ? 0 : bq));
-  void *P = buf_get(ctx, &bP, dev, g.t, bq * g.L);
-  char *buf = rotate ? buf_get(ctx, &bbuf, dev, g.t, 2 * (int64_t)(kvbytes / g.es)) : NULL;
+  const int64_t rows = g.B * g.H * g.Sq;
+  dt_array bml = {0}, bP = {0}, bbuf = {0};
+  DT_CHECK(dt_device_fill(D.dev, g.t, o->data, o->numel, 0.0));
+  char *m = buf_get(ctx, &bml, q->dev, D.st, 2 * rows);
+  void *P = buf_get(ctx, &bP, q->dev, g.t, D.bq * g.L);
+  char *buf = rotate ? buf_get(ctx, &bbuf, q->dev, g.t, 2 * (int64_t)(kvbytes / g.es)) : NULL;
   dt_status s = DT_OK;
-  if (!ml || !P || (rotate && !buf)) {
+  if (!m || !P || (rotate && !buf)) {
     s = dt_error(ctx, DT_ERR_NOMEM, name, "scratch");
     goto done;
   }
-  void *m = ml, *l = (char *)ml + (size_t)rows * dt_dtype_size(st);
-  double *alpha = dev ? NULL : ml + 2 * rows;
-  if (dev) {
-    s = dt_device_fill(ctx->device, st, m, rows, -INFINITY);
-    if (s == DT_OK) s = dt_device_fill(ctx->device, st, l, rows, 0.0);
-  } else
-    for (int64_t i = 0; i < rows; i++) {
-      ml[i] = -INFINITY;
-      ml[rows + i] = 0;
-    }
+  char *l = m + (size_t)rows * D.ss;
+  s = dt_device_fill(D.dev, D.st, m, rows, -INFINITY);
+  if (s == DT_OK) s = dt_device_fill(D.dev, D.st, l, rows, 0.0);
   char *cur = buf, *nxt = buf ? buf + kvbytes : NULL;
-  if (rotate && s == DT_OK) s = pack_kv(ctx, dev, k, v, cur);
+  if (rotate && s == DT_OK) s = pack_kv(&D, k, v, cur);
   const int next = (g.c + 1) % g.C, prev = (g.c - 1 + g.C) % g.C;
   dt_cp_counts n = {0, 0, 0};
   for (int i = 0; i < g.C && s == DT_OK; i++) {
@@ -691,7 +566,7 @@ static dt_status cp_kernel(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor *c
     }
     kv_view w;
     view_of(&g, rotate, cur, NULL, k, v, NULL, NULL, src, &w);
-    s = fwd_block(ctx, &g, ka, &w, src, q, o, m, l, P, alpha, &n);
+    s = fwd_block(&g, &D, &w, src, q, o, m, l, P, &n);
     if (s == DT_OK && rotate && i < g.C - 1) {
       s = dt_comm_recv(g.comm, nxt, kvbytes / g.es, g.t, prev, CP_TAG_FWD_KV);
       char *t = cur;
@@ -701,18 +576,7 @@ static dt_status cp_kernel(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor *c
   }
   if (s == DT_OK) s = counts_add(ctx, &n);
   /* normalise, and lse = max + log(sum): every row sees at least its own key */
-  if (s == DT_OK && dev) s = ka->finish(ctx->device, g.t, rows, g.HD, o->data, m, l, lse->data);
-  for (int64_t b = 0; b < g.B && s == DT_OK && !dev; b++)
-    for (int64_t h = 0; h < g.H; h++)
-      for (int64_t i = 0; i < g.Sq; i++) {
-        size_t r = (size_t)((b * g.H + h) * g.Sq + i);
-        char *row = (char *)o->data + (size_t)(b * g.qb + h * g.qh + i * g.qld) * g.es;
-        double inv = 1.0 / ml[rows + r];
-        if (g.t == DT_F32) dt_scale_f32((float *)row, (float)inv, g.HD);
-        else
-          for (int64_t d = 0; d < g.HD; d++) ((double *)row)[d] *= inv;
-        dt_elem_st(lse, b * g.lb + h * g.lh + i * g.lld, ml[r] + log(ml[rows + r]));
-      }
+  if (s == DT_OK) s = D.ka->finish(D.dev, g.t, rows, g.HD, o->data, m, l, lse->data);
 done:
   buf_put(ctx, &bml);
   buf_put(ctx, &bP);
@@ -722,14 +586,14 @@ done:
 
 /* ---- backward ------------------------------------------------------------------------- */
 
-/* Query unit a, head (b, h), against key unit bu of block w: dq rows += , and
- * the block's dK, dV (w->dK, w->dV) += . lse, D: the unit's rows (row i at
- * lse index (lrow + i) lld, D[i]). */
-static dt_status bwd_pair(dt_ctx *ctx, const cp_geo *g, const kv_view *w, int64_t b, int64_t h,
+/* Query unit a, head (b, h), against key unit bu of block w: dq rows +=, and
+ * the block's dK, dV (w->dK, w->dV) +=. D: the rowdot statistics (indexed
+ * like lse). */
+static dt_status bwd_pair(const cp_geo *g, const cp_dev *Dv, const kv_view *w, int64_t b, int64_t h,
                           int64_t a, int64_t bu, bool diag, const dt_tensor *const *in, dt_array *dq,
-                          const double *D, void *P, void *dS) {
+                          const char *D, char *P, char *dS) {
   const size_t es = g->es;
-  const int64_t L = g->L, bq = L < CP_BQ ? L : CP_BQ;
+  const int64_t L = g->L, bq = Dv->bq;
   const dt_array *q = &in[0]->local, *lse = &in[4]->local, *dO = &in[5]->local;
   size_t qo = (size_t)(b * g->qb + h * g->qh + a * L * g->qld) * es;
   size_t ko = (size_t)(b * w->kb + h / g->group * w->kh + bu * L * w->kld) * es;
@@ -737,71 +601,34 @@ static dt_status bwd_pair(dt_ctx *ctx, const cp_geo *g, const kv_view *w, int64_
   const char *K = w->K + ko, *V = w->V + ko;
   char *DQ = (char *)dq->data + qo, *DK = w->dK + ko, *DV = w->dV + ko;
   const int64_t l0 = b * g->lb + h * g->lh + a * L * g->lld;
+  dt_device *d = Dv->dev;
   for (int64_t r0 = 0; r0 < L; r0 += bq) {
     int64_t r1 = r0 + bq < L ? r0 + bq : L, rb = r1 - r0, nk = diag ? r1 : L;
     size_t ro = (size_t)(r0 * g->qld) * es;
-    DT_CHECK(dt_attn_gemm(ctx, g->t, false, true, rb, nk, g->HD, g->scale, Q + ro, g->qld, K, w->kld, 0.0, P, L));
-    DT_CHECK(dt_attn_gemm(ctx, g->t, false, true, rb, nk, g->HD, 1.0, DO + ro, g->qld, V, w->kld, 0.0, dS, L));
-    for (int64_t i = r0; i < r1; i++) {
-      int64_t cnt = diag ? i + 1 : nk;
-      double li = dt_elem_ld(lse, l0 + i * g->lld), Di = D[i];
-      if (g->t == DT_F32) {
-        float *p = (float *)P + (i - r0) * L, *d = (float *)dS + (i - r0) * L;
-        dt_vexp_f32(p, p, (float)li, cnt);
-        memset(p + cnt, 0, (size_t)(nk - cnt) * sizeof *p);
-        const float df = (float)Di;
-        int64_t j = 0;
-        for (; j + 4 <= cnt; j += 4) dt_v4_store(d + j, dt_v4_load(p + j) * (dt_v4_load(d + j) - df));
-        for (; j < cnt; j++) d[j] = p[j] * (d[j] - df);
-        memset(d + cnt, 0, (size_t)(nk - cnt) * sizeof *d);
-      } else {
-        double *p = (double *)P + (i - r0) * L, *d = (double *)dS + (i - r0) * L;
-        for (int64_t j = 0; j < cnt; j++) {
-          p[j] = exp(p[j] - li);
-          d[j] = p[j] * (d[j] - Di);
-        }
-        for (int64_t j = cnt; j < nk; j++) p[j] = d[j] = 0;
-      }
-    }
-    DT_CHECK(dt_attn_gemm(ctx, g->t, false, false, rb, g->HD, nk, g->scale, dS, L, K, w->kld, 1.0, DQ + ro, g->qld));
-    DT_CHECK(dt_attn_gemm(ctx, g->t, true, false, nk, g->HD, rb, g->scale, dS, L, Q + ro, g->qld, 1.0, DK, w->kld));
-    DT_CHECK(dt_attn_gemm(ctx, g->t, true, false, nk, g->HD, rb, 1.0, P, L, DO + ro, g->qld, 1.0, DV, w->kld));
+    int64_t si = l0 + r0 * g->lld;
+    DT_CHECK(dt_attn_gemm(d, g->t, false, true, rb, nk, g->HD, g->scale, Q + ro, g->qld, K, w->kld, 0.0, P, L));
+    DT_CHECK(dt_attn_gemm(d, g->t, false, true, rb, nk, g->HD, 1.0, DO + ro, g->qld, V, w->kld, 0.0, dS, L));
+    dt_attn_rows rg = pair_rows(g, r0, r1, nk, diag);
+    DT_CHECK(Dv->ka->lse_bwd(d, g->t, &rg, P, dS, (const char *)lse->data + (size_t)si * es,
+                             D + (size_t)si * Dv->ss));
+    DT_CHECK(dt_attn_gemm(d, g->t, false, false, rb, g->HD, nk, g->scale, dS, L, K, w->kld, 1.0, DQ + ro, g->qld));
+    DT_CHECK(dt_attn_gemm(d, g->t, true, false, nk, g->HD, rb, g->scale, dS, L, Q + ro, g->qld, 1.0, DK, w->kld));
+    DT_CHECK(dt_attn_gemm(d, g->t, true, false, nk, g->HD, rb, 1.0, P, L, DO + ro, g->qld, 1.0, DV, w->kld));
   }
   return DT_OK;
 }
 
-static dt_status bwd_block(dt_ctx *ctx, const cp_geo *g, const dt_kern_attn *ka, const kv_view *w, int s,
-                           const dt_tensor *const *in, dt_array *dq, const void *D, void *P, void *dS,
+static dt_status bwd_block(const cp_geo *g, const cp_dev *Dv, const kv_view *w, int s,
+                           const dt_tensor *const *in, dt_array *dq, const char *D, char *P, char *dS,
                            dt_cp_counts *n) {
   for (int64_t a = 0; a < g->u; a++)
     for (int64_t bu = 0; bu < g->u; bu++) {
       pair_kind k = pair_of(g, a, s, bu, n);
       if (k == PAIR_SKIP) continue;
       for (int64_t b = 0; b < g->B; b++)
-        for (int64_t h = 0; h < g->H; h++) {
-          if (ka) {
-            DT_CHECK(dev_bwd_pair(ctx, g, ka, w, b, h, a, bu, k == PAIR_DIAG, in, dq, D, P, dS));
-            continue;
-          }
-          const double *Dr = (const double *)D + (b * g->H + h) * g->Sq + a * g->L;
-          DT_CHECK(bwd_pair(ctx, g, w, b, h, a, bu, k == PAIR_DIAG, in, dq, Dr, P, dS));
-        }
+        for (int64_t h = 0; h < g->H; h++)
+          DT_CHECK(bwd_pair(g, Dv, w, b, h, a, bu, k == PAIR_DIAG, in, dq, D, P, dS));
     }
-  return DT_OK;
-}
-
-/* acc += x, n elements of dtype t, on the host or the device */
-static dt_status add_into(dt_ctx *ctx, bool dev, dt_dtype t, void *acc, const void *x, size_t n) {
-  if (dev) return dt_device_axpy(ctx->device, t, (int64_t)n, 1.0, x, acc);
-  if (t == DT_F32) {
-    float *y = acc;
-    const float *z = x;
-    for (size_t i = 0; i < n; i++) y[i] += z[i];
-  } else {
-    double *y = acc;
-    const double *z = x;
-    for (size_t i = 0; i < n; i++) y[i] += z[i];
-  }
   return DT_OK;
 }
 
@@ -815,50 +642,35 @@ static dt_status cp_bwd_kernel(dt_ctx *ctx, const dt_op_attrs *a, const dt_tenso
   if (O->numel != in[0]->local.numel || dO->numel != O->numel ||
       in[4]->local.numel * g.HD != O->numel || dk->numel != k->numel || dv->numel != v->numel)
     return dt_error(ctx, DT_ERR_INTERNAL, name, "local shapes of out, lse, dout or the gradients differ");
-  const bool dev = O->dev != DT_DEV_CPU;
-  const dt_kern_attn *ka = NULL;
-  if (dev) DT_CHECK(dev_attn(ctx, name, &ka));
-  else if (g.t != DT_F32 && g.t != DT_F64)
-    return dt_error(ctx, DT_ERR_UNSUPPORTED, name, "%s on the host: f32 and f64 only (bf16 needs a device)",
-                    dt_dtype_name(g.t));
+  dt_kdev kd;
+  cp_dev Dv;
+  DT_CHECK(dt_attn_kernels(ctx, name, O->dev, &kd));
+  DT_CHECK(cp_dev_get(ctx, name, &g, &kd, &Dv));
+  dt_device *d = Dv.dev;
   const bool rotate = g.ring && g.C > 1;
   const size_t es = g.es, kvbytes = 2 * dt_array_bytes(k);
   const size_t kvn = kvbytes / es;
   const int64_t rows = g.B * g.H * g.Sq;
-  const int64_t bmax = dev ? CP_DEV_BQ : CP_BQ, bq = g.L < bmax ? g.L : bmax;
-  const dt_dtype st = dev ? acc_dtype(g.t) : DT_F64; /* D */
-  DT_CHECK(zero_n(ctx, dev, g.t, dq->data, dq->numel));
-  DT_CHECK(zero_n(ctx, dev, g.t, dk->data, dk->numel));
-  DT_CHECK(zero_n(ctx, dev, g.t, dv->data, dv->numel));
-  cp_buf bD = {0}, bP = {0}, bbuf = {0};
-  void *D = buf_get(ctx, &bD, dev, st, rows);
-  char *P = buf_get(ctx, &bP, dev, g.t, 2 * bq * g.L);
+  DT_CHECK(dt_device_fill(d, g.t, dq->data, dq->numel, 0.0));
+  DT_CHECK(dt_device_fill(d, g.t, dk->data, dk->numel, 0.0));
+  DT_CHECK(dt_device_fill(d, g.t, dv->data, dv->numel, 0.0));
+  dt_array bD = {0}, bP = {0}, bbuf = {0};
+  char *D = buf_get(ctx, &bD, O->dev, Dv.st, rows);
+  char *P = buf_get(ctx, &bP, O->dev, g.t, 2 * Dv.bq * g.L);
   /* ring: the held [K | V] and the next, the travelling [dK | dV] and this
    * step's contributions */
-  char *buf = rotate ? buf_get(ctx, &bbuf, dev, g.t, 4 * (int64_t)kvn) : NULL;
+  char *buf = rotate ? buf_get(ctx, &bbuf, O->dev, g.t, 4 * (int64_t)kvn) : NULL;
   dt_status s = DT_OK;
   if (!D || !P || (rotate && !buf)) {
     s = dt_error(ctx, DT_ERR_NOMEM, name, "scratch");
     goto done;
   }
-  char *dS = P + (size_t)(bq * g.L) * es;
-  /* D_i = rowsum(dO_i * O_i): on the device for every row at once, indexed
-   * like lse; on the host in double, indexed (b, h, i) */
-  if (dev) s = ka->rowdot(ctx->device, g.t, rows, g.HD, dO->data, O->data, D);
-  for (int64_t b = 0; b < g.B && !dev; b++)
-    for (int64_t h = 0; h < g.H; h++)
-      for (int64_t i = 0; i < g.Sq; i++) {
-        int64_t e = b * g.qb + h * g.qh + i * g.qld;
-        double acc = 0;
-        if (g.t == DT_F32) acc = dt_dot_f32((const float *)dO->data + e, (const float *)O->data + e, g.HD);
-        else
-          for (int64_t d = 0; d < g.HD; d++)
-            acc += ((const double *)dO->data)[e + d] * ((const double *)O->data)[e + d];
-        ((double *)D)[(b * g.H + h) * g.Sq + i] = acc;
-      }
+  char *dS = P + (size_t)(Dv.bq * g.L) * es;
+  /* D_i = rowsum(dO_i * O_i) for every local row at once, indexed like lse */
+  s = Dv.ka->rowdot(d, g.t, rows, g.HD, dO->data, O->data, D);
   char *cur = buf, *nxt = buf ? buf + kvbytes : NULL;
   char *acc = buf ? buf + 2 * kvbytes : NULL, *part = buf ? buf + 3 * kvbytes : NULL;
-  if (rotate && s == DT_OK) s = pack_kv(ctx, dev, k, v, cur);
+  if (rotate && s == DT_OK) s = pack_kv(&Dv, k, v, cur);
   const int next = (g.c + 1) % g.C, prev = (g.c - 1 + g.C) % g.C;
   dt_cp_counts n = {0, 0, 0};
   for (int i = 0; i < g.C && s == DT_OK; i++) {
@@ -867,11 +679,11 @@ static dt_status cp_bwd_kernel(dt_ctx *ctx, const dt_op_attrs *a, const dt_tenso
       s = dt_comm_send(g.comm, cur, kvn, g.t, next, CP_TAG_BWD_KV);
       if (s != DT_OK) break;
     }
-    if (rotate) s = zero_n(ctx, dev, g.t, part, (int64_t)kvn);
+    if (rotate) s = dt_device_fill(d, g.t, part, (int64_t)kvn, 0.0);
     if (s != DT_OK) break;
     kv_view w;
     view_of(&g, rotate, cur, part, k, v, dk, dv, src, &w);
-    s = bwd_block(ctx, &g, ka, &w, src, in, dq, D, P, dS, &n);
+    s = bwd_block(&g, &Dv, &w, src, in, dq, D, P, dS, &n);
     if (s != DT_OK || !rotate) continue;
     /* the held block's accumulator: fresh at step 0, else from rank c - 1 */
     if (i == 0) {
@@ -881,7 +693,7 @@ static dt_status cp_bwd_kernel(dt_ctx *ctx, const dt_op_attrs *a, const dt_tenso
     } else {
       s = dt_comm_recv(g.comm, acc, kvn, g.t, prev, CP_TAG_BWD_DKV);
       if (s != DT_OK) break;
-      s = add_into(ctx, dev, g.t, acc, part, kvn);
+      s = dt_device_axpy(d, g.t, (int64_t)kvn, 1.0, part, acc);
       if (s != DT_OK) break;
     }
     s = dt_comm_send(g.comm, acc, kvn, g.t, next, CP_TAG_BWD_DKV);
@@ -895,8 +707,8 @@ static dt_status cp_bwd_kernel(dt_ctx *ctx, const dt_op_attrs *a, const dt_tenso
   /* the C-th transfer brings this rank's own block, summed over every rank */
   if (s == DT_OK && rotate) {
     s = dt_comm_recv(g.comm, acc, kvn, g.t, prev, CP_TAG_BWD_DKV);
-    if (s == DT_OK) s = copy_n(ctx, dev, dk->data, acc, kvbytes / 2);
-    if (s == DT_OK) s = copy_n(ctx, dev, dv->data, acc + kvbytes / 2, kvbytes / 2);
+    if (s == DT_OK) s = dt_device_copy(d, dk->data, acc, kvbytes / 2, DT_COPY_D2D);
+    if (s == DT_OK) s = dt_device_copy(d, dv->data, acc + kvbytes / 2, kvbytes / 2, DT_COPY_D2D);
   }
   if (s == DT_OK) s = counts_add(ctx, &n);
 done:

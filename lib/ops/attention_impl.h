@@ -3,6 +3,7 @@
 #ifndef DT_ATTENTION_IMPL_H
 #define DT_ATTENTION_IMPL_H
 
+#include "device/kernels.h"
 #include "ops/ops.h"
 
 /* attrs.i0 of both: the layout of q, k, v and the output. */
@@ -11,8 +12,12 @@ enum { DT_ATTN_BHSD = 0, DT_ATTN_BSHD = 1 };
 /* The heads dim and the sequence dim of a layout (a NULL: [b, h, s, hd]);
  * DT_ERR_INVALID naming `name` for another i0. */
 dt_status dt_attn_layout(dt_ctx *ctx, const char *name, const dt_op_attrs *a, int *hdim, int *sdim);
-/* One GEMM on the rank's device in dtype t (row-major, C = alpha op(A) op(B) + beta C). */
-dt_status dt_attn_gemm(dt_ctx *ctx, dt_dtype t, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+/* The kernels of the device arrays of `kind` live on (dt_device_kernels), with
+ * an attn group; DT_ERR_UNSUPPORTED naming `name` otherwise. kd is used where
+ * it was filled (it may point into itself). */
+dt_status dt_attn_kernels(dt_ctx *ctx, const char *name, dt_device_kind kind, dt_kdev *kd);
+/* One GEMM on device d in dtype t (row-major, C = alpha op(A) op(B) + beta C). */
+dt_status dt_attn_gemm(dt_device *d, dt_dtype t, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
                        double alpha, const void *A, int64_t lda, const void *B, int64_t ldb,
                        double beta, void *C, int64_t ldc);
 /* out = x * 0 (a gradient of x's shape and placements that is all zeros). */

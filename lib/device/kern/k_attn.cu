@@ -279,6 +279,13 @@ dt_status lse_bwd(dt_device *d, dt_dtype t, const dt_attn_rows *g, void *P, void
 
 } // namespace
 
+/* Blocking: 256 query rows per block (the causal blocks then do (S + 256) / S
+ * of the minimal score work: 1.03 at S = 8192), fewer when sdpa's scores
+ * scratch over all of a call's kv heads (one strided-batched GEMM covers them:
+ * two GEMMs and one row kernel per forward block, five GEMMs and two row
+ * kernels backward, whatever the head count) would pass 256 MiB; statistics
+ * in the arithmetic type. */
 extern "C" const dt_kern_attn SBK(attn) = {
     softmax, softmax_bwd, online, finish, rowdot, lse_bwd,
+    256, (size_t)256 << 20, 0, false,
 };
