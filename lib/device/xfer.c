@@ -9,6 +9,10 @@
 #include "device/kernels.h"
 #include "device/xfer.h"
 
+dt_device_kind dt_device_home(const dt_ctx *ctx) {
+  return ctx && ctx->device ? ctx->device->kind : DT_DEV_CPU;
+}
+
 static dt_copy_kind within(const dt_device *d) {
   return d->kind == DT_DEV_CPU ? DT_COPY_H2H : DT_COPY_D2D;
 }

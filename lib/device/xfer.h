@@ -17,6 +17,10 @@
 extern "C" {
 #endif
 
+/* The kind of memory ctx's rank computes in: its device's, host memory
+ * (DT_DEV_CPU) when it has none. */
+dt_device_kind dt_device_home(const dt_ctx *ctx);
+
 /* ---- within one device's memory ---- */
 
 /* bytes from src to dst, both d's memory (D2D; on the CPU a host copy). They

@@ -20,9 +20,7 @@
 
 /* ---- where shards live, and moving data there ---- */
 
-dt_device_kind dt_tensor_home(const dt_ctx *ctx) {
-  return ctx && ctx->device ? ctx->device->kind : DT_DEV_CPU;
-}
+dt_device_kind dt_tensor_home(const dt_ctx *ctx) { return dt_device_home(ctx); }
 
 static const char RWHO[] = "dt_redistribute";
 

@@ -38,9 +38,9 @@
  *
  * AdamW: PyTorch's torch.optim.AdamW (decoupled weight decay applied first,
  * bias-corrected moments), on local shards after the gradient is
- * redistributed to the weight's placements: a host loop for host arrays, the
- * device's fused optim.adamw kernel for device arrays (bf16 weights: f32 master
- * weights and moments, the bf16 copy rounded from the master).
+ * redistributed to the weight's placements: the fused optim.adamw kernel of the
+ * device the weight lives on (the CPU's is the host loop; bf16 weights: f32
+ * master weights and moments, the bf16 copy rounded from the master).
  *
  * Devices: weights are generated on the host and uploaded once (materialize);
  * the optimizer state is made on the weight's device; nothing of a step comes
