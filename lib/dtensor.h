@@ -11,6 +11,7 @@
 #include "core/core.h"
 #include "device/device.h"
 #include "device/kernels.h"
+#include "device/xfer.h"
 #include "comm/comm.h"
 #include "comm/comm_nccl.h"
 #include "launch/launch.h"

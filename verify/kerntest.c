@@ -35,18 +35,40 @@ int kt_open(kt_dev *T, dt_ctx *ctx, bool on_cuda) {
   return 0;
 }
 
+int kt_open_cpu(kt_dev *T, dt_ctx *ctx) {
+  memset(T, 0, sizeof *T);
+  T->ctx = ctx;
+  T->name = "cpu";
+  if (dt_device_cpu_create(ctx, &T->dev) != DT_OK || !T->dev->ops->kern) {
+    printf("FAIL: cannot open cpu: %s\n", dt_last_error(ctx));
+    return 1;
+  }
+  T->K = T->dev->ops->kern;
+  printf("device under test: %s (kernels: %s)\n", T->name, T->K->name);
+  return 0;
+}
+
 void kt_close(kt_dev *T) { dt_device_destroy(T->dev); }
+
+/* The CPU device's memory is host memory: its copies are host to host. */
+static dt_copy_kind kind_of(const kt_dev *T, bool up) {
+  return T->dev->kind == DT_DEV_CPU ? DT_COPY_H2H : up ? DT_COPY_H2D : DT_COPY_D2H;
+}
+
+void kt_h2d(kt_dev *T, void *d, const void *h, size_t bytes) {
+  TU_OK(T->ctx, dt_device_copy(T->dev, d, h, bytes, kind_of(T, true)));
+}
 
 void *kt_up(kt_dev *T, const void *h, size_t bytes) {
   void *d = NULL;
   TU_OK(T->ctx, dt_device_alloc(T->dev, bytes, &d));
-  if (d && h) TU_OK(T->ctx, dt_device_copy(T->dev, d, h, bytes, DT_COPY_H2D));
+  if (d && h) kt_h2d(T, d, h, bytes);
   return d;
 }
 
 void kt_down(kt_dev *T, void *h, const void *d, size_t bytes) {
   TU_OK(T->ctx, dt_device_sync(T->dev));
-  TU_OK(T->ctx, dt_device_copy(T->dev, h, d, bytes, DT_COPY_D2H));
+  TU_OK(T->ctx, dt_device_copy(T->dev, h, d, bytes, kind_of(T, false)));
 }
 
 void kt_free(kt_dev *T, void *d, size_t bytes) { dt_device_free(T->dev, d, bytes); }

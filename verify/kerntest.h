@@ -1,5 +1,6 @@
 /* verify/kerntest.h: what the device-kernel tests (test_kern*.c) share: a device
- * under test (cuda-emu, or cuda with -DKERN_ON_CUDA), uploads and downloads
+ * under test (cuda-emu, cuda with -DKERN_ON_CUDA, or the CPU's host loops with
+ * -DKERN_ON_CPU), uploads and downloads
  * through it, seeded inputs, and an element-wise comparison that reports the
  * first mismatch. */
 #ifndef SB_KERNTEST_H
@@ -13,14 +14,18 @@ typedef struct kt_dev {
   dt_ctx *ctx;
   dt_device *dev;          /* the device under test */
   const dt_kernels *K;     /* its kernel table */
-  const char *name;        /* "cuda-emu" or "cuda" */
+  const char *name;        /* "cuda-emu", "cuda" or "cpu" */
 } kt_dev;
 
 /* Opens the device under test on ctx: GPU 0 when on_cuda (no GPU: prints SKIP
  * and returns SB_SKIP), else cuda-emu; 0 on success, 1 on another failure. */
 int kt_open(kt_dev *T, dt_ctx *ctx, bool on_cuda);
+/* Opens the CPU device (its kernel table: the host loops); 0 on success. */
+int kt_open_cpu(kt_dev *T, dt_ctx *ctx);
 void kt_close(kt_dev *T);
 
+/* bytes of host h into device buffer d (on the CPU device: a host copy). */
+void kt_h2d(kt_dev *T, void *d, const void *h, size_t bytes);
 /* Device buffer of `bytes` holding a copy of host h (h NULL: uninitialised). */
 void *kt_up(kt_dev *T, const void *h, size_t bytes);
 /* Waits for the device, then copies bytes of device d into host h. */
@@ -50,6 +55,9 @@ bool kt_close_to(const char *what, const double *got, const double *want, int64_
 #ifdef KERN_ON_CUDA
 #define KT_ON_CUDA true
 #define KT_NAME(base) base "_cuda"
+#elif defined KERN_ON_CPU
+#define KT_ON_CUDA false
+#define KT_NAME(base) base "_cpu"
 #else
 #define KT_ON_CUDA false
 #define KT_NAME(base) base
@@ -59,7 +67,11 @@ bool kt_close_to(const char *what, const double *got, const double *want, int64_
  * failure, printed) when it cannot be opened, with ctx already released. */
 static inline int kt_start(kt_dev *T, dt_ctx *ctx) {
   dt_ctx_init(ctx, 0, 1);
+#ifdef KERN_ON_CPU
+  int rc = kt_open_cpu(T, ctx);
+#else
   int rc = kt_open(T, ctx, KT_ON_CUDA);
+#endif
   if (rc) dt_ctx_release(ctx);
   return rc;
 }

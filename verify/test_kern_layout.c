@@ -1,7 +1,8 @@
 /* verify/test_kern_layout.c: the layout kernels (dt_kern_layout of
  * lib/device/kernels.h) against naive host references written here, on the
  * cuda-emu device or, built with -DKERN_ON_CUDA (test_kern_layout_cuda), on
- * GPU 0 (SKIP without one).
+ * GPU 0 (SKIP without one), or with -DKERN_ON_CPU (test_kern_layout_cpu) on the
+ * CPU device's host loops.
  *
  * copy_box: 0-D to 5-D boxes at random offsets inside random shapes, element
  * sizes 2 (bf16), 4 (f32), 8 (f64, i64) and 1/16 (odd words), compared byte for

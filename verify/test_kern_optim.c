@@ -1,7 +1,8 @@
 /* verify/test_kern_optim.c: the optimizer kernels (lib/device/kernels.h,
  * dt_kern_optim) against a reference computed here in double, on the cuda-emu
  * device or, built with -DKERN_ON_CUDA (test_kern_optim_cuda), on GPU 0, which
- * exits 77 (SKIP) where there is none.
+ * exits 77 (SKIP) where there is none, or with -DKERN_ON_CPU (test_kern_optim_cpu)
+ * on the CPU device's host loop.
  *
  * optim.adamw against torch.optim.AdamW's update as torch/optim/adamw.py
  * (_single_tensor_adamw, decoupled weight decay) writes it:
@@ -82,7 +83,7 @@ static void one_case(kt_dev *T, const acase *c, int64_t n) {
     free(hg);
     hg = kt_pack(c->gt, g, n);
     kt_unpack(c->gt, hg, g, n);
-    TU_OK(T->ctx, dt_device_copy(T->dev, dg, hg, n * gs, DT_COPY_H2D));
+    kt_h2d(T, dg, hg, n * gs);
     const dt_kern_adamw_hp h = {c->lr, b1, b2, eps, c->wd, 1 - pow(b1, step), 1 - pow(b2, step)};
     TU_OK(T->ctx, T->K->optim->adamw(T->dev, n, c->st, c->master ? dms : NULL, dm, dv, c->gt, dg,
                                      c->wt, c->master ? dw : dms, &h));
@@ -158,7 +159,7 @@ static void test_guards(kt_dev *T) {
   st = T->K->optim->adamw(T->dev, 4, DT_BF16, a, a, b, DT_F32, c, DT_BF16, w, &h);
   TU_CHECK(st == DT_ERR_UNSUPPORTED, "bf16 state -> %s", dt_status_str(st));
   dt_error_clear(T->ctx);
-#ifndef KERN_ON_CUDA
+#if !defined KERN_ON_CUDA && !defined KERN_ON_CPU /* the emulator's tagged pointers */
   float hbuf[4] = {0};
   st = T->K->optim->adamw(T->dev, 4, DT_F32, NULL, a, b, DT_F32, hbuf, DT_F32, w, &h);
   TU_CHECK(st == DT_ERR_INVALID, "adamw on a host pointer -> %s", dt_status_str(st));

@@ -205,6 +205,9 @@ dt_status dt_tensor_rand(dt_ctx *ctx, dt_mesh *mesh, int ndim, const int64_t *gs
 dt_status dt_tensor_from_local(dt_ctx *ctx, dt_mesh *mesh, const dt_array *local,
                                const dt_placement *pl, int ndim, const int64_t *gshape,
                                dt_tensor *out);
+/* Where the local shards of ctx's rank live: its compute device's kind (host
+ * memory, DT_DEV_CPU, when it has none). */
+dt_device_kind dt_tensor_home(const dt_ctx *ctx);
 /* The local shard (borrowed; valid while t lives). */
 const dt_array *dt_tensor_local(const dt_tensor *t);
 /* Gathers the global tensor on every rank into out (allocated, caller frees

@@ -15,90 +15,57 @@
 
 #include "device/device.h"
 #include "device/kernels.h"
+#include "device/xfer.h"
 #include "dtensor/tensor_impl.h"
 
 /* ---- where shards live, and moving data there ---- */
 
-dt_device_kind dt_tensor_home(const dt_ctx *ctx) {
-  return ctx && ctx->device ? ctx->device->kind : DT_DEV_CPU;
-}
+dt_device_kind dt_tensor_home(const dt_ctx *ctx) { return dt_device_home(ctx); }
 
-static const dt_kern_layout *layout_of(dt_ctx *ctx, const char *call, dt_status *st) {
-  const dt_kernels *K = ctx->device ? ctx->device->ops->kern : NULL;
-  if (!K || !K->layout) {
-    *st = dt_error(ctx, DT_ERR_UNSUPPORTED, call, "the device has no layout kernels");
-    return NULL;
-  }
-  return K->layout;
-}
+static const char RWHO[] = "dt_redistribute";
 
-static dt_status need_device(dt_ctx *ctx, dt_device_kind dev, const char *call) {
-  if (!ctx || !ctx->device || ctx->device->kind != dev)
-    return dt_error(ctx, DT_ERR_INVALID, call, "device memory but no such device on this rank");
+/* The device whose memory (kind dev) the helpers below work in, and its layout
+ * kernels. */
+static dt_status layout_of(dt_ctx *ctx, dt_device_kind dev, dt_kdev *kd) {
+  DT_CHECK(dt_device_kernels(ctx, dev, RWHO, kd));
+  if (!kd->k->layout || !kd->k->layout->copy_box || !kd->k->layout->reduce)
+    return dt_error(ctx, DT_ERR_UNSUPPORTED, RWHO, "the device has no layout kernels");
   return DT_OK;
 }
 
 dt_status dt_box_copy(dt_ctx *ctx, dt_device_kind dev, size_t es, int ndim, void *dst,
                       const int64_t *dst_shape, const int64_t *dst_off, const void *src,
                       const int64_t *src_shape, const int64_t *src_off, const int64_t *box) {
-  if (dev == DT_DEV_CPU) {
-    dt_copy_box(es, ndim, dst, dst_shape, dst_off, src, src_shape, src_off, box);
-    return DT_OK;
-  }
-  DT_CHECK(need_device(ctx, dev, "dt_redistribute"));
-  dt_status st = DT_OK;
-  const dt_kern_layout *L = layout_of(ctx, "dt_redistribute", &st);
-  if (!L) return st;
-  return L->copy_box(ctx->device, es, ndim, dst, dst_shape, dst_off, src, src_shape, src_off, box);
+  dt_kdev kd;
+  DT_CHECK(layout_of(ctx, dev, &kd));
+  return kd.k->layout->copy_box(kd.dev, es, ndim, dst, dst_shape, dst_off, src, src_shape,
+                                src_off, box);
 }
 
 dt_status dt_mem_copy(dt_ctx *ctx, dt_device_kind dev, void *dst, const void *src, size_t bytes) {
   if (!bytes) return DT_OK;
-  if (dev == DT_DEV_CPU) {
-    memcpy(dst, src, bytes);
-    return DT_OK;
-  }
-  DT_CHECK(need_device(ctx, dev, "dt_redistribute"));
-  return dt_device_copy(ctx->device, dst, src, bytes, DT_COPY_D2D);
+  dt_kdev kd;
+  DT_CHECK(dt_device_kernels(ctx, dev, RWHO, &kd));
+  return dt_device_move(kd.dev, dst, src, bytes);
 }
 
 dt_status dt_scratch_get(dt_ctx *ctx, dt_device_kind dev, size_t bytes, bool zero, dt_scratch *s) {
   memset(s, 0, sizeof *s);
   s->dev = dev;
-  if (dev == DT_DEV_CPU) {
-    s->bytes = bytes + 1;
-    s->p = zero ? dt_host_calloc(ctx, s->bytes) : dt_host_alloc(ctx, s->bytes);
-    return s->p ? DT_OK : DT_ERR_NOMEM;
-  }
-  DT_CHECK(need_device(ctx, dev, "dt_redistribute"));
-  /* whole 8-byte words, so that zeroing is a fill of f64 +0.0 (all-zero bits) */
-  s->bytes = (bytes + 8) / 8 * 8;
-  DT_CHECK(dt_device_alloc(ctx->device, s->bytes, &s->p));
-  if (zero) {
-    dt_status st = dt_device_fill(ctx->device, DT_F64, s->p, (int64_t)(s->bytes / 8), 0.0);
-    if (st != DT_OK) {
-      dt_scratch_put(ctx, s);
-      return st;
-    }
-  }
-  return DT_OK;
+  dt_kdev kd;
+  DT_CHECK(dt_device_kernels(ctx, dev, RWHO, &kd));
+  s->bytes = bytes + 1; /* at least one byte */
+  DT_CHECK(dt_device_alloc(kd.dev, s->bytes, &s->p));
+  dt_status st = zero ? dt_device_zero(kd.dev, s->p, bytes) : DT_OK;
+  if (st != DT_OK) dt_scratch_put(ctx, s);
+  return st;
 }
 
 void dt_scratch_put(dt_ctx *ctx, dt_scratch *s) {
   if (!s->p) return;
-  if (s->dev == DT_DEV_CPU) dt_host_free(ctx, s->p);
-  else if (ctx && ctx->device) dt_device_free(ctx->device, s->p, s->bytes);
+  dt_kdev kd;
+  if (dt_device_kernels(ctx, s->dev, RWHO, &kd) == DT_OK) dt_device_free(kd.dev, s->p, s->bytes);
   s->p = NULL;
-}
-
-/* An array of kind `home` holding the host array h (freed here in every case). */
-static dt_status upload(dt_ctx *ctx, dt_device_kind home, dt_array *h, dt_array *out) {
-  dt_status s = dt_array_create(ctx, home, h->dtype, h->ndim, h->shape, out);
-  if (s == DT_OK && h->numel)
-    s = dt_device_copy(ctx->device, out->data, h->data, dt_array_bytes(h), DT_COPY_H2D);
-  if (s != DT_OK) dt_array_free(ctx, out);
-  dt_array_free(ctx, h);
-  return s;
 }
 
 void dt_tensor_mesh_info(const dt_mesh *mesh, int *mesh_ndim, int *shape, int *coords) {
@@ -147,25 +114,12 @@ void dt_tensor_local_shape(const dt_tensor *t, int64_t *lshape) {
 }
 
 dt_status dt_array_div(dt_ctx *ctx, dt_array *x, double n) {
-  if (x->dev != DT_DEV_CPU) {
-    if (x->dtype == DT_I64 || x->numel == 0) return DT_OK;
-    DT_CHECK(need_device(ctx, x->dev, "dt_redistribute"));
-    dt_status st = DT_OK;
-    const dt_kern_layout *L = layout_of(ctx, "dt_redistribute", &st);
-    if (!L) return st;
-    /* x = x / n: a one-input avg (a true division, as below; bf16 divides in f32) */
-    const void *in[1] = {x->data};
-    return L->reduce(ctx->device, x->dtype, DT_KRED_AVG, x->numel, 1, in, x->data, n);
-  }
-  for (int64_t i = 0; i < x->numel; i++) {
-    if (x->dtype == DT_F32) ((float *)x->data)[i] /= (float)n;
-    else if (x->dtype == DT_F64) ((double *)x->data)[i] /= n;
-    else if (x->dtype == DT_BF16) {
-      dt_bf16 *h = x->data;
-      h[i] = dt_f32_to_bf16((float)(dt_bf16_to_f32(h[i]) / n));
-    }
-  }
-  return DT_OK;
+  if (x->dtype == DT_I64 || x->numel == 0) return DT_OK;
+  dt_kdev kd;
+  DT_CHECK(layout_of(ctx, x->dev, &kd));
+  /* x = x / n: a one-input avg (a true division; bf16 divides in f32) */
+  const void *in[1] = {x->data};
+  return kd.k->layout->reduce(kd.dev, x->dtype, DT_KRED_AVG, x->numel, 1, in, x->data, n);
 }
 
 void dt_tensor_layout(const dt_tensor *t, dt_layout *out) {
@@ -211,13 +165,14 @@ dt_status dt_tensor_distribute(dt_ctx *ctx, dt_mesh *mesh, const dt_array *globa
   DT_CHECK(dt_array_create(ctx, DT_DEV_CPU, out->dtype, out->ndim, ls, &h));
   dt_copy_box(dt_dtype_size(out->dtype), out->ndim, h.data, ls, zero, global->data,
               global->shape, out->goffset, ls);
-  (void)partition_partials(ctx, out, &h); /* host: cannot fail */
-  dt_device_kind home = dt_tensor_home(ctx);
-  if (home == DT_DEV_CPU) {
-    out->local = h;
-    return DT_OK;
+  dt_status s = partition_partials(ctx, out, &h);
+  if (s == DT_OK) s = dt_array_place(ctx, &h, dt_tensor_home(ctx), call);
+  if (s != DT_OK) {
+    dt_array_free(ctx, &h);
+    return s;
   }
-  return upload(ctx, home, &h, &out->local);
+  out->local = h;
+  return DT_OK;
 }
 
 /* dt_tensor_rand's shard in host memory. */
@@ -266,11 +221,10 @@ dt_status dt_tensor_rand(dt_ctx *ctx, dt_mesh *mesh, int ndim, const int64_t *gs
                          dt_dtype dtype, const dt_placement *pl, uint64_t seed, uint64_t stream,
                          dt_rng_dist dist, double a, double b, dt_tensor *out) {
   DT_CHECK(rand_host(ctx, mesh, ndim, gshape, dtype, pl, seed, stream, dist, a, b, out));
-  dt_device_kind home = dt_tensor_home(ctx);
-  if (home == DT_DEV_CPU) return DT_OK;
-  /* the CPU rank's values, generated on the host and uploaded once */
-  dt_array h = out->local;
-  return upload(ctx, home, &h, &out->local);
+  /* generated on the host, moved once to where the rank computes */
+  dt_status s = dt_array_place(ctx, &out->local, dt_tensor_home(ctx), "dt_tensor_rand");
+  if (s != DT_OK) dt_array_free(ctx, &out->local);
+  return s;
 }
 
 dt_status dt_tensor_from_local(dt_ctx *ctx, dt_mesh *mesh, const dt_array *local,
@@ -280,10 +234,6 @@ dt_status dt_tensor_from_local(dt_ctx *ctx, dt_mesh *mesh, const dt_array *local
   memset(out, 0, sizeof *out);
   if (!local || (local->numel > 0 && !local->data))
     return dt_error(ctx, DT_ERR_INVALID, call, "NULL local tensor");
-  dt_device_kind home = dt_tensor_home(ctx);
-  if (local->dev != DT_DEV_CPU && local->dev != home)
-    return dt_error(ctx, DT_ERR_UNSUPPORTED, call,
-                    "the local tensor is on a device this rank does not compute on");
   if (local->ndim != ndim)
     return dt_error(ctx, DT_ERR_INVALID, call, "local tensor has %d dims, the global %d",
                     local->ndim, ndim);
@@ -305,16 +255,8 @@ dt_status dt_tensor_from_local(dt_ctx *ctx, dt_mesh *mesh, const dt_array *local
                       "local dim %d has size %lld but this rank's shard of the global shape "
                       "has %lld (uneven shards need the explicit global shape)",
                       d, (long long)local->shape[d], (long long)ls[d]);
-  DT_CHECK(dt_array_create(ctx, home, local->dtype, ndim, ls, &out->local));
-  if (!local->numel) return DT_OK;
-  if (home == DT_DEV_CPU) {
-    memcpy(out->local.data, local->data, dt_array_bytes(local));
-    return DT_OK;
-  }
-  dt_status s = dt_device_copy(ctx->device, out->local.data, local->data, dt_array_bytes(local),
-                               local->dev == DT_DEV_CPU ? DT_COPY_H2D : DT_COPY_D2D);
-  if (s != DT_OK) dt_array_free(ctx, &out->local);
-  return s;
+  /* a copy where the rank computes (from the host or from that device) */
+  return dt_array_copy_to(ctx, local, dt_tensor_home(ctx), call, &out->local);
 }
 
 /* Mesh coordinates of world rank r, or false when r is not in the mesh. */
@@ -366,17 +308,7 @@ dt_status dt_tensor_scatter_from(dt_ctx *ctx, dt_mesh *mesh, const dt_array *glo
   memset(&cur, 0, sizeof cur);
   bool have = false;
   if (is_src) {
-    DT_CHECK(dt_array_create(ctx, dev, dtype, ndim, gshape, &cur));
-    if (cur.numel && dev == DT_DEV_CPU) {
-      memcpy(cur.data, global->data, dt_array_bytes(&cur));
-    } else if (cur.numel) {
-      dt_status st = dt_device_copy(ctx->device, cur.data, global->data, dt_array_bytes(&cur),
-                                    DT_COPY_H2D);
-      if (st != DT_OK) {
-        dt_array_free(ctx, &cur);
-        return st;
-      }
-    }
+    DT_CHECK(dt_array_copy_to(ctx, global, dev, call, &cur));
     have = true;
   }
   dt_status s = DT_OK;
@@ -452,17 +384,13 @@ dt_status dt_tensor_full(dt_ctx *ctx, const dt_tensor *t, dt_array *out) {
   for (int i = 0; i < t->mesh_ndim; i++) rep[i] = dt_replicate();
   dt_tensor r;
   DT_CHECK(dt_redistribute(ctx, t, rep, DT_PLANNER_GREEDY, &r));
-  if (r.local.dev == DT_DEV_CPU) {
-    *out = r.local; /* the replicated local tensor is the global one: keep it */
-    return DT_OK;
+  /* the replicated local tensor is the global one, in host memory (gathered on a
+   * device: one download) */
+  dt_status s = dt_array_place(ctx, &r.local, DT_DEV_CPU, "dt_tensor_full");
+  if (s != DT_OK) {
+    dt_array_free(ctx, &r.local);
+    return s;
   }
-  /* gathered on the device; the global array is host memory: one download */
-  dt_status s = dt_array_create(ctx, DT_DEV_CPU, r.local.dtype, r.local.ndim, r.local.shape, out);
-  if (s == DT_OK && r.local.numel) {
-    s = dt_device_copy(ctx->device, out->data, r.local.data, dt_array_bytes(&r.local), DT_COPY_D2H);
-    if (s == DT_OK) s = dt_device_sync(ctx->device);
-    if (s != DT_OK) dt_array_free(ctx, out);
-  }
-  dt_array_free(ctx, &r.local);
-  return s;
+  *out = r.local;
+  return DT_OK;
 }

@@ -3,21 +3,18 @@
  *
  * A DTensor's local shard lives on the rank's compute device (dt_tensor_home):
  * host memory on a CPU rank, device memory otherwise. The helpers below move and
- * reshape shard data where it lives: host loops for host memory, the device's
- * layout kernels and copies for device memory. */
+ * reshape shard data where it lives, through that device's layout kernels and
+ * copies (dt_device_kernels; the CPU's are host loops), one path for all. */
 #ifndef DT_TENSOR_IMPL_H
 #define DT_TENSOR_IMPL_H
 
 #include "../dtensor/dtensor.h"
 
-/* Where new locals of ctx's rank live: its device's kind, CPU when none. */
-dt_device_kind dt_tensor_home(const dt_ctx *ctx);
-
-/* x /= n element-wise (R -> P(sum) partition), on the host or the device;
- * i64 is left alone. */
+/* x /= n element-wise (R -> P(sum) partition), where x lives; i64 is left
+ * alone. */
 dt_status dt_array_div(dt_ctx *ctx, dt_array *x, double n);
 
-/* dt_copy_box on memory of kind dev (the device's copy_box kernel). */
+/* dt_copy_box on memory of kind dev (that device's copy_box kernel). */
 dt_status dt_box_copy(dt_ctx *ctx, dt_device_kind dev, size_t es, int ndim, void *dst,
                       const int64_t *dst_shape, const int64_t *dst_off, const void *src,
                       const int64_t *src_shape, const int64_t *src_off, const int64_t *box);

@@ -38,9 +38,9 @@
  *
  * AdamW: PyTorch's torch.optim.AdamW (decoupled weight decay applied first,
  * bias-corrected moments), on local shards after the gradient is
- * redistributed to the weight's placements: a host loop for host arrays, the
- * device's fused optim.adamw kernel for device arrays (bf16 weights: f32 master
- * weights and moments, the bf16 copy rounded from the master).
+ * redistributed to the weight's placements: the fused optim.adamw kernel of the
+ * device the weight lives on (the CPU's is the host loop; bf16 weights: f32
+ * master weights and moments, the bf16 copy rounded from the master).
  *
  * Devices: weights are generated on the host and uploaded once (materialize);
  * the optimizer state is made on the weight's device; nothing of a step comes
@@ -55,6 +55,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "device/xfer.h"
 #include "nn/nn.h"
 
 /* ---- configs --------------------------------------------------------------------- */
@@ -435,37 +436,13 @@ static double trunc_normal_from_uniform(double u, double lo, double mass, double
   return upper ? -x : x;
 }
 
-/* The kind of memory the rank computes in: its device's (CPU without one). */
-static dt_device_kind rank_dev(const dt_ctx *ctx) {
-  return ctx->device ? ctx->device->kind : DT_DEV_CPU;
+/* a's data moved to the host (a device made it) or to where the rank computes
+ * (once, at materialize); nothing when it is there. */
+static dt_status local_to_host(dt_ctx *ctx, dt_array *a) {
+  return dt_array_place(ctx, a, DT_DEV_CPU, "dt_model");
 }
-
-/* Replaces a's data by a copy in memory of kind dev (nothing when it is there). */
-static dt_status local_move(dt_ctx *ctx, dt_array *a, dt_device_kind dev) {
-  if (a->dev == dev) return DT_OK;
-  if (!ctx->device || (dev != DT_DEV_CPU && ctx->device->kind != dev))
-    return dt_error(ctx, DT_ERR_INVALID, "dt_model", "no device of the array's kind");
-  dt_array b;
-  DT_CHECK(dt_array_create(ctx, dev, a->dtype, a->ndim, a->shape, &b));
-  const size_t bytes = dt_array_bytes(a);
-  dt_status s = DT_OK;
-  if (bytes) {
-    s = dt_device_copy(ctx->device, b.data, a->data, bytes,
-                       dev == DT_DEV_CPU ? DT_COPY_D2H : DT_COPY_H2D);
-    if (s == DT_OK && dev == DT_DEV_CPU) s = dt_device_sync(ctx->device);
-  }
-  if (s != DT_OK) {
-    dt_array_free(ctx, &b);
-    return s;
-  }
-  dt_array_free(ctx, a);
-  *a = b;
-  return DT_OK;
-}
-static dt_status local_to_host(dt_ctx *ctx, dt_array *a) { return local_move(ctx, a, DT_DEV_CPU); }
-/* Onto the rank's device (once, at materialize and for new optimizer state). */
 static dt_status local_to_device(dt_ctx *ctx, dt_array *a) {
-  return local_move(ctx, a, rank_dev(ctx));
+  return dt_array_place(ctx, a, dt_tensor_home(ctx), "dt_model");
 }
 
 static dt_status gen_weight(dt_ctx *ctx, dt_model *m, const dt_module *md, dt_tensor *out) {
@@ -848,11 +825,12 @@ void dt_model_state_bytes(const dt_model *m, dt_model_mem *out) {
 
 /* ---- AdamW -------------------------------------------------------------------------- */
 
-/* AdamW on a device weight's elements [at, at + n) (its state's shard) from the
- * gradient gp (the weight's layout, any float dtype): the device's optim.adamw.
- * A bf16 weight gets f32 master weights, made from it at its first step (a
- * model initialised in bf16 then trained with f32 masters). */
-static dt_status adamw_device(dt_ctx *ctx, dt_model *m, int i, const dt_adamw *o, double bc1,
+/* AdamW on a weight's elements [at, at + n) (its state's shard) from the
+ * gradient gp (the weight's layout, any float dtype): the optim.adamw kernel of
+ * the device the weight lives on (the CPU's: the host loop). A bf16 weight gets
+ * f32 master weights, made from it at its first step (a model initialised in
+ * bf16 then trained with f32 masters). */
+static dt_status adamw_kernel(dt_ctx *ctx, dt_model *m, int i, const dt_adamw *o, double bc1,
                               double bc2, const dt_tensor *gp, int64_t at, int64_t n) {
   static const char WHO[] = "dt_model_adamw_step";
   dt_module *md = &m->mods[i];
@@ -864,18 +842,18 @@ static dt_status adamw_device(dt_ctx *ctx, dt_model *m, int i, const dt_adamw *o
       return dt_error(ctx, DT_ERR_INVALID, WHO,
                       "%s: the weight, its gradient and state are not on one device in one layout",
                       md->fqn);
-  const dt_kernels *K;
-  DT_CHECK(dt_op_kernels(ctx, WHO, &K));
-  DT_OP_KSLOT(ctx, WHO, K->optim, adamw);
+  dt_kdev kd;
+  DT_CHECK(dt_device_kernels(ctx, w->local.dev, WHO, &kd));
+  if (!kd.k->optim || !kd.k->optim->adamw)
+    return dt_error(ctx, DT_ERR_UNSUPPORTED, WHO, "the device has no kernel adamw");
   dt_tensor *ms = &m->adam_master[i];
   if (w->dtype == DT_BF16 && !ms->mesh) {
-    DT_OP_KSLOT(ctx, WHO, K->pw, cast);
     DT_CHECK(dt_tensor_rand(ctx, m->mesh, w->ndim, w->gshape, DT_F32, md->has_opl ? md->opl : w->pl,
                             0, 0, DT_RNG_UNIFORM, 0.0, 0.0, ms));
     dt_status s = local_to_device(ctx, &ms->local);
     if (s == DT_OK)
-      s = K->pw->cast(ctx->device, DT_BF16, (const char *)w->local.data + at * 2, DT_F32,
-                      ms->local.data, n);
+      s = dt_device_convert(kd.dev, DT_BF16, (const char *)w->local.data + at * 2, DT_F32,
+                            ms->local.data, n);
     if (s != DT_OK) {
       dt_tensor_free(ctx, ms);
       memset(ms, 0, sizeof *ms);
@@ -884,10 +862,10 @@ static dt_status adamw_device(dt_ctx *ctx, dt_model *m, int i, const dt_adamw *o
   }
   const dt_kern_adamw_hp hp = {o->lr, o->beta1, o->beta2, o->eps, o->weight_decay, bc1, bc2};
   const size_t ws = dt_dtype_size(w->dtype), gs = dt_dtype_size(gp->dtype);
-  return K->optim->adamw(ctx->device, n, mt->dtype, ms->mesh ? ms->local.data : NULL,
-                         mt->local.data, vt->local.data, gp->dtype,
-                         (const char *)gp->local.data + (size_t)at * gs, w->dtype,
-                         (char *)w->local.data + (size_t)at * ws, &hp);
+  return kd.k->optim->adamw(kd.dev, n, mt->dtype, ms->mesh ? ms->local.data : NULL,
+                            mt->local.data, vt->local.data, gp->dtype,
+                            (const char *)gp->local.data + (size_t)at * gs, w->dtype,
+                            (char *)w->local.data + (size_t)at * ws, &hp);
 }
 
 static dt_status adamw_one(dt_ctx *ctx, dt_model *m, int i, const dt_adamw *o, double bc1,
@@ -909,7 +887,6 @@ static dt_status adamw_one(dt_ctx *ctx, dt_model *m, int i, const dt_adamw *o, d
   /* the state's placements: the weight's, or (ZeRO-1) a row shard of it; its
    * dtype the weight's, f32 for bf16 weights (f32 moments and master weights) */
   const dt_placement *spl = md->has_opl ? md->opl : w->pl;
-  const bool dev = w->local.dev != DT_DEV_CPU;
   const dt_dtype sdt = w->dtype == DT_BF16 ? DT_F32 : w->dtype;
   const bool fresh = !m->adam_m[i].mesh;
   for (int k = 0; k < 2 && s == DT_OK && fresh; k++) {
@@ -933,44 +910,7 @@ static dt_status adamw_one(dt_ctx *ctx, dt_model *m, int i, const dt_adamw *o, d
   if (s == DT_OK && (r0 < 0 || at + n > w->local.numel))
     s = dt_error(ctx, DT_ERR_INVALID, "dt_model_adamw_step",
                  "%s: the state's shard is not rows of the weight's", md->fqn);
-  if (s == DT_OK && dev) {
-    s = adamw_device(ctx, m, i, o, bc1, bc2, gp, at, n);
-    if (!same) dt_tensor_free(ctx, &gr);
-    return s;
-  }
-  const dt_array *la[4] = {&w->local, &gp->local, &m->adam_m[i].local, &m->adam_v[i].local};
-  for (int j = 0; s == DT_OK && j < 4; j++)
-    if (la[j]->dev != DT_DEV_CPU || la[j]->numel != (j < 2 ? w->local.numel : n) ||
-        la[j]->dtype != w->dtype || w->dtype == DT_BF16)
-      s = dt_error(ctx, DT_ERR_UNSUPPORTED, "dt_model_adamw_step",
-                   "%s: the host loop needs f32 or f64 host arrays of one layout and dtype",
-                   md->fqn);
-  if (s == DT_OK) {
-    const double step = o->lr / bc1, sbc2 = sqrt(bc2), decay = 1.0 - o->lr * o->weight_decay;
-    if (w->dtype == DT_F64) {
-      double *W = (double *)w->local.data + at, *M = m->adam_m[i].local.data,
-             *Vv = m->adam_v[i].local.data;
-      const double *G = (const double *)gp->local.data + at;
-      for (int64_t e = 0; e < n; e++) {
-        W[e] *= decay;
-        M[e] = o->beta1 * M[e] + (1 - o->beta1) * G[e];
-        Vv[e] = o->beta2 * Vv[e] + (1 - o->beta2) * G[e] * G[e];
-        W[e] -= step * M[e] / (sqrt(Vv[e]) / sbc2 + o->eps);
-      }
-    } else {
-      float *W = (float *)w->local.data + at, *M = m->adam_m[i].local.data,
-            *Vv = m->adam_v[i].local.data;
-      const float *G = (const float *)gp->local.data + at;
-      for (int64_t e = 0; e < n; e++) {
-        double we = W[e] * decay;
-        double me = o->beta1 * M[e] + (1 - o->beta1) * G[e];
-        double ve = o->beta2 * Vv[e] + (1 - o->beta2) * (double)G[e] * G[e];
-        M[e] = (float)me;
-        Vv[e] = (float)ve;
-        W[e] = (float)(we - step * me / (sqrt(ve) / sbc2 + o->eps));
-      }
-    }
-  }
+  if (s == DT_OK) s = adamw_kernel(ctx, m, i, o, bc1, bc2, gp, at, n);
   if (!same) dt_tensor_free(ctx, &gr);
   return s;
 }

@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "device/xfer.h"
 #include "nn/nn.h"
 
 static const char *const TT_SUFFIX = ".weight";
@@ -137,20 +138,16 @@ static dt_status load_one(dt_ctx *ctx, dt_model *m, dt_module *md, const dt_st_f
   for (int64_t i = 0; s == DT_OK && i < lrows; i++)
     rows[i] = heads ? hf_row(r0 + i, grows, heads) : r0 + i;
   if (s == DT_OK) s = dt_st_read_rows(ctx, f, t, rows, lrows, w->dtype, buf);
-  /* a device weight: the shard is assembled on the host, then uploaded */
-  const bool dev = w->local.dev != DT_DEV_CPU;
+  /* the shard is assembled on the host (in place for a host weight), then
+   * uploaded to a device weight */
   dt_array host = {0};
-  if (s == DT_OK && dev)
-    s = dt_array_create(ctx, DT_DEV_CPU, w->dtype, w->local.ndim, w->local.shape, &host);
-  if (s == DT_OK) {
+  if (s == DT_OK && (s = dt_array_stage(ctx, &w->local, &host)) == DT_OK) {
     const int64_t bshape[2] = {lrows, grow}, boff[2] = {0, w->ndim > 1 ? w->goffset[1] : 0};
     const int64_t zero[2] = {0, 0};
-    dt_copy_box(dt_dtype_size(w->dtype), w->ndim, dev ? host.data : w->local.data,
-                w->local.shape, zero, buf, bshape, boff, w->local.shape);
+    dt_copy_box(dt_dtype_size(w->dtype), w->ndim, host.data, w->local.shape, zero, buf, bshape,
+                boff, w->local.shape);
+    s = dt_array_stage_end(ctx, &w->local, &host);
   }
-  if (s == DT_OK && dev && dt_array_bytes(&host))
-    s = dt_device_copy(ctx->device, w->local.data, host.data, dt_array_bytes(&host), DT_COPY_H2D);
-  if (host.data) dt_array_free(ctx, &host);
   dt_host_free(ctx, rows);
   dt_host_free(ctx, buf);
   return s;

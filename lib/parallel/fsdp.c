@@ -104,6 +104,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "device/kernels.h"
+#include "device/xfer.h"
 #include "parallel/parallel.h"
 
 typedef struct fsdp_member {
@@ -155,33 +157,6 @@ static dt_dtype comm_dtype(const fsdp *f, bool reduce) {
   return d == DT_DTYPE_COUNT ? f->m->dtype : d;
 }
 
-static double get(const void *p, dt_dtype t, int64_t i) {
-  switch (t) {
-  case DT_F64: return ((const double *)p)[i];
-  case DT_F32: return ((const float *)p)[i];
-  case DT_BF16: return dt_bf16_to_f32(((const dt_bf16 *)p)[i]);
-  default: return 0;
-  }
-}
-
-static void put(void *p, dt_dtype t, int64_t i, double v) {
-  switch (t) {
-  case DT_F64: ((double *)p)[i] = v; break;
-  case DT_F32: ((float *)p)[i] = (float)v; break;
-  case DT_BF16: ((dt_bf16 *)p)[i] = dt_f32_to_bf16((float)v); break;
-  default: break;
-  }
-}
-
-/* n elements from src (ts) to dst (td), converted; a plain copy when equal. */
-static void convert(void *dst, dt_dtype td, const void *src, dt_dtype ts, int64_t n) {
-  if (td == ts) {
-    memcpy(dst, src, (size_t)n * dt_dtype_size(td));
-    return;
-  }
-  for (int64_t i = 0; i < n; i++) put(dst, td, i, get(src, ts, i));
-}
-
 /* The rows [off, off + size) of L that flattened rank r holds: torch.chunk over
  * the first FSDP dim at r's coordinate there, then over the second of that. */
 static void fsdp_chunk(const fsdp *f, int64_t L, int r, int64_t *size, int64_t *off) {
@@ -199,168 +174,140 @@ static void fsdp_chunk(const fsdp *f, int64_t L, int r, int64_t *size, int64_t *
   *off = at;
 }
 
-/* outer runs of n elements, run o from src + o * sstride (dtype ts) to dst + o *
- * dstride (dtype td), strides in elements. */
-static void runs(char *dst, dt_dtype td, int64_t dstride, const char *src, dt_dtype ts,
-                 int64_t sstride, int64_t outer, int64_t n) {
-  const size_t ed = dt_dtype_size(td), es = dt_dtype_size(ts);
-  for (int64_t o = 0; o < outer; o++)
-    convert(dst + (size_t)(o * dstride) * ed, td, src + (size_t)(o * sstride) * es, ts, n);
-}
+/* ---- flat buffers and layout moves --------------------------------------------------
+ * Every flat buffer lives where the unit's weights do (host memory on a CPU rank,
+ * the device's otherwise) and the collectives take it as it is (lib/comm/comm.h).
+ * The moves go through that device's kernels (dt_device_kernels; the CPU's are
+ * host loops): a byte move per contiguous run, the layout copy_box for strided
+ * runs, and the device's cast for a dtype change (param / reduce dtype: each
+ * element once, through f64, bf16 rounded to nearest even). */
 
-/* Rank r's chunk of member mb out of its whole tensor `full` (dtype ft) into seg
- * (dtype st), as the rank's shard lays it out: [outer, size, inner]. */
-static void pack(const fsdp *f, const fsdp_member *mb, int r, char *seg, dt_dtype st,
-                 const char *full, dt_dtype ft) {
-  int64_t size, off;
-  fsdp_chunk(f, mb->rows, r, &size, &off);
-  runs(seg, st, size * mb->inner, full + (size_t)(off * mb->inner) * dt_dtype_size(ft), ft,
-       mb->rows * mb->inner, mb->outer, size * mb->inner);
-}
+/* The device of the unit's weights, its handle and kernels (not copied: see dt_kdev). */
+typedef struct fdev {
+  dt_device_kind kind;
+  dt_kdev kd;
+} fdev;
 
-/* ---- the same on device memory ---------------------------------------------------
- * With the weights on a device (local.dev != DT_DEV_CPU) every flat buffer lives
- * there too and the collectives take it as it is (lib/comm/comm.h). Layout moves
- * are byte copies in the model's dtype (D2D per contiguous run, the layout
- * copy_box slot for strided runs); a dtype change (param / reduce dtype) is one pw
- * cast of a whole contiguous buffer, which gives the values of the host path's
- * element-wise convert (the same rounding, to nearest even, applied once). */
-
-/* The device the unit's weights live on (DT_DEV_CPU: the host path). */
+/* The device the unit's weights live on. */
 static dt_device_kind unit_dev(const fsdp_unit *u) {
   if (!u->n) return DT_DEV_CPU;
   return dt_var_value(u->f->m->mods[u->mem[0].mod].weight)->local.dev;
 }
 
-/* A flat device buffer of n (>= 1 allocated) elements; zeroed when zero. */
-static dt_status dbuf(dt_ctx *ctx, dt_device_kind k, dt_dtype t, int64_t n, bool zero,
-                      dt_array *a) {
+static dt_status on_dev(dt_ctx *ctx, dt_device_kind kind, fdev *D) {
+  D->kind = kind;
+  DT_CHECK(dt_device_kernels(ctx, kind, WHO, &D->kd));
+  if (!D->kd.k->layout || !D->kd.k->layout->copy_box)
+    return dt_error(ctx, DT_ERR_UNSUPPORTED, WHO, "the device has no kernel copy_box");
+  return DT_OK;
+}
+
+/* A flat buffer of n (>= 1 allocated) elements on D; zeroed when zero. */
+static dt_status fbuf(dt_ctx *ctx, const fdev *D, dt_dtype t, int64_t n, bool zero, dt_array *a) {
   const int64_t len = n > 0 ? n : 1;
-  DT_CHECK(dt_array_create(ctx, k, t, 1, &len, a));
+  DT_CHECK(dt_array_create(ctx, D->kind, t, 1, &len, a));
   if (!zero) return DT_OK;
-  dt_status s = dt_device_fill(ctx->device, t, a->data, len, 0.0);
+  dt_status s = dt_device_fill(D->kd.dev, t, a->data, len, 0.0);
   if (s != DT_OK) dt_array_free(ctx, a);
   return s;
 }
 
-/* convert() on device pointers: a D2D copy, or the pw cast slot. */
-static dt_status dconvert(dt_ctx *ctx, void *dst, dt_dtype td, const void *src, dt_dtype ts,
-                          int64_t n) {
-  if (n <= 0) return DT_OK;
-  if (td == ts) return dt_device_copy(ctx->device, dst, src, (size_t)n * dt_dtype_size(td), DT_COPY_D2D);
-  const dt_kernels *K;
-  DT_CHECK(dt_op_kernels(ctx, WHO, &K));
-  DT_OP_KSLOT(ctx, WHO, K->pw, cast);
-  return K->pw->cast(ctx->device, ts, src, td, dst, n);
+/* n elements from src (ts) to dst (td), converted; a plain copy when equal. */
+static dt_status convert(const fdev *D, void *dst, dt_dtype td, const void *src, dt_dtype ts,
+                         int64_t n) {
+  return dt_device_convert(D->kd.dev, ts, src, td, dst, n);
 }
 
-/* runs() on device pointers, one dtype (es bytes): one box copy [outer, n] out of
- * [outer, sstride] into [outer, dstride]. */
-static dt_status druns(dt_ctx *ctx, size_t es, char *dst, int64_t dstride, const char *src,
-                       int64_t sstride, int64_t outer, int64_t n) {
-  if (outer <= 0 || n <= 0) return DT_OK;
-  if (outer == 1) return dt_device_copy(ctx->device, dst, src, (size_t)n * es, DT_COPY_D2D);
-  const dt_kernels *K;
-  DT_CHECK(dt_op_kernels(ctx, WHO, &K));
-  DT_OP_KSLOT(ctx, WHO, K->layout, copy_box);
+/* One dtype (es bytes): one box copy [outer, n] out of [outer, sstride] into
+ * [outer, dstride]. */
+static dt_status box_runs(const fdev *D, size_t es, char *dst, int64_t dstride, const char *src,
+                          int64_t sstride, int64_t outer, int64_t n) {
   const int64_t ds[2] = {outer, dstride}, ss[2] = {outer, sstride}, zo[2] = {0, 0},
                 box[2] = {outer, n};
-  return K->layout->copy_box(ctx->device, es, 2, dst, ds, zo, src, ss, zo, box);
+  return D->kd.k->layout->copy_box(D->kd.dev, es, 2, dst, ds, zo, src, ss, zo, box);
 }
 
-/* pack() on device pointers, seg and full both of dtype t. */
-static dt_status dpack(dt_ctx *ctx, const fsdp *f, const fsdp_member *mb, int r, char *seg,
-                       const char *full, dt_dtype t) {
+/* outer runs of n elements, run o from src + o * sstride (dtype ts) to dst + o *
+ * dstride (dtype td), strides in elements. A dtype change on strided runs goes
+ * through a contiguous [outer, n] buffer on the contiguous side's far end (the
+ * runs FSDP moves are contiguous on one side: a rank's packed segment). */
+static dt_status runs(dt_ctx *ctx, const fdev *D, char *dst, dt_dtype td, int64_t dstride,
+                      const char *src, dt_dtype ts, int64_t sstride, int64_t outer, int64_t n) {
+  if (outer <= 0 || n <= 0) return DT_OK;
+  const size_t ed = dt_dtype_size(td), es = dt_dtype_size(ts);
+  if (outer == 1 || (dstride == n && sstride == n)) return convert(D, dst, td, src, ts, outer * n);
+  if (td == ts) return box_runs(D, es, dst, dstride, src, sstride, outer, n);
+  if (dstride != n && sstride != n) { /* strided on both sides: run by run */
+    dt_status s = DT_OK;
+    for (int64_t o = 0; s == DT_OK && o < outer; o++)
+      s = convert(D, dst + (size_t)(o * dstride) * ed, td, src + (size_t)(o * sstride) * es, ts, n);
+    return s;
+  }
+  dt_array t;
+  const bool gather = dstride == n; /* strided source: gather in ts, then convert */
+  DT_CHECK(fbuf(ctx, D, gather ? ts : td, outer * n, false, &t));
+  dt_status s = gather ? box_runs(D, es, t.data, n, src, sstride, outer, n)
+                       : convert(D, t.data, td, src, ts, outer * n);
+  if (s == DT_OK)
+    s = gather ? convert(D, dst, td, t.data, ts, outer * n)
+               : box_runs(D, ed, dst, dstride, t.data, n, outer, n);
+  dt_array_free(ctx, &t);
+  return s;
+}
+
+/* Rank r's chunk of member mb out of its whole tensor `full` (dtype ft) into seg
+ * (dtype st), as the rank's shard lays it out: [outer, size, inner]. */
+static dt_status pack(dt_ctx *ctx, const fdev *D, const fsdp *f, const fsdp_member *mb, int r,
+                      char *seg, dt_dtype st, const char *full, dt_dtype ft) {
   int64_t size, off;
   fsdp_chunk(f, mb->rows, r, &size, &off);
-  const size_t es = dt_dtype_size(t);
-  return druns(ctx, es, seg, size * mb->inner, full + (size_t)(off * mb->inner) * es,
-               mb->rows * mb->inner, mb->outer, size * mb->inner);
+  return runs(ctx, D, seg, st, size * mb->inner,
+              full + (size_t)(off * mb->inner) * dt_dtype_size(ft), ft, mb->rows * mb->inner,
+              mb->outer, size * mb->inner);
 }
 
 /* ---- all_gather (forward, and again before backward) ------------------------------ */
 
 /* Member k's whole tensor from an all_gather's [W, P] result recv (dtype rt) into
  * dst (dtype dt): rank r's segment holds its chunk of it. */
-static void unpack(const fsdp_unit *u, int k, const char *recv, dt_dtype rt, void *dst,
-                   dt_dtype dt) {
+static dt_status unpack(dt_ctx *ctx, const fdev *D, const fsdp_unit *u, int k, const char *recv,
+                        dt_dtype rt, void *dst, dt_dtype dt) {
   const fsdp_member *mb = &u->mem[k];
   const size_t es = dt_dtype_size(rt);
-  for (int r = 0; r < u->f->W; r++) {
-    int64_t size, off;
-    fsdp_chunk(u->f, mb->rows, r, &size, &off);
-    runs((char *)dst + (size_t)(off * mb->inner) * dt_dtype_size(dt), dt, mb->rows * mb->inner,
-         recv + ((size_t)r * (size_t)u->P + (size_t)mb->off) * es, rt, size * mb->inner,
-         mb->outer, size * mb->inner);
-  }
-}
-
-/* unpack() on device pointers, recv and dst both of dtype t. */
-static dt_status dunpack(dt_ctx *ctx, const fsdp_unit *u, int k, const char *recv, void *dst,
-                         dt_dtype t) {
-  const fsdp_member *mb = &u->mem[k];
-  const size_t es = dt_dtype_size(t);
   dt_status s = DT_OK;
   for (int r = 0; s == DT_OK && r < u->f->W; r++) {
     int64_t size, off;
     fsdp_chunk(u->f, mb->rows, r, &size, &off);
-    s = druns(ctx, es, (char *)dst + (size_t)(off * mb->inner) * es, mb->rows * mb->inner,
-              recv + ((size_t)r * (size_t)u->P + (size_t)mb->off) * es, size * mb->inner,
-              mb->outer, size * mb->inner);
+    s = runs(ctx, D, (char *)dst + (size_t)(off * mb->inner) * dt_dtype_size(dt), dt,
+             mb->rows * mb->inner, recv + ((size_t)r * (size_t)u->P + (size_t)mb->off) * es, rt,
+             size * mb->inner, mb->outer, size * mb->inner);
   }
   return s;
 }
 
-/* gather_into on the device: the shards into one flat buffer (model dtype), cast
- * to the param dtype, all_gather, cast back, unpacked. */
-static dt_status gather_into_dev(dt_ctx *ctx, fsdp_unit *u, dt_tensor *const *vals) {
-  fsdp *f = u->f;
-  const dt_dtype pd = comm_dtype(f, false), md = f->m->dtype;
-  const dt_device_kind dk = unit_dev(u);
-  const size_t em = dt_dtype_size(md);
-  const int64_t P = u->P, WP = u->P * f->W;
-  dt_array sm = {0}, sp = {0}, rp = {0}, rm = {0};
-  dt_status s = dbuf(ctx, dk, md, P, true, &sm);
-  for (int k = 0; s == DT_OK && k < u->n; k++) {
-    const dt_tensor *w = dt_var_value(f->m->mods[u->mem[k].mod].weight);
-    s = dconvert(ctx, (char *)sm.data + (size_t)u->mem[k].off * em, md, w->local.data, md,
-                 w->local.numel);
-  }
-  if (s == DT_OK && pd != md && (s = dbuf(ctx, dk, pd, P, false, &sp)) == DT_OK)
-    s = dconvert(ctx, sp.data, pd, sm.data, md, P);
-  if (s == DT_OK) s = dbuf(ctx, dk, pd, WP, false, &rp);
-  if (s == DT_OK)
-    s = dt_comm_all_gather(f->comm, pd != md ? sp.data : sm.data, rp.data, (size_t)P, pd);
-  if (s == DT_OK && pd != md && (s = dbuf(ctx, dk, md, WP, false, &rm)) == DT_OK)
-    s = dconvert(ctx, rm.data, md, rp.data, pd, WP);
-  for (int k = 0; s == DT_OK && k < u->n; k++)
-    s = dunpack(ctx, u, k, pd != md ? rm.data : rp.data, vals[k]->local.data, md);
-  dt_array_free(ctx, &sm);
-  dt_array_free(ctx, &sp);
-  dt_array_free(ctx, &rp);
-  dt_array_free(ctx, &rm);
-  return s;
-}
-
-/* The unit's unsharded values into vals[k] (already allocated, right local shape). */
+/* The unit's unsharded values into vals[k] (already allocated, right local shape):
+ * the shards converted to the param dtype into one flat segment, all_gather, each
+ * member's chunks converted back out. */
 static dt_status gather_into(dt_ctx *ctx, fsdp_unit *u, dt_tensor *const *vals) {
-  if (unit_dev(u) != DT_DEV_CPU) return gather_into_dev(ctx, u, vals);
   fsdp *f = u->f;
   const dt_dtype pd = comm_dtype(f, false), md = f->m->dtype;
   const size_t es = dt_dtype_size(pd);
-  char *send = dt_host_calloc(ctx, (size_t)u->P * es);
-  char *recv = dt_host_alloc(ctx, (size_t)u->P * es * (size_t)f->W);
-  dt_status s = send && recv ? DT_OK : dt_error(ctx, DT_ERR_NOMEM, WHO, "no memory");
+  fdev D;
+  DT_CHECK(on_dev(ctx, unit_dev(u), &D));
+  dt_array send = {0}, recv = {0};
+  dt_status s = fbuf(ctx, &D, pd, u->P, true, &send);
+  if (s == DT_OK) s = fbuf(ctx, &D, pd, u->P * f->W, false, &recv);
   for (int k = 0; s == DT_OK && k < u->n; k++) {
     const fsdp_member *mb = &u->mem[k];
     const dt_tensor *w = dt_var_value(f->m->mods[mb->mod].weight);
-    convert(send + (size_t)mb->off * es, pd, w->local.data, md, w->local.numel);
+    s = convert(&D, (char *)send.data + (size_t)mb->off * es, pd, w->local.data, md,
+                w->local.numel);
   }
-  if (s == DT_OK)
-    s = dt_comm_all_gather(f->comm, send, recv, (size_t)u->P, pd);
-  for (int k = 0; s == DT_OK && k < u->n; k++) unpack(u, k, recv, pd, vals[k]->local.data, md);
-  dt_host_free(ctx, send);
-  dt_host_free(ctx, recv);
+  if (s == DT_OK) s = dt_comm_all_gather(f->comm, send.data, recv.data, (size_t)u->P, pd);
+  for (int k = 0; s == DT_OK && k < u->n; k++)
+    s = unpack(ctx, &D, u, k, recv.data, pd, vals[k]->local.data, md);
+  dt_array_free(ctx, &send);
+  dt_array_free(ctx, &recv);
   return s;
 }
 
@@ -378,18 +325,13 @@ static dt_status regather(dt_ctx *ctx, fsdp_unit *u) {
   dt_status s = vals ? DT_OK : dt_error(ctx, DT_ERR_NOMEM, WHO, "no memory");
   for (int k = 0; s == DT_OK && k < u->n; k++) {
     dt_tensor *v = value_of(u->mem[k].unsharded);
-    if (!v->local.data && v->local.dev != DT_DEV_CPU) { /* device memory of the same shape */
+    if (!v->local.data) { /* memory of the same shape where it lived */
       dt_array a;
       s = dt_array_create(ctx, v->local.dev, v->local.dtype, v->local.ndim, v->local.shape, &a);
       if (s == DT_OK) {
         v->local.data = a.data;
         v->local.owns = true;
       }
-    } else if (!v->local.data) {
-      size_t bytes = dt_array_bytes(&v->local);
-      v->local.data = dt_host_alloc(ctx, bytes ? bytes : 1);
-      if (!v->local.data) s = dt_error(ctx, DT_ERR_NOMEM, WHO, "no memory");
-      v->local.owns = v->local.data != NULL;
     }
     vals[k] = v;
   }
@@ -415,23 +357,14 @@ static dt_status reduce_unit(dt_ctx *ctx, fsdp_unit *u, const dt_tensor *const *
   dt_model *m = f->m;
   const int rd = f->o.replicate_dim, nd = dt_mesh_ndim(m->mesh);
   const dt_dtype rt = comm_dtype(f, true), md = m->dtype;
-  const size_t es = dt_dtype_size(rt), em = dt_dtype_size(md);
-  /* on a device: the gradients packed in the model dtype into sm, cast to rt (sr) */
-  const dt_device_kind dk = unit_dev(u);
-  const bool dev = dk != DT_DEV_CPU;
-  dt_array sm = {0}, sr = {0}, rr = {0}, tmp = {0};
-  char *send = NULL, *recv = NULL;
-  dt_status s = DT_OK;
-  if (dev) {
-    s = dbuf(ctx, dk, md, u->P * f->W, true, &sm);
-    if (s == DT_OK && rt != md) s = dbuf(ctx, dk, rt, u->P * f->W, false, &sr);
-    if (s == DT_OK) s = dbuf(ctx, dk, rt, u->P, false, &rr);
-    send = rt != md ? sr.data : sm.data;
-    recv = rr.data;
-  } else {
-    send = dt_host_calloc(ctx, (size_t)u->P * es * (size_t)f->W);
-    recv = dt_host_alloc(ctx, (size_t)u->P * es);
-  }
+  const size_t es = dt_dtype_size(rt);
+  /* the gradients packed, converted to rt, into send [W, P]; this rank's sum in recv */
+  fdev D;
+  dt_array sb = {0}, rb = {0};
+  dt_status s = on_dev(ctx, unit_dev(u), &D);
+  if (s == DT_OK) s = fbuf(ctx, &D, rt, u->P * f->W, true, &sb);
+  if (s == DT_OK) s = fbuf(ctx, &D, rt, u->P, false, &rb);
+  char *send = sb.data, *recv = rb.data;
   dt_tensor *g = dt_host_calloc(ctx, sizeof *g * (size_t)u->n); /* each gradient, redistributed */
   bool *partial_rep = dt_host_calloc(ctx, sizeof *partial_rep * (size_t)u->n);
   if (s == DT_OK && !(send && recv && g && partial_rep))
@@ -473,40 +406,22 @@ static dt_status reduce_unit(dt_ctx *ctx, fsdp_unit *u, const dt_tensor *const *
       s = dt_error(ctx, DT_ERR_UNSUPPORTED, WHO, "%s: a Partial gradient that is not a sum",
                    m->mods[mb->mod].fqn);
     if (s != DT_OK || !contribute) continue;
-    for (int r = 0; dev && s == DT_OK && r < f->W; r++)
-      s = dpack(ctx, f, mb, r, (char *)sm.data + ((size_t)r * (size_t)u->P + (size_t)mb->off) * em,
-                g[k].local.data, md);
-    for (int r = 0; !dev && r < f->W; r++)
-      pack(f, mb, r, send + ((size_t)r * (size_t)u->P + (size_t)mb->off) * es, rt,
-           g[k].local.data, md);
+    for (int r = 0; s == DT_OK && r < f->W; r++)
+      s = pack(ctx, &D, f, mb, r, send + ((size_t)r * (size_t)u->P + (size_t)mb->off) * es, rt,
+               g[k].local.data, md);
   }
-  if (s == DT_OK && dev && rt != md) s = dconvert(ctx, sr.data, rt, sm.data, md, u->P * f->W);
   if (s == DT_OK) s = dt_comm_reduce_scatter(f->comm, send, recv, (size_t)u->P, rt, DT_RED_SUM);
   for (int k = 0; s == DT_OK && f->o.fault_no_reduce[0] && k < u->n; k++) {
     const fsdp_member *mb = &u->mem[k];
     if (!g[k].mesh || strcmp(m->mods[mb->mod].fqn, f->o.fault_no_reduce)) continue;
     /* the fault: this rank's own chunk of its partial gradient */
-    if (dev) {
-      int64_t size, off;
-      fsdp_chunk(f, mb->rows, f->coord, &size, &off);
-      if (!tmp.data) s = dbuf(ctx, dk, md, u->P, false, &tmp);
-      if (s == DT_OK)
-        s = dpack(ctx, f, mb, f->coord, (char *)tmp.data + (size_t)mb->off * em, g[k].local.data, md);
-      if (s == DT_OK)
-        s = dconvert(ctx, recv + (size_t)mb->off * es, rt, (char *)tmp.data + (size_t)mb->off * em,
-                     md, mb->outer * size * mb->inner);
-    } else {
-      pack(f, mb, f->coord, recv + (size_t)mb->off * es, rt, g[k].local.data, md);
-    }
+    s = pack(ctx, &D, f, mb, f->coord, recv + (size_t)mb->off * es, rt, g[k].local.data, md);
   }
   if (s == DT_OK && any_rep) { /* HSDP: the shard's sum over the replicas */
     for (int k = 0; s == DT_OK && k < u->n; k++) /* a gradient Replicate over dp_replicate counts once */
-      if (g[k].mesh && !partial_rep[k] && dt_mesh_coord(m->mesh, rd) != 0 && dev)
-        s = dt_device_fill(ctx->device, rt, recv + (size_t)u->mem[k].off * es,
+      if (g[k].mesh && !partial_rep[k] && dt_mesh_coord(m->mesh, rd) != 0)
+        s = dt_device_fill(D.kd.dev, rt, recv + (size_t)u->mem[k].off * es,
                            u->mem[k].outer * u->mem[k].c * u->mem[k].inner, 0.0);
-      else if (g[k].mesh && !partial_rep[k] && dt_mesh_coord(m->mesh, rd) != 0)
-        memset(recv + (size_t)u->mem[k].off * es, 0,
-               (size_t)(u->mem[k].outer * u->mem[k].c * u->mem[k].inner) * es);
     if (s == DT_OK) s = dt_comm_all_reduce(dt_mesh_comm(m->mesh, rd), recv, recv, (size_t)u->P, rt, DT_RED_SUM);
   }
   for (int k = 0; s == DT_OK && k < u->n; k++) {
@@ -522,8 +437,7 @@ static dt_status reduce_unit(dt_ctx *ctx, fsdp_unit *u, const dt_tensor *const *
     dt_array a;
     s = dt_array_create(ctx, w->local.dev, md, w->local.ndim, w->local.shape, &a);
     if (s != DT_OK) break;
-    if (dev) s = dconvert(ctx, a.data, md, recv + (size_t)mb->off * es, rt, w->local.numel);
-    else convert(a.data, md, recv + (size_t)mb->off * es, rt, w->local.numel);
+    s = convert(&D, a.data, md, recv + (size_t)mb->off * es, rt, w->local.numel);
     if (s != DT_OK) {
       dt_array_free(ctx, &a);
       break;
@@ -534,15 +448,8 @@ static dt_status reduce_unit(dt_ctx *ctx, fsdp_unit *u, const dt_tensor *const *
   for (int k = 0; g && k < u->n; k++) dt_tensor_free(ctx, &g[k]);
   dt_host_free(ctx, g);
   dt_host_free(ctx, partial_rep);
-  if (dev) {
-    dt_array_free(ctx, &sm);
-    dt_array_free(ctx, &sr);
-    dt_array_free(ctx, &rr);
-    dt_array_free(ctx, &tmp);
-  } else {
-    dt_host_free(ctx, send);
-    dt_host_free(ctx, recv);
-  }
+  dt_array_free(ctx, &sb);
+  dt_array_free(ctx, &rb);
   return s;
 }
 
@@ -668,23 +575,19 @@ static dt_status add_grad(dt_ctx *ctx, dt_model *m, dt_var *w, dt_tensor *g) {
     s = dt_error(ctx, DT_ERR_INTERNAL, WHO, "a gradient of %lld elements for one of %lld",
                  (long long)a->local.numel, (long long)old->local.numel);
   dt_tensor *o = (dt_tensor *)old; /* the tape's, accumulated into in place */
-  if (s == DT_OK && o->local.numel && o->local.dev != DT_DEV_CPU) { /* o += a on the device */
+  if (s == DT_OK && o->local.numel) { /* o += a where o lives */
+    fdev D;
     dt_array c = {0};
     const void *x = a->local.data;
-    if (a->dtype != o->dtype) { /* a converted to o's dtype first */
-      s = dbuf(ctx, o->local.dev, o->dtype, o->local.numel, false, &c);
-      if (s == DT_OK) s = dconvert(ctx, c.data, o->dtype, a->local.data, a->dtype, o->local.numel);
+    s = on_dev(ctx, o->local.dev, &D);
+    if (s == DT_OK && a->dtype != o->dtype) { /* a converted to o's dtype first */
+      s = fbuf(ctx, &D, o->dtype, o->local.numel, false, &c);
+      if (s == DT_OK) s = convert(&D, c.data, o->dtype, a->local.data, a->dtype, o->local.numel);
       x = c.data;
     }
-    if (s == DT_OK) s = dt_device_axpy(ctx->device, o->dtype, o->local.numel, 1.0, x, o->local.data);
+    if (s == DT_OK) s = dt_device_axpy(D.kd.dev, o->dtype, o->local.numel, 1.0, x, o->local.data);
     dt_array_free(ctx, &c);
-    dt_tensor_free(ctx, &r);
-    dt_tensor_free(ctx, g);
-    return s;
   }
-  for (int64_t e = 0; s == DT_OK && e < o->local.numel; e++)
-    put(o->local.data, o->dtype, e,
-        get(o->local.data, o->dtype, e) + get(a->local.data, a->dtype, e));
   dt_tensor_free(ctx, &r);
   dt_tensor_free(ctx, g);
   return s;
@@ -1024,17 +927,11 @@ static dt_status zero1_reduce(dt_ctx *ctx, fsdp *f, fsdp_unit *u, dt_comm *c, co
   const size_t es = dt_dtype_size(rt);
   int64_t total = 0;
   for (int k = 0; k < u->n; k++) total += u->mem[k].outer * u->mem[k].rows * u->mem[k].inner;
-  const dt_device_kind dk = unit_dev(u);
-  const bool dev = dk != DT_DEV_CPU;
-  dt_array db = {0}; /* on a device: the flat buffer there */
-  char *buf = NULL;
-  if (dev) {
-    DT_CHECK(dbuf(ctx, dk, rt, total, true, &db));
-    buf = db.data;
-  } else {
-    buf = dt_host_calloc(ctx, (size_t)(total ? total : 1) * es);
-  }
-  if (!buf) return dt_error(ctx, DT_ERR_NOMEM, WHO, "no memory");
+  fdev D;
+  DT_CHECK(on_dev(ctx, unit_dev(u), &D));
+  dt_array db;
+  DT_CHECK(fbuf(ctx, &D, rt, total, true, &db));
+  char *buf = db.data;
   bool any = false;
   int64_t at = 0;
   dt_status s = DT_OK;
@@ -1067,8 +964,7 @@ static dt_status zero1_reduce(dt_ctx *ctx, fsdp *f, fsdp_unit *u, dt_comm *c, co
       any = any || partial;
       if (!partial && dt_mesh_coord(m->mesh, dims[q]) != 0) contribute = false;
     }
-    if (contribute && dev) s = dconvert(ctx, buf + (size_t)at * es, rt, g->local.data, md, n);
-    else if (contribute) convert(buf + (size_t)at * es, rt, g->local.data, md, n);
+    if (contribute) s = convert(&D, buf + (size_t)at * es, rt, g->local.data, md, n);
     at += n;
   }
   if (s == DT_OK && any) s = dt_comm_all_reduce(c, buf, buf, (size_t)total, rt, DT_RED_SUM);
@@ -1079,14 +975,12 @@ static dt_status zero1_reduce(dt_ctx *ctx, fsdp *f, fsdp_unit *u, dt_comm *c, co
     const int64_t n = mb->outer * mb->rows * mb->inner;
     /* the fault keeps each rank's own partial sum */
     if (g && g->local.numel == n && strcmp(m->mods[mb->mod].fqn, f->o.fault_no_reduce)) {
-      if (dev) s = dconvert(ctx, g->local.data, md, buf + (size_t)at * es, rt, n);
-      else convert(g->local.data, md, buf + (size_t)at * es, rt, n);
+      s = convert(&D, g->local.data, md, buf + (size_t)at * es, rt, n);
     }
     for (int q = 0; g && q < n_dims; q++) g->pl[dims[q]] = dt_replicate();
     at += n;
   }
-  if (dev) dt_array_free(ctx, &db);
-  else dt_host_free(ctx, buf);
+  dt_array_free(ctx, &db);
   return s;
 }
 
@@ -1119,39 +1013,24 @@ dt_status dt_fsdp_after_step(dt_ctx *ctx, dt_model *m) {
   for (int i = 0; s == DT_OK && i < f->n_units; i++) {
     fsdp_unit *u = &us[i];
     if (!u->n) continue;
-    const dt_device_kind dk = unit_dev(u);
-    const bool dev = dk != DT_DEV_CPU;
-    dt_array ds = {0}, dr = {0}; /* on a device: the buffers there */
-    char *send = NULL, *recv = NULL;
-    if (dev) {
-      s = dbuf(ctx, dk, md, u->P, true, &ds);
-      if (s == DT_OK) s = dbuf(ctx, dk, md, u->P * f->W, false, &dr);
-      send = ds.data;
-      recv = dr.data;
-    } else {
-      send = dt_host_calloc(ctx, (size_t)u->P * es);
-      recv = dt_host_alloc(ctx, (size_t)u->P * es * (size_t)f->W);
-    }
-    if (s == DT_OK && (!send || !recv)) s = dt_error(ctx, DT_ERR_NOMEM, WHO, "no memory");
+    fdev D;
+    dt_array sb = {0}, rb = {0};
+    s = on_dev(ctx, unit_dev(u), &D);
+    if (s == DT_OK) s = fbuf(ctx, &D, md, u->P, true, &sb);
+    if (s == DT_OK) s = fbuf(ctx, &D, md, u->P * f->W, false, &rb);
+    char *send = sb.data, *recv = rb.data;
     for (int k = 0; s == DT_OK && k < u->n; k++) { /* this rank's updated rows */
       const fsdp_member *mb = &u->mem[k];
       const dt_tensor *w = dt_var_value(m->mods[mb->mod].weight);
-      if (dev) s = dpack(ctx, f, mb, f->coord, send + (size_t)mb->off * es, w->local.data, md);
-      else pack(f, mb, f->coord, send + (size_t)mb->off * es, md, w->local.data, md);
+      s = pack(ctx, &D, f, mb, f->coord, send + (size_t)mb->off * es, md, w->local.data, md);
     }
     if (s == DT_OK) s = dt_comm_all_gather(f->comm, send, recv, (size_t)u->P, md);
     for (int k = 0; s == DT_OK && k < u->n; k++) {
       void *dst = value_of(m->mods[u->mem[k].mod].weight)->local.data;
-      if (dev) s = dunpack(ctx, u, k, recv, dst, md);
-      else unpack(u, k, recv, md, dst, md);
+      s = unpack(ctx, &D, u, k, recv, md, dst, md);
     }
-    if (dev) {
-      dt_array_free(ctx, &ds);
-      dt_array_free(ctx, &dr);
-    } else {
-      dt_host_free(ctx, send);
-      dt_host_free(ctx, recv);
-    }
+    dt_array_free(ctx, &sb);
+    dt_array_free(ctx, &rb);
   }
   return s;
 }

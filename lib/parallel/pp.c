@@ -140,7 +140,7 @@ static dt_status recv_tensor(pp_run *r, const dt_tensor *like, int peer, int tag
   dt_tensor_local_shape(out, ls);
   /* on the sender's kind of memory: like's, else the rank's compute device (the
    * activations the ops made there; the comm front takes device buffers) */
-  const dt_device_kind dev = like ? like->local.dev : ctx->device ? ctx->device->kind : DT_DEV_CPU;
+  const dt_device_kind dev = like ? like->local.dev : dt_tensor_home(ctx);
   dt_status s = dt_array_create(ctx, dev, m->dtype, ndim, ls, &out->local);
   if (s == DT_OK)
     s = dt_comm_recv(r->comm, out->local.data, (size_t)out->local.numel, m->dtype, peer, tag);

@@ -49,6 +49,8 @@
 #include <math.h>
 #include <string.h>
 
+#include "device/kernels.h"
+#include "device/xfer.h"
 #include "parallel/parallel.h"
 
 typedef struct style_state {
@@ -293,41 +295,32 @@ static dt_status ddp_reduce_bucket(dt_ctx *ctx, const ddp_group *grp, const ddp_
       void *p = g0->local.data;
       s = dt_comm_all_reduce(c, p, p, (size_t)g0->local.numel, g0->dtype, op);
     } else {
-      /* the bucket lives where the gradients do (one device: D2D copies in and out) */
-      const bool dev = g0->local.dev != DT_DEV_CPU;
+      /* the bucket lives where the gradients do: copies in and out there */
+      static const char who[] = "dt_data_parallel_reduce_grads";
       size_t count = 0;
       for (int i = 0; i < b->n; i++) count += (size_t)b->grads[i]->local.numel;
+      dt_kdev kd;
       dt_array fb = {0};
       const int64_t fl = (int64_t)(count ? count : 1);
-      char *buf = NULL;
-      if (dev) {
-        s = dt_array_create(ctx, g0->local.dev, g0->dtype, 1, &fl, &fb);
-        buf = s == DT_OK ? fb.data : NULL;
-      } else {
-        buf = dt_host_alloc(ctx, b->bytes ? b->bytes : 1);
-      }
-      if (!buf)
-        return dt_error(ctx, DT_ERR_NOMEM, "dt_data_parallel_reduce_grads",
-                        "no memory for a %zu-byte gradient bucket", b->bytes);
+      DT_CHECK(dt_device_kernels(ctx, g0->local.dev, who, &kd));
+      if (dt_array_create(ctx, g0->local.dev, g0->dtype, 1, &fl, &fb) != DT_OK)
+        return dt_error(ctx, DT_ERR_NOMEM, who, "no memory for a %zu-byte gradient bucket",
+                        b->bytes);
+      char *buf = fb.data;
       size_t off = 0;
       for (int i = 0; s == DT_OK && i < b->n; i++) {
         size_t nb = dt_array_bytes(&b->grads[i]->local);
-        if (nb && dev)
-          s = dt_device_copy(ctx->device, buf + off, b->grads[i]->local.data, nb, DT_COPY_D2D);
-        else if (nb) memcpy(buf + off, b->grads[i]->local.data, nb);
+        s = dt_device_move(kd.dev, buf + off, b->grads[i]->local.data, nb);
         off += nb;
       }
       if (s == DT_OK) s = dt_comm_all_reduce(c, buf, buf, count, g0->dtype, op);
       off = 0;
       for (int i = 0; s == DT_OK && i < b->n; i++) {
         size_t nb = dt_array_bytes(&b->grads[i]->local);
-        if (nb && dev)
-          s = dt_device_copy(ctx->device, b->grads[i]->local.data, buf + off, nb, DT_COPY_D2D);
-        else if (nb) memcpy(b->grads[i]->local.data, buf + off, nb);
+        s = dt_device_move(kd.dev, b->grads[i]->local.data, buf + off, nb);
         off += nb;
       }
-      if (dev) dt_array_free(ctx, &fb);
-      else dt_host_free(ctx, buf);
+      dt_array_free(ctx, &fb);
     }
   }
   for (int i = 0; s == DT_OK && i < b->n; i++)
@@ -454,13 +447,12 @@ dt_status dt_data_parallel_reduce_grads(dt_ctx *ctx, dt_model *m, unsigned dp_di
   }
   if (s == DT_OK) {
     /* a gradient Replicate on some of the dims counts once: zeros elsewhere */
-    for (int i = 0; i < n; i++)
-      if (zero[i] && g[i]->local.numel && g[i]->local.dev != DT_DEV_CPU)
-        s = s == DT_OK ? dt_device_fill(ctx->device, g[i]->dtype, g[i]->local.data,
-                                        g[i]->local.numel, 0.0)
-                       : s;
-      else if (zero[i] && g[i]->local.numel)
-        memset(g[i]->local.data, 0, dt_array_bytes(&g[i]->local));
+    for (int i = 0; s == DT_OK && i < n; i++) {
+      if (!zero[i] || !g[i]->local.numel) continue;
+      dt_kdev kd;
+      s = dt_device_kernels(ctx, g[i]->local.dev, call, &kd);
+      if (s == DT_OK) s = dt_device_zero(kd.dev, g[i]->local.data, dt_array_bytes(&g[i]->local));
+    }
     char saved[sizeof ctx->phase];
     memcpy(saved, ctx->phase, sizeof saved);
     dt_ctx_set_phase(ctx, "backward");
