@@ -9,6 +9,10 @@
  *    parameter counts (6.16M, 8.03B, 70.55B, 405.85B to the printed
  *    digits), dt_llama_config_check rejecting bad custom configs, the module
  *    list (count, fqns, parents before children).
+ *  - the module tree (dt_llama_module_at): the parameters of 8B (8,030,261,248)
+ *    and debugmodel (derived here from its config) summed over it, 4 kv heads
+ *    taking exactly wk's and wv's rows off; fqns, kinds, blocks and shapes at
+ *    the model's positions; a part's tree; dt_model_create's modules equal to it.
  *  - on a tiny custom config (dim 32, 2 layers, 4 heads, 2 kv heads, vocab 64,
  *    batch 2, seq 8) on a 1-rank mesh:
  *    (a) the model's loss equals a naive C implementation of the same model
@@ -97,6 +101,114 @@ static void check_configs(void) {
   bad = c;
   bad.norm_eps = 0;
   TU_CHECK(dt_llama_config_check(NULL, &bad) == DT_ERR_INVALID, "eps 0 accepted");
+}
+
+/* ---- the module tree (dt_llama_module_at) ------------------------------------------ */
+
+/* Weight elements of a config's tree, and its module count. */
+static int64_t tree_params(const dt_llama_config *c, int *n_mods) {
+  int64_t sum = 0;
+  int n = 0;
+  dt_llama_module md;
+  for (; dt_llama_module_at(c, n, &md); n++)
+    if (md.wndim) sum += md.wshape[0] * (md.wndim == 2 ? md.wshape[1] : 1);
+  if (n_mods) *n_mods = n;
+  return sum;
+}
+
+static void check_tree(void) {
+  dt_llama_config c8, dm, kv4;
+  TU_OK(NULL, dt_llama_config_get(NULL, "8B", &c8));
+  TU_OK(NULL, dt_llama_config_get(NULL, "debugmodel", &dm));
+  TU_OK(NULL, dt_llama_config_get(NULL, "debugmodel:n_kv_heads=4", &kv4));
+  /* Llama 3 8B: 8,030,261,248 parameters (Meta's model card rounds it to 8.0B;
+   * TorchTitan logs this exact count): dim 4096, 32 layers, 32 heads, 8 kv heads of
+   * 128, vocab 128256, FFN 14336: 2 x 128256 x 4096 + 4096 + 32 x (2 x 4096^2 +
+   * 2 x 1024 x 4096 + 3 x 4096 x 14336 + 2 x 4096) */
+  int n = 0;
+  int64_t got = tree_params(&c8, &n);
+  TU_CHECK(got == 8030261248LL, "tree: 8B has %lld parameters, want 8030261248", (long long)got);
+  TU_CHECK(n == 3 + 32 * 12 + 1, "tree: 8B has %d modules, want %d", n, 3 + 32 * 12 + 1);
+  /* debugmodel from its config: dim 256, 6 layers, 16 heads = kv heads, vocab 2048,
+   * FFN int(2 x 4 x 256 / 3) = 682 rounded up to a multiple of 256: 768 */
+  const int64_t D = 256, L = 6, V = 2048, F = 768;
+  const int64_t want_dm = 2 * V * D + D + L * (4 * D * D + 3 * D * F + 2 * D);
+  got = tree_params(&dm, &n);
+  TU_CHECK(got == want_dm, "tree: debugmodel has %lld parameters, want %lld", (long long)got,
+           (long long)want_dm);
+  TU_CHECK(got == dt_llama_nparams(&dm), "tree: debugmodel %lld, dt_llama_nparams %lld",
+           (long long)got, (long long)dt_llama_nparams(&dm));
+  /* fewer kv heads: wk and wv lose (16 - 4) x 16 rows in each of the 6 layers */
+  const int64_t got4 = tree_params(&kv4, NULL);
+  TU_CHECK(got - got4 == L * 2 * (16 - 4) * 16 * D, "tree: 4 kv heads take %lld parameters off, "
+           "want %lld", (long long)(got - got4), (long long)(L * 2 * (16 - 4) * 16 * D));
+  /* the order, names, kinds and blocks: TorchTitan's Transformer, parents first */
+  static const struct {
+    int i;
+    const char *fqn;
+    dt_module_kind kind;
+    dt_llama_role role;
+    int layer, wndim;
+    int64_t w0, w1;
+  } at[] = {{0, "", DT_MOD_MODEL, DT_LR_MODEL, -1, 0, 0, 0},
+            {1, "tok_embeddings", DT_MOD_EMBEDDING, DT_LR_TOK_EMBEDDINGS, -1, 2, 2048, 256},
+            {2, "layers.0", DT_MOD_BLOCK, DT_LR_BLOCK, 0, 0, 0, 0},
+            {3, "layers.0.attention_norm", DT_MOD_RMSNORM, DT_LR_ATTENTION_NORM, 0, 1, 256, 0},
+            {4, "layers.0.attention", DT_MOD_ATTENTION, DT_LR_ATTENTION, 0, 0, 0, 0},
+            {6, "layers.0.attention.wk", DT_MOD_LINEAR, DT_LR_WK, 0, 2, 256, 256},
+            {8, "layers.0.attention.wo", DT_MOD_LINEAR, DT_LR_WO, 0, 2, 256, 256},
+            {9, "layers.0.ffn_norm", DT_MOD_RMSNORM, DT_LR_FFN_NORM, 0, 1, 256, 0},
+            {10, "layers.0.feed_forward", DT_MOD_FEEDFORWARD, DT_LR_FEED_FORWARD, 0, 0, 0, 0},
+            {12, "layers.0.feed_forward.w2", DT_MOD_LINEAR, DT_LR_W2, 0, 2, 256, 768},
+            {13, "layers.0.feed_forward.w3", DT_MOD_LINEAR, DT_LR_W3, 0, 2, 768, 256},
+            {14, "layers.1", DT_MOD_BLOCK, DT_LR_BLOCK, 1, 0, 0, 0},
+            {2 + 6 * 12 - 1, "layers.5.feed_forward.w3", DT_MOD_LINEAR, DT_LR_W3, 5, 2, 768, 256},
+            {2 + 6 * 12, "norm", DT_MOD_RMSNORM, DT_LR_NORM, -1, 1, 256, 0},
+            {3 + 6 * 12, "output", DT_MOD_LINEAR, DT_LR_OUTPUT, -1, 2, 2048, 256}};
+  TU_CHECK(n == 4 + 6 * 12, "tree: debugmodel has %d modules, want %d", n, 4 + 6 * 12);
+  dt_llama_module md;
+  for (size_t k = 0; k < sizeof at / sizeof at[0]; k++) {
+    TU_CHECK(dt_llama_module_at(&dm, at[k].i, &md), "tree: no module %d", at[k].i);
+    TU_CHECK(!strcmp(md.fqn, at[k].fqn) && md.kind == at[k].kind && md.role == at[k].role &&
+                 md.layer == at[k].layer && md.wndim == at[k].wndim &&
+                 md.wshape[0] == at[k].w0 && md.wshape[1] == at[k].w1,
+             "tree: module %d is '%s' (kind %d role %d layer %d, %d-D [%lld, %lld]), want '%s'",
+             at[k].i, md.fqn, (int)md.kind, (int)md.role, md.layer, md.wndim,
+             (long long)md.wshape[0], (long long)md.wshape[1], at[k].fqn);
+  }
+  TU_CHECK(!dt_llama_module_at(&dm, n, &md) && !dt_llama_module_at(&dm, -1, &md) && !md.fqn[0],
+           "tree: a module past the end");
+  /* a part: the whole model's tree without the parts no_* leaves out */
+  dt_llama_config ffn = dm;
+  ffn.no_embedding = ffn.no_attention = ffn.no_head = true;
+  got = tree_params(&ffn, &n);
+  TU_CHECK(got == L * (3 * D * F + D) && n == 1 + 6 * 6, "tree: feed_forward only: %lld "
+           "parameters in %d modules", (long long)got, n);
+  const dt_llama_config back = dt_llama_config_whole(&ffn);
+  TU_CHECK(tree_params(&back, NULL) == want_dm, "tree: dt_llama_config_whole lost modules");
+  /* dt_model_create lists the same modules (a model described only: no mesh) */
+  const dt_llama_config *cs[] = {&c8, &kv4, &ffn};
+  dt_ctx hc;
+  dt_ctx_init(&hc, 0, 1);
+  for (int k = 0; k < 3; k++) {
+    dt_model *m = NULL;
+    TU_OK(&hc, dt_model_create(&hc, NULL, cs[k], DT_F32, 0, &m));
+    if (!m) continue;
+    tree_params(cs[k], &n);
+    TU_CHECK(m->n_mods == n, "tree: the model has %d modules, the tree %d", m->n_mods, n);
+    for (int i = 0; i < m->n_mods && dt_llama_module_at(cs[k], i, &md); i++) {
+      const dt_module *o = &m->mods[i];
+      TU_CHECK(!strcmp(o->fqn, md.fqn) && o->kind == md.kind && o->index == i &&
+                   o->wndim == md.wndim && o->wshape[0] == md.wshape[0] &&
+                   o->wshape[1] == (md.wndim == 2 ? md.wshape[1] : 0) && o->init == md.init &&
+                   o->init_std == md.init_std && o->init_trunc == md.init_trunc,
+               "tree: model module %d '%s' differs from the tree's '%s'", i, o->fqn, md.fqn);
+    }
+    dt_model_free(&hc, m);
+  }
+  dt_ctx_release(&hc);
+  printf("  tree: 8B 8030261248 parameters, debugmodel %lld in %d modules\n", (long long)want_dm,
+         4 + 6 * 12);
 }
 
 /* ---- the tiny model ------------------------------------------------------------------- */
@@ -1036,6 +1148,7 @@ int main(int argc, char **argv) {
   dt_device_cpu_blas_threads(1);
   printf("configs\n");
   check_configs();
+  check_tree();
   struct {
     int world;
     dt_spmd_fn fn;

@@ -110,18 +110,6 @@ static bool seq_shard(const dt_style_layout *l, int n) {
   return false;
 }
 
-/* Parameter counts of one module kind (weights only; the model has no biases). */
-typedef struct mod_sizes {
-  double emb, wq, wk, wv, wo, w1, w2, w3, norm, out;
-} mod_sizes;
-
-static mod_sizes sizes_of(const dt_llama_config *c) {
-  const double D = c->dim, V = c->vocab, hd = c->dim / c->n_heads, F = dt_llama_ffn_hidden(c);
-  mod_sizes z = {V * D, D * c->n_heads * hd, D * c->n_kv_heads * hd, D * c->n_kv_heads * hd,
-                 c->n_heads * hd * D, D * F, F * D, D * F, D, V * D};
-  return z;
-}
-
 dt_status sb_workload_config(dt_ctx *ctx, const char *model, const char *workload,
                              dt_llama_config *out) {
   DT_CHECK(dt_llama_config_get(ctx, model, out));
@@ -152,7 +140,6 @@ void sb_workload_whole(const dt_llama_config *c, dt_llama_config *out) {
 void sb_plan_traits_get(const dt_plan *plan, const dt_llama_config *cfg, sb_plan_traits *out) {
   memset(out, 0, sizeof *out);
   const int tpi = dt_plan_dim(plan, "tp");
-  const mod_sizes z = sizes_of(cfg);
   out->valid = true;
   out->layers = cfg->n_layers;
   out->loss_parallel = plan->loss_parallel;
@@ -189,61 +176,54 @@ void sb_plan_traits_get(const dt_plan *plan, const dt_llama_config *cfg, sb_plan
          seq_shard(st->desired_output_layouts, st->n_out)))
       out->sequence_parallel = true;
   }
-  /* a Colwise/Rowwise module's weight is split over tp; every other weight is whole */
-#define SPLIT(fqn, size)                                                              \
-  do {                                                                                \
-    const dt_style *s_ = style_on(plan, tpi, fqn);                                    \
-    bool split_ = is_style(s_, DT_STYLE_COLWISE) || is_style(s_, DT_STYLE_ROWWISE); \
-    if (split_) out->tp_params += (size);                                             \
-    else out->rep_params += (size);                                                   \
-  } while (0)
-  SPLIT("tok_embeddings", z.emb);
-  SPLIT("norm", z.norm);
-  SPLIT("output", z.out);
+  /* a Colwise/Rowwise module's weight is split over tp; every other weight is whole
+   * (every weight of the model the workload is cut from: lib/nn's tree) */
+  const dt_llama_config whole = dt_llama_config_whole(cfg);
+  dt_llama_module md;
+  for (int i = 0; dt_llama_module_at(&whole, i, &md); i++) {
+    if (!md.wndim) continue;
+    const dt_style *s = style_on(plan, tpi, md.fqn);
+    const double n = (double)md.wshape[0] * (md.wndim == 2 ? (double)md.wshape[1] : 1);
+    if (is_style(s, DT_STYLE_COLWISE) || is_style(s, DT_STYLE_ROWWISE)) out->tp_params += n;
+    else out->rep_params += n;
+  }
   out->vocab_embedding = is_style(style_on(plan, tpi, "tok_embeddings"), DT_STYLE_ROWWISE);
   out->vocab_output = is_style(style_on(plan, tpi, "output"), DT_STYLE_COLWISE);
+  const dt_llama_layout L = dt_llama_layout_of(&whole);
   for (int l = 0; l < cfg->n_layers; l++) {
-    static const char *const mods[9] = {"attention.wq", "attention.wk", "attention.wv",
-                                        "attention.wo", "feed_forward.w1", "feed_forward.w2",
-                                        "feed_forward.w3", "attention_norm", "ffn_norm"};
-    const double msz[9] = {z.wq, z.wk, z.wv, z.wo, z.w1, z.w2, z.w3, z.norm, z.norm};
-    const dt_style *s[9];
-    for (int k = 0; k < 9; k++) {
-      char fqn[64];
-      snprintf(fqn, sizeof fqn, "layers.%d.%s", l, mods[k]);
-      s[k] = style_on(plan, tpi, fqn);
-      SPLIT(fqn, msz[k]);
-    }
-    if (is_style(s[0], DT_STYLE_COLWISE) && is_style(s[1], DT_STYLE_COLWISE) &&
-        is_style(s[2], DT_STYLE_COLWISE) && is_style(s[3], DT_STYLE_ROWWISE))
+    const dt_style *s[DT_LR_COUNT] = {NULL}; /* the block's modules' styles, by role */
+    for (int k = 0; k < L.per_layer; k++)
+      if (dt_llama_module_at(&whole, L.block0 + l * L.per_layer + k, &md))
+        s[md.role] = style_on(plan, tpi, md.fqn);
+    if (is_style(s[DT_LR_WQ], DT_STYLE_COLWISE) && is_style(s[DT_LR_WK], DT_STYLE_COLWISE) &&
+        is_style(s[DT_LR_WV], DT_STYLE_COLWISE) && is_style(s[DT_LR_WO], DT_STYLE_ROWWISE))
       out->attn_tp_layers++;
-    if (is_style(s[4], DT_STYLE_COLWISE) && is_style(s[6], DT_STYLE_COLWISE) &&
-        is_style(s[5], DT_STYLE_ROWWISE))
+    if (is_style(s[DT_LR_W1], DT_STYLE_COLWISE) && is_style(s[DT_LR_W3], DT_STYLE_COLWISE) &&
+        is_style(s[DT_LR_W2], DT_STYLE_ROWWISE))
       out->mlp_tp_layers++;
-    char a[64], f[64];
-    snprintf(a, sizeof a, "layers.%d.attention", l);
-    snprintf(f, sizeof f, "layers.%d.feed_forward", l);
-    if (is_style(style_on(plan, tpi, a), DT_STYLE_PREPARE_INPUT) &&
-        is_style(style_on(plan, tpi, f), DT_STYLE_PREPARE_INPUT))
+    if (is_style(s[DT_LR_ATTENTION], DT_STYLE_PREPARE_INPUT) &&
+        is_style(s[DT_LR_FEED_FORWARD], DT_STYLE_PREPARE_INPUT))
       out->prepared_layers++;
   }
-#undef SPLIT
 }
 
 void sb_plan_traits_megatron(const dt_llama_config *cfg, bool sequence_parallel,
                              sb_plan_traits *out) {
   memset(out, 0, sizeof *out);
-  const mod_sizes z = sizes_of(cfg);
-  const double L = cfg->n_layers;
   out->valid = true;
   out->layers = cfg->n_layers;
   out->attn_tp_layers = out->mlp_tp_layers = out->prepared_layers = cfg->n_layers;
   out->vocab_embedding = out->vocab_output = true;
   out->sequence_parallel = sequence_parallel;
   out->loss_parallel = true; /* [MLM] sec. 3: the output GEMM is fused with the cross-entropy */
-  /* [MLM] sec. 3: the layer-norm parameters are duplicated on every rank */
-  out->rep_params = (2 * L + 1) * z.norm;
-  out->tp_params = z.emb + z.out + L * (z.wq + z.wk + z.wv + z.wo + z.w1 + z.w2 + z.w3);
+  /* [MLM] sec. 3: the layer-norm parameters are duplicated on every rank; every
+   * matrix (embedding, projections, output) is split */
+  const dt_llama_config whole = dt_llama_config_whole(cfg);
+  dt_llama_module md;
+  for (int i = 0; dt_llama_module_at(&whole, i, &md); i++) {
+    if (md.wndim == 1) out->rep_params += (double)md.wshape[0];
+    else if (md.wndim == 2) out->tp_params += (double)md.wshape[0] * (double)md.wshape[1];
+  }
 }
 
 double sb_params_per_rank(const sb_baseline_in *in, const sb_plan_traits *tr) {
@@ -257,22 +237,21 @@ double sb_params_per_rank(const sb_baseline_in *in, const sb_plan_traits *tr) {
  * of the tensor FSDP splits (TP's local block at tp coordinate 0 when split). */
 static void fsdp_units(const sb_baseline_in *in, bool split, double *emb, double *block,
                        double *last) {
-  const dt_llama_config *c = &in->model;
   const int64_t t = split ? in->tp : 1, F = in->dp_shard;
-  const int64_t D = c->dim, V = c->vocab, hd = c->dim / c->n_heads, FF = dt_llama_ffn_hidden(c);
-  const int64_t QD = c->n_heads * hd, KVD = c->n_kv_heads * hd;
 #define CEIL(a, b) (((a) + (b) - 1) / (b))
-#define COLW(rows, cols) ((double)(CEIL(CEIL(rows, t), F) * (cols)))  /* rows split by TP */
-#define ROWW(rows, cols) ((double)(CEIL(rows, F) * CEIL(cols, t)))    /* columns split by TP */
-#define WHOLE(n) ((double)CEIL(n, F))
-  *emb = COLW(V, D);
-  *block = 2 * WHOLE(D) + COLW(QD, D) + 2 * COLW(KVD, D) + ROWW(D, QD) + 2 * COLW(FF, D) +
-           ROWW(D, FF);
-  *last = WHOLE(D) + COLW(V, D);
+  *emb = *block = *last = 0;
+  dt_llama_module md; /* lib/nn's tree: tok_embeddings, layer 0's modules, norm and output */
+  for (int i = 0; dt_llama_module_at(&in->model, i, &md); i++) {
+    if (!md.wndim || md.layer > 0) continue;
+    const int64_t rows = md.wshape[0], cols = md.wshape[1];
+    double seg;
+    if (md.wndim == 1) seg = (double)CEIL(rows, F);                      /* whole */
+    else if (md.role == DT_LR_WO || md.role == DT_LR_W2)
+      seg = (double)(CEIL(rows, F) * CEIL(cols, t));                     /* columns split by TP */
+    else seg = (double)(CEIL(CEIL(rows, t), F) * cols);                  /* rows split by TP */
+    *(md.layer == 0 ? block : md.role == DT_LR_TOK_EMBEDDINGS ? emb : last) += seg;
+  }
 #undef CEIL
-#undef COLW
-#undef ROWW
-#undef WHOLE
 }
 
 /* FSDP2's dp bytes per rank per step on TorchTitan's units (apply_fsdp at v0.2.0:

@@ -4,9 +4,10 @@
  * Per rank (the quantity results.peak_mem_bytes measures: the library's
  * high-water mark of host bytes a rank allocated, ctx->mem.host_peak):
  *
- *   weights: every module weight of the Llama (tok_embeddings V x D; per layer
- *     attention_norm D, wq QD x D, wk and wv KVD x D, wo D x QD, ffn_norm D, w1
- *     and w3 F x D, w2 D x F; norm D; output V x D), split over tp when a [tp]
+ *   weights: every module weight of the Llama (lib/nn's dt_llama_module_at:
+ *     tok_embeddings V x D; per layer attention_norm D, wq QD x D, wk and wv
+ *     KVD x D, wo D x QD, ffn_norm D, w1 and w3 F x D, w2 D x F; norm D; output
+ *     V x D), split over tp when a [tp]
  *     ColwiseParallel/RowwiseParallel entry of the plan matches its fqn, whole
  *     otherwise; held 4 times (the weight, its gradient, AdamW's exp_avg and
  *     exp_avg_sq: torch.optim.AdamW keeps two moments per parameter), plus one
@@ -85,47 +86,27 @@ static bool tp_sharded(const dt_plan *p, const char *fqn) {
 static double rank_bytes(const dt_llama_config *c, size_t elem, int tp, int dp, int cp, int batch,
                          int seq, const dt_plan *plan, double *nparams) {
   const double D = c->dim, V = c->vocab, H = c->n_heads, hd = (double)c->dim / c->n_heads;
-  const double F = dt_llama_ffn_hidden(c), QD = c->n_heads * hd;
+  const double F = dt_llama_ffn_hidden(c);
   const double KVD = (c->n_kv_heads > 0 ? c->n_kv_heads : c->n_heads) * hd;
   double cap = plan && plan->bucket_cap_mb > 0 ? plan->bucket_cap_mb * 1048576.0
                                                : (double)DT_DDP_BUCKET_CAP_BYTES;
   if (cap < DT_DDP_FIRST_BUCKET_BYTES) cap = DT_DDP_FIRST_BUCKET_BYTES;
   const dt_plan *tp_plan = tp > 1 ? plan : NULL; /* TorchTitan applies TP only when tp > 1 */
   double local = 0, largest = 0, total = 0;
-  char fqn[64];
-#define W(name, d0, d1)                                                             \
-  do {                                                                              \
-    double w_ = tp_sharded(tp_plan, name) ? split((d0), (d1), tp) : (double)(d0) * (d1); \
-    local += w_;                                                                    \
-    total += (double)(d0) * (d1);                                                   \
-    if (w_ > largest) largest = w_;                                                 \
-  } while (0)
-  if (!c->no_embedding) W("tok_embeddings", V, D);
-  bool layer_tp = false;
-  const double before_layers = local;
   double layer_local = 0; /* one layer's local weights: FSDP's layers.* unit */
-  for (int l = 0; l < c->n_layers; l++) { /* the sublayers the workload has (no_*) */
-    static const char *const lin[] = {"attention.wq", "attention.wk", "attention.wv",
-                                      "attention.wo", "feed_forward.w1", "feed_forward.w2",
-                                      "feed_forward.w3"};
-    const double d0[] = {QD, KVD, KVD, D, F, D, F}, d1[] = {D, D, D, QD, D, F, D};
-    snprintf(fqn, sizeof fqn, "layers.%d.attention_norm", l);
-    if (!c->no_attention) W(fqn, D, 1);
-    snprintf(fqn, sizeof fqn, "layers.%d.ffn_norm", l);
-    if (!c->no_feed_forward) W(fqn, D, 1);
-    for (int k = 0; k < 7; k++) {
-      if (k < 4 ? c->no_attention : c->no_feed_forward) continue;
-      snprintf(fqn, sizeof fqn, "layers.%d.%s", l, lin[k]);
-      W(fqn, d0[k], d1[k]);
-      layer_tp |= tp_sharded(tp_plan, fqn);
-    }
-    if (l == 0) layer_local = local - before_layers;
+  bool layer_tp = false;
+  dt_llama_module md; /* the weights the workload has (lib/nn's tree, no_* left out) */
+  for (int i = 0; dt_llama_module_at(c, i, &md); i++) {
+    if (!md.wndim) continue;
+    const double d0 = (double)md.wshape[0], d1 = md.wndim == 2 ? (double)md.wshape[1] : 1;
+    const bool sharded = tp_sharded(tp_plan, md.fqn);
+    const double w = sharded ? split(d0, d1, tp) : d0 * d1;
+    local += w;
+    total += d0 * d1;
+    if (w > largest) largest = w;
+    if (md.layer == 0) layer_local += w;
+    if (md.layer >= 0 && md.kind == DT_MOD_LINEAR) layer_tp |= sharded;
   }
-  if (!c->no_head) {
-    W("norm", D, 1);
-    W("output", V, D);
-  }
-#undef W
   const int tpa = layer_tp ? tp : 1, tpl = tp_plan && tp_plan->loss_parallel ? tp : 1;
   /* a layer's 8 D unsplit terms, half per sublayer; outside the layers a single-layer
    * workload holds 6 D: its input x (or output y), the probe R, y * R and their

@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "../common/flags.h"
 
 /* ---- the subcommand table ---- */
 
@@ -114,19 +115,13 @@ int main(int argc, char **argv) {
 /* ---- messages and getopt ---- */
 
 int sb_usage_error(const char *cmd, const char *flag, const char *fmt, ...) {
-  char msg[2 * SB_ERR_LEN];
+  char msg[2 * SB_ERR_LEN], prog[64];
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
-  /* One line: a newline inside a library reason would split it. */
-  for (char *p = msg; *p; p++)
-    if (*p == '\n' || *p == '\r') *p = ' ';
-  if (flag)
-    fprintf(stderr, "shardbench %s: %s: %s\n", cmd, flag, msg);
-  else
-    fprintf(stderr, "shardbench %s: %s\n", cmd, msg);
-  return SB_EXIT_USAGE;
+  snprintf(prog, sizeof prog, "shardbench %s", cmd);
+  return sb_flag_bad(prog, flag, "%s", msg);
 }
 
 void sb_getopt_reset(void) {
@@ -204,35 +199,20 @@ static dt_status fail(char *err, size_t errn, const char *fmt, ...) {
 }
 
 dt_status sb_parse_long(const char *s, long lo, long hi, long *out, char *err, size_t errn) {
-  char *end;
-  errno = 0;
-  long v = strtol(s, &end, 10);
-  if (end == s || *end || errno == ERANGE || isspace((unsigned char)*s))
-    return fail(err, errn, "expected an integer in %ld..%ld, got '%s'", lo, hi, s);
-  if (v < lo || v > hi) return fail(err, errn, "expected %ld..%ld, got %ld", lo, hi, v);
-  *out = v;
-  return DT_OK;
+  long v = 0;
+  switch (sb_flag_long(s, lo, hi, &v)) {
+    case SB_FLAG_OK: *out = v; return DT_OK;
+    case SB_FLAG_RANGE: return fail(err, errn, "expected %ld..%ld, got %ld", lo, hi, v);
+    default: return fail(err, errn, "expected an integer in %ld..%ld, got '%s'", lo, hi, s);
+  }
 }
 
 dt_status sb_parse_bytes(const char *s, size_t max, size_t *out, char *err, size_t errn) {
-  char *end;
-  errno = 0;
-  unsigned long long v = strtoull(s, &end, 10);
-  unsigned shift = 0;
-  if (end == s || errno == ERANGE || s[0] == '-' || isspace((unsigned char)*s))
-    return fail(err, errn, "expected a size like 4096, 64K or 1M, got '%s'", s);
-  switch (*end) {
-    case 'K': case 'k': shift = 10; end++; break;
-    case 'M': case 'm': shift = 20; end++; break;
-    case 'G': case 'g': shift = 30; end++; break;
-    default: break;
+  switch (sb_flag_bytes(s, max, out)) {
+    case SB_FLAG_OK: return DT_OK;
+    case SB_FLAG_RANGE: return fail(err, errn, "expected 1..%zu bytes, got '%s'", max, s);
+    default: return fail(err, errn, "expected a size like 4096, 64K or 1M, got '%s'", s);
   }
-  if (*end == 'B' || *end == 'b') end++;
-  if (*end) return fail(err, errn, "expected a size like 4096, 64K or 1M, got '%s'", s);
-  if (v > (unsigned long long)max >> shift || (v << shift) == 0)
-    return fail(err, errn, "expected 1..%zu bytes, got '%s'", max, s);
-  *out = (size_t)(v << shift);
-  return DT_OK;
 }
 
 /* Reads one decimal size at *p (digits only), advancing *p. -1 when none or > cap. */

@@ -27,6 +27,7 @@
 #endif
 
 #include "dtensor.h"
+#include "../common/flags.h"
 
 typedef struct bopts {
   const char *backend;
@@ -78,14 +79,6 @@ static int parse_bytes(const char *s, size_t *out) {
   if (*end == 'B' || *end == 'b') end++;
   if (*end) return -1;
   *out = (size_t)(v * mul);
-  return 0;
-}
-
-static int parse_int(const char *s, int lo, int hi, int *out) {
-  char *end;
-  long v = strtol(s, &end, 10);
-  if (end == s || *end || v < lo || v > hi) return -1;
-  *out = (int)v;
   return 0;
 }
 
@@ -266,7 +259,7 @@ int main(int argc, char **argv) {
         }
         break;
       case 'w':
-        if (parse_int(optarg, 1, DT_THREADS_MAX_WORLD, &o.world)) {
+        if (sb_flag_int(optarg, 1, DT_THREADS_MAX_WORLD, &o.world)) {
           fprintf(stderr, "collectives: --world: expected 1..%d, got '%s'\n", DT_THREADS_MAX_WORLD, optarg);
           return 2;
         }
@@ -292,13 +285,13 @@ int main(int argc, char **argv) {
         }
         break;
       case 'i':
-        if (parse_int(optarg, 1, 1000000, &o.iters)) {
+        if (sb_flag_int(optarg, 1, 1000000, &o.iters)) {
           fprintf(stderr, "collectives: --iters: expected 1..1000000, got '%s'\n", optarg);
           return 2;
         }
         break;
       case 'W':
-        if (parse_int(optarg, 0, 1000000, &o.warmup)) {
+        if (sb_flag_int(optarg, 0, 1000000, &o.warmup)) {
           fprintf(stderr, "collectives: --warmup: expected 0..1000000, got '%s'\n", optarg);
           return 2;
         }

@@ -40,15 +40,14 @@
  */
 #include "config.h"
 
-#include <errno.h>
 #include <getopt.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "dtensor.h"
+#include "../common/flags.h"
 #include "../harness/verdict.h"
 #include "../stats.h"
 
@@ -178,25 +177,8 @@ static void usage(FILE *f) {
           "  warm-up step per launch, 3 reps, 1 BLAS thread per rank.\n");
 }
 
-static int bad(const char *where, const char *fmt, ...) DT_PRINTF(2, 3);
-static int bad(const char *where, const char *fmt, ...) {
-  va_list ap;
-  fprintf(stderr, "%s: %s: ", PROG, where);
-  va_start(ap, fmt);
-  vfprintf(stderr, fmt, ap);
-  va_end(ap);
-  fputc('\n', stderr);
-  return 2;
-}
-
-static int parse_int(const char *s, long lo, long hi, long *out) {
-  char *end;
-  errno = 0;
-  long v = strtol(s, &end, 10);
-  if (end == s || *end || errno || v < lo || v > hi) return -1;
-  *out = v;
-  return 0;
-}
+/* One line "PROG: WHERE: message" on stderr (bench/common/flags.h); returns 2. */
+#define bad(...) sb_flag_bad(PROG, __VA_ARGS__)
 
 static int parse_flags(int argc, char **argv, bopts *o) {
   enum { O_JSON = 256 };
@@ -214,7 +196,7 @@ static int parse_flags(int argc, char **argv, bopts *o) {
   while ((ch = getopt_long(argc, argv, ":h", lopts, NULL)) != -1) {
     switch (ch) {
       case 'w':
-        if (parse_int(optarg, 2, DT_THREADS_MAX_WORLD, &v))
+        if (sb_flag_long(optarg, 2, DT_THREADS_MAX_WORLD, &v))
           return bad("--world", "expected 2..%d (cp over one rank shards nothing), got '%s'",
                      DT_THREADS_MAX_WORLD, optarg);
         o->world = (int)v;
@@ -230,40 +212,34 @@ static int parse_flags(int argc, char **argv, bopts *o) {
         snprintf(o->dtype_name, sizeof o->dtype_name, "%s", optarg);
         break;
       case 'b':
-        if (parse_int(optarg, 1, 1 << 20, &v)) return bad("--batch", "expected 1..1048576, got '%s'", optarg);
+        if (sb_flag_long(optarg, 1, 1 << 20, &v)) return bad("--batch", "expected 1..1048576, got '%s'", optarg);
         o->batch = (int)v;
         break;
       case 's':
-        if (parse_int(optarg, 1, 1 << 20, &v)) return bad("--seq", "expected 1..1048576, got '%s'", optarg);
+        if (sb_flag_long(optarg, 1, 1 << 20, &v)) return bad("--seq", "expected 1..1048576, got '%s'", optarg);
         o->seq = (int)v;
         break;
       case 'n':
-        if (parse_int(optarg, 1, MAX_STEPS, &v))
+        if (sb_flag_long(optarg, 1, MAX_STEPS, &v))
           return bad("--steps", "expected 1..%d, got '%s'", MAX_STEPS, optarg);
         o->steps = (int)v;
         break;
       case 'W':
-        if (parse_int(optarg, 0, MAX_STEPS, &v))
+        if (sb_flag_long(optarg, 0, MAX_STEPS, &v))
           return bad("--warmup", "expected 0..%d, got '%s'", MAX_STEPS, optarg);
         o->warmup = (int)v;
         break;
       case 'r':
-        if (parse_int(optarg, 1, MAX_REPS, &v)) return bad("--reps", "expected 1..%d, got '%s'", MAX_REPS, optarg);
+        if (sb_flag_long(optarg, 1, MAX_REPS, &v)) return bad("--reps", "expected 1..%d, got '%s'", MAX_REPS, optarg);
         o->reps = (int)v;
         break;
       case 'B':
-        if (parse_int(optarg, 1, 1024, &v)) return bad("--blas-threads", "expected 1..1024, got '%s'", optarg);
+        if (sb_flag_long(optarg, 1, 1024, &v)) return bad("--blas-threads", "expected 1..1024, got '%s'", optarg);
         o->blas = (int)v;
         break;
       case O_JSON: o->json = true; break;
       case 'h': usage(stdout); return -1;
-      case ':': return bad(argv[optind - 1], "missing value");
-      default:
-        if (optopt) {
-          char f[3] = {'-', (char)optopt, 0};
-          return bad(f, "unknown flag");
-        }
-        return bad(argv[optind - 1], "unknown flag");
+      default: return sb_flag_getopt_bad(PROG, ch, argv); /* ':' missing value, '?' unknown */
     }
   }
   if (optind < argc) return bad(argv[optind], "unexpected argument");

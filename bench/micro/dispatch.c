@@ -22,6 +22,7 @@
 #include <time.h>
 
 #include "dtensor.h"
+#include "../common/flags.h"
 #include "../stats.h"
 
 static const char PROG[] = "dispatch";
@@ -142,14 +143,13 @@ static void usage(void) {
   exit(2);
 }
 
-static int parse_int(const char *flag, const char *s, int lo, int hi) {
-  char *end;
-  long v = strtol(s, &end, 10);
-  if (*s == '\0' || *end != '\0' || v < lo || v > hi) {
-    fprintf(stderr, "%s: %s: expected an integer in %d..%d, got '%s'\n", PROG, flag, lo, hi, s);
-    exit(2);
-  }
-  return (int)v;
+/* The value of flag in lo..hi, or "PROG: FLAG: expected an integer in LO..HI, got 'S'"
+ * and exit 2. */
+static int int_arg(const char *flag, const char *s, int lo, int hi) {
+  int v;
+  if (sb_flag_int(s, lo, hi, &v) != SB_FLAG_OK)
+    exit(sb_flag_bad(PROG, flag, "expected an integer in %d..%d, got '%s'", lo, hi, s));
+  return v;
 }
 
 int main(int argc, char **argv) {
@@ -157,16 +157,16 @@ int main(int argc, char **argv) {
   bopts o = {.reps = 21, .iters = 2000, .nworlds = 2, .worlds = {1, 8}};
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--reps") && i + 1 < argc) {
-      o.reps = parse_int("--reps", argv[++i], 1, MAX_REPS);
+      o.reps = int_arg("--reps", argv[++i], 1, MAX_REPS);
     } else if (!strcmp(argv[i], "--iters") && i + 1 < argc) {
-      o.iters = parse_int("--iters", argv[++i], 1, 100000000);
+      o.iters = int_arg("--iters", argv[++i], 1, 100000000);
     } else if (!strcmp(argv[i], "--worlds") && i + 1 < argc) {
       char buf[128];
       snprintf(buf, sizeof buf, "%s", argv[++i]);
       o.nworlds = 0;
       for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
         if (o.nworlds == MAX_WORLDS) usage();
-        o.worlds[o.nworlds++] = parse_int("--worlds", tok, 1, MAX_RANKS);
+        o.worlds[o.nworlds++] = int_arg("--worlds", tok, 1, MAX_RANKS);
       }
       if (!o.nworlds) usage();
     } else {

@@ -46,6 +46,7 @@
 #include <time.h>
 
 #include "dtensor.h"
+#include "../common/flags.h"
 #include "../stats.h"
 
 static const char PROG[] = "shardbench-gpu";
@@ -339,26 +340,6 @@ static void report_step(const job *J, const char *part, const step_result *r, do
   csv(part, name, 0, 0, 0, tokens(o), r->t, tf, mfu, ratio);
 }
 
-static int parse_int(const char *flag, const char *v, int lo, int hi) {
-  char *end;
-  long x = strtol(v, &end, 10);
-  if (*v == 0 || *end != 0 || x < lo || x > hi) {
-    fprintf(stderr, "%s: %s wants an integer in [%d, %d], got \"%s\"\n", PROG, flag, lo, hi, v);
-    exit(2);
-  }
-  return (int)x;
-}
-
-static double parse_pos(const char *flag, const char *v) {
-  char *end;
-  double x = strtod(v, &end);
-  if (*v == 0 || *end != 0 || !(x > 0) || !isfinite(x)) {
-    fprintf(stderr, "%s: %s wants a positive number, got \"%s\"\n", PROG, flag, v);
-    exit(2);
-  }
-  return x;
-}
-
 static void parse_parts(bopts *o, const char *v) {
   o->p_gemm = o->p_block = o->p_model = false;
   char buf[64];
@@ -396,13 +377,13 @@ int main(int argc, char **argv) {
         fprintf(stderr, "%s: --device wants cuda or cuda-emu, got \"%s\"\n", PROG, v);
         return 2;
       }
-    } else if (!strcmp(a, "--batch")) o.batch = parse_int(a, v, 1, 1 << 16);
-    else if (!strcmp(a, "--seq")) o.seq = parse_int(a, v, 1, 1 << 20);
-    else if (!strcmp(a, "--reps")) o.reps = parse_int(a, v, 5, MAX_REPS);
-    else if (!strcmp(a, "--inner")) o.inner = parse_int(a, v, 1, 10000);
-    else if (!strcmp(a, "--layers")) o.layers = parse_int(a, v, 1, 1024);
-    else if (!strcmp(a, "--mem-gib")) o.mem_gib = parse_pos(a, v);
-    else if (!strcmp(a, "--peak-tflops")) o.peak_tflops = parse_pos(a, v);
+    } else if (!strcmp(a, "--batch")) o.batch = sb_flag_int_arg(PROG, a, v, 1, 1 << 16);
+    else if (!strcmp(a, "--seq")) o.seq = sb_flag_int_arg(PROG, a, v, 1, 1 << 20);
+    else if (!strcmp(a, "--reps")) o.reps = sb_flag_int_arg(PROG, a, v, 5, MAX_REPS);
+    else if (!strcmp(a, "--inner")) o.inner = sb_flag_int_arg(PROG, a, v, 1, 10000);
+    else if (!strcmp(a, "--layers")) o.layers = sb_flag_int_arg(PROG, a, v, 1, 1024);
+    else if (!strcmp(a, "--mem-gib")) o.mem_gib = sb_flag_positive_arg(PROG, a, v);
+    else if (!strcmp(a, "--peak-tflops")) o.peak_tflops = sb_flag_positive_arg(PROG, a, v);
     else if (!strcmp(a, "--parts")) parse_parts(&o, v);
     else {
       fprintf(stderr, "%s: unknown flag %s\n", PROG, a);

@@ -30,6 +30,7 @@
 #include <string.h>
 
 #include "dtensor.h"
+#include "../common/flags.h"
 #include "../stats.h"
 
 static const char PROG[] = "model_flops";
@@ -200,16 +201,6 @@ done:
   return s;
 }
 
-static int parse_int(const char *flag, const char *v, int lo, int hi) {
-  char *end;
-  long x = strtol(v, &end, 10);
-  if (*v == 0 || *end != 0 || x < lo || x > hi) {
-    fprintf(stderr, "%s: %s wants an integer in [%d, %d], got \"%s\"\n", PROG, flag, lo, hi, v);
-    exit(2);
-  }
-  return (int)x;
-}
-
 int main(int argc, char **argv) {
   bopts o = {"debugmodel", 1, 128, 5, 1, 1};
   for (int i = 1; i < argc; i++) {
@@ -219,11 +210,11 @@ int main(int argc, char **argv) {
       return 2;
     }
     if (!strcmp(a, "--model")) snprintf(o.model, sizeof o.model, "%s", v);
-    else if (!strcmp(a, "--batch")) o.batch = parse_int(a, v, 1, 1 << 16);
-    else if (!strcmp(a, "--seq")) o.seq = parse_int(a, v, 1, 1 << 20);
-    else if (!strcmp(a, "--reps")) o.reps = parse_int(a, v, 1, MAX_REPS);
-    else if (!strcmp(a, "--warmup")) o.warmup = parse_int(a, v, 0, 100);
-    else if (!strcmp(a, "--threads")) o.threads = parse_int(a, v, 1, 1024);
+    else if (!strcmp(a, "--batch")) o.batch = sb_flag_int_arg(PROG, a, v, 1, 1 << 16);
+    else if (!strcmp(a, "--seq")) o.seq = sb_flag_int_arg(PROG, a, v, 1, 1 << 20);
+    else if (!strcmp(a, "--reps")) o.reps = sb_flag_int_arg(PROG, a, v, 1, MAX_REPS);
+    else if (!strcmp(a, "--warmup")) o.warmup = sb_flag_int_arg(PROG, a, v, 0, 100);
+    else if (!strcmp(a, "--threads")) o.threads = sb_flag_int_arg(PROG, a, v, 1, 1024);
     else {
       fprintf(stderr, "%s: unknown flag %s\n", PROG, a);
       return 2;

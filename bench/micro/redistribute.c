@@ -27,14 +27,13 @@
  */
 #include "config.h"
 
-#include <errno.h>
 #include <getopt.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "dtensor.h"
+#include "../common/flags.h"
 #include "../stats.h"
 
 static const char PROG[] = "redistribute";
@@ -330,42 +329,11 @@ static void usage(FILE *f) {
           "  warm-up calls, median of 5 reps, a 1-D f32 tensor (--cols C: [B/4/C, C]).\n");
 }
 
-/* One line "redistribute: FLAG: message" on stderr; returns the usage exit code 2. */
-static int bad(const char *flag, const char *fmt, ...) DT_PRINTF(2, 3);
-static int bad(const char *flag, const char *fmt, ...) {
-  va_list ap;
-  fprintf(stderr, "%s: %s: ", PROG, flag);
-  va_start(ap, fmt);
-  vfprintf(stderr, fmt, ap);
-  va_end(ap);
-  fputc('\n', stderr);
-  return 2;
-}
+/* One line "PROG: FLAG: message" on stderr (bench/common/flags.h); returns 2. */
+#define bad(...) sb_flag_bad(PROG, __VA_ARGS__)
 
-static int parse_int(const char *s, long lo, long hi, long *out) {
-  char *end;
-  errno = 0;
-  long v = strtol(s, &end, 10);
-  if (end == s || *end || errno || v < lo || v > hi) return -1;
-  *out = v;
-  return 0;
-}
-
-static int parse_bytes(const char *s, size_t *out) {
-  char *end;
-  errno = 0;
-  unsigned long long v = strtoull(s, &end, 10);
-  if (end == s || errno || s[0] == '-') return -1;
-  unsigned shift = 0;
-  if (*end == 'K' || *end == 'k') shift = 10, end++;
-  else if (*end == 'M' || *end == 'm') shift = 20, end++;
-  else if (*end == 'G' || *end == 'g') shift = 30, end++;
-  if (*end == 'B' || *end == 'b') end++;
-  /* At most 4 GiB: the whole tensor lives on every rank in case (b). */
-  if (*end || v == 0 || v > (4ULL << 30) >> shift) return -1;
-  *out = (size_t)(v << shift);
-  return 0;
-}
+/* At most 4 GiB: the whole tensor lives on every rank in case (b). */
+static const size_t MAX_BYTES = (size_t)4 << 30;
 
 int main(int argc, char **argv) {
   bopts o = {.world = 8, .bytes = (size_t)64 << 20, .iters = 10, .warmup = 2, .reps = 5,
@@ -382,46 +350,40 @@ int main(int argc, char **argv) {
   while ((ch = getopt_long(argc, argv, ":h", lopts, NULL)) != -1) {
     switch (ch) {
       case 'w':
-        if (parse_int(optarg, 2, DT_THREADS_MAX_WORLD, &v))
+        if (sb_flag_long(optarg, 2, DT_THREADS_MAX_WORLD, &v))
           return bad("--world", "expected 2..1024 (a group of one moves nothing), got '%s'", optarg);
         o.world = (int)v;
         break;
       case 'b':
-        if (parse_bytes(optarg, &o.bytes))
+        if (sb_flag_bytes(optarg, MAX_BYTES, &o.bytes))
           return bad("--bytes", "expected a size like 1M or 64M, 1 byte..4G, got '%s'", optarg);
         break;
       case 'i':
-        if (parse_int(optarg, 1, 1000000, &v))
+        if (sb_flag_long(optarg, 1, 1000000, &v))
           return bad("--iters", "expected 1..1000000, got '%s'", optarg);
         o.iters = (int)v;
         break;
       case 'W':
-        if (parse_int(optarg, 0, 1000000, &v))
+        if (sb_flag_long(optarg, 0, 1000000, &v))
           return bad("--warmup", "expected 0..1000000, got '%s'", optarg);
         o.warmup = (int)v;
         break;
       case 'r':
-        if (parse_int(optarg, 1, MAX_REPS, &v))
+        if (sb_flag_long(optarg, 1, MAX_REPS, &v))
           return bad("--reps", "expected 1..1000, got '%s'", optarg);
         o.reps = (int)v;
         break;
       case 'c':
-        if (parse_int(optarg, 1, 1L << 30, &v))
+        if (sb_flag_long(optarg, 1, 1L << 30, &v))
           return bad("--cols", "expected 1..2^30, got '%s'", optarg);
         o.cols = v;
         break;
       case 'd':
-        if (parse_int(optarg, 0, 1, &v)) return bad("--dim", "expected 0 or 1, got '%s'", optarg);
+        if (sb_flag_long(optarg, 0, 1, &v)) return bad("--dim", "expected 0 or 1, got '%s'", optarg);
         o.dim = (int)v;
         break;
       case 'h': usage(stdout); return 0;
-      case ':': return bad(argv[optind - 1], "missing value");
-      default:
-        if (optopt) {
-          char f[3] = {'-', (char)optopt, 0};
-          return bad(f, "unknown flag");
-        }
-        return bad(argv[optind - 1], "unknown flag");
+      default: return sb_flag_getopt_bad(PROG, ch, argv); /* ':' missing value, '?' unknown */
     }
   }
   if (optind < argc) return bad(argv[optind], "unexpected argument");

@@ -7,13 +7,12 @@
  * parameter count as get_dense_model_nparams_and_flops (torchtitan/models/
  * utils.py) counts it.
  *
- * Modules: a flat list, parents before children, each with TorchTitan's fqn:
- *   "" (the model), tok_embeddings, then per layer N: layers.N (block),
- *   layers.N.attention_norm, layers.N.attention, layers.N.attention.{wq,wk,wv,wo},
- *   layers.N.ffn_norm, layers.N.feed_forward, layers.N.feed_forward.{w1,w2,w3};
- *   then norm, output. A module's index is its RNG stream. The config's no_*
- *   fields leave modules out (a part of the model run alone): the list keeps the
- *   others in the same order, so the positions follow from the config (layout()).
+ * Modules: a flat list, parents before children, each with TorchTitan's fqn, as
+ *   dt_llama_module_at describes them (lib/nn/llama_tree.c): "" (the model),
+ *   tok_embeddings, the blocks' modules, norm, output. A module's index is its RNG
+ *   stream. The config's no_* fields leave modules out (a part of the model run
+ *   alone): the list keeps the others in the same order, so the positions follow
+ *   from the config (dt_llama_layout_of).
  *
  * Weights (dt_model_materialize): generated with dt_tensor_rand on the module's
  * placements wpl (sharding-invariant: element i of the global weight depends on
@@ -237,70 +236,7 @@ dt_status dt_llama_config_check(dt_ctx *ctx, const dt_llama_config *c) {
   return DT_OK;
 }
 
-/* ---- module tree ----------------------------------------------------------------- */
-
-/* Truncation bounds (Transformer.init_weights): output's +-3 std; the other
- * truncated inits use PyTorch's trunc_normal_ default absolute bounds [-2, 2]. */
-static const double OUTPUT_TRUNC_STD = 3.0;
-static const double TRUNC_ABS_BOUND = 2.0;
-/* Init std of wq, wk, wv, w1 (and of wo, w2, w3 before depth scaling), as
- * Attention.init_weights and FeedForward.init_weights use it. */
-static const double LINEAR_INIT_STD = 0.02;
-/* Modules of a block's sublayers: attention_norm, attention, wq, wk, wv, wo; and
- * ffn_norm, feed_forward, w1, w2, w3 (a block: itself, then those present) */
-enum { ATTN_MODS = 6, FFN_MODS = 5 };
-
-/* Where a model's modules are in its list (the order dt_model_create adds them). */
-typedef struct layout {
-  int emb;       /* tok_embeddings; -1: none */
-  int block0;    /* layers.0 */
-  int per_layer; /* modules per block */
-  int attn, ffn; /* attention_norm / ffn_norm within a block (offset); -1: none */
-  int head;      /* norm (output follows); -1: none */
-  int n;         /* modules in all */
-} layout;
-
-static layout layout_of(const dt_llama_config *c) {
-  layout L;
-  L.emb = c->no_embedding ? -1 : 1; /* after the root */
-  L.block0 = c->no_embedding ? 1 : 2;
-  L.attn = c->no_attention ? -1 : 1;
-  L.ffn = c->no_feed_forward ? -1 : 1 + (c->no_attention ? 0 : ATTN_MODS);
-  L.per_layer = 1 + (c->no_attention ? 0 : ATTN_MODS) + (c->no_feed_forward ? 0 : FFN_MODS);
-  const int end = L.block0 + c->n_layers * L.per_layer;
-  L.head = c->no_head ? -1 : end;
-  L.n = end + (c->no_head ? 0 : 2);
-  return L;
-}
-
-static dt_module *add_mod(dt_model *m, const char *fqn, dt_module_kind kind) {
-  dt_module *md = &m->mods[m->n_mods];
-  memset(md, 0, sizeof *md);
-  snprintf(md->fqn, sizeof md->fqn, "%s", fqn);
-  md->kind = kind;
-  md->index = m->n_mods++;
-  return md;
-}
-
-static void set_weight(dt_module *md, int ndim, int64_t d0, int64_t d1, dt_init_kind init,
-                       double std, double trunc_std) {
-  md->wndim = ndim;
-  md->wshape[0] = d0;
-  md->wshape[1] = d1;
-  md->init = init;
-  md->init_std = std;
-  md->init_trunc = trunc_std;
-}
-
-static void add_linear(dt_model *m, const char *fqn, int64_t out, int64_t in, double std) {
-  dt_module *md = add_mod(m, fqn, DT_MOD_LINEAR);
-  set_weight(md, 2, out, in, DT_INIT_TRUNC_NORMAL, std, TRUNC_ABS_BOUND / std);
-}
-
-static void add_norm(dt_model *m, const char *fqn, int64_t dim) {
-  dt_module *md = add_mod(m, fqn, DT_MOD_RMSNORM);
-  set_weight(md, 1, dim, 0, DT_INIT_ONES, 0, 0);
-}
+/* ---- module tree (the list: dt_llama_module_at, lib/nn/llama_tree.c) ------------ */
 
 dt_status dt_model_create(dt_ctx *ctx, dt_mesh *mesh, const dt_llama_config *cfg, dt_dtype dtype,
                           uint64_t seed, dt_model **out) {
@@ -312,7 +248,7 @@ dt_status dt_model_create(dt_ctx *ctx, dt_mesh *mesh, const dt_llama_config *cfg
     return dt_error(ctx, DT_ERR_INVALID, who, "dtype must be f32, f64 or bf16");
   dt_model *m = dt_host_calloc(ctx, sizeof *m);
   if (!m) return dt_error(ctx, DT_ERR_NOMEM, who, "no memory");
-  const int cap = layout_of(cfg).n;
+  const int cap = dt_llama_layout_of(cfg).n;
   m->mods = dt_host_calloc(ctx, (size_t)cap * sizeof *m->mods);
   m->adam_m = dt_host_calloc(ctx, (size_t)cap * sizeof *m->adam_m);
   m->adam_v = dt_host_calloc(ctx, (size_t)cap * sizeof *m->adam_v);
@@ -326,38 +262,20 @@ dt_status dt_model_create(dt_ctx *ctx, dt_mesh *mesh, const dt_llama_config *cfg
   m->dtype = dtype;
   m->seed = seed;
   m->cp_dim = -1;
-  const int64_t D = cfg->dim, V = cfg->vocab, hd = cfg->dim / cfg->n_heads;
-  const int64_t F = dt_llama_ffn_hidden(cfg), QD = cfg->n_heads * hd, KVD = cfg->n_kv_heads * hd;
-  add_mod(m, "", DT_MOD_MODEL);
-  if (!cfg->no_embedding)
-    set_weight(add_mod(m, "tok_embeddings", DT_MOD_EMBEDDING), 2, V, D, DT_INIT_NORMAL, 1.0, 0);
-  char f[64];
-  for (int l = 0; l < cfg->n_layers; l++) {
-    double deep = cfg->depth_init ? LINEAR_INIT_STD / sqrt(2.0 * (l + 1))
-                                  : LINEAR_INIT_STD / sqrt(2.0 * cfg->n_layers);
-#define FQN(...) (snprintf(f, sizeof f, __VA_ARGS__), f)
-    add_mod(m, FQN("layers.%d", l), DT_MOD_BLOCK);
-    if (!cfg->no_attention) {
-      add_norm(m, FQN("layers.%d.attention_norm", l), D);
-      add_mod(m, FQN("layers.%d.attention", l), DT_MOD_ATTENTION);
-      add_linear(m, FQN("layers.%d.attention.wq", l), QD, D, LINEAR_INIT_STD);
-      add_linear(m, FQN("layers.%d.attention.wk", l), KVD, D, LINEAR_INIT_STD);
-      add_linear(m, FQN("layers.%d.attention.wv", l), KVD, D, LINEAR_INIT_STD);
-      add_linear(m, FQN("layers.%d.attention.wo", l), D, QD, deep);
-    }
-    if (!cfg->no_feed_forward) {
-      add_norm(m, FQN("layers.%d.ffn_norm", l), D);
-      add_mod(m, FQN("layers.%d.feed_forward", l), DT_MOD_FEEDFORWARD);
-      add_linear(m, FQN("layers.%d.feed_forward.w1", l), F, D, LINEAR_INIT_STD);
-      add_linear(m, FQN("layers.%d.feed_forward.w2", l), D, F, deep);
-      add_linear(m, FQN("layers.%d.feed_forward.w3", l), F, D, deep);
-    }
-#undef FQN
-  }
-  if (!cfg->no_head) {
-    add_norm(m, "norm", D);
-    dt_module *o = add_mod(m, "output", DT_MOD_LINEAR);
-    set_weight(o, 2, V, D, DT_INIT_TRUNC_NORMAL, 1.0 / sqrt((double)D), OUTPUT_TRUNC_STD);
+  for (int i = 0; i < cap; i++) {
+    dt_llama_module d;
+    (void)dt_llama_module_at(cfg, i, &d); /* i < cap: always there */
+    dt_module *md = &m->mods[m->n_mods];
+    memset(md, 0, sizeof *md);
+    snprintf(md->fqn, sizeof md->fqn, "%s", d.fqn);
+    md->kind = d.kind;
+    md->index = m->n_mods++;
+    md->wndim = d.wndim;
+    md->wshape[0] = d.wshape[0];
+    md->wshape[1] = d.wshape[1];
+    md->init = d.init;
+    md->init_std = d.init_std;
+    md->init_trunc = d.init_trunc;
   }
   *out = m;
   return DT_OK;
@@ -664,7 +582,7 @@ static dt_status const_leaf(dt_ctx *ctx, dt_model *m, const dt_tensor *t, dt_var
 static dt_status forward_part(dt_ctx *ctx, dt_model *m, const dt_model_part *part,
                               const dt_tensor *tokens, dt_var *x, dt_var **out) {
   dt_module *mods = m->mods;
-  const layout L = layout_of(&m->cfg);
+  const dt_llama_layout L = dt_llama_layout_of(&m->cfg);
   dt_var *io[1], *h = x;
   if (part->first) {
     dt_module *emb = &mods[L.emb];

@@ -66,6 +66,53 @@ typedef enum dt_module_kind {
 
 typedef enum dt_init_kind { DT_INIT_NONE = 0, DT_INIT_NORMAL, DT_INIT_TRUNC_NORMAL, DT_INIT_ONES } dt_init_kind;
 
+/* ---- the module tree, described (lib/nn/llama_tree.c) ---- */
+
+/* Each module's place in a block or the model (TorchTitan's Transformer,
+ * TransformerBlock, Attention and FeedForward attributes), in the model's order. */
+typedef enum dt_llama_role {
+  DT_LR_MODEL = 0, DT_LR_TOK_EMBEDDINGS,
+  DT_LR_BLOCK,                                     /* layers.N */
+  DT_LR_ATTENTION_NORM, DT_LR_ATTENTION, DT_LR_WQ, DT_LR_WK, DT_LR_WV, DT_LR_WO,
+  DT_LR_FFN_NORM, DT_LR_FEED_FORWARD, DT_LR_W1, DT_LR_W2, DT_LR_W3,
+  DT_LR_NORM, DT_LR_OUTPUT,
+  DT_LR_COUNT
+} dt_llama_role;
+
+/* One module of a config's model as dt_model_create lists it, with no model
+ * made: its fqn, kind, weight and initialisation (Transformer.init_weights). */
+typedef struct dt_llama_module {
+  char fqn[64];
+  dt_module_kind kind;
+  dt_llama_role role;
+  int layer;          /* the block (layers.N) it is in, the block itself included;
+                       * -1: the root, tok_embeddings, norm, output */
+  int wndim;          /* 0: no weight (a container); 1: norm [dim]; 2: linear [out, in],
+                       * embedding [vocab, dim] */
+  int64_t wshape[2];
+  dt_init_kind init;
+  double init_std, init_trunc; /* as dt_module's */
+} dt_llama_module;
+
+/* Where a config's modules are in its list: tok_embeddings at emb (after the root
+ * ""), block l's modules from block0 + l * per_layer (the block first; its
+ * attention_norm at offset attn, ffn_norm at ffn), norm at head and output after
+ * it; -1 for the parts the config's no_* fields leave out. n: modules in all. */
+typedef struct dt_llama_layout {
+  int emb, block0, per_layer, attn, ffn, head, n;
+} dt_llama_layout;
+dt_llama_layout dt_llama_layout_of(const dt_llama_config *c);
+/* Module i (0 <= i < dt_llama_layout_of(c).n) of c's model, parents before
+ * children: "" (the model), tok_embeddings, per layer N: layers.N,
+ * layers.N.attention_norm, layers.N.attention, layers.N.attention.{wq,wk,wv,wo},
+ * layers.N.ffn_norm, layers.N.feed_forward, layers.N.feed_forward.{w1,w2,w3};
+ * then norm, output; without the modules c's no_* fields leave out. c must pass
+ * dt_llama_config_check. false (out zeroed) when i is out of range. */
+bool dt_llama_module_at(const dt_llama_config *c, int i, dt_llama_module *out);
+/* c with every module present (the no_* fields false), n_layers as c's: the
+ * model a part of it is cut from. */
+dt_llama_config dt_llama_config_whole(const dt_llama_config *c);
+
 typedef struct dt_module dt_module;
 struct dt_tape;
 

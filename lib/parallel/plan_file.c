@@ -1384,46 +1384,11 @@ dt_status dt_plan_load(dt_ctx *ctx, const char *path, dt_plan *out) {
 
 /* ---- resolution ----------------------------------------------------------------- */
 
-typedef enum fqn_kind { FQ_EMBEDDING, FQ_LINEAR, FQ_NORM, FQ_CONTAINER } fqn_kind;
-
-/* The modules of one TransformerBlock (TorchTitan's TransformerBlock,
- * torchtitan/models/llama3/model/model.py), parents first: "" is the block
- * layers.N itself. */
-static const struct {
-  const char *name;
-  fqn_kind kind;
-} k_block_mods[] = {
-    {"", FQ_CONTAINER},
-    {"attention_norm", FQ_NORM},      {"attention", FQ_CONTAINER},
-    {"attention.wq", FQ_LINEAR},      {"attention.wk", FQ_LINEAR},
-    {"attention.wv", FQ_LINEAR},      {"attention.wo", FQ_LINEAR},
-    {"ffn_norm", FQ_NORM},            {"feed_forward", FQ_CONTAINER},
-    {"feed_forward.w1", FQ_LINEAR},   {"feed_forward.w2", FQ_LINEAR},
-    {"feed_forward.w3", FQ_LINEAR}};
-enum { N_BLOCK_MODS = (int)(sizeof k_block_mods / sizeof k_block_mods[0]) };
-/* tok_embeddings before the blocks; norm and output after them. */
-enum { N_ROOT_MODS = 3 };
-
-static int n_fqns(const dt_llama_config *cfg) { return N_ROOT_MODS + N_BLOCK_MODS * cfg->n_layers; }
-
-static fqn_kind fqn_at(const dt_llama_config *cfg, int i, char *buf, size_t n) {
-  int last = n_fqns(cfg) - 1;
-  if (i == 0) {
-    snprintf(buf, n, "tok_embeddings");
-    return FQ_EMBEDDING;
-  }
-  if (i == last - 1) {
-    snprintf(buf, n, "norm");
-    return FQ_NORM;
-  }
-  if (i == last) {
-    snprintf(buf, n, "output");
-    return FQ_LINEAR;
-  }
-  int j = i - 1;
-  const char *name = k_block_mods[j % N_BLOCK_MODS].name;
-  snprintf(buf, n, "layers.%d%s%s", j / N_BLOCK_MODS, name[0] ? "." : "", name);
-  return k_block_mods[j % N_BLOCK_MODS].kind;
+/* The modules a plan's patterns name: lib/nn's tree of the whole model
+ * (dt_llama_module_at; a part run alone keeps the model's plan), without the
+ * root "" (a plan names it `root`). Module i + 1 of the tree; false past the end. */
+static bool plan_module(const dt_llama_config *whole, int i, dt_llama_module *out) {
+  return dt_llama_module_at(whole, i + 1, out);
 }
 
 static bool is_seq_shard(const dt_style_layout *l, int n) {
@@ -1481,7 +1446,8 @@ dt_status dt_plan_check_modules(dt_ctx *ctx, const dt_plan *p, const dt_llama_co
   if (!p || !cfg) return dt_error(ctx, DT_ERR_INVALID, "dt_plan_check_modules", "no plan or config");
   /* every pattern (each of a group's) matches a module, `root` the model itself;
    * Colwise/Rowwise only on Linear/Embedding */
-  int nf = n_fqns(cfg);
+  const dt_llama_config whole = dt_llama_config_whole(cfg);
+  dt_llama_module md;
   bool any_fs = false, has_root = false;
   for (int e = 0; e < p->n_entries; e++) {
     const dt_plan_entry *en = &p->entries[e];
@@ -1496,15 +1462,13 @@ dt_status dt_plan_check_modules(dt_ctx *ctx, const dt_plan *p, const dt_llama_co
         continue;
       }
       bool hit = false;
-      for (int i = 0; i < nf; i++) {
-        char fqn[FQN_TOKEN_MAX];
-        fqn_kind fk = fqn_at(cfg, i, fqn, sizeof fqn);
-        if (!dt_fqn_match(pats[k], fqn)) continue;
+      for (int i = 0; plan_module(&whole, i, &md); i++) {
+        if (!dt_fqn_match(pats[k], md.fqn)) continue;
         hit = true;
-        if ((st->kind == DT_STYLE_COLWISE || st->kind == DT_STYLE_ROWWISE) && fk != FQ_LINEAR &&
-            fk != FQ_EMBEDDING)
+        if ((st->kind == DT_STYLE_COLWISE || st->kind == DT_STYLE_ROWWISE) &&
+            md.kind != DT_MOD_LINEAR && md.kind != DT_MOD_EMBEDDING)
           return rerr(ctx, "dt_plan_check_modules", p, en->line, "pattern '%s' matches '%s', which is not a Linear or an "
-                      "Embedding (%s needs one)", pats[k], fqn, k_style_names[st->kind]);
+                      "Embedding (%s needs one)", pats[k], md.fqn, k_style_names[st->kind]);
       }
       if (!hit)
         return rerr(ctx, "dt_plan_check_modules", p, en->line, "pattern '%s' matches no module of %s (%d layers)",
@@ -1513,9 +1477,9 @@ dt_status dt_plan_check_modules(dt_ctx *ctx, const dt_plan *p, const dt_llama_co
   }
   if (!any_fs) return DT_OK;
   /* fully_shard units: every weight in exactly one unit, or left to a root entry */
-  for (int i = 0; i < nf; i++) {
-    char fqn[FQN_TOKEN_MAX];
-    if (fqn_at(cfg, i, fqn, sizeof fqn) == FQ_CONTAINER) continue;
+  for (int i = 0; plan_module(&whole, i, &md); i++) {
+    if (!md.wndim) continue; /* a container: its weights are its children's */
+    const char *fqn = md.fqn;
     int a = claiming_unit(p, 0, fqn);
     int b = a >= 0 ? claiming_unit(p, a + 1, fqn) : -1;
     if (b >= 0)
