@@ -1083,6 +1083,7 @@ static dt_status launch(dt_backend b, int world, bool sharded, job *j, char *why
   lo.backend = b;
   lo.world = world;
   lo.timeout_s = LAUNCH_TIMEOUT_S;
+  lo.bind = j->o->pin_ranks;
   /* the sharded job on --device (--comm nccl: the cuda device, a GPU per rank);
    * the reference on the CPU */
   const char *dev = j->reference ? "cpu" : j->o->device;

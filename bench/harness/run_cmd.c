@@ -245,7 +245,7 @@ const char sb_run_usage[] =
     "                       --cp N --tp N] [--dtype f32|f64|bf16] [--batch 8] [--seq 32]\n"
     "                      [--device cpu|cuda|cuda-emu]\n"
     "                      [--steps 2] [--warmup 1] [--backend threads|mpi] [--world N]\n"
-    "                      [--comm host|nccl]\n"
+    "                      [--comm host|nccl] [--pin-ranks]\n"
     "                      [--peak-tflops X] [--mem-limit BYTES | --no-mem-check]\n"
     "                      [--plans-dir DIR] [--db FILE] [--json]\n"
     "                      [--load-weights FILE] [--save-weights FILE [--weights-dtype f32|f64|bf16]\n"
@@ -298,6 +298,9 @@ const char sb_run_usage[] =
     "                   $SHARDBENCH_DATADIR/plans, ./plans, the installed plans/)\n"
     "  --db FILE        append runs/configs/results/comm rows (results/schema.sql)\n"
     "  --json           one JSON object instead of the summary\n"
+    "  --pin-ranks      threads backend: pin rank r to the r-th CPU when the ranks are\n"
+    "                   no more than the CPUs (default: the scheduler places them,\n"
+    "                   faster on a shared machine; bench/shardbench-pinning measures it)\n"
     "  --model M        debugmodel, 8B, 70B, 405B, each with optional :KEY=VALUE\n"
     "                   overrides (debugmodel:n_layers=2:n_kv_heads=4; keys: dim,\n"
     "                   n_layers, n_heads, n_kv_heads, vocab, multiple_of,\n"
@@ -363,7 +366,7 @@ typedef struct run_args {
 
 enum { O_MODEL = 256, O_WORKLOAD, O_PLAN, O_MESH, O_PP, O_DPR, O_DPS, O_CP, O_TP, O_DTYPE,
        O_BATCH, O_SEQ, O_STEPS, O_WARMUP, O_BACKEND, O_WORLD, O_PEAK, O_MEMLIM, O_NOMEM, O_PLANS,
-       O_DB, O_JSON, O_LOADW, O_SAVEW, O_WDTYPE, O_WNAMES, O_TRACE, O_COMM, O_DEVICE, O_HELP };
+       O_DB, O_JSON, O_LOADW, O_SAVEW, O_WDTYPE, O_WNAMES, O_TRACE, O_COMM, O_DEVICE, O_PIN, O_HELP };
 static const struct option run_lopts[] = {
     {"model", required_argument, NULL, O_MODEL}, {"workload", required_argument, NULL, O_WORKLOAD},
     {"plan", required_argument, NULL, O_PLAN},   {"mesh", required_argument, NULL, O_MESH},
@@ -385,6 +388,7 @@ static const struct option run_lopts[] = {
     {"save-trace", required_argument, NULL, O_TRACE},
     {"comm", required_argument, NULL, O_COMM},
     {"device", required_argument, NULL, O_DEVICE},
+    {"pin-ranks", no_argument, NULL, O_PIN},
     {"help", no_argument, NULL, O_HELP},
     {NULL, 0, NULL, 0}};
 
@@ -443,6 +447,7 @@ static int run_flag(int ch, run_args *a, char **argv) {
   case O_PLANS: a->plans_flag = optarg; return 0;
   case O_DB: a->db = optarg; return 0;
   case O_JSON: a->json = true; return 0;
+  case O_PIN: o->pin_ranks = true; return 0;
   case O_LOADW: a->load_w = optarg; return 0;
   case O_SAVEW: a->save_w = optarg; return 0;
   case O_WDTYPE: a->wdtype_s = optarg; return 0;

@@ -197,6 +197,7 @@ typedef struct sb_opts {
   char load_weights[1024], save_weights[1024];
   dt_dtype weights_dtype;
   dt_weight_names weights_names;
+  bool pin_ranks;                /* --pin-ranks: dt_launch_opts.bind (threads backend) */
 } sb_opts;
 
 /* The unsharded reference of one (model, workload, dtype, batch, seq, steps):

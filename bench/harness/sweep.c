@@ -64,7 +64,7 @@ const char sb_sweep_usage[] =
     "                        [--db results/shardbench.db] [--resume]\n"
     "                        [--backend threads|mpi] [--peak-tflops X] [--plans-dir DIR]\n"
     "                        [--mem-limit BYTES | --no-mem-check] [--shapes S/S/...]\n"
-    "                        [--device cpu|cuda|cuda-emu]\n"
+    "                        [--device cpu|cuda|cuda-emu] [--pin-ranks]\n"
     "\n"
     "Runs every ordered factorisation of the world into (pp, dp_replicate, dp_shard, cp,\n"
     "tp) (or only the --shapes given, each as run's --mesh: dp_shard:2,tp:4/cp:8)\n"
@@ -88,6 +88,7 @@ const char sb_sweep_usage[] =
     "skip pp > 1 (one layer has no stages to split).\n"
     "--device cpu|cuda|cuda-emu: where every config's sharded job computes, as run's\n"
     "--device (it joins each config's key off the CPU); --dtypes bf16 needs a device.\n"
+    "--pin-ranks: pin each config's rank threads to cores, as run's --pin-ranks.\n"
     "\n"
     "Exit: 0 all ok or skipped, 1 a mismatch or failure, 2 bad input (flags, a plan,\n"
     "the DB).\n";
@@ -315,7 +316,7 @@ typedef struct sweep_args {
   const char *shapes_s; /* --shapes: NULL, every factorisation */
   const char *device_s; /* --device: cpu, cuda, cuda-emu */
   const char *peak_s, *mem_s;
-  bool resume, no_mem_check;
+  bool resume, no_mem_check, pin_ranks;
 } sweep_args;
 
 /* What the sweep walks: the lists, the plans' files, the mesh shapes. */
@@ -335,7 +336,7 @@ typedef struct tally {
 
 enum { O_WORLD = 256, O_MODELS, O_PLANS, O_WORKLOADS, O_DTYPES, O_BATCH, O_SEQ, O_STEPS,
        O_WARMUP, O_DB, O_RESUME, O_BACKEND, O_PEAK, O_MEMLIM, O_NOMEM, O_PLANSDIR, O_SHAPES,
-       O_DEVICE, O_HELP };
+       O_DEVICE, O_PIN, O_HELP };
 static const struct option sweep_lopts[] = {
     {"world", required_argument, NULL, O_WORLD},
     {"models", required_argument, NULL, O_MODELS},
@@ -355,6 +356,7 @@ static const struct option sweep_lopts[] = {
     {"plans-dir", required_argument, NULL, O_PLANSDIR},
     {"shapes", required_argument, NULL, O_SHAPES},
     {"device", required_argument, NULL, O_DEVICE},
+    {"pin-ranks", no_argument, NULL, O_PIN},
     {"help", no_argument, NULL, O_HELP},
     {NULL, 0, NULL, 0}};
 
@@ -396,6 +398,7 @@ static int sweep_parse(int argc, char **argv, sweep_args *a) {
     case O_PEAK: a->peak_s = optarg; break;
     case O_MEMLIM: a->mem_s = optarg; break;
     case O_NOMEM: a->no_mem_check = true; break;
+    case O_PIN: a->pin_ranks = true; break;
     case O_HELP: fputs(sb_sweep_usage, stdout); return -1;
     default: return sb_getopt_error(CMD, ch, argv, sweep_lopts);
     }
@@ -470,6 +473,7 @@ static int sweep_check(sweep_args *a, sweep_space *sp, sb_opts *lim, dt_backend 
   if (!rc) rc = sweep_plans(a, sp);
   if (!rc) rc = sb_limits_from_flags(CMD, a->peak_s, a->mem_s, a->no_mem_check, lim);
   if (rc) return rc;
+  lim->pin_ranks = a->pin_ranks;
   if (*be == DT_BACKEND_MPI) {
     if (dt_mpi_init(argc, argv) != DT_OK)
       return sb_usage_error(CMD, "--backend", "MPI could not be initialised");

@@ -55,7 +55,10 @@ typedef struct dt_launch_opts {
                            CUDA kernels on the host) instead of a GPU */
   bool no_ledger;       /* true: do not record ledger rows */
   dt_comm_kind comm;    /* the world communicator's transport (default host) */
-  bool no_bind;         /* threads: do not pin ranks to CPUs (pinned when world <= CPUs) */
+  bool bind;            /* threads: pin rank r to the r-th CPU this process may use, when
+                           world <= those CPUs (default: the scheduler places the ranks;
+                           on a shared machine a pinned rank waits for its one busy core
+                           while another core idles: bench/shardbench-pinning) */
 } dt_launch_opts;
 
 typedef struct dt_launch_report {

@@ -78,10 +78,11 @@ static void *rank_main(void *p) {
   return NULL;
 }
 
-/* With no more ranks than the CPUs this process may use, pin rank r to the r-th
- * of them, as mpirun binds one process per core: two ranks that share a core
- * by the scheduler's choice halve the bandwidth of every collective. With more
- * ranks than CPUs the scheduler balances them better than a fixed binding. */
+/* opts.bind: with no more ranks than the CPUs this process may use, pin rank r
+ * to the r-th of them, as mpirun --bind-to core binds one process per core. Off
+ * by default: when other processes share the cores, a pinned rank waits for its
+ * own core while the scheduler could have run it on another. With more ranks
+ * than CPUs the scheduler balances them better than a fixed binding. */
 static void bind_ranks(pthread_t *th, const bool *started, int n) {
 #ifdef CPU_SET
   cpu_set_t allowed;
@@ -182,7 +183,7 @@ dt_status dt_launch_threads(const dt_launch_opts *opts, dt_spmd_fn fn, void *arg
     started[r] = true;
   }
   pthread_attr_destroy(&attr);
-  if (!opts->no_bind) bind_ranks(th, started, n);
+  if (opts->bind) bind_ranks(th, started, n);
   for (int r = 0; r < n; r++)
     if (started[r]) pthread_join(th[r], NULL);
 
