@@ -53,8 +53,10 @@ PUBLIC=$(sed -e ':a' -e '/\\$/N' -e 's/\\\n//' -e 'ta' "$AM" 2>/dev/null |
   sed -n 's/^dtensorinc[A-Za-z0-9_]*_HEADERS[[:space:]]*=//p' | tr ' \t' '\n\n' | sed -n 's|^lib/||p')
 [ -n "$PUBLIC" ] || { echo "layers: no dtensorinc*_HEADERS in $AM" >&2; exit 99; }
 
-# Private headers another layer may include: "header:layer ...".
-SHARED="comm/comm_job.h:launch"
+# Private headers another layer may include: "header:layer ...". The CPU
+# kernels' vector math reaches lib/ops (through ops/vmath.h) for the host loops
+# still there.
+SHARED="comm/comm_job.h:launch device/cpu/vmath.h:ops"
 
 STD_HEADERS="stdarg.h stdbool.h stddef.h stdint.h stdio.h stdlib.h string.h math.h limits.h"
 
