@@ -74,9 +74,9 @@ typedef struct dt_kern_pw {
   dt_status (*swiglu_bwd)(dt_device *d, dt_dtype t, int64_t n, const void *a, const void *b,
                           const void *g, void *da, void *db);
   /* y[o, i] = alpha * sum_r x[o, r, i] over x viewed as [outer, red, inner]
-   * (y: [outer, inner]); tx, ty in f32, f64, bf16 (a multi-axis reduction keeps
-   * bf16's intermediates in f32). Sums in f64 for f32 and f64 input (as the host
-   * kernels), in f32 for bf16; alpha multiplies the sum in that type. red == 0
+   * (y: [outer, inner]); tx, ty in f32, f64, bf16. Sums in f64 for f32 and f64
+   * input, in f32 for bf16 (the CPU: in f64, in r's order); alpha multiplies the
+   * sum in that type. (The ops' sum and mean use sum_dims.) red == 0
    * gives 0 (times alpha: NaN for a mean's 1/0, as the host's 0/0). */
   dt_status (*reduce)(dt_device *d, dt_dtype tx, const void *x, dt_dtype ty, void *y,
                       int64_t outer, int64_t red, int64_t inner, double alpha);
