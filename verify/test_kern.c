@@ -355,6 +355,206 @@ static void test_reduce(kt_dev *T) {
   printf("pw.reduce: %d shapes x 5 dtype pairs x sum, mean\n", N_RCASES);
 }
 
+/* ---- pw.sum_dims: a sum over any set of dims, divided ------------------------- */
+typedef struct sdcase {
+  int nd;
+  int64_t shape[4];
+  uint32_t dims;
+} sdcase;
+static const sdcase sdcases[] = {
+    {3, {4, 6, 33}, 0x2},   /* a middle run: a thread per output */
+    {3, {4, 6, 33}, 0x5},   /* two runs around a kept dim, the innermost reduced: blocks */
+    {4, {5, 1, 7, 3}, 0x3}, /* reduced dims before a kept innermost one (and a size-1) */
+    {4, {2, 3, 4, 5}, 0xf}, /* everything: one output */
+    {1, {100003}, 0x1},     /* one long row: several grid rounds of a block */
+    {3, {3, 1, 4}, 0x2},    /* only a size-1 dim reduced: y = x */
+    {3, {6, 0, 2}, 0x2},    /* nothing to sum: 0 (a mean's 0/0: NaN) */
+    {2, {0, 5}, 0x2},       /* no outputs */
+    {0, {0}, 0x0},          /* a scalar */
+};
+enum { N_SDCASES = sizeof sdcases / sizeof sdcases[0] };
+
+/* The reference: each element of x (row-major, in order) added in double to its
+ * output, from 0, then divided: the order the CPU slot promises, so its f64
+ * results must equal this bit for bit. */
+static void sum_dims_ref(const sdcase *c, const double *x, double *want, double div) {
+  int64_t ny = 1, nx = 1, ost[4] = {0}, s = 1;
+  for (int k = c->nd - 1; k >= 0; k--) {
+    nx *= c->shape[k];
+    if (c->dims >> k & 1u) continue;
+    ost[k] = s;
+    s *= c->shape[k];
+  }
+  ny = s;
+  for (int64_t j = 0; j < ny; j++) want[j] = 0;
+  for (int64_t e = 0; e < nx; e++) {
+    int64_t r = e, p = 0;
+    for (int k = c->nd - 1; k >= 0; k--) {
+      p += (r % c->shape[k]) * ost[k];
+      r /= c->shape[k];
+    }
+    want[p] += x[e];
+  }
+  for (int64_t j = 0; j < ny; j++) want[j] /= div;
+}
+
+static void test_sum_dims(kt_dev *T) {
+  const dt_dtype pairs[][2] = {{DT_F32, DT_F32}, {DT_F64, DT_F64}, {DT_BF16, DT_BF16},
+                               {DT_BF16, DT_F32}, {DT_F32, DT_BF16}};
+  dt_device cpu = {.ops = dt_device_cpu_ops(), .kind = DT_DEV_CPU, .ctx = T->ctx};
+  int exact = 0;
+  for (int ci = 0; ci < N_SDCASES; ci++) {
+    const sdcase *c = &sdcases[ci];
+    int64_t nx = 1, ny = 1, nred = 1;
+    bool rows = false;
+    for (int k = 0; k < c->nd; k++) {
+      nx *= c->shape[k];
+      if (c->dims >> k & 1u) nred *= c->shape[k];
+      else ny *= c->shape[k];
+      if (c->shape[k] != 1) rows = c->dims >> k & 1u;
+    }
+    for (int pi = 0; pi < 5; pi++) {
+      dt_dtype tx = pairs[pi][0], ty = pairs[pi][1];
+      for (int mean = 0; mean < 2; mean++) {
+        double div = mean ? (double)nred : 1.0;
+        double *x = malloc((nx ? nx : 1) * sizeof *x), *want = malloc((ny ? ny : 1) * sizeof *want),
+               *got = malloc((ny ? ny : 1) * sizeof *got);
+        kt_uniform(x, nx, 41, (uint64_t)ci, 0.25, 1.25); /* positive: see test_reduce */
+        void *dx = up_rounded(T, tx, x, nx), *dy = kt_up(T, NULL, (ny ? ny : 1) * dt_dtype_size(ty));
+        sum_dims_ref(c, x, want, div);
+        TU_OK(T->ctx, T->K->pw->sum_dims(T->dev, tx, c->nd, c->shape, c->dims, dx, ty, dy, div));
+        down_unpacked(T, ty, dy, got, ny);
+        /* as test_reduce's bound: a block sums ceil(n/256) terms a thread then 8
+         * tree levels, a thread per output all n; then the division and the store */
+        double ua = tx == DT_BF16 ? kt_unit(DT_F32) : kt_unit(DT_F64);
+        double terms = rows ? (double)((nred + 255) / 256 + 8) : (double)nred;
+        double tol = (terms + 2) * ua + kt_unit(ty) + (ty == DT_BF16 && tx != DT_BF16 ? kt_unit(DT_F32) : 0);
+        char what[96];
+        snprintf(what, sizeof what, "sum_dims %s->%s case %d%s", dt_dtype_name(tx), dt_dtype_name(ty),
+                 ci, mean ? " mean" : "");
+        if (nred == 0 && mean) {
+          bool nan = true;
+          for (int64_t j = 0; j < ny; j++) nan = nan && isnan(got[j]);
+          TU_CHECK(nan, "%s: not NaN", what);
+        } else {
+          kt_close_to(what, got, want, ny, tol);
+        }
+        if (tx == DT_F64 && ty == DT_F64) { /* the CPU's: the reference's order, bit for bit */
+          double *hy = malloc((ny ? ny : 1) * sizeof *hy);
+          TU_OK(T->ctx, dt_kernels_cpu.pw->sum_dims(&cpu, tx, c->nd, c->shape, c->dims, x, ty, hy, div));
+          for (int64_t j = 0; j < ny; j++) {
+            TU_CHECK(memcmp(&hy[j], &want[j], sizeof *hy) == 0 || (isnan(hy[j]) && isnan(want[j])),
+                     "%s on the cpu: element %lld is %.17g, the in-order sum %.17g", what, (long long)j,
+                     hy[j], want[j]);
+            exact++;
+          }
+          free(hy);
+        }
+        kt_free(T, dx, nx * dt_dtype_size(tx));
+        kt_free(T, dy, (ny ? ny : 1) * dt_dtype_size(ty));
+        free(x), free(want), free(got);
+      }
+    }
+  }
+  /* The bitwise check can fail: summing [4, 6, 33] over dims 0 and 2 in two
+   * passes (dim 2, then dim 0: the order of a pass-per-run reduction) differs
+   * from the in-order sum in some element. */
+  double x[4 * 6 * 33], want[6], two[6];
+  kt_uniform(x, 4 * 6 * 33, 41, 99, 0.25, 1.25);
+  sum_dims_ref(&sdcases[1], x, want, 1.0);
+  int differ = 0;
+  for (int j = 0; j < 6; j++) {
+    two[j] = 0;
+    for (int a = 0; a < 4; a++) {
+      double r = 0;
+      for (int b = 0; b < 33; b++) r += x[(a * 6 + j) * 33 + b];
+      two[j] += r;
+    }
+    differ += memcmp(&two[j], &want[j], sizeof two[j]) != 0;
+  }
+  TU_CHECK(differ > 0, "a two-pass sum matches the in-order sum bit for bit in all 6 elements");
+  printf("pw.sum_dims: %d shapes x 5 dtype pairs x sum, mean; cpu f64 in order (%d elements)\n",
+         N_SDCASES, exact);
+}
+
+/* ---- pw.contract: the naive two-operand contraction -------------------------- */
+typedef struct ccase {
+  int no, ns;
+  int64_t on[2], oa[2], ob[2], sn[2], sa[2], sb[2];
+  int64_t na, nb; /* operand sizes */
+} ccase;
+static const ccase ccases[] = {
+    /* ij,jk->i: A [7, 5], B [5, 3]; j and k summed (k in B only) */
+    {1, 2, {7}, {5}, {0}, {5, 3}, {1, 0}, {3, 1}, 35, 15},
+    /* bij,bl->bi: A [3, 4, 6], B [3, 2]; j in A only, l in B only */
+    {2, 2, {3, 4}, {24, 6}, {2, 0}, {6, 2}, {1, 0}, {0, 1}, 72, 6},
+    /* i,i->i over 1000: no summed dim, one product each */
+    {1, 0, {1000}, {1}, {1}, {0}, {0}, {0}, 1000, 1000},
+    /* i,j->i over [300] x [257]: grid rounds, long sums */
+    {1, 1, {300}, {1}, {0}, {257}, {0}, {1}, 300, 257},
+};
+enum { N_CCASES = sizeof ccases / sizeof ccases[0] };
+
+static void test_contract(kt_dev *T) {
+  dt_device cpu = {.ops = dt_device_cpu_ops(), .kind = DT_DEV_CPU, .ctx = T->ctx};
+  for (int ci = 0; ci < N_CCASES; ci++) {
+    const ccase *c = &ccases[ci];
+    int64_t nc = 1, nsum = 1;
+    for (int k = 0; k < c->no; k++) nc *= c->on[k];
+    for (int k = 0; k < c->ns; k++) nsum *= c->sn[k];
+    for (int ti = 0; ti < 3; ti++) {
+      dt_dtype t = ftypes[ti];
+      size_t es = dt_dtype_size(t);
+      double *a = malloc(c->na * sizeof *a), *b = malloc(c->nb * sizeof *b),
+             *want = malloc(nc * sizeof *want), *got = malloc(nc * sizeof *got);
+      kt_uniform(a, c->na, 43, (uint64_t)ci, 0.25, 1.25);
+      kt_uniform(b, c->nb, 47, (uint64_t)ci, 0.25, 1.25);
+      void *da = up_rounded(T, t, a, c->na), *db = up_rounded(T, t, b, c->nb);
+      void *dy = kt_up(T, NULL, nc * es);
+      for (int64_t i = 0; i < nc; i++) { /* the reference: each output's terms in order */
+        int64_t pa = 0, pb = 0, r = i;
+        for (int k = c->no - 1; k >= 0; k--) {
+          pa += (r % c->on[k]) * c->oa[k];
+          pb += (r % c->on[k]) * c->ob[k];
+          r /= c->on[k];
+        }
+        double acc = 0;
+        for (int64_t j = 0; j < nsum; j++) {
+          int64_t qa = pa, qb = pb, q = j;
+          for (int k = c->ns - 1; k >= 0; k--) {
+            qa += (q % c->sn[k]) * c->sa[k];
+            qb += (q % c->sn[k]) * c->sb[k];
+            q /= c->sn[k];
+          }
+          acc += a[qa] * b[qb];
+        }
+        want[i] = acc;
+      }
+      TU_OK(T->ctx, T->K->pw->contract(T->dev, t, c->no, c->on, c->oa, c->ob, c->ns, c->sn, c->sa,
+                                       c->sb, da, db, dy));
+      down_unpacked(T, t, dy, got, nc);
+      /* positive products summed in turn: each product and each add one unit of
+       * the accumulator (f32 for bf16, else f64), then the store */
+      double ua = t == DT_BF16 ? kt_unit(DT_F32) : kt_unit(DT_F64);
+      char what[64];
+      snprintf(what, sizeof what, "contract %s case %d", dt_dtype_name(t), ci);
+      kt_close_to(what, got, want, nc, (2 * (double)nsum + 2) * ua + kt_unit(t));
+      if (t == DT_F64) { /* the CPU's: the reference's order, bit for bit */
+        double *hy = malloc(nc * sizeof *hy);
+        TU_OK(T->ctx, dt_kernels_cpu.pw->contract(&cpu, t, c->no, c->on, c->oa, c->ob, c->ns, c->sn,
+                                                   c->sa, c->sb, a, b, hy));
+        TU_CHECK(memcmp(hy, want, nc * sizeof *hy) == 0, "%s on the cpu: not the in-order sum", what);
+        free(hy);
+      }
+      kt_free(T, da, c->na * es);
+      kt_free(T, db, c->nb * es);
+      kt_free(T, dy, nc * es);
+      free(a), free(b), free(want), free(got);
+    }
+  }
+  printf("pw.contract: %d shapes x f32, f64, bf16; cpu f64 in order\n", N_CCASES);
+}
+
 /* ---- pw.softmax and pw.softmax_bwd over [outer, L, inner] -------------------- */
 static const int64_t scases[][3] = {{1, 1, 1}, {3, 7, 1}, {2, 4099, 1}, {2, 5, 3}, {1, 300, 4}};
 enum { N_SCASES = sizeof scases / sizeof scases[0] };
@@ -632,6 +832,10 @@ static dt_status op_rank(dt_ctx *ctx, void *arg) {
   call(ctx, J, "einsum mbk,bkn->bmn", &dt_op_einsum, &a, &M, &B);
   snprintf(a.eq, sizeof a.eq, "bmk,bkn->mbn"); /* C through device scratch */
   call(ctx, J, "einsum bmk,bkn->mbn", &dt_op_einsum, &a, &A, &B);
+  snprintf(a.eq, sizeof a.eq, "ij,kj->i"); /* k summed in one input: the contract slot */
+  J->next_terms = 6 * 9;
+  call(ctx, J, "einsum ij,kj->i", &dt_op_einsum, &a, &X, &W);
+  J->next_terms = 0;
   a = (dt_op_attrs)DT_OP_ATTRS_INIT;
   a.i0 = 0, a.i1 = 1;
   call(ctx, J, "transpose", &dt_op_transpose, &a, &x, NULL);
@@ -737,6 +941,8 @@ int main(void) {
   test_binary(&T);
   test_swiglu_bwd(&T);
   test_reduce(&T);
+  test_sum_dims(&T);
+  test_contract(&T);
   test_softmax(&T);
   test_permute(&T);
   test_guards(&T);

@@ -38,10 +38,22 @@ typedef enum dt_pw_op {
   DT_PW_SILU_GRAD = 4 /* b * silu'(a) = b s (1 + a (1 - s)), s = sigmoid(a) */
 } dt_pw_op;
 
-/* Element-wise, layout and reduction kernels (k_pw.cu). Floating slots take
- * f32, f64 and bf16 and compute in f32 for f32 and bf16, in f64 for f64 (the
- * reductions: see reduce). Shapes and strides are host arrays (read at the
- * call); x, y, a, b, g, da, db are device pointers. */
+/* Most summed dims of dt_kern_pw.contract (every letter of two operands). */
+enum { DT_KERN_MAX_SUM = 2 * DT_MAX_DIMS };
+
+/* Element-wise, layout and reduction kernels (k_pw.cu on the GPU builds,
+ * cpu/k_pw.c on the CPU). Floating slots take f32, f64 and bf16 and compute in
+ * f32 for f32 and bf16, in f64 for f64 (the reductions: see reduce). Shapes and
+ * strides are host arrays (read at the call); x, y, a, b, g, da, db are device
+ * pointers.
+ *
+ * The CPU's slots are the runtime's host loops: they take f32 and f64 (its
+ * table sets bf16_as_f32, so the dispatcher hands them bf16 ops as f32 copies;
+ * cast and permute take bf16 too) and compute in f64 for f32 as well, rounding
+ * once to f32, except silu and the silu / swiglu kinds of binary and swiglu_bwd
+ * on same-shape f32 operands, which run in f32 on vmath.h's vector exp (within
+ * a few f32 ulps of the f64 form). Their sums are in f64, in the order each
+ * slot states. */
 typedef struct dt_kern_pw {
   /* y[i] = silu(x[i]) = x / (1 + exp(-x)); t: f32, f64, bf16. */
   dt_status (*silu)(dt_device *d, dt_dtype t, int64_t n, const void *x, void *y);
@@ -62,9 +74,9 @@ typedef struct dt_kern_pw {
   dt_status (*swiglu_bwd)(dt_device *d, dt_dtype t, int64_t n, const void *a, const void *b,
                           const void *g, void *da, void *db);
   /* y[o, i] = alpha * sum_r x[o, r, i] over x viewed as [outer, red, inner]
-   * (y: [outer, inner]); tx, ty in f32, f64, bf16 (a multi-axis reduction keeps
-   * bf16's intermediates in f32). Sums in f64 for f32 and f64 input (as the host
-   * kernels), in f32 for bf16; alpha multiplies the sum in that type. red == 0
+   * (y: [outer, inner]); tx, ty in f32, f64, bf16. Sums in f64 for f32 and f64
+   * input, in f32 for bf16 (the CPU: in f64, in r's order); alpha multiplies the
+   * sum in that type. (The ops' sum and mean use sum_dims.) red == 0
    * gives 0 (times alpha: NaN for a mean's 1/0, as the host's 0/0). */
   dt_status (*reduce)(dt_device *d, dt_dtype tx, const void *x, dt_dtype ty, void *y,
                       int64_t outer, int64_t red, int64_t inner, double alpha);
@@ -82,6 +94,29 @@ typedef struct dt_kern_pw {
    * strides), a sub-box (off). x and y must not overlap. */
   dt_status (*permute)(dt_device *d, size_t es, int nd, const int64_t *shape, const int64_t *st,
                        int64_t off, const void *x, void *y);
+  /* The sum of contiguous x (shape[0..nd), nd <= DT_MAX_DIMS) over the dims
+   * whose bit is set in dims (bit k: dim k), divided by div (1 for a sum, the
+   * count for a mean): y, contiguous, holds x's other dims in order (a size-1
+   * dim where a reduced one was, or none: the same elements). tx, ty: f32,
+   * f64, bf16. Sums in f64 for f32 and f64 input, in f32 for bf16 (the CPU: in
+   * f64, adding the elements in x's row-major order, from 0); then one
+   * division by div in that type. No dim reduced: y = (0 + x) / div; an empty
+   * reduction gives 0 / div (NaN for a mean's 0 / 0, as torch.mean of an
+   * empty tensor). */
+  dt_status (*sum_dims)(dt_device *d, dt_dtype tx, int nd, const int64_t *shape, uint32_t dims,
+                        const void *x, dt_dtype ty, void *y, double div);
+  /* The naive contraction of two operands (an einsum with a letter summed in
+   * one input only, which no GEMM maps): over y's oshape[0..no) (no <=
+   * DT_MAX_DIMS, y contiguous),
+   *   y[i] = sum over j in sshape[0..ns) of a[i.oa + j.sa] * b[i.ob + j.sb]
+   * with i.oa = sum_k i_k oa[k] (a letter an operand lacks has stride 0 there),
+   * j in row-major order (ns <= DT_KERN_MAX_SUM; ns 0: one product). t: f32,
+   * f64, bf16. Sums in f64 for f32 and f64, in f32 for bf16 (the CPU: in f64,
+   * from 0, in j's order). */
+  dt_status (*contract)(dt_device *d, dt_dtype t, int no, const int64_t *oshape,
+                        const int64_t *oa, const int64_t *ob, int ns, const int64_t *sshape,
+                        const int64_t *sa, const int64_t *sb, const void *a, const void *b,
+                        void *y);
 } dt_kern_pw;
 
 /* RoPE on x [b, s, h, hd] (interleaved pairs (2i, 2i+1) rotated by pos * freq_i,
@@ -317,6 +352,11 @@ typedef struct dt_kernels {
   const dt_kern_attn *attn;
   const dt_kern_layout *layout;
   const dt_kern_optim *optim;
+  /* The table's kernels take f32 and f64 only: the dispatcher (dt_op_call)
+   * runs an op with bf16 operands on f32 copies made with pw->cast and rounds
+   * its bf16 outputs back (to nearest even): the device kernels' arithmetic
+   * (f32 for bf16), one rounding per output. The CPU's table sets it. */
+  bool bf16_as_f32;
 } dt_kernels;
 
 /* The emulated device's pointers are host addresses plus this: the sum is

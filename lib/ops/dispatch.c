@@ -283,12 +283,13 @@ static void cache_put(dt_ctx *ctx, const cache_key *k, uint64_t h, const dt_cand
   c->n++;
 }
 
-/* ---- bf16 on the host ------------------------------------------------------- */
+/* ---- bf16 through f32 copies ------------------------------------------------ */
 
-/* bf16 is a storage type: the device kernels compute it in f32. The host kernels
- * are written for f32 and f64, so a host op with bf16 operands runs its f32
- * kernel on f32 copies and rounds the outputs back to bf16 (to nearest even):
- * the same arithmetic as the device's, one rounding per output. */
+/* bf16 is a storage type: the GPU kernels compute it in f32. A device whose
+ * kernels take f32 and f64 only (its table's bf16_as_f32: the CPU's) gets an op
+ * with bf16 operands on f32 copies made by its cast slot, and the outputs
+ * rounded back to bf16 (to nearest even): the same arithmetic as the GPU's, one
+ * rounding per output. */
 static bool has_bf16(const dt_op *op, const dt_tensor *const *in, dt_tensor *const *out) {
   for (int j = 0; j < op->n_in; j++)
     if (in[j]->local.dtype == DT_BF16) return true;
@@ -297,18 +298,17 @@ static bool has_bf16(const dt_op *op, const dt_tensor *const *in, dt_tensor *con
   return false;
 }
 
-static dt_status widen(dt_ctx *ctx, const dt_tensor *t, dt_tensor *w) {
+/* An f32 array like a (same device and shape), *w a copy of t's header over it. */
+static dt_status f32_like(dt_ctx *ctx, const dt_tensor *t, dt_tensor *w) {
   *w = *t;
   w->dtype = DT_F32;
-  DT_CHECK(dt_array_create(ctx, DT_DEV_CPU, DT_F32, t->local.ndim, t->local.shape, &w->local));
-  const dt_bf16 *src = t->local.data;
-  float *dst = w->local.data;
-  for (int64_t i = 0; i < t->local.numel; i++) dst[i] = dt_bf16_to_f32(src[i]);
-  return DT_OK;
+  return dt_array_create(ctx, t->local.dev, DT_F32, t->local.ndim, t->local.shape, &w->local);
 }
 
-static dt_status kernel_via_f32(dt_ctx *ctx, const dt_op *op, const dt_op_attrs *a,
+static dt_status kernel_via_f32(dt_ctx *ctx, dt_kdev *kd, const dt_op *op, const dt_op_attrs *a,
                                 const dt_tensor *const *in, dt_tensor *const *out) {
+  DT_OP_KSLOT(ctx, op->name, kd->k->pw, cast);
+  dt_status (*cast)(dt_device *, dt_dtype, const void *, dt_dtype, void *, int64_t) = kd->k->pw->cast;
   dt_tensor win[DT_OP_MAX_IN], wout[DT_OP_MAX_OUT];
   const dt_tensor *use[DT_OP_MAX_IN];
   dt_tensor *put[DT_OP_MAX_OUT];
@@ -317,31 +317,37 @@ static dt_status kernel_via_f32(dt_ctx *ctx, const dt_op *op, const dt_op_attrs 
   for (int j = 0; j < op->n_in && s == DT_OK; j++) {
     use[j] = in[j];
     if (in[j]->local.dtype != DT_BF16) continue;
-    s = widen(ctx, in[j], &win[j]);
-    if (s == DT_OK) wi[j] = true, use[j] = &win[j];
+    s = f32_like(ctx, in[j], &win[j]);
+    if (s != DT_OK) break;
+    wi[j] = true, use[j] = &win[j];
+    s = cast(kd->dev, DT_BF16, in[j]->local.data, DT_F32, win[j].local.data, in[j]->local.numel);
   }
   for (int j = 0; j < op->n_out && s == DT_OK; j++) {
     put[j] = out[j];
     if (out[j]->local.dtype != DT_BF16) continue;
-    wout[j] = *out[j];
-    wout[j].dtype = DT_F32;
-    s = dt_array_create(ctx, DT_DEV_CPU, DT_F32, out[j]->local.ndim, out[j]->local.shape,
-                        &wout[j].local);
+    s = f32_like(ctx, out[j], &wout[j]);
     if (s == DT_OK) wo[j] = true, put[j] = &wout[j];
   }
   if (s == DT_OK) s = op->kernel(ctx, a, use, put);
   for (int j = 0; j < op->n_out; j++) {
     if (!wo[j]) continue;
-    if (s == DT_OK) {
-      const float *src = wout[j].local.data;
-      dt_bf16 *dst = out[j]->local.data;
-      for (int64_t i = 0; i < out[j]->local.numel; i++) dst[i] = dt_f32_to_bf16(src[i]);
-    }
+    if (s == DT_OK)
+      s = cast(kd->dev, DT_F32, wout[j].local.data, DT_BF16, out[j]->local.data, out[j]->local.numel);
     dt_array_free(ctx, &wout[j].local);
   }
   for (int j = 0; j < op->n_in; j++)
     if (wi[j]) dt_array_free(ctx, &win[j].local);
   return s;
+}
+
+/* The op's kernel on the redistributed inputs, on f32 copies where the device
+ * asks for them. */
+static dt_status run_kernel(dt_ctx *ctx, const dt_op *op, const dt_op_attrs *a,
+                            dt_device_kind dev, const dt_tensor *const *in, dt_tensor *const *out) {
+  if (!has_bf16(op, in, out)) return op->kernel(ctx, a, in, out);
+  dt_kdev kd;
+  DT_CHECK(dt_device_kernels(ctx, dev, op->name, &kd));
+  return kd.k->bf16_as_f32 ? kernel_via_f32(ctx, &kd, op, a, in, out) : op->kernel(ctx, a, in, out);
 }
 
 dt_status dt_op_call(dt_ctx *ctx, const dt_op *op, const dt_op_attrs *a,
@@ -406,9 +412,7 @@ dt_status dt_op_call(dt_ctx *ctx, const dt_op *op, const dt_op_attrs *a,
     s = dt_array_create(ctx, dev, os[j].dtype, os[j].ndim, ls, &out[j]->local);
     if (s == DT_OK) made++;
   }
-  if (s == DT_OK)
-    s = dev == DT_DEV_CPU && has_bf16(op, use, out) ? kernel_via_f32(ctx, op, a, use, out)
-                                                   : op->kernel(ctx, a, use, out);
+  if (s == DT_OK) s = run_kernel(ctx, op, a, dev, use, out);
   for (int j = 0; j < op->n_in; j++)
     if (own[j]) dt_tensor_free(ctx, &moved[j]);
   if (s != DT_OK)

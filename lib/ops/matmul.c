@@ -17,21 +17,19 @@
  * non-Partial inputs. The all-P option of linearity=True is not generated.
  *
  * The kernel maps the local einsum onto one strided-batched GEMM
- * (dt_device_gemm: cblas on the CPU, cuBLAS on cuda): operands already laid out
- * as [batch, free, contract] (or transposed) are used in place, others are
- * permuted into a temporary first (host memory and a host loop for host arrays;
- * device scratch and the device's permute slot for device arrays, so nothing
- * leaves the device); equations with a letter in one input only (summed there)
- * use naive loops accumulating in double (host arrays only). f32 and f64 on
- * host arrays; on device arrays whatever dt_device_gemm takes (bf16 included
- * once the device GEMM has it).
+ * (dt_device_gemm of the arrays' device: cblas on the CPU, cuBLAS on cuda):
+ * operands already laid out as [batch, free, contract] (or transposed) are used
+ * in place, others are permuted into a temporary of the same device first (its
+ * permute slot, so nothing leaves the device); equations with a letter in one
+ * input only (summed there) run the device's naive contract slot (the CPU's
+ * accumulates in double). Any dtype dt_device_gemm takes (the CPU's bf16 ops
+ * reach it as f32, lib/device/kernels.h bf16_as_f32).
  *
  * Backward is written with dt_op_call on einsum with derived equations, so
  * gradients propagate shardings like forward.
  *
  * What it is not: no implicit-output or ellipsis equations, no repeated letters
- * within an operand (diagonals), no broadcasting of size-1 dims, no bias, no bf16 on
- * host arrays.
+ * within an operand (diagonals), no broadcasting of size-1 dims, no bias.
  */
 #include "config.h"
 
@@ -223,39 +221,11 @@ static dt_status options_common(dt_ctx *ctx, op_kind kind, const char *call, con
 
 /* ---- kernel ---- */
 
-/* Copies src (letters sl, shape ss) into dst laid out with letters dl (a
- * permutation of sl); es: element bytes. */
-static void permute_copy(size_t es, int nd, const char *sl, const int64_t *ss, const void *src,
-                         const char *dl, void *dst) {
-  int64_t dshape[DT_MAX_DIMS], sstride[DT_MAX_DIMS], map[DT_MAX_DIMS], idx[DT_MAX_DIMS] = {0};
-  int64_t st = 1, total = 1;
-  for (int i = nd - 1; i >= 0; i--) {
-    sstride[i] = st;
-    st *= ss[i];
-  }
-  for (int i = 0; i < nd; i++) {
-    int p = (int)(strchr(sl, dl[i]) - sl);
-    dshape[i] = ss[p];
-    map[i] = sstride[p];
-    total *= dshape[i];
-  }
-  const char *s = src;
-  char *d = dst;
-  for (int64_t t = 0; t < total; t++) {
-    int64_t off = 0;
-    for (int i = 0; i < nd; i++) off += idx[i] * map[i];
-    memcpy(d + (size_t)t * es, s + (size_t)off * es, es);
-    for (int i = nd - 1; i >= 0; i--) {
-      if (++idx[i] < dshape[i]) break;
-      idx[i] = 0;
-    }
-  }
-}
-
-/* permute_copy on the device: dst (letters dl) from device src (letters sl,
- * shape ss), through the device's permute slot. */
-static dt_status permute_dev(dt_ctx *ctx, const char *call, size_t es, int nd, const char *sl,
-                             const int64_t *ss, const void *src, const char *dl, void *dst) {
+/* dst (letters dl, a permutation of sl) from src (letters sl, shape ss) on the
+ * device kd: its permute slot; es: element bytes. */
+static dt_status permute_to(dt_ctx *ctx, dt_kdev *kd, const char *call, size_t es, int nd,
+                            const char *sl, const int64_t *ss, const void *src, const char *dl,
+                            void *dst) {
   int64_t dshape[DT_MAX_DIMS], sstride[DT_MAX_DIMS], map[DT_MAX_DIMS], st = 1;
   for (int i = nd - 1; i >= 0; i--) {
     sstride[i] = st;
@@ -266,60 +236,30 @@ static dt_status permute_dev(dt_ctx *ctx, const char *call, size_t es, int nd, c
     dshape[i] = ss[p];
     map[i] = sstride[p];
   }
-  const dt_kernels *K;
-  DT_CHECK(dt_op_kernels(ctx, call, &K));
-  DT_OP_KSLOT(ctx, call, K->pw, permute);
-  return K->pw->permute(ctx->device, es, nd, dshape, map, 0, src, dst);
+  DT_OP_KSLOT(ctx, call, kd->k->pw, permute);
+  return kd->k->pw->permute(kd->dev, es, nd, dshape, map, 0, src, dst);
 }
 
-/* A temporary like array a: host memory for host arrays, device scratch for
- * device ones (tmp->data NULL on failure, error recorded). */
-static dt_status tmp_like(dt_ctx *ctx, const char *call, const dt_array *a, dt_array *tmp) {
+/* A temporary like array a, in a's memory (tmp->data NULL on failure, error
+ * recorded). */
+static dt_status tmp_like(dt_ctx *ctx, const dt_array *a, dt_array *tmp) {
   memset(tmp, 0, sizeof *tmp);
-  if (a->dev != DT_DEV_CPU) {
-    int64_t n = a->numel;
-    return dt_array_create(ctx, a->dev, a->dtype, 1, &n, tmp);
-  }
-  tmp->data = dt_host_alloc(ctx, dt_array_bytes(a));
-  if (!tmp->data) return dt_error(ctx, DT_ERR_NOMEM, call, "temporary of %zu bytes", dt_array_bytes(a));
-  return DT_OK;
+  int64_t n = a->numel;
+  return dt_array_create(ctx, a->dev, a->dtype, 1, &n, tmp);
 }
 
-/* Operand a (labels sl) copied into a new temporary *tmp laid out as dl, on a's
- * side (host loop or the device's permute slot). */
-static dt_status relayout(dt_ctx *ctx, const char *call, size_t es, int nd, const char *sl,
-                          const dt_array *a, const char *dl, dt_array *tmp) {
-  DT_CHECK(tmp_like(ctx, call, a, tmp));
-  if (a->dev != DT_DEV_CPU) return permute_dev(ctx, call, es, nd, sl, a->shape, a->data, dl, tmp->data);
-  permute_copy(es, nd, sl, a->shape, a->data, dl, tmp->data);
-  return DT_OK;
+/* Operand a (labels sl) copied into a new temporary *tmp laid out as dl. */
+static dt_status relayout(dt_ctx *ctx, dt_kdev *kd, const char *call, size_t es, int nd,
+                          const char *sl, const dt_array *a, const char *dl, dt_array *tmp) {
+  DT_CHECK(tmp_like(ctx, a, tmp));
+  return permute_to(ctx, kd, call, es, nd, sl, a->shape, a->data, dl, tmp->data);
 }
 
-static void tmp_free(dt_ctx *ctx, bool dev, dt_array *tmp) {
-  if (dev)
-    dt_array_free(ctx, tmp);
-  else
-    dt_host_free(ctx, tmp->data);
-  tmp->data = NULL;
-}
-
-static double get_el(const void *p, dt_dtype t, int64_t i) {
-  return t == DT_F64 ? ((const double *)p)[i] : (double)((const float *)p)[i];
-}
-static void set_el(void *p, dt_dtype t, int64_t i, double v) {
-  if (t == DT_F64)
-    ((double *)p)[i] = v;
-  else
-    ((float *)p)[i] = (float)v;
-}
-
-/* Naive einsum: every output element is a sum over the other letters, in double. */
-static void naive_einsum(const eqn *e, const int64_t *size, dt_dtype t, const void *A,
-                         const void *B, void *C) {
-  char sum[NLET + 1];
-  int ns = 0;
-  for (char c = 'a'; c <= 'z'; c++)
-    if (size[c - 'a'] >= 0 && pos_of(e, 2, c) < 0) sum[ns++] = c;
+/* The naive einsum on the device's contract slot: every output element a sum
+ * over the other letters (in alphabetical order, row-major). */
+static dt_status naive_einsum(dt_ctx *ctx, dt_kdev *kd, const char *call, const eqn *e,
+                              const int64_t *size, dt_dtype t, const void *A, const void *B,
+                              void *C) {
   int64_t strd[3][NLET];
   memset(strd, 0, sizeof strd);
   for (int o = 0; o < 3; o++) {
@@ -329,38 +269,23 @@ static void naive_einsum(const eqn *e, const int64_t *size, dt_dtype t, const vo
       st *= size[e->l[o][i] - 'a'];
     }
   }
-  int64_t nc = 1, nsum = 1;
-  for (int i = 0; i < e->n[2]; i++) nc *= size[e->l[2][i] - 'a'];
-  for (int i = 0; i < ns; i++) nsum *= size[sum[i] - 'a'];
-  int64_t ci[DT_MAX_DIMS] = {0};
-  for (int64_t c = 0; c < nc; c++) {
-    int64_t ba = 0, bb = 0;
-    for (int i = 0; i < e->n[2]; i++) {
-      int L = e->l[2][i] - 'a';
-      ba += ci[i] * strd[0][L];
-      bb += ci[i] * strd[1][L];
-    }
-    double acc = 0;
-    int64_t si[NLET] = {0};
-    for (int64_t s = 0; s < nsum; s++) {
-      int64_t oa = ba, ob = bb;
-      for (int i = 0; i < ns; i++) {
-        int L = sum[i] - 'a';
-        oa += si[i] * strd[0][L];
-        ob += si[i] * strd[1][L];
-      }
-      acc += get_el(A, t, oa) * get_el(B, t, ob);
-      for (int i = ns - 1; i >= 0; i--) {
-        if (++si[i] < size[sum[i] - 'a']) break;
-        si[i] = 0;
-      }
-    }
-    set_el(C, t, c, acc);
-    for (int i = e->n[2] - 1; i >= 0; i--) {
-      if (++ci[i] < size[e->l[2][i] - 'a']) break;
-      ci[i] = 0;
-    }
+  int64_t on[DT_MAX_DIMS], oa[DT_MAX_DIMS], ob[DT_MAX_DIMS];
+  int64_t sn[DT_KERN_MAX_SUM], sa[DT_KERN_MAX_SUM], sb[DT_KERN_MAX_SUM];
+  for (int i = 0; i < e->n[2]; i++) {
+    int L = e->l[2][i] - 'a';
+    on[i] = size[L], oa[i] = strd[0][L], ob[i] = strd[1][L];
   }
+  int ns = 0;
+  for (char c = 'a'; c <= 'z'; c++) {
+    int L = c - 'a';
+    if (size[L] < 0 || pos_of(e, 2, c) >= 0) continue;
+    if (ns >= DT_KERN_MAX_SUM)
+      return dt_error(ctx, DT_ERR_INTERNAL, call, "more than %d summed letters", DT_KERN_MAX_SUM);
+    sn[ns] = size[L], sa[ns] = strd[0][L], sb[ns] = strd[1][L];
+    ns++;
+  }
+  DT_OP_KSLOT(ctx, call, kd->k->pw, contract);
+  return kd->k->pw->contract(kd->dev, t, e->n[2], on, oa, ob, ns, sn, sa, sb, A, B, C);
 }
 
 static void cat3(char *d, const char *x, const char *y, const char *z) {
@@ -376,17 +301,12 @@ static dt_status kernel_common(dt_ctx *ctx, op_kind kind, const char *call, cons
   DT_CHECK(op_parse(ctx, kind, call, a, sp, &e));
   const dt_array *arr[3] = {&in[0]->local, &in[1]->local, &out[0]->local};
   dt_dtype t = arr[2]->dtype;
-  const bool dev = arr[2]->dev != DT_DEV_CPU;
   for (int o = 0; o < 3; o++) {
     if (arr[o]->ndim != e.n[o] || arr[o]->dtype != t || arr[o]->dev != arr[2]->dev)
       return dt_error(ctx, DT_ERR_INTERNAL, call, "operand %d: local array does not match", o);
   }
-  if (!dev && t != DT_F32 && t != DT_F64)
-    return dt_error(ctx, DT_ERR_UNSUPPORTED, call, "dtype %s on host arrays (f32 and f64 only)",
-                    dt_dtype_name(t));
-  if (dev && (!ctx->device || ctx->device->kind != arr[2]->dev))
-    return dt_error(ctx, DT_ERR_UNSUPPORTED, call, "device arrays, but the rank's device is %s",
-                    ctx->device ? ctx->device->ops->name : "none");
+  dt_kdev kd;
+  DT_CHECK(dt_device_kernels(ctx, arr[2]->dev, call, &kd));
   int64_t size[NLET];
   for (int i = 0; i < NLET; i++) size[i] = -1;
   for (int o = 0; o < 3; o++)
@@ -431,19 +351,8 @@ static dt_status kernel_common(dt_ctx *ctx, op_kind kind, const char *call, cons
   for (int i = 0; i < e.n[1]; i++)
     if (pos_of(&e, 2, e.l[1][i]) < 0 && pos_of(&e, 0, e.l[1][i]) < 0) one_side = true;
   gb[nb] = gl[nl] = gr[nr] = gk[nk] = '\0';
-  if (one_side) {
-    if (dev)
-      return dt_error(ctx, DT_ERR_UNSUPPORTED, call,
-                      "a letter summed in one input only (\"%s,%s->%s\") on device arrays", e.l[0],
-                      e.l[1], e.l[2]);
-    naive_einsum(&e, size, t, arr[0]->data, arr[1]->data, C);
-    return DT_OK;
-  }
-  if (K == 0) {
-    if (dev) return dt_device_fill(ctx->device, t, C, arr[2]->numel, 0.0);
-    memset(C, 0, dt_array_bytes(arr[2]));
-    return DT_OK;
-  }
+  if (one_side) return naive_einsum(ctx, &kd, call, &e, size, t, arr[0]->data, arr[1]->data, C);
+  if (K == 0) return dt_device_fill(kd.dev, t, C, arr[2]->numel, 0.0);
   size_t es = dt_dtype_size(t);
   char want[DT_MAX_DIMS + 1], alt[DT_MAX_DIMS + 1];
   dt_array tmp[3];
@@ -459,7 +368,7 @@ static dt_status kernel_common(dt_ctx *ctx, op_kind kind, const char *call, cons
   } else if (!strcmp(e.l[0], alt)) {
     ta = true;
   } else {
-    s = relayout(ctx, call, es, e.n[0], e.l[0], arr[0], want, &tmp[0]);
+    s = relayout(ctx, &kd, call, es, e.n[0], e.l[0], arr[0], want, &tmp[0]);
     if (s != DT_OK) goto done;
     pa = tmp[0].data;
   }
@@ -470,14 +379,14 @@ static dt_status kernel_common(dt_ctx *ctx, op_kind kind, const char *call, cons
   } else if (!strcmp(e.l[1], alt)) {
     tb = true;
   } else {
-    s = relayout(ctx, call, es, e.n[1], e.l[1], arr[1], want, &tmp[1]);
+    s = relayout(ctx, &kd, call, es, e.n[1], e.l[1], arr[1], want, &tmp[1]);
     if (s != DT_OK) goto done;
     pb = tmp[1].data;
   }
   /* C as [batch, lhs-free, rhs-free], else through a temporary */
   cat3(want, gb, gl, gr);
   if (strcmp(e.l[2], want)) {
-    s = tmp_like(ctx, call, arr[2], &tmp[2]);
+    s = tmp_like(ctx, arr[2], &tmp[2]);
     if (s != DT_OK) goto done;
     pc = tmp[2].data;
   }
@@ -503,23 +412,16 @@ static dt_status kernel_common(dt_ctx *ctx, op_kind kind, const char *call, cons
     if (g.lda < 1) g.lda = 1;
     if (g.ldb < 1) g.ldb = 1;
     if (g.ldc < 1) g.ldc = 1;
-    if (!ctx->device || ctx->device->kind != arr[2]->dev) {
-      s = dt_error(ctx, DT_ERR_UNSUPPORTED, call, "the matmul kernel runs on the CPU device only");
-      goto done;
-    }
-    s = dt_device_gemm(ctx->device, &g);
+    s = dt_device_gemm(kd.dev, &g);
     if (s != DT_OK) goto done;
   }
   if (tmp[2].data) {
     int64_t ws[DT_MAX_DIMS];
     for (int i = 0; i < e.n[2]; i++) ws[i] = size[want[i] - 'a'];
-    if (dev)
-      s = permute_dev(ctx, call, es, e.n[2], want, ws, tmp[2].data, e.l[2], C);
-    else
-      permute_copy(es, e.n[2], want, ws, tmp[2].data, e.l[2], C);
+    s = permute_to(ctx, &kd, call, es, e.n[2], want, ws, tmp[2].data, e.l[2], C);
   }
 done:
-  for (int i = 0; i < 3; i++) tmp_free(ctx, dev, &tmp[i]);
+  for (int i = 0; i < 3; i++) dt_array_free(ctx, &tmp[i]);
   return s;
 }
 

@@ -5,7 +5,7 @@
  * An op is a const table: shape inference, a strategy generator (per mesh dim
  * options, expanded over the whole mesh like PyTorch's
  * expand_to_full_mesh_op_strategy, or a whole-mesh candidate list), a local
- * kernel (host arrays) and a backward written with other DTensor ops,
+ * kernel (the device's slots, below) and a backward written with other DTensor ops,
  * so that backward communication is propagated the same way.
  *
  * dt_op_call dispatches: it lists the candidates, drops those whose inputs are
@@ -109,16 +109,21 @@ struct dt_op {
                         dt_tensor *const *gin);
 };
 
-/* Kernels for arrays on a device (dt_array.dev != DT_DEV_CPU): the table of the
- * rank's device (ctx->device, lib/device/kernels.h). An op's kernel runs its host
- * loop for host arrays and the table's slot for device ones, so that
- *   if (y->dev != DT_DEV_CPU) {
- *     const dt_kernels *K;
- *     DT_CHECK(dt_op_kernels(ctx, "silu", &K));
- *     DT_OP_KSLOT(ctx, "silu", K->pw, silu);
- *     return K->pw->silu(ctx->device, ...);
- *   }
- * DT_ERR_UNSUPPORTED (recorded, naming op) when the device has no table. */
+/* Kernels: every device has a table (lib/device/kernels.h; the CPU's host loops
+ * are dt_kernels_cpu), and an op's kernel has one path: it takes the table of
+ * the device its arrays live on and calls the slot, with no host/device branch
+ * of its own:
+ *   dt_kdev kd;   (filled in place, never copied)
+ *   DT_CHECK(dt_device_kernels(ctx, y->dev, "silu", &kd));
+ *   DT_OP_KSLOT(ctx, "silu", kd.k->pw, silu);
+ *   return kd.k->pw->silu(kd.dev, ...);
+ * GEMM, fill and axpy go to the same device (dt_device_gemm(kd.dev, ...)). The
+ * dispatcher hands a kernel bf16 operands as f32 copies where the table says
+ * bf16_as_f32 (the CPU's).
+ *
+ * dt_op_kernels: the table of the rank's own device for device arrays
+ * (DT_ERR_UNSUPPORTED, recorded, naming op, on a CPU rank); the older form of
+ * dt_device_kernels, for kernels not yet on it. */
 dt_status dt_op_kernels(dt_ctx *ctx, const char *op, const dt_kernels **out);
 /* Returns DT_ERR_UNSUPPORTED (recorded) when the group or its slot is missing. */
 #define DT_OP_KSLOT(ctx, op, group, slot)                                                  \

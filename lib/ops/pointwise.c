@@ -18,24 +18,22 @@
  * unshardable placement (a dim smaller than its shard count) a second, all-R
  * candidate is added so that dispatch always finds one.
  *
- * Kernels: f32 and f64 host arrays, computed in double, except f32 silu /
- * swiglu / their gradients: float on vmath.h's vector exp (host bf16 arrays are
- * refused by the kernel). Device arrays (f32, f64, bf16) run the device's
- * dt_kern_pw slots (lib/device/kernels.h: binary with the operands' broadcast
- * strides, scale, silu, swiglu_bwd), in f32 for f32 and bf16, f64 for f64; the
- * inputs' dtypes must agree (no promotion). Backward is written with dt_op_call of these ops and dt_op_sum (for
- * broadcast operands), so backward communication is propagated like forward.
+ * Kernels: the dt_kern_pw slots of the arrays' device (lib/device/kernels.h:
+ * binary with the operands' broadcast strides, scale, silu, swiglu_bwd); the
+ * CPU's compute f32 and f64 in double, except f32 silu / swiglu / their
+ * gradients, in float on vmath.h's vector exp; the GPU's in f32 for f32 and
+ * bf16, f64 for f64. The inputs' dtypes must agree (no promotion). Backward is
+ * written with dt_op_call of these ops and dt_op_sum (for broadcast operands),
+ * so backward communication is propagated like forward.
  *
  * What it is not: in-place ops, scalar-tensor add (P + 1 is class -1 in
  * PyTorch; not offered here), type promotion, maximum/minimum.
  */
 #include "config.h"
 
-#include <math.h>
 #include <string.h>
 
 #include "ops/ops.h"
-#include "ops/vmath.h"
 
 typedef enum pw_kind { PW_ADD, PW_SUB, PW_MUL, PW_SCALE, PW_SILU, PW_SWIGLU, PW_SILU_GRAD } pw_kind;
 
@@ -193,101 +191,17 @@ PW_CANDS(cands_binary_nonlinear, 2, LIN_NONE)
 
 /* ---- kernels ----------------------------------------------------------------- */
 
-static double sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
-
-static double pw_apply(pw_kind k, double s, double a, double b) {
-  switch (k) {
-  case PW_ADD: return a + b;
-  case PW_SUB: return a - b;
-  case PW_MUL: return a * b;
-  case PW_SCALE: return s * a;
-  case PW_SILU: return a * sigmoid(a);
-  case PW_SWIGLU: return a * sigmoid(a) * b;
-  case PW_SILU_GRAD: { /* b * d/da silu(a) */
-    double g = sigmoid(a);
-    return b * g * (1.0 + a * (1.0 - g));
-  }
-  }
-  return 0;
-}
-
-#define PW_LOOP(T)                                                                  \
-  do {                                                                              \
-    const T *x0 = in[0]->local.data;                                                \
-    const T *x1 = n > 1 ? (const T *)in[1]->local.data : NULL;                      \
-    T *y = out->local.data;                                                         \
-    for (int64_t e = 0; e < numel; e++) {                                           \
-      y[e] = (T)pw_apply(k, sc, (double)x0[p[0]], x1 ? (double)x1[p[1]] : 0.0);     \
-      for (int D = nd - 1; D >= 0; D--) {                                           \
-        idx[D]++;                                                                   \
-        p[0] += st[0][D];                                                           \
-        p[1] += st[1][D];                                                           \
-        if (idx[D] < ys[D]) break;                                                  \
-        p[0] -= st[0][D] * ys[D];                                                   \
-        p[1] -= st[1][D] * ys[D];                                                   \
-        idx[D] = 0;                                                                 \
-      }                                                                             \
-    }                                                                               \
-  } while (0)
-
-/* Operands of the output's own shape: one loop per kind with the switch hoisted
- * out, so the compiler vectorises it. Same arithmetic as pw_apply (in double,
- * rounded once to T), so results are bitwise those of the general path. */
-#define PW_FAST(T)                                                                  \
-  do {                                                                              \
-    const T *x0 = in[0]->local.data;                                                \
-    const T *x1 = n > 1 ? (const T *)in[1]->local.data : x0;                        \
-    T *y = out->local.data;                                                         \
-    switch (k) {                                                                    \
-    case PW_ADD: for (int64_t e = 0; e < numel; e++) y[e] = (T)((double)x0[e] + (double)x1[e]); break; \
-    case PW_SUB: for (int64_t e = 0; e < numel; e++) y[e] = (T)((double)x0[e] - (double)x1[e]); break; \
-    case PW_MUL: for (int64_t e = 0; e < numel; e++) y[e] = (T)((double)x0[e] * (double)x1[e]); break; \
-    case PW_SCALE: for (int64_t e = 0; e < numel; e++) y[e] = (T)(sc * (double)x0[e]); break; \
-    default: for (int64_t e = 0; e < numel; e++) y[e] = (T)pw_apply(k, sc, (double)x0[e], (double)x1[e]); break; \
-    }                                                                               \
-  } while (0)
-
-/* f32 silu / swiglu / silu_grad of 4 lanes (a, b), on vmath.h's sigmoid */
-static inline dt_v4f silu_v4(pw_kind k, dt_v4f a, dt_v4f b) {
-  dt_v4f g = dt_v4_sigmoid(a);
-  return k == PW_SILU ? a * g : k == PW_SWIGLU ? a * g * b : b * g * (1.0f + a * (1.0f - g));
-}
-
-/* The device path of pw_run: st[j] are operand j's element strides over the
- * output's dims (0 where it broadcasts). */
-static dt_status pw_device(dt_ctx *ctx, pw_kind k, double sc, const dt_tensor *const *in, int n,
-                           dt_tensor *out, int64_t st[2][DT_MAX_DIMS]) {
-  const char *name = "pointwise";
-  const dt_kernels *K;
-  DT_CHECK(dt_op_kernels(ctx, name, &K));
-  dt_array *y = &out->local;
-  const void *x0 = in[0]->local.data;
-  if (k == PW_SCALE) {
-    DT_OP_KSLOT(ctx, name, K->pw, scale);
-    return K->pw->scale(ctx->device, y->dtype, y->numel, sc, x0, y->data);
-  }
-  if (k == PW_SILU) {
-    DT_OP_KSLOT(ctx, name, K->pw, silu);
-    return K->pw->silu(ctx->device, y->dtype, y->numel, x0, y->data);
-  }
-  if (n != 2) return dt_error(ctx, DT_ERR_INTERNAL, name, "binary kind with %d operands", n);
-  dt_pw_op op = k == PW_ADD ? DT_PW_ADD : k == PW_SUB ? DT_PW_SUB : k == PW_MUL ? DT_PW_MUL
-              : k == PW_SWIGLU ? DT_PW_SWIGLU : DT_PW_SILU_GRAD;
-  DT_OP_KSLOT(ctx, name, K->pw, binary);
-  return K->pw->binary(ctx->device, y->dtype, op, y->ndim, y->shape, x0, st[0],
-                       in[1]->local.data, st[1], y->data);
-}
-
-/* y = k(x0, x1) on the local arrays; an operand's size-1 dim (or a dim it
- * lacks) is read at index 0 (broadcast: such a dim is R, so its local is 1). */
+/* y = k(x0, x1) on the local arrays, by the device's dt_kern_pw slots (scale,
+ * silu, binary); an operand's size-1 dim (or a dim it lacks) is read at index 0
+ * (broadcast: such a dim is R, so its local is 1), a stride of 0 in binary. */
 static dt_status pw_run(dt_ctx *ctx, pw_kind k, double sc, const dt_tensor *const *in, int n,
                         dt_tensor *out) {
-  const int nd = out->local.ndim;
-  const int64_t *ys = out->local.shape;
-  const int64_t numel = out->local.numel;
-  int64_t st[2][DT_MAX_DIMS], p[2] = {0, 0}, idx[DT_MAX_DIMS];
+  const char *name = "pointwise";
+  dt_array *y = &out->local;
+  const int nd = y->ndim;
+  const int64_t *ys = y->shape;
+  int64_t st[2][DT_MAX_DIMS];
   memset(st, 0, sizeof st);
-  memset(idx, 0, sizeof idx);
   for (int j = 0; j < n; j++) {
     const dt_array *x = &in[j]->local;
     int off = nd - x->ndim;
@@ -298,42 +212,29 @@ static dt_status pw_run(dt_ctx *ctx, pw_kind k, double sc, const dt_tensor *cons
       if (x->shape[d] == ys[D])
         st[j][D] = s;
       else if (x->shape[d] != 1)
-        return dt_error(ctx, DT_ERR_INTERNAL, "pointwise",
+        return dt_error(ctx, DT_ERR_INTERNAL, name,
                         "local shapes disagree: input %d dim %d is %lld, output dim %d is %lld", j,
                         d, (long long)x->shape[d], D, (long long)ys[D]);
       s *= x->shape[d];
     }
   }
-  if (out->local.dev != DT_DEV_CPU) return pw_device(ctx, k, sc, in, n, out, st);
-  if (numel <= 0) return DT_OK;
-  bool same = true;
-  for (int j = 0; j < n; j++) {
-    const dt_array *x = &in[j]->local;
-    same = same && x->ndim == nd && x->numel == numel;
-    for (int D = 0; same && D < nd; D++) same = x->shape[D] == ys[D];
+  dt_kdev kd;
+  DT_CHECK(dt_device_kernels(ctx, y->dev, name, &kd));
+  const dt_kern_pw *K = kd.k->pw;
+  const void *x0 = in[0]->local.data;
+  if (k == PW_SCALE) {
+    DT_OP_KSLOT(ctx, name, K, scale);
+    return K->scale(kd.dev, y->dtype, y->numel, sc, x0, y->data);
   }
-  if (same && out->local.dtype == DT_F32 && (k == PW_SILU || k == PW_SWIGLU || k == PW_SILU_GRAD)) {
-    /* f32 transcendental kinds in float on vmath.h's exp (within a few ulps
-     * of the double path; the f32 checks allow 1e-5 relative) */
-    const float *x0 = in[0]->local.data;
-    const float *x1 = n > 1 ? (const float *)in[1]->local.data : x0;
-    float *y = out->local.data;
-    int64_t e = 0;
-    for (; e + 4 <= numel; e += 4) dt_v4_store(y + e, silu_v4(k, dt_v4_load(x0 + e), dt_v4_load(x1 + e)));
-    if (e < numel)
-      dt_v4_store_n(y + e, silu_v4(k, dt_v4_load_n(x0 + e, numel - e), dt_v4_load_n(x1 + e, numel - e)),
-                    numel - e);
-  } else if (same && out->local.dtype == DT_F64)
-    PW_FAST(double);
-  else if (same && out->local.dtype == DT_F32)
-    PW_FAST(float);
-  else if (out->local.dtype == DT_F64)
-    PW_LOOP(double);
-  else if (out->local.dtype == DT_F32)
-    PW_LOOP(float);
-  else
-    return dt_error(ctx, DT_ERR_UNSUPPORTED, "pointwise", "dtype %s", dt_dtype_name(out->local.dtype));
-  return DT_OK;
+  if (k == PW_SILU) {
+    DT_OP_KSLOT(ctx, name, K, silu);
+    return K->silu(kd.dev, y->dtype, y->numel, x0, y->data);
+  }
+  if (n != 2) return dt_error(ctx, DT_ERR_INTERNAL, name, "binary kind with %d operands", n);
+  dt_pw_op op = k == PW_ADD ? DT_PW_ADD : k == PW_SUB ? DT_PW_SUB : k == PW_MUL ? DT_PW_MUL
+              : k == PW_SWIGLU ? DT_PW_SWIGLU : DT_PW_SILU_GRAD;
+  DT_OP_KSLOT(ctx, name, K, binary);
+  return K->binary(kd.dev, y->dtype, op, nd, ys, x0, st[0], in[1]->local.data, st[1], y->data);
 }
 
 #define PW_KERNEL(fn, kind, n)                                                                    \
@@ -510,57 +411,20 @@ static dt_status sgb_candidates(dt_ctx *ctx, const dt_op_attrs *a, const dt_spec
   return DT_OK;
 }
 
-/* (da, db) = (g b silu'(a), g silu(a)) of 4 lanes */
-static inline void swiglu_grads_v4(dt_v4f a, dt_v4f b, dt_v4f g, dt_v4f *da, dt_v4f *db) {
-  dt_v4f sg = dt_v4_sigmoid(a);
-  *db = g * a * sg;
-  *da = g * b * sg * (1.0f + a * (1.0f - sg));
-}
-
 static dt_status sgb_kernel(dt_ctx *ctx, const dt_op_attrs *at, const dt_tensor *const *in,
                             dt_tensor *const *out) {
   (void)at;
+  const char *name = "swiglu_bwd";
   const int64_t n = out[0]->local.numel;
   if (out[1]->local.numel != n || in[0]->local.numel != n || in[1]->local.numel != n ||
       in[2]->local.numel != n)
-    return dt_error(ctx, DT_ERR_INTERNAL, "swiglu_bwd", "local sizes differ");
-  if (out[0]->local.dev != DT_DEV_CPU) {
-    const dt_kernels *K;
-    DT_CHECK(dt_op_kernels(ctx, "swiglu_bwd", &K));
-    DT_OP_KSLOT(ctx, "swiglu_bwd", K->pw, swiglu_bwd);
-    return K->pw->swiglu_bwd(ctx->device, out[0]->local.dtype, n, in[0]->local.data,
-                             in[1]->local.data, in[2]->local.data, out[0]->local.data,
-                             out[1]->local.data);
-  }
-  if (out[0]->local.dtype == DT_F32) {
-    const float *A = in[0]->local.data, *B = in[1]->local.data, *G = in[2]->local.data;
-    float *DA = out[0]->local.data, *DB = out[1]->local.data;
-    int64_t e = 0;
-    dt_v4f da, db;
-    for (; e + 4 <= n; e += 4) {
-      swiglu_grads_v4(dt_v4_load(A + e), dt_v4_load(B + e), dt_v4_load(G + e), &da, &db);
-      dt_v4_store(DA + e, da);
-      dt_v4_store(DB + e, db);
-    }
-    if (e < n) {
-      int64_t w = n - e;
-      swiglu_grads_v4(dt_v4_load_n(A + e, w), dt_v4_load_n(B + e, w), dt_v4_load_n(G + e, w), &da, &db);
-      dt_v4_store_n(DA + e, da, w);
-      dt_v4_store_n(DB + e, db, w);
-    }
-  } else if (out[0]->local.dtype == DT_F64) {
-    const double *A = in[0]->local.data, *B = in[1]->local.data, *G = in[2]->local.data;
-    double *DA = out[0]->local.data, *DB = out[1]->local.data;
-    for (int64_t e = 0; e < n; e++) {
-      double a = A[e], sg = sigmoid(a);
-      DB[e] = G[e] * a * sg;
-      DA[e] = G[e] * B[e] * sg * (1.0 + a * (1.0 - sg));
-    }
-  } else {
-    return dt_error(ctx, DT_ERR_UNSUPPORTED, "swiglu_bwd", "dtype %s",
-                    dt_dtype_name(out[0]->local.dtype));
-  }
-  return DT_OK;
+    return dt_error(ctx, DT_ERR_INTERNAL, name, "local sizes differ");
+  dt_kdev kd;
+  DT_CHECK(dt_device_kernels(ctx, out[0]->local.dev, name, &kd));
+  DT_OP_KSLOT(ctx, name, kd.k->pw, swiglu_bwd);
+  return kd.k->pw->swiglu_bwd(kd.dev, out[0]->local.dtype, n, in[0]->local.data,
+                              in[1]->local.data, in[2]->local.data, out[0]->local.data,
+                              out[1]->local.data);
 }
 
 static const dt_op op_swiglu_bwd = {.name = "swiglu_bwd", .n_in = 3, .n_out = 2, .infer = sgb_infer,

@@ -24,9 +24,9 @@
  *    view is strict (aten.view's strict_view): it returns DT_ERR_INVALID when the
  *    input would have to move.
  * Kernels: any dtype (views move bytes, no arithmetic): view/reshape copy the
- * contiguous local block; transpose/permute do a local permuted copy. On device
- * arrays the copy is a device-to-device dt_device_copy and the permuted copy the
- * device's permute slot (lib/device/kernels.h). Backward:
+ * contiguous local block, transpose/permute do a local permuted copy, both
+ * through the permute slot of the arrays' device (lib/device/kernels.h; a
+ * contiguous gather is a flat copy). Backward:
  * reshape the gradient back to the input's shape, transpose back, or the
  * inverse permutation, all through dt_op_call.
  *
@@ -281,11 +281,13 @@ static dt_status view_kernel(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor 
                     "local input has %lld elements, local output %lld (strategy bug)",
                     (long long)x->numel, (long long)y->numel);
   if (x->numel == 0) return DT_OK;
-  if (x->dev != DT_DEV_CPU)
-    return dt_device_copy(ctx->device, y->data, x->data, (size_t)x->numel * dt_dtype_size(x->dtype),
-                          DT_COPY_D2D);
-  memcpy(y->data, x->data, (size_t)x->numel * dt_dtype_size(x->dtype));
-  return DT_OK;
+  /* a contiguous gather: one flat copy on the device */
+  const char *name = "view/reshape";
+  const int64_t n = x->numel, one = 1;
+  dt_kdev kd;
+  DT_CHECK(dt_device_kernels(ctx, x->dev, name, &kd));
+  DT_OP_KSLOT(ctx, name, kd.k->pw, permute);
+  return kd.k->pw->permute(kd.dev, dt_dtype_size(x->dtype), 1, &n, &one, 0, x->data, y->data);
 }
 
 static dt_status perm_kernel_common(dt_ctx *ctx, bool tr, const dt_op_attrs *a,
@@ -295,7 +297,7 @@ static dt_status perm_kernel_common(dt_ctx *ctx, bool tr, const dt_op_attrs *a,
   dt_array *y = &out[0]->local;
   int nd = x->ndim, perm[DT_MAX_DIMS];
   DT_CHECK(get_perm(ctx, tr, a, nd, perm));
-  int64_t xst[DT_MAX_DIMS], st[DT_MAX_DIMS], idx[DT_MAX_DIMS] = {0}, s = 1;
+  int64_t xst[DT_MAX_DIMS], st[DT_MAX_DIMS], s = 1;
   for (int d = nd - 1; d >= 0; d--) {
     xst[d] = s;
     s *= x->shape[d];
@@ -305,27 +307,10 @@ static dt_status perm_kernel_common(dt_ctx *ctx, bool tr, const dt_op_attrs *a,
   if (!ok)
     return dt_error(ctx, DT_ERR_INTERNAL, name, "local output shape does not match (strategy bug)");
   for (int k = 0; k < nd; k++) st[k] = xst[perm[k]]; /* input stride of output dim k */
-  size_t es = dt_dtype_size(x->dtype);
-  if (x->dev != DT_DEV_CPU) {
-    const dt_kernels *K;
-    DT_CHECK(dt_op_kernels(ctx, name, &K));
-    DT_OP_KSLOT(ctx, name, K->pw, permute);
-    return K->pw->permute(ctx->device, es, nd, y->shape, st, 0, x->data, y->data);
-  }
-  const unsigned char *src = x->data;
-  unsigned char *dst = y->data;
-  int64_t p = 0;
-  for (int64_t e = 0; e < y->numel; e++) {
-    memcpy(dst + (size_t)e * es, src + (size_t)p * es, es);
-    for (int k = nd - 1; k >= 0; k--) {
-      idx[k]++;
-      p += st[k];
-      if (idx[k] < y->shape[k]) break;
-      p -= st[k] * y->shape[k];
-      idx[k] = 0;
-    }
-  }
-  return DT_OK;
+  dt_kdev kd;
+  DT_CHECK(dt_device_kernels(ctx, x->dev, name, &kd));
+  DT_OP_KSLOT(ctx, name, kd.k->pw, permute);
+  return kd.k->pw->permute(kd.dev, dt_dtype_size(x->dtype), nd, y->shape, st, 0, x->data, y->data);
 }
 static dt_status tr_kernel(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor *const *in,
                            dt_tensor *const *out) {

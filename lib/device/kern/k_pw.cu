@@ -14,10 +14,11 @@
  *    consecutive elements of the row (coalesced stores, and coalesced loads
  *    wherever the operand's innermost stride is 1);
  *  - else a flat loop that decomposes every index (short rows).
- * Row reductions (softmax, sum over the last axis) are one block per row with
- * a shared-memory block reduction (sbk_block_reduce), the layout PyTorch's
- * cunn_SoftMaxForward (aten/src/ATen/native/cuda/SoftMax.cu) uses for long
- * rows. */
+ * Row reductions (softmax, sum over the last axis, sum_dims when x's innermost
+ * dim is reduced) are one block per row with a shared-memory block reduction
+ * (sbk_block_reduce), the layout PyTorch's cunn_SoftMaxForward
+ * (aten/src/ATen/native/cuda/SoftMax.cu) uses for long rows; other sums are a
+ * thread per output. */
 #include "device/kern/sbk.cuh"
 
 namespace {
@@ -303,6 +304,184 @@ dt_status reduce(dt_device *d, dt_dtype tx, const void *x, dt_dtype ty, void *y,
   SBK_FLOAT_DISPATCH(d, "kern.reduce", tx, reduce_from, d, x, ty, y, outer, red, inner, alpha);
 }
 
+/* ---- sum over dims ------------------------------------------------------------ */
+
+/* x's dims, size-1 ones dropped, split into the kept ones (y's, in order) and
+ * the reduced ones, each with x's element strides; neighbours of one kind
+ * fuse (x is contiguous, so they are walked contiguously). */
+struct red_dims {
+  int nk, nr;
+  int64_t kn[DT_MAX_DIMS], ks[DT_MAX_DIMS], rn[DT_MAX_DIMS], rs[DT_MAX_DIMS];
+  int64_t ny, nred; /* outputs; elements summed into each */
+  bool rows;        /* x's innermost dim is reduced: each output's terms are one row */
+};
+
+bool red_split(int nd, const int64_t *shape, uint32_t dims, red_dims *R) {
+  if (nd < 0 || nd > DT_MAX_DIMS) return false;
+  int64_t st[DT_MAX_DIMS], s = 1;
+  for (int k = nd - 1; k >= 0; k--) {
+    if (shape[k] < 0) return false;
+    st[k] = s;
+    s *= shape[k];
+  }
+  R->nk = R->nr = 0;
+  R->ny = R->nred = 1;
+  R->rows = false;
+  int last = -1; /* the kind of the previous dim kept (0) or reduced (1) */
+  for (int k = 0; k < nd; k++) {
+    if (shape[k] == 1) continue;
+    int red = (int)(dims >> k & 1u);
+    int64_t *n = red ? R->rn : R->kn, *sv = red ? R->rs : R->ks;
+    int &c = red ? R->nr : R->nk;
+    if (last == red) {
+      n[c - 1] *= shape[k];
+      sv[c - 1] = st[k];
+    } else {
+      n[c] = shape[k];
+      sv[c] = st[k];
+      c++;
+    }
+    last = red;
+    (red ? R->nred : R->ny) *= shape[k];
+  }
+  R->rows = last == 1;
+  return true;
+}
+
+/* The offset of index i of dims n[0..c) with strides s (row-major). */
+static SBK_DEV inline int64_t dims_offset(const int64_t *n, const int64_t *s, int c, int64_t i) {
+  int64_t o = 0;
+  for (int k = c - 1; k >= 0; k--) {
+    int64_t q = i % n[k];
+    i /= n[k];
+    o += q * s[k];
+  }
+  return o;
+}
+
+template <class TX, class TY>
+dt_status sum_dims_t(dt_device *d, const red_dims &D, const void *xv, void *yv, double div) {
+  const TX *x = (const TX *)xv;
+  TY *y = (TY *)yv;
+  typedef typename red_acc<TX>::type R;
+  const R dv = (R)div;
+  const int64_t ny = D.ny, nr = D.nred;
+  if (D.rows) /* one block per output, the block reduces its terms */
+    return sbk_launch(d, "kern.sum_dims", sbk_grid(ny, 1), RED_BLOCK, RED_BLOCK * sizeof(R),
+                      SBK_SYNC, SBK_LAMBDA(const sbk_thr &t) {
+                        R *buf = (R *)t.smem;
+                        for (int64_t j = t.bx; j < ny; j += t.nbx) {
+                          const int64_t base = dims_offset(D.kn, D.ks, D.nk, j);
+                          R acc = 0;
+                          for (int64_t r = t.tx; r < nr; r += t.ntx)
+                            acc += (R)sbk_ld(x, base + dims_offset(D.rn, D.rs, D.nr, r));
+                          acc = sbk_block_reduce(t, acc, buf, 0);
+                          if (t.tx == 0) sbk_st(y, j, acc / dv);
+                        }
+                      });
+  /* a thread per output: consecutive threads on x's innermost (kept) dim */
+  return sbk_launch(d, "kern.sum_dims", sbk_grid(ny, PW_BLOCK), PW_BLOCK, 0, 0,
+                    SBK_LAMBDA(const sbk_thr &t) {
+                      SBK_FOR(j, ny, t) {
+                        const int64_t base = dims_offset(D.kn, D.ks, D.nk, j);
+                        R acc = 0;
+                        for (int64_t r = 0; r < nr; r++)
+                          acc += (R)sbk_ld(x, base + dims_offset(D.rn, D.rs, D.nr, r));
+                        sbk_st(y, j, acc / dv);
+                      }
+                    });
+}
+
+template <class TX>
+dt_status sum_dims_from(dt_device *d, const red_dims &D, const void *x, dt_dtype ty, void *y,
+                        double div) {
+  switch (ty) {
+    case DT_F32: return sum_dims_t<TX, float>(d, D, x, y, div);
+    case DT_F64: return sum_dims_t<TX, double>(d, D, x, y, div);
+    case DT_BF16: return sum_dims_t<TX, sbk_bf16>(d, D, x, y, div);
+    default: return dt_error(d->ctx, DT_ERR_UNSUPPORTED, "kern.sum_dims", "to %s", dt_dtype_name(ty));
+  }
+}
+
+dt_status sum_dims(dt_device *d, dt_dtype tx, int nd, const int64_t *shape, uint32_t dims,
+                   const void *x, dt_dtype ty, void *y, double div) {
+  const char *call = "kern.sum_dims";
+  red_dims D;
+  if (!red_split(nd, shape, dims, &D))
+    return dt_error(d->ctx, DT_ERR_INVALID, call, "bad shape (%d dims)", nd);
+  if (D.ny == 0) return DT_OK;
+  SBK_UNTAG(d, call, x, y);
+  SBK_FLOAT_DISPATCH(d, call, tx, sum_dims_from, d, D, x, ty, y, div);
+}
+
+/* ---- naive contraction ----------------------------------------------------------- */
+
+struct con_dims {
+  int no, ns;
+  int64_t on[DT_MAX_DIMS], oa[DT_MAX_DIMS], ob[DT_MAX_DIMS];
+  int64_t sn[DT_KERN_MAX_SUM], sa[DT_KERN_MAX_SUM], sb[DT_KERN_MAX_SUM];
+};
+
+/* Offsets into both operands of index i of dims n[0..c) (row-major). */
+static SBK_DEV inline void two_offsets(const int64_t *n, const int64_t *s0, const int64_t *s1, int c,
+                                       int64_t i, int64_t &o0, int64_t &o1) {
+  for (int k = c - 1; k >= 0; k--) {
+    int64_t q = i % n[k];
+    i /= n[k];
+    o0 += q * s0[k];
+    o1 += q * s1[k];
+  }
+}
+
+/* A thread per output, its terms summed in order. */
+template <class T>
+dt_status contract_t(dt_device *d, const con_dims &C, int64_t nc, int64_t nsum, const void *av,
+                     const void *bv, void *yv) {
+  const T *a = (const T *)av, *b = (const T *)bv;
+  T *y = (T *)yv;
+  typedef typename red_acc<T>::type R;
+  return sbk_launch(d, "kern.contract", sbk_grid(nc, PW_BLOCK), PW_BLOCK, 0, 0,
+                    SBK_LAMBDA(const sbk_thr &t) {
+                      SBK_FOR(c, nc, t) {
+                        int64_t pa = 0, pb = 0;
+                        two_offsets(C.on, C.oa, C.ob, C.no, c, pa, pb);
+                        R acc = 0;
+                        for (int64_t s = 0; s < nsum; s++) {
+                          int64_t qa = pa, qb = pb;
+                          two_offsets(C.sn, C.sa, C.sb, C.ns, s, qa, qb);
+                          acc += (R)sbk_ld(a, qa) * (R)sbk_ld(b, qb);
+                        }
+                        sbk_st(y, c, acc);
+                      }
+                    });
+}
+
+dt_status contract(dt_device *d, dt_dtype t, int no, const int64_t *oshape, const int64_t *oa,
+                   const int64_t *ob, int ns, const int64_t *sshape, const int64_t *sa,
+                   const int64_t *sb, const void *a, const void *b, void *y) {
+  const char *call = "kern.contract";
+  if (no < 0 || no > DT_MAX_DIMS || ns < 0 || ns > DT_KERN_MAX_SUM)
+    return dt_error(d->ctx, DT_ERR_INVALID, call, "%d output and %d summed dims", no, ns);
+  con_dims C;
+  memset(&C, 0, sizeof C);
+  C.no = no;
+  C.ns = ns;
+  int64_t nc = 1, nsum = 1;
+  for (int k = 0; k < no; k++) {
+    if (oshape[k] < 0) return dt_error(d->ctx, DT_ERR_INVALID, call, "negative size");
+    C.on[k] = oshape[k], C.oa[k] = oa[k], C.ob[k] = ob[k];
+    nc *= oshape[k];
+  }
+  for (int k = 0; k < ns; k++) {
+    if (sshape[k] < 0) return dt_error(d->ctx, DT_ERR_INVALID, call, "negative size");
+    C.sn[k] = sshape[k], C.sa[k] = sa[k], C.sb[k] = sb[k];
+    nsum *= sshape[k];
+  }
+  if (nc == 0) return DT_OK;
+  SBK_UNTAG(d, call, a, b, y);
+  SBK_FLOAT_DISPATCH(d, call, t, contract_t, d, C, nc, nsum, a, b, y);
+}
+
 /* ---- softmax ----------------------------------------------------------------- */
 
 template <class T>
@@ -438,5 +617,6 @@ dt_status permute(dt_device *d, size_t es, int nd, const int64_t *shape, const i
 } // namespace
 
 extern "C" const dt_kern_pw SBK(pw) = {
-    silu, cast, scale, binary, swiglu_bwd, reduce, softmax, softmax_bwd, permute,
+    silu, cast, scale, binary, swiglu_bwd, reduce, softmax, softmax_bwd, permute, sum_dims,
+    contract,
 };
