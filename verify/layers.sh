@@ -54,7 +54,7 @@ PUBLIC=$(sed -e ':a' -e '/\\$/N' -e 's/\\\n//' -e 'ta' "$AM" 2>/dev/null |
 [ -n "$PUBLIC" ] || { echo "layers: no dtensorinc*_HEADERS in $AM" >&2; exit 99; }
 
 # Private headers another layer may include: "header:layer ...".
-SHARED="comm/comm_job.h:launch device/cpu/vmath.h:ops"
+SHARED="comm/comm_job.h:launch"
 
 STD_HEADERS="stdarg.h stdbool.h stddef.h stdint.h stdio.h stdlib.h string.h math.h limits.h"
 

@@ -5,7 +5,6 @@
 
 #include <string.h>
 
-#include "device/cpu/cpu.h"
 #include "device/kernels.h"
 #include "device/xfer.h"
 
@@ -54,8 +53,6 @@ dt_status dt_device_convert(dt_device *d, dt_dtype ts, const void *src, dt_dtype
   const dt_kernels *K = d->ops->kern;
   dt_status (*cast)(dt_device *, dt_dtype, const void *, dt_dtype, void *, int64_t) =
       K && K->pw ? K->pw->cast : NULL;
-  /* the CPU table's pw group takes its cast from dt_cpu_cast; until it is there */
-  if (!cast && K == &dt_kernels_cpu) cast = dt_cpu_cast;
   if (!cast)
     return dt_error(d->ctx, DT_ERR_UNSUPPORTED, "dt_device_convert",
                     "device '%s' has no cast kernel", d->ops->name);

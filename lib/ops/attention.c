@@ -77,7 +77,6 @@
 #include "device/device.h"
 #include "device/kernels.h"
 #include "ops/ops.h"
-#include "ops/vmath.h"
 #include "ops/attention_impl.h"
 
 /* ---- shared helpers ---------------------------------------------------------------- */

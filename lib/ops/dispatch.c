@@ -419,12 +419,3 @@ dt_status dt_op_call(dt_ctx *ctx, const dt_op *op, const dt_op_attrs *a,
     for (int j = 0; j < made; j++) dt_tensor_free(ctx, out[j]);
   return s;
 }
-
-dt_status dt_op_kernels(dt_ctx *ctx, const char *op, const dt_kernels **out) {
-  *out = NULL;
-  if (!ctx->device || ctx->device->kind == DT_DEV_CPU || !ctx->device->ops->kern)
-    return dt_error(ctx, DT_ERR_UNSUPPORTED, op, "device arrays, but the rank's device (%s) has no kernels",
-                    ctx->device ? ctx->device->ops->name : "none");
-  *out = ctx->device->ops->kern;
-  return DT_OK;
-}

@@ -120,11 +120,7 @@ struct dt_op {
  * GEMM, fill and axpy go to the same device (dt_device_gemm(kd.dev, ...)). The
  * dispatcher hands a kernel bf16 operands as f32 copies where the table says
  * bf16_as_f32 (the CPU's).
- *
- * dt_op_kernels: the table of the rank's own device for device arrays
- * (DT_ERR_UNSUPPORTED, recorded, naming op, on a CPU rank); the older form of
- * dt_device_kernels, for kernels not yet on it. */
-dt_status dt_op_kernels(dt_ctx *ctx, const char *op, const dt_kernels **out);
+ */
 /* Returns DT_ERR_UNSUPPORTED (recorded) when the group or its slot is missing. */
 #define DT_OP_KSLOT(ctx, op, group, slot)                                                  \
   do {                                                                                     \

@@ -1,6 +1,6 @@
 /* lib/device/cpu/k_layout.c: the CPU device's layout kernels (box copies and the
  * n-way reduce): host loops behind the dt_kern_layout slots of
- * lib/device/kernels.h, and the host dtype conversion (dt_cpu_cast, cpu.h).
+ * lib/device/kernels.h.
  *
  * copy_box is core's dt_copy_box. reduce folds its inputs left to right in the
  * arithmetic type (f32 for f32 and bf16, f64 for f64), max and min letting a NaN
@@ -13,7 +13,7 @@
 
 #include <string.h>
 
-#include "device/cpu/cpu.h"
+#include "device/kernels.h"
 
 static dt_status cpu_copy_box(dt_device *d, size_t es, int ndim, void *dst,
                               const int64_t *dst_shape, const int64_t *dst_off, const void *src,
@@ -66,40 +66,6 @@ static dt_status cpu_reduce(dt_device *d, dt_dtype t, int op, int64_t n, int nin
     default:
       return dt_error(d->ctx, DT_ERR_UNSUPPORTED, "kern.reduce", "dtype %s", dt_dtype_name(t));
   }
-  return DT_OK;
-}
-
-/* ---- dtype conversion ------------------------------------------------------------ */
-
-static double get(const void *p, dt_dtype t, int64_t i) {
-  switch (t) {
-    case DT_F64: return ((const double *)p)[i];
-    case DT_F32: return ((const float *)p)[i];
-    default: return dt_bf16_to_f32(((const dt_bf16 *)p)[i]);
-  }
-}
-
-static void put(void *p, dt_dtype t, int64_t i, double v) {
-  switch (t) {
-    case DT_F64: ((double *)p)[i] = v; break;
-    case DT_F32: ((float *)p)[i] = (float)v; break;
-    default: ((dt_bf16 *)p)[i] = dt_f32_to_bf16((float)v); break;
-  }
-}
-
-static bool floating(dt_dtype t) { return t == DT_F32 || t == DT_F64 || t == DT_BF16; }
-
-dt_status dt_cpu_cast(dt_device *d, dt_dtype ts, const void *src, dt_dtype td, void *dst,
-                      int64_t n) {
-  if (n <= 0) return DT_OK;
-  if (ts == td) {
-    memmove(dst, src, (size_t)n * dt_dtype_size(ts));
-    return DT_OK;
-  }
-  if (!floating(ts) || !floating(td))
-    return dt_error(d->ctx, DT_ERR_UNSUPPORTED, "kern.cast", "%s to %s", dt_dtype_name(ts),
-                    dt_dtype_name(td));
-  for (int64_t i = 0; i < n; i++) put(dst, td, i, get(src, ts, i));
   return DT_OK;
 }
 

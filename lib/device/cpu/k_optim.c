@@ -12,7 +12,7 @@
 
 #include <math.h>
 
-#include "device/cpu/cpu.h"
+#include "device/kernels.h"
 
 static double ld(const void *p, dt_dtype t, int64_t i) {
   switch (t) {

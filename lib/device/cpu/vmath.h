@@ -2,8 +2,7 @@
  * and f32 row primitives for the CPU kernels' hot loops (softmax,
  * SiLU / SwiGLU, cross-entropy), written on GCC / Clang 4-wide vector
  * extensions so they vectorise at -O2 on any x86-64 (SSE2) or AArch64 (NEON)
- * without -ffast-math or per-file flags. Private to the CPU device's kernels
- * and to lib/ops (through ops/vmath.h; verify/layers.sh SHARED).
+ * without -ffast-math or per-file flags. Private to the CPU device's kernels.
  *
  * dt_v4_exp: exp(x) in f32 by x = n ln2 + r (|r| <= ln2 / 2, ln2 split in two
  *   so n ln2 is exact to 2^-40), e^r by its degree-6 Taylor polynomial
