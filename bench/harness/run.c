@@ -29,10 +29,15 @@
  * resolved against the whole layer (sb_workload_whole: a typo is still an error);
  * its entries that match no module of the workload are left out. pp > 1 is
  * skipped (one layer has no stages to split).
- * The plan's [tp] entries go on the tp dim (dt_parallelize_module);
- * a dp_replicate dim without FSDP adds data parallel (dt_data_parallel_reduce_grads,
- * DDP's buckets, the plan's bucket_cap_mb), as TorchTitan composes DDP with TP.
- * Tokens are Shard(0) on the dp dims, Shard(1) on cp and Replicate on tp.
+ * The training itself is the library's (lib/parallel/trainer.h): the mesh from the
+ * five degrees (dt_parallel_dims, TorchTitan's ParallelDims), the plan resolved
+ * once per config (dt_parallel_plan_resolve), the model parallelized by it
+ * (dt_parallelize_llama: TP/SP, CP, FSDP/HSDP/ZeRO), the pipeline (dt_pipeline_llm)
+ * and each step (dt_trainer_forward_backward: the batch placed or cut into
+ * microbatches, the schedule, DDP's or FSDP's reductions; dt_trainer_optimizer_step:
+ * AdamW). This file drives it: the single-layer workloads' inputs and probe loss
+ * are trainer hooks (they exist to isolate one layer's comm, not to train), so are
+ * the fault switches.
  *
  * Verification (bench/harness/verdict.c, shared with verify/test_parallel.c): the
  * same model on a 1-rank mesh (same seed, weights are sharding-invariant; same
@@ -57,34 +62,17 @@
  * *mem_peak(ctx); comm rows from rank 0's ledger over the timed steps,
  * per step.
  *
- * FSDP: a plan's [dp_shard] fully_shard entries go on the dp_shard dim
- * (dt_fully_shard: FSDP2, HSDP with dp_replicate, ZeRO-1/2/3, mixed precision);
- * the tokens are Shard(0) over dp_replicate x dp_shard; with tp too the mesh
- * orders tp before dp_shard (same groups as TorchTitan's, a permuted world), so
- * FSDP splits TP's local block. The verdict's tolerance follows the plan's
- * parameter dtype (sb_tolerance_params).
+ * FSDP's mixed precision and a bf16 model set the verdict's tolerance (the plan's
+ * parameter dtype, sb_tolerance_params).
  *
- * Context parallel (a cp dim): dt_context_parallel with the plan's rotate method
- * and load balancing; the tokens and targets in its storage order, Shard(1) on cp
- * (sb_token_tensor_cp); FSDP shards over dp_shard x cp (TorchTitan's dp_shard_cp,
- * also when dp_shard is 1), DDP all-reduces over dp_replicate x cp (dp_cp). The
- * mesh keeps TorchTitan's order then (sequence parallel nests in cp's chunks).
- *
- * Pipeline parallel (a pp dim): the plan's schedule (generated or from its CSV) over
- * each data-parallel rank's batch cut into microbatches of the plan's size, the
- * stages split as TorchTitan does (pipe_build, dt_pipeline_step); the loss and
- * every weight's gradient are shared from their stage's rank for the verifier
- * (dt_pipeline_share; each rank's optimizer then trains its own stages only). A rank
- * holds only its stages' weights (dt_pipeline_release_foreign after build_model and
- * save_weights; the final check shares the others' in, then releases them again), so
- * the memory split and the peak count this rank's stages.
- * Every rank's timeline of each timed step (dt_pipeline_step's events) and its host
- * peak during the step go to rank 0 after the run (pipe_gather), which derives the
- * measured bubble and the per-stage figures of results/schema.sql's pp_* tables.
- *
- * FSDP inside pipeline stages (fully_shard entries with pp > 1): dt_pipeline_step
- * gathers each unit once per step and reduce-scatters it after its stage's last
- * backward (dt_fsdp_pipeline_begin); that reduction precedes dt_pipeline_share.
+ * Pipeline parallel (a pp dim): the loss and every weight's gradient are shared
+ * from their stage's rank for the verifier between the step's halves
+ * (dt_trainer_share_stages; each rank's optimizer trains its own stages only, and a
+ * rank holds only its stages' weights: dt_trainer_unshare_stages after each check),
+ * so the memory split and the peak count this rank's stages. Every rank's timeline
+ * of each timed step (the trainer's step record) and its host peak during the step
+ * go to rank 0 after the run (pipe_gather), which derives the measured bubble and
+ * the per-stage figures of results/schema.sql's pp_* tables.
  *
  * Unsupported (status skipped, with the reason): fully_shard(reshard_after_forward=True)
  * with pp > 1, a pp plan on pp = 1, a batch the microbatches or a model the stages
@@ -93,7 +81,8 @@
  * mesh without tp or fully_shard entries without dp_shard or cp (TorchTitan applies
  * TP and FSDP only when their dims are > 1; the run would be the dp plan's), a
  * dp_shard dim without fully_shard entries, anything dt_plan_resolve refuses
- * (heads or seq not divisible by tp), a batch not divisible by dp_replicate.
+ * (heads or seq not divisible by tp), a batch not divisible by dp_replicate: what
+ * dt_parallel_plan_resolve refuses.
  */
 #include "config.h"
 
@@ -246,7 +235,8 @@ static dt_module *fault_module(dt_ctx *ctx, dt_model *m, const fault *f) {
 }
 
 /* skip-reduce: the gradient's Partial on dp becomes Replicate without the sum, so
- * dt_data_parallel_reduce_grads passes it by. Before the reduce. */
+ * DDP's reduction (dt_data_parallel_reduce_grads) passes it by. Before the reduce
+ * (the trainer's before_ddp hook). */
 static void fault_skip_reduce(dt_model *m, const fault *f, unsigned dp_dims) {
   dt_module *md = f->kind == FAULT_SKIP_REDUCE ? fault_module(NULL, m, f) : NULL;
   dt_tensor *g = md ? (dt_tensor *)dt_var_grad(md->weight) : NULL; /* the test switch writes it */
