@@ -76,6 +76,11 @@ dt_status dt_trainer_create(dt_ctx *ctx, const dt_llama_config *cfg, const dt_pa
         return dt_error(ctx, DT_ERR_INVALID, "dt_trainer_create",
                         "%s=%d without a plan (every degree is 1 then)", dt_pdim_name(d),
                         dims->degree[d]);
+  for (int d = 0; plan && d < DT_PDIM_COUNT; d++)
+    if (plan->degree[d] != dims->degree[d])
+      return dt_error(ctx, DT_ERR_INVALID, "dt_trainer_create",
+                      "the plan was resolved for %s=%d; the mesh has %s=%d", dt_pdim_name(d),
+                      plan->degree[d], dt_pdim_name(d), dims->degree[d]);
   dt_trainer *t = calloc(1, sizeof *t);
   if (!t) return dt_error(ctx, DT_ERR_NOMEM, "dt_trainer_create", "no memory");
   t->dims = *dims;

@@ -204,7 +204,8 @@ typedef struct dt_trainer_step {
  * opts->seed, parallelized by plan (dt_parallelize_llama; NULL: none, every degree
  * must then be 1) and materialized, the pipeline (plan->pp: dt_pipeline_llm; the
  * rank then frees the weights of the stages it does not hold, and the memory peak
- * restarts). Errors: the failing call's status; nothing is left allocated. */
+ * restarts). DT_ERR_INVALID when plan was resolved for other degrees than dims';
+ * otherwise the failing call's status. Nothing is left allocated on failure. */
 dt_status dt_trainer_create(dt_ctx *ctx, const dt_llama_config *cfg, const dt_parallel_dims *dims,
                             const dt_parallel_plan *plan, const dt_trainer_opts *opts,
                             dt_trainer **out);
