@@ -89,8 +89,9 @@ typedef struct dt_parallel_plan {
 /* Fits plan p to the degrees and resolves it (dt_plan_resolve) against cfg_whole
  * (the model the plan is written for; a single-layer model is resolved as its whole
  * layer) at batch x seq, into out. What TorchTitan would not apply, or this runtime
- * cannot, is DT_ERR_UNSUPPORTED with the reason as the ctx's error (one line, no
- * rank prefix needed): entries on dims other than [tp] and [dp_shard], a degree > 1
+ * cannot, is DT_ERR_UNSUPPORTED with the reason as the ctx's error (one line, after
+ * "dt_parallel_plan_resolve: "; dt_plan_resolve's own errors pass through as they
+ * are): entries on dims other than [tp] and [dp_shard], a degree > 1
  * the plan has no dim for (dp_replicate excepted: DDP), a plan dim fixed to another
  * size, [tp] entries with tp = 1, a pp dim with pp = 1, fully_shard entries with
  * dp_shard x cp = 1, dp_shard > 1 without fully_shard entries, what dt_plan_resolve
