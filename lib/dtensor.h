@@ -21,4 +21,5 @@
 #include "autograd/autograd.h"
 #include "nn/nn.h"
 #include "parallel/parallel.h"
+#include "parallel/trainer.h"
 #endif

@@ -16,6 +16,8 @@
 #             formulas (see the file); linked against libdtensor.so (ldd shows the
 #             installed one) and, statically, against libdtensor.a with
 #             `pkg-config --static` (ldd shows no libdtensor.so);
+#   example   examples/train_2d.c, built the same way, trains dp_shard 2 x tp 2 and
+#             checks its losses against its own world-1 run (see the file);
 #   data      every plan, README, schema, published.csv and gnuplot script of
 #             SRCDIR is installed under $pkgdatadir, byte for byte;
 #   programs  every installed program is a real executable that does not need
@@ -28,7 +30,8 @@
 #             shardbench-fsdp runs its layouts with the installed plans.
 # Planted failures prove the checks can fail: a private header added to a copy of
 # the installed tree is reported, the smoke program built with -DSMOKE_PLANT
-# (a wrong expected value) fails, and `shardbench run` with an empty data
+# (a wrong expected value) fails, the example built with -DTRAIN_2D_PLANT (a
+# world-1 run from another seed) fails, and `shardbench run` with an empty data
 # directory fails with exit 2.
 set -u
 NAME=installcheck
@@ -176,6 +179,33 @@ else
     fi
   else
     fail "no install_smoke ran"
+  fi
+  # the example: examples/train_2d.c trains FSDP x TP (dp_shard 2 x tp 2) through the
+  # installed library; its own oracle is a world-1 run of the same program (same
+  # losses up to f64 rounding) and a loss that falls on its fixed batch
+  if [ -n "$built" ]; then
+    CF=$("$PKG_CONFIG" --cflags dtensor)
+    runenv=${built%% *} flags=${built#* }
+    # shellcheck disable=SC2086 # flag lists
+    if ! "$CC" $CFLAGS_SMOKE $CF "$SRC/examples/train_2d.c" -o "$T/train_2d" $flags >"$T/ex.cc" 2>&1; then
+      fail "examples/train_2d.c does not build: $(head -5 "$T/ex.cc")"
+    elif env "$runenv" "$T/train_2d" >"$T/ex.out" 2>&1 && grep -qx 'train_2d: ok' "$T/ex.out" &&
+         [ "$(grep -c '^step [0-9]*: loss ' "$T/ex.out")" -ge 2 ]; then
+      pass "examples/train_2d: $(grep -c '^step ' "$T/ex.out") steps, the losses of world 1, falling: $(grep '^step' "$T/ex.out" | tail -1)"
+    else
+      fail "examples/train_2d: $(cat "$T/ex.out")"
+    fi
+    # plant: a world-1 run from another seed must be reported as a different loss
+    # shellcheck disable=SC2086
+    "$CC" $CFLAGS_SMOKE $CF -DTRAIN_2D_PLANT "$SRC/examples/train_2d.c" -o "$T/train_2d_plant" $flags \
+      >"$T/exp.cc" 2>&1
+    if env "$runenv" "$T/train_2d_plant" >"$T/exp.out" 2>&1; then
+      fail "plant: examples/train_2d -DTRAIN_2D_PLANT passed"
+    elif grep -q 'differs from world 1' "$T/exp.out"; then
+      pass "plant: examples/train_2d fails on a wrong reference: $(grep -m1 differs "$T/exp.out")"
+    else
+      fail "plant: examples/train_2d -DTRAIN_2D_PLANT: $(head -3 "$T/exp.out" "$T/exp.cc")"
+    fi
   fi
 fi
 

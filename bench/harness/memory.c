@@ -137,7 +137,8 @@ static double rank_bytes(const dt_llama_config *c, size_t elem, int tp, int dp, 
          bucket;
 }
 
-int sb_mem_estimate(const sb_opts *o, const dt_plan *plan, sb_mem_est *e) {
+int sb_mem_estimate(const sb_opts *o, const dt_parallel_plan *rp, sb_mem_est *e) {
+  const dt_plan *plan = rp ? &rp->plan : NULL; /* fitted to the mesh */
   memset(e, 0, sizeof *e);
   dt_llama_config c;
   dt_dtype dt;

@@ -29,10 +29,15 @@
  * resolved against the whole layer (sb_workload_whole: a typo is still an error);
  * its entries that match no module of the workload are left out. pp > 1 is
  * skipped (one layer has no stages to split).
- * The plan's [tp] entries go on the tp dim (dt_parallelize_module);
- * a dp_replicate dim without FSDP adds data parallel (dt_data_parallel_reduce_grads,
- * DDP's buckets, the plan's bucket_cap_mb), as TorchTitan composes DDP with TP.
- * Tokens are Shard(0) on the dp dims, Shard(1) on cp and Replicate on tp.
+ * The training itself is the library's (lib/parallel/trainer.h): the mesh from the
+ * five degrees (dt_parallel_dims, TorchTitan's ParallelDims), the plan resolved
+ * once per config (dt_parallel_plan_resolve), the model parallelized by it
+ * (dt_parallelize_llama: TP/SP, CP, FSDP/HSDP/ZeRO), the pipeline (dt_pipeline_llm)
+ * and each step (dt_trainer_forward_backward: the batch placed or cut into
+ * microbatches, the schedule, DDP's or FSDP's reductions; dt_trainer_optimizer_step:
+ * AdamW). This file drives it: the single-layer workloads' inputs and probe loss
+ * are trainer hooks (they exist to isolate one layer's comm, not to train), so are
+ * the fault switches.
  *
  * Verification (bench/harness/verdict.c, shared with verify/test_parallel.c): the
  * same model on a 1-rank mesh (same seed, weights are sharding-invariant; same
@@ -57,34 +62,17 @@
  * *mem_peak(ctx); comm rows from rank 0's ledger over the timed steps,
  * per step.
  *
- * FSDP: a plan's [dp_shard] fully_shard entries go on the dp_shard dim
- * (dt_fully_shard: FSDP2, HSDP with dp_replicate, ZeRO-1/2/3, mixed precision);
- * the tokens are Shard(0) over dp_replicate x dp_shard; with tp too the mesh
- * orders tp before dp_shard (same groups as TorchTitan's, a permuted world), so
- * FSDP splits TP's local block. The verdict's tolerance follows the plan's
- * parameter dtype (sb_tolerance_params).
+ * FSDP's mixed precision and a bf16 model set the verdict's tolerance (the plan's
+ * parameter dtype, sb_tolerance_params).
  *
- * Context parallel (a cp dim): dt_context_parallel with the plan's rotate method
- * and load balancing; the tokens and targets in its storage order, Shard(1) on cp
- * (sb_token_tensor_cp); FSDP shards over dp_shard x cp (TorchTitan's dp_shard_cp,
- * also when dp_shard is 1), DDP all-reduces over dp_replicate x cp (dp_cp). The
- * mesh keeps TorchTitan's order then (sequence parallel nests in cp's chunks).
- *
- * Pipeline parallel (a pp dim): the plan's schedule (generated or from its CSV) over
- * each data-parallel rank's batch cut into microbatches of the plan's size, the
- * stages split as TorchTitan does (pipe_build, dt_pipeline_step); the loss and
- * every weight's gradient are shared from their stage's rank for the verifier
- * (dt_pipeline_share; each rank's optimizer then trains its own stages only). A rank
- * holds only its stages' weights (dt_pipeline_release_foreign after build_model and
- * save_weights; the final check shares the others' in, then releases them again), so
- * the memory split and the peak count this rank's stages.
- * Every rank's timeline of each timed step (dt_pipeline_step's events) and its host
- * peak during the step go to rank 0 after the run (pipe_gather), which derives the
- * measured bubble and the per-stage figures of results/schema.sql's pp_* tables.
- *
- * FSDP inside pipeline stages (fully_shard entries with pp > 1): dt_pipeline_step
- * gathers each unit once per step and reduce-scatters it after its stage's last
- * backward (dt_fsdp_pipeline_begin); that reduction precedes dt_pipeline_share.
+ * Pipeline parallel (a pp dim): the loss and every weight's gradient are shared
+ * from their stage's rank for the verifier between the step's halves
+ * (dt_trainer_share_stages; each rank's optimizer trains its own stages only, and a
+ * rank holds only its stages' weights: dt_trainer_unshare_stages after each check),
+ * so the memory split and the peak count this rank's stages. Every rank's timeline
+ * of each timed step (the trainer's step record) and its host peak during the step
+ * go to rank 0 after the run (pipe_gather), which derives the measured bubble and
+ * the per-stage figures of results/schema.sql's pp_* tables.
  *
  * Unsupported (status skipped, with the reason): fully_shard(reshard_after_forward=True)
  * with pp > 1, a pp plan on pp = 1, a batch the microbatches or a model the stages
@@ -93,7 +81,8 @@
  * mesh without tp or fully_shard entries without dp_shard or cp (TorchTitan applies
  * TP and FSDP only when their dims are > 1; the run would be the dp plan's), a
  * dp_shard dim without fully_shard entries, anything dt_plan_resolve refuses
- * (heads or seq not divisible by tp), a batch not divisible by dp_replicate.
+ * (heads or seq not divisible by tp), a batch not divisible by dp_replicate: what
+ * dt_parallel_plan_resolve refuses.
  */
 #include "config.h"
 
@@ -246,7 +235,8 @@ static dt_module *fault_module(dt_ctx *ctx, dt_model *m, const fault *f) {
 }
 
 /* skip-reduce: the gradient's Partial on dp becomes Replicate without the sum, so
- * dt_data_parallel_reduce_grads passes it by. Before the reduce. */
+ * DDP's reduction (dt_data_parallel_reduce_grads) passes it by. Before the reduce
+ * (the trainer's before_ddp hook). */
 static void fault_skip_reduce(dt_model *m, const fault *f, unsigned dp_dims) {
   dt_module *md = f->kind == FAULT_SKIP_REDUCE ? fault_module(NULL, m, f) : NULL;
   dt_tensor *g = md ? (dt_tensor *)dt_var_grad(md->weight) : NULL; /* the test switch writes it */
@@ -323,6 +313,7 @@ static dt_placement wl_layer_tp(const dt_plan *p) {
 }
 
 
+
 typedef struct job {
   /* in */
   const sb_opts *o;
@@ -330,16 +321,8 @@ typedef struct job {
   dt_dtype dtype;               /* the reference's (and the inputs') dtype */
   dt_dtype model_dtype;         /* the sharded job's model: dtype, or bf16 */
   bool reference;               /* a 1-rank mesh, no plan */
-  int mesh_ndim;
-  int mesh_shape[SB_NDIMS];
-  char mesh_names[SB_NDIMS][DT_MESH_NAME_LEN];
-  int dp_dim, tp_dim;           /* mesh dims, -1: none */
-  int dps_dim;                  /* the dp_shard mesh dim, -1: none */
-  int cp_dim;                   /* the cp mesh dim, -1: none */
-  int pp_dim;                   /* the pp mesh dim, -1: none */
-  bool fsdp;                    /* the plan's fully_shard entries apply (dp_shard or cp) */
-  bool tp_before_dps;           /* mesh dims ordered ..., tp, dp_shard (FSDP + TP) */
-  dt_plan *plan;                /* NULL: no entries */
+  dt_parallel_dims dims;        /* the mesh (every degree 1: the reference) */
+  const dt_parallel_plan *plan; /* the resolved plan; NULL: the reference */
   const sb_ref *ref;            /* compare against (sharded job) */
   fault fault;                  /* TEST SWITCH (sharded job only) */
   bool per_process;             /* MPI: each process has its own job (else the ranks share it) */
@@ -356,12 +339,24 @@ typedef struct job {
   sb_pp_timeline *ppt;          /* rank 0, a pipelined sharded job: the timeline (pipe_gather) */
 } job;
 
+/* A rank's state for the trainer's hooks: the job, and a single-layer workload's
+ * step inputs (x or tokens, the targets, the probe R). */
+typedef struct rank_job {
+  job *j;
+  dt_tensor tok, tgt, probe;
+} rank_job;
+
 /* An N(0, 1) [batch, seq, dim] tensor (wl_normal) in the model's dtype, placed as the
  * model's layers receive their input: Shard(0) on dp_dims, Shard(1) on cp in its
  * storage order (cp >= 0), wl_layer_tp on tp. The global values are made on every
  * rank outside the counted allocator (as the token batches are). */
-static dt_status wl_tensor(dt_ctx *ctx, const job *j, dt_mesh *mesh, const dt_model *m,
-                           unsigned dp_dims, int cp, int which, int step, dt_tensor *out) {
+static dt_status wl_tensor(dt_ctx *ctx, const job *j, dt_trainer *tr, int which, int step,
+                           dt_tensor *out) {
+  dt_mesh *mesh = dt_trainer_mesh(tr);
+  const dt_model *m = dt_trainer_model(tr);
+  const dt_parallel_dims *d = dt_trainer_dims(tr);
+  const unsigned dp_dims = d->dp;
+  const int cp = d->dim[DT_PDIM_CP], tp = d->dim[DT_PDIM_TP];
   const int64_t shape[3] = {j->o->batch, j->o->seq, j->cfg.dim}, n = shape[0] * shape[1] * shape[2];
   const size_t es = j->dtype == DT_F64 ? sizeof(double) : sizeof(float);
   double *v = malloc(sizeof *v * (size_t)(n ? n : 1));
@@ -385,8 +380,7 @@ static dt_status wl_tensor(dt_ctx *ctx, const job *j, dt_mesh *mesh, const dt_mo
   }
   free(v);
   free(data);
-  const int tp = j->reference ? -1 : j->tp_dim;
-  const dt_placement want = tp >= 0 ? wl_layer_tp(j->plan) : dt_replicate();
+  const dt_placement want = tp >= 0 ? wl_layer_tp(&j->plan->plan) : dt_replicate();
   if (s == DT_OK && tp >= 0 && !dt_placement_eq(want, t.pl[tp])) { /* a local slice */
     for (int i = 0; i < nd; i++) pl[i] = t.pl[i];
     pl[tp] = want;
@@ -427,18 +421,6 @@ static dt_status wl_probe_loss(dt_ctx *ctx, dt_model *m, dt_var *y, dt_tensor *R
   return dt_ad_op(m->step_tape, &dt_op_mean, NULL, &p, loss); /* ndims 0: every element */
 }
 
-/* Whether one of the entry's patterns matches a module of m ("root": the model). */
-static bool wl_entry_matches(const dt_model *m, const dt_plan_entry *e) {
-  char pats[8][96];
-  const int np = dt_plan_entry_patterns(e, pats, 8);
-  for (int k = 0; k < np; k++) {
-    if (e->style.kind == DT_STYLE_FULLY_SHARD && !strcmp(pats[k], "root")) return true;
-    for (int i = 1; i < m->n_mods; i++)
-      if (dt_fqn_match(pats[k], m->mods[i].fqn)) return true;
-  }
-  return false;
-}
-
 static void add_comm(job *j, const dt_ledger_row *r) {
   const char *op = dt_coll_name((dt_coll)r->op);
   for (int i = 0; i < j->n_comm; i++) {
@@ -463,64 +445,6 @@ static void add_comm(job *j, const dt_ledger_row *r) {
   c->seconds = r->seconds;
 }
 
-/* The model on mesh: created, the plan's [tp] entries applied, materialized. */
-static dt_status build_model(dt_ctx *ctx, dt_mesh *mesh, const job *j, dt_model **out) {
-  dt_model *m = NULL;
-  DT_CHECK(dt_model_create(ctx, mesh, &j->cfg, j->reference ? j->dtype : j->model_dtype, SEED,
-                           &m));
-  const bool single = sb_workload_single(j->o->workload);
-  dt_status s = DT_OK;
-  if (j->plan && j->tp_dim >= 0) {
-    int ptp = dt_plan_dim(j->plan, "tp");
-    dt_plan_entry *e = malloc(sizeof(dt_plan_entry) * DT_PLAN_MAX_ENTRIES);
-    if (!e) s = dt_error(ctx, DT_ERR_NOMEM, "train", "no memory");
-    int n = 0;
-    for (int i = 0; e && i < j->plan->n_entries; i++)
-      if (j->plan->entries[i].dim == ptp && (!single || wl_entry_matches(m, &j->plan->entries[i])))
-        e[n++] = j->plan->entries[i];
-    if (s == DT_OK) s = dt_parallelize_module(ctx, m, j->tp_dim, e, n);
-    free(e);
-  }
-  if (s == DT_OK && j->cp_dim >= 0)
-    s = dt_context_parallel(ctx, m, j->cp_dim, j->plan->cp_rotate, j->plan->cp_load_balance);
-  if (s == DT_OK && j->fsdp) {
-    const dt_plan *p = j->plan;
-    int pds = dt_plan_dim(p, "dp_shard"), n = 0;
-    dt_plan_entry *e = malloc(sizeof(dt_plan_entry) * DT_PLAN_MAX_ENTRIES);
-    if (!e) s = dt_error(ctx, DT_ERR_NOMEM, "train", "no memory");
-    for (int i = 0; e && i < p->n_entries; i++) /* a single-layer workload: its modules' */
-      if (p->entries[i].dim == pds && (!single || wl_entry_matches(m, &p->entries[i])))
-        e[n++] = p->entries[i];
-    /* FSDP over dp_shard x cp (TorchTitan's dp_shard_cp), HSDP's replicas on dp_replicate */
-    dt_fsdp_opts fo = {.shard_dim = j->dps_dim, .replicate_dim = j->dp_dim, .cp_dim = j->cp_dim,
-                       .zero = p->zero ? p->zero : 3, .param_dtype = p->param_dtype,
-                       .reduce_dtype = p->reduce_dtype};
-    if (j->fault.kind == FAULT_SKIP_REDUCE) { /* TEST SWITCH: the unit skips its reduction */
-      const char *dot = strrchr(j->fault.param, '.');
-      if (dot && !strcmp(dot, ".weight"))
-        snprintf(fo.fault_no_reduce, sizeof fo.fault_no_reduce, "%.*s",
-                 (int)(dot - j->fault.param), j->fault.param);
-    }
-    if (s == DT_OK) s = dt_fully_shard(ctx, m, e, n, &fo);
-    free(e);
-  }
-  if (s == DT_OK && j->fault.kind != FAULT_NONE) { /* TEST SWITCH: refuse a bad target early */
-    if (!fault_module(ctx, m, &j->fault)) s = DT_ERR_INVALID;
-    else if (j->fault.rank >= ctx->world_size)
-      s = dt_error(ctx, DT_ERR_INVALID, "SHARDBENCH_FAULT", "rank %d, but the world has %d ranks",
-                   j->fault.rank, ctx->world_size);
-  }
-  if (s == DT_OK) s = dt_model_materialize(ctx, m);
-  if (s == DT_OK && j->o->load_weights[0]) s = dt_model_load_weights(ctx, m, j->o->load_weights);
-  if (s != DT_OK) {
-    dt_parallelize_release(ctx, m);
-    dt_model_free(ctx, m);
-    return s;
-  }
-  *out = m;
-  return DT_OK;
-}
-
 /* The sharded job's initial weights to o->save_weights (gathered one at a time,
  * the ledger off). The gathers' buffers are not the run's: the peak memory
  * measure restarts after them. */
@@ -535,19 +459,83 @@ static dt_status save_weights(dt_ctx *ctx, dt_model *m, const job *j) {
   return s;
 }
 
-/* ---- pipeline parallel ----------------------------------------------------------- */
+/* ---- the trainer's hooks ------------------------------------------------------------ */
 
-/* A rank's pipeline: the stages and this run's lowered schedule (the same on every
- * rank), and the last step's loss (the last stage's rank's sum, shared for checks). */
+/* After the weights are made: a fault's target checked (TEST SWITCH), the initial
+ * weights saved (before a pipelined rank frees the other stages'). */
+static dt_status hook_after_init(dt_ctx *ctx, dt_trainer *t, void *user) {
+  job *j = ((rank_job *)user)->j;
+  dt_model *m = dt_trainer_model(t);
+  if (j->fault.kind != FAULT_NONE) { /* TEST SWITCH: refuse a bad target */
+    if (!fault_module(ctx, m, &j->fault)) return DT_ERR_INVALID;
+    if (j->fault.rank >= ctx->world_size)
+      return dt_error(ctx, DT_ERR_INVALID, "SHARDBENCH_FAULT", "rank %d, but the world has %d ranks",
+                      j->fault.rank, ctx->world_size);
+  }
+  if (j->reference || !j->o->save_weights[0]) return DT_OK;
+  DT_CHECK(save_weights(ctx, m, j));
+  if (ctx->rank == 0) j->weights_saved = true;
+  return DT_OK;
+}
+
+static void hook_before_ddp(dt_ctx *ctx, dt_trainer *t, void *user) {
+  (void)ctx;
+  fault_skip_reduce(dt_trainer_model(t), &((rank_job *)user)->j->fault, dt_trainer_dims(t)->dp_cp);
+}
+
+static void hook_after_reduce(dt_ctx *ctx, dt_trainer *t, void *user) {
+  fault_perturb_grad(ctx, dt_trainer_model(t), &((rank_job *)user)->j->fault);
+}
+
+/* A single-layer workload's inputs (before the step's barrier, the ledger off): the
+ * tokens (embedding) or the targets and x (the others), the probe (all but output). */
+static dt_status hook_inputs(dt_ctx *ctx, dt_trainer *t, int step, void *user) {
+  rank_job *rj = user;
+  const job *j = rj->j;
+  const sb_opts *o = j->o;
+  const wl_kind wl = wl_of(o->workload);
+  dt_model *m = dt_trainer_model(t);
+  dt_mesh *mesh = dt_trainer_mesh(t);
+  const dt_parallel_dims *d = dt_trainer_dims(t);
+  const int cp = d->dim[DT_PDIM_CP];
+  dt_status s = DT_OK;
+  { /* the embedding's tokens; the others' targets (the head's; x replaces the tokens) */
+    const int which = wl == WL_EMBEDDING ? 0 : 1;
+    dt_tensor *out = which ? &rj->tgt : &rj->tok;
+    s = cp >= 0 ? sb_token_tensor_cp(ctx, m, o->batch, o->seq, j->cfg.vocab, d->dp, step, which, out)
+                : sb_token_tensor(ctx, mesh, o->batch, o->seq, j->cfg.vocab, d->dp, step, which, out);
+  }
+  if (s == DT_OK && wl != WL_EMBEDDING) s = wl_tensor(ctx, j, t, WL_X, step, &rj->tok);
+  if (s == DT_OK && wl != WL_OUTPUT) s = wl_tensor(ctx, j, t, WL_PROBE, 0, &rj->probe);
+  return s;
+}
+
+/* A single-layer workload's forward and loss (the head's cross-entropy, else the probe). */
+static dt_status hook_forward_loss(dt_ctx *ctx, dt_trainer *t, int step, void *user,
+                                   dt_var **loss) {
+  (void)step;
+  rank_job *rj = user;
+  dt_model *m = dt_trainer_model(t);
+  dt_var *y = NULL;
+  DT_CHECK(dt_model_forward_input(ctx, m, &rj->tok, &y));
+  return wl_of(rj->j->o->workload) == WL_OUTPUT ? dt_model_loss(ctx, m, y, &rj->tgt, loss)
+                                                : wl_probe_loss(ctx, m, y, &rj->probe, loss);
+}
+
+static void hook_free_inputs(dt_ctx *ctx, dt_trainer *t, void *user) {
+  (void)t;
+  rank_job *rj = user;
+  dt_tensor_free(ctx, &rj->tok);
+  dt_tensor_free(ctx, &rj->tgt);
+  dt_tensor_free(ctx, &rj->probe); /* zeroed when the loss consumed it */
+}
+
+/* ---- pipeline parallel: the timeline ---------------------------------------------- */
+
+/* A rank's pipeline timeline over the timed steps (the trainer's step records). */
 typedef struct pipe {
-  dt_pp_layout L;
-  dt_pp_schedule S;
-  int m;                        /* microbatches */
-  double loss;
-  dt_tape *loss_tape;           /* holds the loss as a variable for the verifier */
-  /* the timeline of this rank's timed steps (pipe_step), gathered by pipe_gather */
+  dt_pp_schedule S;             /* the trainer's lowered schedule (a borrowed view) */
   int cap;                      /* events per step: the longest rank's action list */
-  dt_pp_event *ev;              /* [cap], one step's */
   double *rec;                  /* [timed steps][REC_HEAD + 5 cap]: pipe_rec */
 } pipe;
 
@@ -558,152 +546,32 @@ typedef struct pipe {
 enum { REC_N = 0, REC_PP_RANK, REC_PIPE, REC_ZERO, REC_PEAK, REC_HEAD };
 static size_t rec_stride(const pipe *p) { return REC_HEAD + 5 * (size_t)p->cap; }
 
-/* The plan's schedule over pp ranks with m microbatches (TorchTitan's defaults: one
- * stage per rank, two for the interleaved schedule; split by
- * generate_llm_fqn_per_model_part with the embedding and the head as one layer each). */
-static dt_status pipe_build(dt_ctx *ctx, const dt_plan *pl, int n_layers, int pp, int m, pipe *p) {
-  p->m = m;
-  if (pl->pp_schedule == DT_PP_CSV) {
-    char path[600];
-    const char *slash = strrchr(pl->path, '/');
-    if (pl->pp_schedule_csv[0] == '/' || !slash)
-      snprintf(path, sizeof path, "%s", pl->pp_schedule_csv);
-    else
-      snprintf(path, sizeof path, "%.*s/%s", (int)(slash - pl->path), pl->path, pl->pp_schedule_csv);
-    DT_CHECK(dt_pp_schedule_load(ctx, path, pp, -1, m, &p->S));
-    if (p->S.n_microbatches != m)
-      return dt_error(ctx, DT_ERR_INVALID, "pipeline", "%s has %d microbatches; the run has %d",
-                      path, p->S.n_microbatches, m);
-  } else {
-    /* stages per rank: the explicit split's count over pp (pipeline_module_split),
-     * else 2 for the interleaved schedule (TorchTitan's default for multi-stage
-     * schedules) */
-    int v = pl->pp_schedule == DT_PP_INTERLEAVED_1F1B ? 2 : 1;
-    if (pl->pp_n_stages > 0) {
-      if (pl->pp_n_stages % pp)
-        return dt_error(ctx, DT_ERR_INVALID, "plan",
-                        "%s:%d: module_fqns_per_model_part has %d stages, not a multiple of pp=%d",
-                        pl->path, pl->pp_stages_line, pl->pp_n_stages, pp);
-      v = pl->pp_n_stages / pp;
-      if ((v > 1) != (pl->pp_schedule == DT_PP_INTERLEAVED_1F1B))
-        return dt_error(ctx, DT_ERR_INVALID, "plan",
-                        "%s:%d: module_fqns_per_model_part gives %d stages per pp rank (pp=%d); "
-                        "%s", pl->path, pl->pp_stages_line, v, pp,
-                        v > 1 ? "a single-stage schedule (GPipe, 1F1B) runs one"
-                              : "Interleaved1F1B needs 2 or more");
-    }
-    DT_CHECK(dt_pp_schedule_generate(ctx, pl->pp_schedule, pp, v, m, &p->S));
-    DT_CHECK(dt_pp_schedule_lower(ctx, &p->S));
-  }
-  if (pl->pp_n_stages > 0) {
-    if (pl->pp_n_stages != p->S.n_stages)
-      return dt_error(ctx, DT_ERR_INVALID, "plan",
-                      "%s:%d: module_fqns_per_model_part has %d stages; the schedule has %d",
-                      pl->path, pl->pp_stages_line, pl->pp_n_stages, p->S.n_stages);
-    char copy[sizeof pl->pp_stages], where[sizeof pl->path + 48];
-    const char *parts[DT_PP_MAX_STAGES];
-    memcpy(copy, pl->pp_stages, sizeof copy);
-    int k = 0;
-    for (char *q = copy, *e; k < pl->pp_n_stages; q = e + 1) {
-      parts[k++] = q;
-      if (!(e = strchr(q, ';'))) break;
-      *e = '\0';
-    }
-    snprintf(where, sizeof where, "%s:%d: module_fqns_per_model_part", pl->path,
-             pl->pp_stages_line);
-    return dt_pp_split_fqns(ctx, n_layers, parts, k, where, &p->L);
-  }
-  return dt_pp_split(ctx, n_layers, p->S.n_stages, pl->pp_first_less, pl->pp_last_less, &p->L);
+/* The timeline's buffers for steps timed steps of the trainer's pipeline. */
+static dt_status pipe_init(dt_ctx *ctx, const dt_pipeline *P, int steps, pipe *p) {
+  memset(p, 0, sizeof *p);
+  p->S = P->schedule;
+  for (int r = 0; r < p->S.pp; r++) p->cap = p->S.len[r] > p->cap ? p->S.len[r] : p->cap;
+  p->rec = calloc((size_t)(steps > 0 ? steps : 1) * rec_stride(p), sizeof *p->rec);
+  return p->rec ? DT_OK : dt_error(ctx, DT_ERR_NOMEM, "pipeline", "no memory");
 }
 
-/* Microbatch k of the step's batch as a [batch / m, seq] tensor whose shard on the
- * data-parallel dims is that rank's k-th chunk of its local batch (the schedule
- * splits each rank's batch, split_args_kwargs_into_chunks). */
-static dt_status microbatch_tensor(dt_ctx *ctx, const job *j, dt_mesh *mesh, const dt_model *m,
-                                   unsigned dp_dims, int ndp, int step, int which, int k, int nm,
-                                   dt_tensor *out) {
-  const sb_opts *o = j->o;
-  const int64_t B = o->batch, S = o->seq, local = B / ndp, mb = local / nm;
-  int64_t *all = malloc(sizeof *all * (size_t)(B * S));
-  int64_t *ids = malloc(sizeof *ids * (size_t)(B / nm * S));
-  dt_status s = all && ids ? DT_OK : dt_error(ctx, DT_ERR_NOMEM, "pipeline", "no memory");
-  if (s == DT_OK) {
-    sb_token_ids(step, which, B * S, j->cfg.vocab, all);
-    for (int d = 0; d < ndp; d++)
-      memcpy(ids + (size_t)(d * mb * S), all + (size_t)((d * local + k * mb) * S),
-             sizeof *ids * (size_t)(mb * S));
-    const int64_t shape[2] = {B / nm, S};
-    dt_array a;
-    dt_placement pl[DT_MAX_MESH_DIMS];
-    for (int i = 0; i < dt_mesh_ndim(mesh); i++)
-      pl[i] = dp_dims & (1u << i) ? dt_shard(0) : dt_replicate();
-    s = dt_array_wrap(ctx, DT_DEV_CPU, DT_I64, 2, shape, ids, &a);
-    if (s == DT_OK)
-      s = j->cp_dim >= 0 ? dt_cp_shard_sequence(ctx, m, &a, 1, pl, out)
-                         : dt_tensor_distribute(ctx, mesh, &a, pl, out);
+/* Timed step `timed`'s record from the trainer's step record. */
+static void pipe_rec(pipe *p, int timed, const dt_trainer_step *st) {
+  double *rec = p->rec + (size_t)timed * rec_stride(p);
+  const int n = st->n_events < p->cap ? st->n_events : p->cap;
+  rec[REC_N] = n;
+  rec[REC_PP_RANK] = st->pp_rank;
+  rec[REC_PIPE] = st->pipe_id;
+  rec[REC_ZERO] = st->zero;
+  rec[REC_PEAK] = (double)st->pp_peak_bytes;
+  for (int i = 0; i < n; i++) {
+    double *e = rec + REC_HEAD + 5 * (size_t)i;
+    e[0] = st->events[i].action.kind;
+    e[1] = st->events[i].action.stage;
+    e[2] = st->events[i].action.mb;
+    e[3] = st->events[i].t0;
+    e[4] = st->events[i].t1;
   }
-  free(all);
-  free(ids);
-  return s;
-}
-
-/* One pipelined step's forward and backward: every microbatch through the schedule
- * (the token batches made with the ledger off, before the barrier). */
-static dt_status pipe_step(dt_ctx *ctx, dt_mesh *mesh, dt_model *m, const job *j, pipe *p,
-                           unsigned dp_dims, int step) {
-  const int nm = p->m;
-  int ndp = 1;
-  for (int i = 0; i < dt_mesh_ndim(mesh); i++)
-    if (dp_dims & (1u << i)) ndp *= dt_mesh_size(mesh, i);
-  dt_tensor *tok = calloc((size_t)(2 * nm), sizeof *tok), *tgt = tok ? tok + nm : NULL;
-  dt_status s = tok ? DT_OK : dt_error(ctx, DT_ERR_NOMEM, "pipeline", "no memory");
-  const bool was = dt_ledger_of(ctx)->enabled;
-  dt_ledger_enable(ctx, false);
-  for (int k = 0; s == DT_OK && k < nm; k++) {
-    s = microbatch_tensor(ctx, j, mesh, m, dp_dims, ndp, step, 0, k, nm, &tok[k]);
-    if (s == DT_OK) s = microbatch_tensor(ctx, j, mesh, m, dp_dims, ndp, step, 1, k, nm, &tgt[k]);
-  }
-  const int timed = step - j->o->warmup; /* the timed step's index, < 0: warm-up */
-  if (s == DT_OK && timed >= 0 && !p->rec) { /* the timeline's buffers, at the first timed step */
-    for (int r = 0; r < p->S.pp; r++) p->cap = p->S.len[r] > p->cap ? p->S.len[r] : p->cap;
-    p->ev = calloc((size_t)p->cap, sizeof *p->ev);
-    p->rec = calloc((size_t)j->o->steps * rec_stride(p), sizeof *p->rec);
-    if (!p->ev || !p->rec) s = dt_error(ctx, DT_ERR_NOMEM, "pipeline", "no memory");
-  }
-  if (s == DT_OK) s = dt_comm_barrier(ctx->world);
-  dt_ledger_enable(ctx, was);
-  const double zero = dt_now();
-  /* the step's own peak above its start (restored to the larger one after) */
-  const size_t run_peak = *mem_peak(ctx), base = *mem_cur(ctx);
-  *mem_peak(ctx) = base;
-  int n_ev = 0;
-  if (s == DT_OK)
-    s = dt_pipeline_step(ctx, m, j->pp_dim, &p->L, &p->S, tok, tgt, &p->loss,
-                         timed >= 0 ? p->ev : NULL, timed >= 0 ? p->cap : 0, &n_ev);
-  const size_t peak = *mem_peak(ctx);
-  if (run_peak > *mem_peak(ctx)) *mem_peak(ctx) = run_peak;
-  if (s == DT_OK && timed >= 0) {
-    double *rec = p->rec + (size_t)timed * rec_stride(p);
-    int pipe_id = 0;
-    for (int d = 0; d < dt_mesh_ndim(mesh); d++)
-      if (d != j->pp_dim) pipe_id = pipe_id * dt_mesh_size(mesh, d) + dt_mesh_coord(mesh, d);
-    rec[REC_N] = n_ev;
-    rec[REC_PP_RANK] = dt_mesh_coord(mesh, j->pp_dim);
-    rec[REC_PIPE] = pipe_id;
-    rec[REC_ZERO] = zero;
-    rec[REC_PEAK] = (double)(peak - base);
-    for (int i = 0; i < n_ev; i++) {
-      double *e = rec + REC_HEAD + 5 * (size_t)i;
-      e[0] = p->ev[i].action.kind;
-      e[1] = p->ev[i].action.stage;
-      e[2] = p->ev[i].action.mb;
-      e[3] = p->ev[i].t0;
-      e[4] = p->ev[i].t1;
-    }
-  }
-  for (int k = 0; tok && k < 2 * nm; k++) dt_tensor_free(ctx, &tok[k]);
-  free(tok);
-  return s;
 }
 
 /* The in-flight count walked from one rank's events of a step in execution order:
@@ -815,130 +683,26 @@ static dt_status pipe_gather(dt_ctx *ctx, job *j, const pipe *p) {
   return DT_OK;
 }
 
-/* For the verifier: the loss (from the last stage's rank) and every weight's gradient
- * (from its stage's rank) on every rank; *loss a variable holding the loss. */
-static dt_status pipe_share(dt_ctx *ctx, dt_model *m, const job *j, pipe *p, dt_var **loss) {
-  dt_comm *c = dt_mesh_comm(m->mesh, j->pp_dim);
-  DT_CHECK(dt_comm_broadcast(c, &p->loss, 1, DT_F64, dt_pp_stage_rank(p->S.n_stages - 1, c->size)));
-  DT_CHECK(dt_pipeline_share(ctx, m, j->pp_dim, &p->L, true));
-  dt_tape_free(p->loss_tape);
-  p->loss_tape = NULL;
-  DT_CHECK(dt_tape_create(ctx, NULL, &p->loss_tape));
-  dt_array a;
-  dt_tensor t;
-  const int64_t none[1] = {0};
-  dt_placement pl[DT_MAX_MESH_DIMS];
-  for (int i = 0; i < DT_MAX_MESH_DIMS; i++) pl[i] = dt_replicate();
-  DT_CHECK(dt_array_create(ctx, DT_DEV_CPU, DT_F64, 0, none, &a));
-  ((double *)a.data)[0] = p->loss;
-  dt_status s = dt_tensor_distribute(ctx, m->mesh, &a, pl, &t);
-  dt_array_free(ctx, &a);
-  if (s == DT_OK && !(*loss = dt_var_leaf(p->loss_tape, &t, false))) s = DT_ERR_NOMEM;
-  return s;
-}
-
-/* One step's forward, loss, backward and data-parallel reduce, timed: *secs.
- * *loss lives until dt_model_end_step. */
-static dt_status step_grads(dt_ctx *ctx, dt_mesh *mesh, dt_model *m, const job *j, pipe *pp,
-                            int step, bool timed, dt_var **loss, double *secs) {
-  const int dp = j->reference ? -1 : j->dp_dim, dps = j->reference ? -1 : j->dps_dim;
-  const int cp = j->reference ? -1 : j->cp_dim;
-  const unsigned dp_dims = (dp >= 0 ? 1u << dp : 0u) | (dps >= 0 ? 1u << dps : 0u);
-  dt_tensor tok, tgt, probe; /* the input (tokens, or x), the targets, the probe R */
-  memset(&tok, 0, sizeof tok);
-  memset(&tgt, 0, sizeof tgt);
-  memset(&probe, 0, sizeof probe);
-  dt_ledger_enable(ctx, false);
-  const sb_opts *o = j->o;
-  const wl_kind wl = wl_of(o->workload);
-  dt_status s = DT_OK;
-  for (int which = 0; which < 2 && s == DT_OK && !pp; which++) { /* inputs, targets */
-    if (wl != WL_MODEL && which == (wl == WL_EMBEDDING ? 1 : 0))
-      continue; /* the embedding has no targets; the others take x */
-    s = cp >= 0 ? sb_token_tensor_cp(ctx, m, o->batch, o->seq, j->cfg.vocab, dp_dims, step, which,
-                                     which ? &tgt : &tok)
-                : sb_token_tensor(ctx, mesh, o->batch, o->seq, j->cfg.vocab, dp_dims, step, which,
-                                  which ? &tgt : &tok);
-  }
-  if (s == DT_OK && wl != WL_MODEL && wl != WL_EMBEDDING)
-    s = wl_tensor(ctx, j, mesh, m, dp_dims, cp, WL_X, step, &tok);
-  if (s == DT_OK && wl != WL_MODEL && wl != WL_OUTPUT)
-    s = wl_tensor(ctx, j, mesh, m, dp_dims, cp, WL_PROBE, 0, &probe);
-  if (s == DT_OK) s = dt_comm_barrier(ctx->world); /* every rank starts the step together */
-  dt_ledger_enable(ctx, timed);
-  dt_ctx_set_phase(ctx, "forward");
-  double t0 = dt_now();
-  dt_var *logits = NULL;
-  if (pp) { /* the microbatches through the pipeline */
-    if (s == DT_OK) s = pipe_step(ctx, mesh, m, j, pp, dp_dims, step);
-  } else if (wl != WL_MODEL) { /* from tokens (embedding) or x; the probe without the head */
-    if (s == DT_OK) s = dt_model_forward_input(ctx, m, &tok, &logits);
-    if (s == DT_OK)
-      s = wl == WL_OUTPUT ? dt_model_loss(ctx, m, logits, &tgt, loss)
-                          : wl_probe_loss(ctx, m, logits, &probe, loss);
-    if (s == DT_OK) s = dt_model_backward(ctx, m, *loss);
-  } else {
-    if (s == DT_OK) s = dt_model_forward(ctx, m, &tok, &logits);
-    if (s == DT_OK) s = dt_model_loss(ctx, m, logits, &tgt, loss);
-    if (s == DT_OK) s = dt_model_backward(ctx, m, *loss);
-  }
-  const bool fsdp = !j->reference && j->fsdp;
-  if (s == DT_OK && fsdp) s = dt_fsdp_reduce_grads(ctx, m); /* ZeRO-1's all-reduce */
-  /* DDP over dp_replicate x cp (TorchTitan's dp_cp); under FSDP (HSDP) the units reduce */
-  const unsigned ddp_dims = (dp >= 0 ? 1u << dp : 0u) | (cp >= 0 ? 1u << cp : 0u);
-  if (s == DT_OK && ddp_dims && !fsdp) {
-    fault_skip_reduce(m, &j->fault, ddp_dims); /* TEST SWITCH */
-    /* DDP's buckets; a plan's bucket_cap_mb caps the first bucket too, as DDP does when
-     * it is given (torch/nn/parallel/distributed.py _BucketCapacityConfig.create) */
-    const double cap = j->plan ? j->plan->bucket_cap_mb : 0;
-    const dt_ddp_opts ddp = {cap * 1048576.0, 0};
-    s = dt_data_parallel_reduce_grads(ctx, m, ddp_dims, cap > 0 ? &ddp : NULL);
-  }
-  if (s == DT_OK) fault_perturb_grad(ctx, m, &j->fault); /* TEST SWITCH */
-  *secs = dt_now() - t0;
-  dt_tensor_free(ctx, &tok);
-  dt_tensor_free(ctx, &tgt);
-  dt_tensor_free(ctx, &probe); /* zeroed when the loss consumed it */
-  return s;
-}
-
-/* AdamW and the end of the step, timed: *secs. */
-static dt_status step_update(dt_ctx *ctx, dt_model *m, bool timed, double *secs) {
-  const dt_adamw opt = DT_ADAMW_DEFAULT;
-  dt_ledger_enable(ctx, timed);
-  dt_ctx_set_phase(ctx, "optimizer");
-  double t0 = dt_now();
-  dt_status s = dt_model_adamw_step(ctx, m, &opt);
-  if (s == DT_OK) s = dt_fsdp_after_step(ctx, m); /* ZeRO-1's all-gather of the updated rows */
-  if (s == DT_OK) s = dt_model_end_step(ctx, m);
-  *secs = dt_now() - t0;
-  dt_ctx_set_phase(ctx, "");
-  return s;
-}
 
 /* The check data of a step (step >= 0: loss and gradients) or of the final weights
  * (step < 0, after last): kept (reference) or compared into c (sharded), with the
- * ledger off and outside the timed region. */
-static dt_status collect(dt_ctx *ctx, dt_model *m, job *j, pipe *pp, const dt_var *loss, int step,
-                         int last, sb_cmp *c) {
+ * ledger off and outside the timed region. Under pp every rank checks every weight:
+ * the owners' copies are shared over pp, and freed again after. */
+static dt_status collect(dt_ctx *ctx, dt_trainer *t, job *j, dt_var *loss, int step, int last,
+                         sb_cmp *c) {
   dt_ledger_enable(ctx, false);
   dt_ctx_set_phase(ctx, "check");
   sb_snap *rec = j->reference && ctx->rank == 0 ? &j->out : NULL;
   const sb_snap *ref = j->reference ? NULL : &j->ref->snap;
-  dt_status s = DT_OK;
-  if (pp) { /* every rank checks every weight: the owners' copies shared over pp */
-    dt_var *pl = NULL;
-    s = step >= 0 ? pipe_share(ctx, m, j, pp, &pl) : dt_pipeline_share(ctx, m, j->pp_dim, &pp->L, false);
-    loss = pl;
-  }
+  const dt_model *m = dt_trainer_model(t);
+  dt_var *l = NULL;
+  dt_status s = dt_trainer_share_stages(ctx, t, step >= 0, loss, &l);
   if (s == DT_OK)
-    s = step >= 0 ? sb_snap_step(ctx, m, loss, step, rec, ref, c)
+    s = step >= 0 ? sb_snap_step(ctx, m, l, step, rec, ref, c)
                   : sb_snap_params(ctx, m, last, rec, ref, c);
   /* the other stages' gradients (AdamW trains this rank's) and shared weights go again */
-  if (pp) {
-    const dt_status r = dt_pipeline_release_foreign(ctx, m, j->pp_dim, &pp->L);
-    if (s == DT_OK) s = r;
-  }
+  const dt_status r = dt_trainer_unshare_stages(ctx, t);
+  if (s == DT_OK) s = r;
   dt_ctx_set_phase(ctx, "");
   return s;
 }
@@ -963,118 +727,98 @@ static dt_status measures(dt_ctx *ctx, job *j, double *times, int total) {
   return DT_OK;
 }
 
-/* Trains warmup + steps steps on mesh, checking every one; rank 0 fills j's
- * outputs (the reference's snapshot, or the sharded job's verdict). */
-static dt_status train(dt_ctx *ctx, dt_mesh *mesh, job *j) {
+
+/* The trainer's options for j on this rank (hooks' state in rj). */
+static void trainer_opts(const dt_ctx *ctx, job *j, rank_job *rj, dt_trainer_opts *to) {
+  const dt_adamw adamw = DT_ADAMW_DEFAULT;
+  memset(to, 0, sizeof *to);
+  to->dtype = j->reference ? j->dtype : j->model_dtype;
+  to->seed = SEED;
+  to->batch = j->o->batch;
+  to->seq = j->o->seq;
+  to->adamw = adamw;
+  to->load_weights = j->o->load_weights;
+  to->device_memory = on_device(ctx);
+  if (j->fault.kind == FAULT_SKIP_REDUCE) { /* TEST SWITCH: the FSDP unit skips its reduction */
+    const char *dot = strrchr(j->fault.param, '.');
+    if (dot && !strcmp(dot, ".weight"))
+      snprintf(to->parallelize.fault_no_reduce, sizeof to->parallelize.fault_no_reduce, "%.*s",
+               (int)(dot - j->fault.param), j->fault.param);
+  }
+  dt_trainer_hooks *h = &to->hooks;
+  h->user = rj;
+  h->after_init = hook_after_init;
+  h->before_ddp = hook_before_ddp;
+  h->after_reduce = hook_after_reduce;
+  if (wl_of(j->o->workload) != WL_MODEL) {
+    h->inputs = hook_inputs;
+    h->forward_loss = hook_forward_loss;
+    h->free_inputs = hook_free_inputs;
+  }
+}
+
+/* Trains warmup + steps steps through the trainer, checking every one between its
+ * backward and its optimizer step; rank 0 fills j's outputs (the reference's
+ * snapshot, or the sharded job's verdict). */
+static dt_status train(dt_ctx *ctx, job *j) {
   const int total = j->o->warmup + j->o->steps;
-  dt_model *m = NULL;
+  const int64_t n = (int64_t)j->o->batch * j->o->seq;
   sb_cmp c;
   sb_cmp_init(&c);
   /* FSDP mixed precision: the weights' rounding to param_dtype sets the tolerance */
-  if (j->plan && j->fsdp) c.param_dtype = j->plan->param_dtype;
+  if (j->plan && j->plan->fsdp) c.param_dtype = j->plan->plan.param_dtype;
   /* a bf16 model against its f32 reference: bf16's rounding of every weight */
   if (!j->reference && j->model_dtype == DT_BF16) c.param_dtype = DT_BF16;
+  rank_job rj;
+  memset(&rj, 0, sizeof rj);
+  rj.j = j;
+  dt_trainer_opts to;
+  trainer_opts(ctx, j, &rj, &to);
   double *times = calloc((size_t)total, sizeof *times);
-  pipe *pp = !j->reference && j->pp_dim >= 0 ? calloc(1, sizeof *pp) : NULL;
-  if (!times || (!j->reference && j->pp_dim >= 0 && !pp)) {
-    free(times);
-    free(pp);
-    return dt_error(ctx, DT_ERR_NOMEM, "train", "no memory");
-  }
-  dt_status s = DT_OK;
-  if (pp) { /* microbatches: each data-parallel rank's batch over the microbatch size */
-    int ndp = 1;
-    if (j->dp_dim >= 0) ndp *= dt_mesh_size(mesh, j->dp_dim);
-    if (j->dps_dim >= 0) ndp *= dt_mesh_size(mesh, j->dps_dim);
-    s = pipe_build(ctx, j->plan, j->cfg.n_layers, dt_mesh_size(mesh, j->pp_dim),
-                   j->o->batch / ndp / j->plan->pp_microbatch_size, pp);
-  }
-  if (s == DT_OK) s = build_model(ctx, mesh, j, &m);
-  if (s == DT_OK && !j->reference && j->o->save_weights[0]) {
-    s = save_weights(ctx, m, j);
-    if (s == DT_OK && ctx->rank == 0) j->weights_saved = true;
-  }
-  if (s == DT_OK && pp) { /* this rank keeps its stages' weights only (pipeline_module_split) */
-    s = dt_pipeline_release_foreign(ctx, m, j->pp_dim, &pp->L);
-    /* the peak restarts: generating every stage's weights from the one seed, as the
-     * reference does, is setup (TorchTitan initializes only its stages' modules) */
-    *mem_peak(ctx) = *mem_cur(ctx);
-  }
-  if (s == DT_OK && j->reference && ctx->rank == 0) s = sb_snap_init(ctx, m, total, &j->out);
+  int64_t *ids = malloc(sizeof *ids * (size_t)(2 * (n ? n : 1)));
+  pipe pp;
+  memset(&pp, 0, sizeof pp);
+  dt_trainer *t = NULL;
+  dt_status s = times && ids ? DT_OK : dt_error(ctx, DT_ERR_NOMEM, "train", "no memory");
+  if (s == DT_OK) s = dt_trainer_create(ctx, &j->cfg, &j->dims, j->plan, &to, &t);
+  const dt_pipeline *P = s == DT_OK ? dt_trainer_pipeline(t) : NULL;
+  if (s == DT_OK && P) s = pipe_init(ctx, P, j->o->steps, &pp);
+  if (s == DT_OK && j->reference && ctx->rank == 0)
+    s = sb_snap_init(ctx, dt_trainer_model(t), total, &j->out);
   if (s == DT_OK) dt_ledger_clear(ctx);
   for (int step = 0; step < total && s == DT_OK; step++) {
     const bool timed = step >= j->o->warmup;
     dt_var *loss = NULL;
-    double t_grad = 0, t_update = 0;
-    /* the step's own peak, apart from the run's (the checks' gathers are not the step's) */
-    const size_t run_peak = *mem_peak(ctx);
-    *mem_peak(ctx) = *mem_cur(ctx);
-    dt_model_mem grads, after;
-    s = step_grads(ctx, mesh, m, j, pp, step, timed, &loss, &t_grad);
-    dt_model_state_bytes(m, &grads);
-    const size_t grad_peak = *mem_peak(ctx);
-    if (s == DT_OK) s = collect(ctx, m, j, pp, loss, step, total - 1, &c);
-    *mem_peak(ctx) = *mem_cur(ctx); /* not the checks' gathers */
-    if (s == DT_OK) s = step_update(ctx, m, timed, &t_update);
-    dt_model_state_bytes(m, &after);
-    const size_t step_peak = *mem_peak(ctx) > grad_peak ? *mem_peak(ctx) : grad_peak;
-    *mem_peak(ctx) = run_peak > step_peak ? run_peak : step_peak;
+    dt_trainer_step st;
+    sb_token_ids(step, 0, n, j->cfg.vocab, ids); /* the global batch, the same on every rank */
+    sb_token_ids(step, 1, n, j->cfg.vocab, ids + n);
+    s = dt_trainer_forward_backward(ctx, t, step, ids, ids + n, timed, &loss, &st);
+    if (s == DT_OK) s = collect(ctx, t, j, loss, step, total - 1, &c);
+    if (s == DT_OK) s = dt_trainer_optimizer_step(ctx, t, timed, &st);
+    if (s == DT_OK && timed && P) pipe_rec(&pp, step - j->o->warmup, &st);
     if (timed && ctx->rank == 0) {
-      const int64_t persistent = after.params + grads.grads + after.optimizer;
-      j->mem[0] = after.params;
-      j->mem[1] = grads.grads;
-      j->mem[2] = after.optimizer;
-      j->mem[3] = (int64_t)step_peak > persistent ? (int64_t)step_peak - persistent : 0;
+      j->mem[0] = st.mem_params;
+      j->mem[1] = st.mem_grads;
+      j->mem[2] = st.mem_optimizer;
+      j->mem[3] = st.mem_activations;
     }
-    times[step] = t_grad + t_update;
+    times[step] = st.forward_backward_s + st.optimizer_s;
   }
   dt_ledger_enable(ctx, false);
   if (s == DT_OK) s = measures(ctx, j, times, total);
-  if (s == DT_OK && pp) s = pipe_gather(ctx, j, pp);
-  if (s == DT_OK) s = collect(ctx, m, j, pp, NULL, -1, total - 1, &c);
+  if (s == DT_OK && P) s = pipe_gather(ctx, j, &pp);
+  if (s == DT_OK) s = collect(ctx, t, j, NULL, -1, total - 1, &c);
   if (s == DT_OK && !j->reference) s = sb_cmp_merge(ctx->world, &c);
   if (s == DT_OK && !j->reference && (ctx->rank == 0 || j->per_process)) j->cmp = c;
   dt_ctx_set_phase(ctx, "");
   free(times);
-  if (pp) {
-    free(pp->ev);
-    free(pp->rec);
-    dt_tape_free(pp->loss_tape);
-    dt_pp_schedule_free(ctx, &pp->S);
-    free(pp);
-  }
-  if (m) {
-    dt_parallelize_release(ctx, m);
-    dt_model_free(ctx, m);
-  }
+  free(ids);
+  free(pp.rec);
+  dt_trainer_free(ctx, t);
   return s;
 }
 
-/* This rank's index in the mesh when its last two dims (tp, dp_shard) are swapped
- * relative to TorchTitan's order (..., dp_shard, tp): the same groups, with tp's
- * shards nested before dp_shard's. */
-static int swapped_index(const job *j, int rank) {
-  const int nd = j->mesh_ndim, t = j->mesh_shape[nd - 2], d = j->mesh_shape[nd - 1];
-  const int outer = rank / (t * d), in = rank % (t * d); /* TorchTitan: in = s * t + tp */
-  return outer * (t * d) + (in % t) * d + in / t;
-}
-
-static dt_status job_rank(dt_ctx *ctx, void *arg) {
-  job *j = arg;
-  dt_mesh *mesh = NULL;
-  dt_comm *world = ctx->world, *perm = NULL;
-  const char *names[SB_NDIMS];
-  for (int i = 0; i < j->mesh_ndim; i++) names[i] = j->mesh_names[i];
-  if (j->tp_before_dps) {
-    DT_CHECK(dt_comm_split(ctx->world, 0, swapped_index(j, ctx->rank), "world_tp_dps", &perm));
-    world = perm;
-  }
-  dt_status s = dt_mesh_create(ctx, world, j->mesh_ndim, j->mesh_shape, names, &mesh);
-  if (s == DT_OK) s = train(ctx, mesh, j);
-  dt_mesh_free(mesh);
-  if (perm) dt_comm_destroy(perm);
-  return s;
-}
+static dt_status job_rank(dt_ctx *ctx, void *arg) { return train(ctx, arg); }
 
 /* sharded: the job under test (the reference runs on the host comm and the CPU). */
 static dt_status launch(dt_backend b, int world, bool sharded, job *j, char *why, size_t whyn) {
@@ -1143,109 +887,28 @@ static bool unsupported(const sb_opts *o, sb_result *r) {
   return true;
 }
 
-/* Fits the plan's dims to the mesh and resolves it against the model (heads,
- * seq divisible by tp); skips the config with the reason when it does not fit.
- * True when skipped. */
-static bool plan_unfit(const sb_opts *o, dt_ctx *hc, dt_plan *plan, const dt_llama_config *cfg,
-                       sb_result *r) {
-  int ptp = dt_plan_dim(plan, "tp"), pds = dt_plan_dim(plan, "dp_shard");
-  bool has_tp = false, has_fsdp = false;
-  for (int i = 0; i < plan->n_entries; i++) {
-    if (plan->entries[i].dim == ptp) {
-      has_tp = true;
-      continue;
-    }
-    if (plan->entries[i].dim == pds && plan->entries[i].style.kind == DT_STYLE_FULLY_SHARD) {
-      has_fsdp = true;
-      continue;
-    }
-    skip(r, "plan '%s' has entries on [%s]; the harness applies [tp] and [dp_shard] entries only",
-         o->plan, plan->dim_names[plan->entries[i].dim]);
-    return true;
-  }
-  for (int d = 0; d < SB_NDIMS; d++) {
-    int pi = dt_plan_dim(plan, sb_dim_names[d]);
-    if (o->dims[d] > 1 && pi < 0 && d != 1) {
-      skip(r, "plan '%s' has no dim %s (the mesh has %s=%d)", o->plan, sb_dim_names[d],
-           sb_dim_names[d], o->dims[d]);
-      return true;
-    }
-    if (pi >= 0 && plan->dim_sizes[pi] != -1 && plan->dim_sizes[pi] != o->dims[d]) {
-      skip(r, "plan '%s' fixes %s=%d; the mesh has %s=%d", o->plan, sb_dim_names[d],
-           plan->dim_sizes[pi], sb_dim_names[d], o->dims[d]);
-      return true;
-    }
-  }
-  if (has_tp && o->dims[4] == 1) {
-    skip(r, "tp=1: the plan's [tp] entries would not apply (TorchTitan applies TP only when "
-            "tp > 1); the run equals plan dp's");
-    return true;
-  }
-  if (dt_plan_dim(plan, "pp") >= 0 && o->dims[0] == 1) {
-    skip(r, "pp=1: the plan's pipeline would not apply (TorchTitan applies PP only when pp > "
-            "1); the run equals the plan's without its pp dim");
-    return true;
-  }
-  if (has_fsdp && o->dims[2] == 1 && o->dims[3] == 1) {
-    skip(r, "dp_shard=1, cp=1: the plan's fully_shard entries would not apply (TorchTitan "
-            "applies FSDP only when dp_shard x cp > 1); the run equals plan dp's");
-    return true;
-  }
-  if (o->dims[2] > 1 && !has_fsdp) {
-    skip(r, "dp_shard=%d: plan '%s' has no fully_shard entries to shard over it", o->dims[2],
-         o->plan);
-    return true;
-  }
-  int plan_world = 1;
-  for (int i = 0; i < plan->n_dims; i++) {
-    int d = 0;
-    while (d < SB_NDIMS && strcmp(plan->dim_names[i], sb_dim_names[d])) d++;
-    plan->dim_sizes[i] = d < SB_NDIMS ? o->dims[d] : 1;
-    plan_world *= plan->dim_sizes[i];
-  }
-  dt_llama_config whole; /* a single-layer workload: the plan is the whole layer's */
+/* Fits the plan to the mesh and resolves it against the model, once for the config
+ * (dt_parallel_plan_resolve, into rp: what the memory estimate, the store's traits
+ * and the trainer read); skips the config with the reason when it does not fit. A
+ * single-layer workload's plan is resolved against the whole layer (a typo is still
+ * an error). True when skipped. */
+static bool plan_unfit(const sb_opts *o, dt_ctx *hc, const dt_plan *plan,
+                       const dt_llama_config *cfg, dt_parallel_plan *rp, sb_result *r) {
+  dt_llama_config whole;
   sb_workload_whole(cfg, &whole);
-  if (dt_plan_resolve(hc, plan, plan_world, &whole, o->seq) != DT_OK) {
-    skip(r, "%s", sb_strip_rank(dt_last_error(hc)));
-    return true;
-  }
-  sb_plan_traits_get(plan, cfg, &r->plan_traits); /* for the store's framework baselines */
-  if (o->batch % o->dims[1]) {
-    skip(r, "batch %d is not divisible by dp_replicate=%d", o->batch, o->dims[1]);
-    return true;
-  }
-  if (o->dims[0] > 1) { /* pipeline: the microbatches, the schedule and the stage split */
-    for (int i = 0; has_fsdp && i < plan->n_entries; i++) /* dt_fsdp_pipeline_begin's refusal */
-      if (plan->entries[i].dim == pds && plan->entries[i].style.reshard_after_forward == 1 &&
-          (plan->zero == 0 || plan->zero == 3)) {
-        skip(r, "pp=%d: '%s' = fully_shard(reshard_after_forward=True): inside pipeline stages "
-                "a unit stays gathered for the step (TorchTitan's default with pp)",
-             o->dims[0], plan->entries[i].pattern);
-        return true;
-      }
-    const int ndp = o->dims[1] * o->dims[2];
-    if (o->batch % ndp || (o->batch / ndp) % plan->pp_microbatch_size) {
-      skip(r, "batch %d over dp_replicate x dp_shard = %d is not a multiple of the pipeline "
-              "microbatch size %d", o->batch, ndp, plan->pp_microbatch_size);
-      return true;
-    }
-    pipe *p = calloc(1, sizeof *p);
-    if (!p) return false; /* the run reports the memory */
-    dt_status st = pipe_build(hc, plan, cfg->n_layers, o->dims[0],
-                              o->batch / ndp / plan->pp_microbatch_size, p);
-    dt_pp_schedule_free(hc, &p->S);
-    free(p);
-    if (st != DT_OK) {
-      skip(r, "pipeline: %s", sb_strip_rank(dt_last_error(hc)));
-      return true;
-    }
-  }
-  return false;
+  const dt_status s = dt_parallel_plan_resolve(hc, plan, o->dims, &whole, o->batch, o->seq, rp);
+  if (rp->resolved) sb_plan_traits_get(&rp->plan, cfg, &r->plan_traits); /* the store's baselines */
+  if (s == DT_OK) return false;
+  static const char WHO[] = "dt_parallel_plan_resolve: "; /* its own refusals */
+  const char *why = sb_strip_rank(dt_last_error(hc));
+  if (!strncmp(why, WHO, sizeof WHO - 1)) why += sizeof WHO - 1;
+  skip(r, "%s", why);
+  return true;
 }
 
 /* The memory estimate (bench/harness/memory.c) into r; over o->mem_limit (when
  * set) the config is skipped with both numbers and r->mem_refused. True then. */
-static bool over_memory(const sb_opts *o, const dt_plan *plan, sb_result *r) {
+static bool over_memory(const sb_opts *o, const dt_parallel_plan *plan, sb_result *r) {
   sb_mem_est e;
   if (sb_mem_estimate(o, plan, &e) != 0) return false;
   r->est_mem_bytes = e.rank_bytes;
@@ -1273,11 +936,12 @@ static bool reference(const sb_opts *o, job *j, sb_ref *cache, sb_result *r) {
   char why[DT_ERRMSG_LEN + 64];
   sb_ref_free(cache);
   j->reference = true;
-  j->mesh_ndim = 1;
-  j->mesh_shape[0] = 1;
-  snprintf(j->mesh_names[0], DT_MESH_NAME_LEN, "ref");
-  j->dp_dim = j->tp_dim = j->dps_dim = j->cp_dim = j->pp_dim = -1;
-  j->fsdp = j->tp_before_dps = false;
+  j->plan = NULL;
+  const int ones[DT_PDIM_COUNT] = {1, 1, 1, 1, 1};
+  if (dt_parallel_dims_init(NULL, ones, 1, &j->dims) != DT_OK) {
+    failed(r, "reference: no 1-rank mesh");
+    return false;
+  }
   if (launch(DT_BACKEND_THREADS, 1, false, j, why, sizeof why) != DT_OK) {
     sb_snap_free(&j->out);
     failed(r, "reference: %s", why);
@@ -1287,36 +951,6 @@ static bool reference(const sb_opts *o, job *j, sb_ref *cache, sb_result *r) {
   memset(&j->out, 0, sizeof j->out);
   snprintf(cache->key, sizeof cache->key, "%s", rkey);
   return true;
-}
-
-/* The sharded job's mesh: the dims of size > 1 in TorchTitan's order. */
-static void sharded_mesh(const sb_opts *o, job *j) {
-  j->mesh_ndim = 0;
-  j->dp_dim = j->tp_dim = j->dps_dim = j->cp_dim = j->pp_dim = -1;
-  /* FSDP + TP: tp before dp_shard, so that FSDP splits TP's blocks (fsdp.c). Not with
-   * cp: sequence parallel and cp both shard the sequence, cp outer (TorchTitan's
-   * order), and FSDP then shards the other dim of TP's dim-0 blocks (fsdp.c) */
-  j->tp_before_dps = o->dims[2] > 1 && o->dims[4] > 1 && o->dims[3] == 1;
-  static const int ORDER[SB_NDIMS] = {0, 1, 2, 3, 4}, SWAPPED[SB_NDIMS] = {0, 1, 3, 4, 2};
-  const int *order = j->tp_before_dps ? SWAPPED : ORDER;
-  for (int k = 0; k < SB_NDIMS; k++) {
-    const int d = order[k];
-    if (o->dims[d] > 1) {
-      if (d == 0) j->pp_dim = j->mesh_ndim;
-      if (d == 1) j->dp_dim = j->mesh_ndim;
-      if (d == 2) j->dps_dim = j->mesh_ndim;
-      if (d == 3) j->cp_dim = j->mesh_ndim;
-      if (d == 4) j->tp_dim = j->mesh_ndim;
-      j->mesh_shape[j->mesh_ndim] = o->dims[d];
-      snprintf(j->mesh_names[j->mesh_ndim], DT_MESH_NAME_LEN, "%s", sb_dim_names[d]);
-      j->mesh_ndim++;
-    }
-  }
-  if (j->mesh_ndim == 0) { /* world 1 */
-    j->mesh_ndim = 1;
-    j->mesh_shape[0] = 1;
-    snprintf(j->mesh_names[0], DT_MESH_NAME_LEN, "tp");
-  }
 }
 
 /* Rank 0's measures and verdict of a finished sharded job into r. */
@@ -1363,6 +997,7 @@ void sb_execute(const sb_opts *o, sb_ref *cache, sb_stage stage, sb_result *r) {
   dt_ctx hc; /* a host context: only for library error messages */
   dt_ctx_init(&hc, 0, 1);
   dt_plan *plan = NULL;
+  dt_parallel_plan *rp = NULL; /* the plan resolved for this config */
   job *j = NULL;
   dt_backend be;
   int world = 1;
@@ -1374,7 +1009,8 @@ void sb_execute(const sb_opts *o, sb_ref *cache, sb_stage stage, sb_result *r) {
   if (unsupported(o, r)) goto done;
   j = calloc(1, sizeof *j);
   plan = calloc(1, sizeof *plan);
-  if (!j || !plan) {
+  rp = calloc(1, sizeof *rp);
+  if (!j || !plan || !rp) {
     failed(r, "out of memory");
     goto done;
   }
@@ -1404,7 +1040,7 @@ void sb_execute(const sb_opts *o, sb_ref *cache, sb_stage stage, sb_result *r) {
     failed(r, "plan: %s", sb_strip_rank(dt_last_error(&hc)));
     goto done;
   }
-  if (plan_unfit(o, &hc, plan, &j->cfg, r) || over_memory(o, plan, r)) goto done;
+  if (plan_unfit(o, &hc, plan, &j->cfg, rp, r) || over_memory(o, rp, r)) goto done;
   if (dt_backend_parse(o->backend, &be) != DT_OK || !dt_backend_available(be)) {
     skip(r, "backend '%s' is not built in", o->backend);
     goto done;
@@ -1413,12 +1049,12 @@ void sb_execute(const sb_opts *o, sb_ref *cache, sb_stage stage, sb_result *r) {
     goto done; /* status "" when it would run */
   j->reference = false;
   j->ref = cache;
-  j->plan = plan;
+  j->plan = rp;
   j->n_comm = 0;
-  sharded_mesh(o, j);
-  for (int i = 0; i < plan->n_entries; i++) /* fully_shard over dp_shard x cp */
-    if (plan->entries[i].style.kind == DT_STYLE_FULLY_SHARD && (j->dps_dim >= 0 || j->cp_dim >= 0))
-      j->fsdp = true;
+  if (dt_parallel_dims_init(&hc, o->dims, o->world, &j->dims) != DT_OK) {
+    failed(r, "%s", sb_strip_rank(dt_last_error(&hc)));
+    goto done;
+  }
   char why[DT_ERRMSG_LEN + 64];
   if (fault_parse(getenv("SHARDBENCH_FAULT"), &j->fault, why, sizeof why)) {
     failed(r, "SHARDBENCH_FAULT: %s", why);
@@ -1432,6 +1068,7 @@ void sb_execute(const sb_opts *o, sb_ref *cache, sb_stage stage, sb_result *r) {
   j->ppt = NULL;
 done:
   free(plan);
+  free(rp);
   if (j) free(j->ppt);
   free(j);
   dt_ctx_release(&hc);

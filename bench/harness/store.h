@@ -275,8 +275,9 @@ typedef struct sb_mem_est {
   double rank_bytes;             /* one rank's peak, the quantity of results.peak_mem_bytes */
   double need_bytes;             /* the invocation on this machine (every rank, the reference) */
 } sb_mem_est;
-/* Estimates o with plan (NULL: none); -1 for an unknown model or dtype. */
-int sb_mem_estimate(const sb_opts *o, const dt_plan *plan, sb_mem_est *e);
+/* Estimates o with its resolved plan (dt_parallel_plan_resolve; NULL: none); -1 for an
+ * unknown model or dtype. */
+int sb_mem_estimate(const sb_opts *o, const dt_parallel_plan *plan, sb_mem_est *e);
 /* Bytes the machine can give now: MemAvailable of /proc/meminfo, else
  * sysconf's available pages; src says which. NaN when neither is known. */
 double sb_mem_available(char *src, size_t n);

@@ -1,0 +1,98 @@
+/* lib/parallel/parallel_dims.c: TorchTitan's ParallelDims (torchtitan/distributed/
+ * parallel_dims.py): the mesh of the five degrees and its flattened dims.
+ *
+ * TorchTitan's mesh keeps the degrees > 1 in the order pp, dp_replicate, dp_shard,
+ * cp, tp and flattens dp (dp_replicate, dp_shard: data loading), dp_shard_cp
+ * (dp_shard, cp: FSDP) and dp_cp (dp_replicate, cp: the loss, DDP). Here the
+ * flattened dims are bit masks of mesh dims: the calls that reduce over several
+ * dims flatten them on use (dt_mesh_flatten in fsdp.c and DDP).
+ *
+ * One difference, for FSDP + TP without cp: tp comes before dp_shard, so FSDP's
+ * Shard(0) nests inside TP's local block (fsdp.c). The groups are TorchTitan's (each
+ * tp group and each dp_shard group holds the same world ranks); only each rank's
+ * index in the mesh is permuted (dt_parallel_dims_rank_index). With cp, the order
+ * stays TorchTitan's: sequence parallel and cp both shard the sequence, cp outer,
+ * and FSDP then shards the other dim of TP's dim-0 blocks (fsdp.c). Not here: which
+ * parallelism applies to which module (parallelize_llama.c).
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "trainer.h"
+
+static const char *const PDIM_NAMES[DT_PDIM_COUNT] = {"pp", "dp_replicate", "dp_shard", "cp", "tp"};
+
+const char *dt_pdim_name(int d) { return d >= 0 && d < DT_PDIM_COUNT ? PDIM_NAMES[d] : NULL; }
+
+dt_status dt_parallel_dims_init(dt_ctx *ctx, const int degree[DT_PDIM_COUNT], int world_size,
+                                dt_parallel_dims *d) {
+  memset(d, 0, sizeof *d);
+  int world = 1;
+  for (int i = 0; i < DT_PDIM_COUNT; i++) {
+    if (degree[i] < 1)
+      return dt_error(ctx, DT_ERR_INVALID, "dt_parallel_dims_init", "%s=%d: a degree is >= 1",
+                      PDIM_NAMES[i], degree[i]);
+    d->degree[i] = degree[i];
+    world *= degree[i];
+  }
+  if (world != world_size)
+    return dt_error(ctx, DT_ERR_INVALID, "dt_parallel_dims_init", "mesh has %d ranks, world is %d",
+                    world, world_size);
+  d->world_size = world_size;
+  d->tp_before_dp_shard = degree[DT_PDIM_DP_SHARD] > 1 && degree[DT_PDIM_TP] > 1 &&
+                          degree[DT_PDIM_CP] == 1;
+  static const int ORDER[DT_PDIM_COUNT] = {0, 1, 2, 3, 4}, SWAPPED[DT_PDIM_COUNT] = {0, 1, 3, 4, 2};
+  const int *order = d->tp_before_dp_shard ? SWAPPED : ORDER;
+  for (int i = 0; i < DT_PDIM_COUNT; i++) d->dim[i] = -1;
+  for (int k = 0; k < DT_PDIM_COUNT; k++) {
+    const int p = order[k];
+    if (degree[p] == 1) continue;
+    d->dim[p] = d->ndim;
+    d->shape[d->ndim] = degree[p];
+    snprintf(d->names[d->ndim], DT_MESH_NAME_LEN, "%s", PDIM_NAMES[p]);
+    d->ndim++;
+  }
+  if (d->ndim == 0) { /* world 1 */
+    d->ndim = 1;
+    d->shape[0] = 1;
+    snprintf(d->names[0], DT_MESH_NAME_LEN, "tp");
+  }
+#define BIT(p) (d->dim[p] >= 0 ? 1u << d->dim[p] : 0u)
+  d->dp = BIT(DT_PDIM_DP_REPLICATE) | BIT(DT_PDIM_DP_SHARD);
+  d->dp_shard_cp = BIT(DT_PDIM_DP_SHARD) | BIT(DT_PDIM_CP);
+  d->dp_cp = BIT(DT_PDIM_DP_REPLICATE) | BIT(DT_PDIM_CP);
+#undef BIT
+  return DT_OK;
+}
+
+int dt_parallel_dims_rank_index(const dt_parallel_dims *d, int rank) {
+  if (!d->tp_before_dp_shard) return rank;
+  const int nd = d->ndim, t = d->shape[nd - 2], s = d->shape[nd - 1];
+  const int outer = rank / (t * s), in = rank % (t * s); /* TorchTitan: in = s_coord * t + tp */
+  return outer * (t * s) + (in % t) * s + in / t;
+}
+
+dt_status dt_parallel_dims_build_mesh(dt_ctx *ctx, const dt_parallel_dims *d, dt_mesh **mesh,
+                                      dt_comm **perm) {
+  *mesh = NULL;
+  *perm = NULL;
+  dt_comm *world = ctx->world;
+  const char *names[DT_PDIM_COUNT];
+  for (int i = 0; i < d->ndim; i++) names[i] = d->names[i];
+  if (d->tp_before_dp_shard) {
+    DT_CHECK(dt_comm_split(ctx->world, 0, dt_parallel_dims_rank_index(d, ctx->rank),
+                           "world_tp_dps", perm));
+    world = *perm;
+  }
+  dt_status s = dt_mesh_create(ctx, world, d->ndim, d->shape, names, mesh);
+  if (s != DT_OK && *perm) {
+    dt_comm_destroy(*perm);
+    *perm = NULL;
+  }
+  return s;
+}
+
+void dt_parallel_dims_free_mesh(dt_mesh *mesh, dt_comm *perm) {
+  dt_mesh_free(mesh);
+  if (perm) dt_comm_destroy(perm);
+}
