@@ -18,7 +18,7 @@
  *  (c) backward of every op against central finite differences of the
  *      reference (loss = sum(out * G), G fixed), on a 1-D mesh of 4 with several
  *      input placements and on a mesh of 1;
- *  (d) the f32 vector primitives of lib/ops/vmath.h (exp, sum, dot, max)
+ *  (d) the CPU kernels' f32 vector primitives (lib/device/cpu/vmath.h: exp, sum, dot, max)
  *      against libm in double, and f32 silu / swiglu / swiglu's fused backward
  *      on inputs where exp over- and underflows.
  * Global values are small multiples of 1/4 ((7 i + 5 seed) mod 13 - 6) / 4, so
@@ -33,7 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ops/vmath.h"
+#include "device/cpu/vmath.h"
 #include "optest.h"
 #include "testutil.h"
 
