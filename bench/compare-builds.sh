@@ -4,7 +4,7 @@
 # the verdict's tolerances.
 #
 #   bench/compare-builds.sh OLD_BUILD NEW_BUILD [--world N] [--dtypes f64] [--skip-sweep]
-#                           [--old-db FILE]
+#                           [--old-db FILE] [--keep DIR]
 #
 # OLD_BUILD and NEW_BUILD are build trees (each with bench/shardbench and
 # plans/). Checks:
@@ -17,19 +17,22 @@
 #      and the same comm rows (op, dim, phase, calls, payload and wire bytes).
 # Prints what differs and ends "compare-builds: N differences"; exit 0 when none.
 # The sweeps take a few minutes each on 2 cores; --skip-sweep does only 1;
-# --old-db FILE takes the old build's sweep from FILE (a DB of the same sweep).
+# --old-db FILE takes the old build's sweep from FILE (a DB of the same sweep);
+# --keep DIR keeps both DBs and the listings there. A reason's plan path is
+# compared without its directory (a sweep names plans by the --plans-dir it got).
 set -u
 [ $# -ge 2 ] || { echo "usage: $0 OLD_BUILD NEW_BUILD [--world N] [--dtypes LIST] [--skip-sweep]" >&2; exit 2; }
 OLD=$(cd "$1" && pwd) || exit 2
 NEW=$(cd "$2" && pwd) || exit 2
 shift 2
-world=8 dtypes=f64 sweep=1 olddb=
+world=8 dtypes=f64 sweep=1 olddb='' keep=
 while [ $# -gt 0 ]; do
   case $1 in
     --world) world=$2; shift 2 ;;
     --dtypes) dtypes=$2; shift 2 ;;
     --skip-sweep) sweep=0; shift ;;
     --old-db) olddb=$2; shift 2 ;;
+    --keep) keep=$2; shift 2 ;;
     *) echo "compare-builds: unknown flag $1" >&2; exit 2 ;;
   esac
 done
@@ -85,7 +88,7 @@ if [ $sweep = 1 ]; then
       FROM comm m JOIN results r ON r.id = m.result_id JOIN configs c ON c.id = r.config_id
       ORDER BY c.key, m.op, m.mesh_dim, m.phase;"
   for side in old new; do
-    sqlite3 -separator ' | ' "$tmp/$side.db" "$q" >"$tmp/$side.res"
+    sqlite3 -separator ' | ' "$tmp/$side.db" "$q" | sed 's|: [^ :]*/\([^/ :]*\.plan\)|: \1|' >"$tmp/$side.res"
     sqlite3 -separator ' | ' "$tmp/$side.db" "$qc" >"$tmp/$side.comm"
   done
   echo "results: $(wc -l <"$tmp/old.res") old, $(wc -l <"$tmp/new.res") new;" \
@@ -99,5 +102,6 @@ if [ $sweep = 1 ]; then
     differ "sweep comm rows differ ($(diff "$tmp/old.comm" "$tmp/new.comm" | grep -c '^>') rows)"
   fi
 fi
+if [ -n "$keep" ]; then mkdir -p "$keep" && cp "$tmp"/*.db "$tmp"/*.res "$tmp"/*.comm "$keep"/ 2>/dev/null; fi
 echo "compare-builds: $diffs differences"
 [ $diffs -eq 0 ]
