@@ -4,6 +4,7 @@
  * Also: names, the element-wise reduction kernels the backends share. */
 #include "config.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -94,12 +95,14 @@ dt_status dt_ledger_init(dt_ctx *ctx, bool enabled) {
     }
   }
   l->enabled = enabled;
-  return DT_OK;
+  /* the compute ledger records the same part of the step (core.h) */
+  return dt_kledger_init(ctx, enabled);
 }
 
 void dt_ledger_clear(dt_ctx *ctx) {
   dt_ledger *l = ledger_get(ctx);
   if (l) l->n = 0;
+  dt_kledger_clear(ctx);
 }
 
 void dt_ledger_enable(dt_ctx *ctx, bool on) { (void)dt_ledger_init(ctx, on); }
@@ -433,6 +436,40 @@ dt_status dt_comm_split(dt_comm *c, int color, int key, const char *name, dt_com
     memcpy((*out)->name, name, l);
     (*out)->name[l] = '\0';
   }
+  return DT_OK;
+}
+
+dt_status dt_comm_split_group(dt_comm *c, int color, int key, int n, const int *members,
+                              const char *name, dt_comm **out) {
+  const char *call = "split_group";
+  if (!c || !out || n < 1 || !members)
+    return dt_error(c ? c->ctx : NULL, DT_ERR_INVALID, call, "NULL argument or empty group");
+  *out = NULL;
+  int me = -1;
+  for (int i = 0; i < n; i++) {
+    if (members[i] < 0 || members[i] >= c->size)
+      return dt_error(c->ctx, DT_ERR_INVALID, call, "member %d outside '%s' of %d", members[i],
+                      c->name, c->size);
+    if (members[i] == c->rank) me = i;
+  }
+  if (me < 0)
+    return dt_error(c->ctx, DT_ERR_INVALID, call, "rank %d of '%s' is not among the members",
+                    c->rank, c->name);
+  if (!c->ops->split_group) {
+    DT_CHECK(dt_comm_split(c, color, key, name, out));
+    bool ok = *out && (*out)->size == n && (*out)->rank == me;
+    for (int i = 0; ok && i < n; i++) ok = (*out)->world_ranks[i] == c->world_ranks[members[i]];
+    if (!ok) {
+      dt_comm_destroy(*out);
+      *out = NULL;
+      return dt_error(c->ctx, DT_ERR_INTERNAL, call, "split of '%s' gave another group than named",
+                      c->name);
+    }
+    return DT_OK;
+  }
+  DT_CHECK(c->ops->split_group(c, n, members, out));
+  if (*out) dt_comm_set_mem(*out, &c->mem);
+  if (*out && name) snprintf((*out)->name, sizeof (*out)->name, "%s", name);
   return DT_OK;
 }
 

@@ -3,7 +3,7 @@
  * Every collective of the runtime goes through the dt_comm_* functions below,
  * which time the call and append one row to the calling rank's ledger (op, group,
  * group size, elements, dtype, payload bytes, wire bytes by the ring model,
- * seconds, phase, scope). Backends (threads, mpi) fill a dt_comm_ops table and
+ * seconds, phase, scope). Backends (threads, mpi, nccl, fake) fill a dt_comm_ops table and
  * never write the ledger themselves. This layer knows nothing of devices, meshes
  * or placements, and does not start ranks (lib/launch does).
  *
@@ -143,6 +143,10 @@ typedef struct dt_comm_ops {
   /* Collective over c: ranks with equal color form a new communicator, ordered
    * by (key, rank in c). color < 0: the caller joins none and *out = NULL. */
   dt_status (*split)(dt_comm *c, int color, int key, dt_comm **out);
+  /* Optional: the new communicator of the caller's group, given by its members
+   * (ranks in c, in new-rank order; the caller among them). Local, no comm: for
+   * a backend whose other ranks do not run (fake). NULL: split is used. */
+  dt_status (*split_group)(dt_comm *c, int n, const int *members, dt_comm **out);
   void (*destroy)(dt_comm *c);
 } dt_comm_ops;
 
@@ -187,6 +191,15 @@ dt_status dt_comm_recv(dt_comm *c, void *buf, size_t count, dt_dtype t, int peer
 dt_status dt_comm_barrier(dt_comm *c);
 /* Split (see dt_comm_ops.split); the new communicator is named `name`. */
 dt_status dt_comm_split(dt_comm *c, int color, int key, const char *name, dt_comm **out);
+/* The split whose outcome the caller knows: color and key as for dt_comm_split,
+ * and members[0..n), the ranks in c of the caller's new group in new-rank
+ * order (the ranks with the caller's color, ordered by key). A backend with a
+ * split_group slot (fake) makes the communicator from the members alone;
+ * every other one runs dt_comm_split (collective), and a result that differs
+ * from the members is DT_ERR_INTERNAL. Meshes split this way so that one rank
+ * of a fake world can build its sub-communicators alone. */
+dt_status dt_comm_split_group(dt_comm *c, int color, int key, int n, const int *members,
+                              const char *name, dt_comm **out);
 void dt_comm_destroy(dt_comm *c);
 
 /* Helpers for backends: element-wise reduce `in` into `acc` (n elements; the

@@ -25,6 +25,12 @@ void dt_threads_job_fail(dt_threads_job *job, int rank, dt_status s, const char 
 /* True when the job failed; copies the first failure out. */
 bool dt_threads_job_failed(dt_threads_job *job, int *rank, dt_status *s, char *msg, size_t n);
 
+/* ---- fake backend (comm_fake.c) -------------------------------------------- */
+
+/* The world communicator of a rank that runs alone as rank `rank` of `world`
+ * ranks: every call completes at once (comm_fake.c). */
+dt_status dt_fake_comm_world(dt_ctx *ctx, int rank, int world, dt_comm **out);
+
 /* ---- mpi backend (comm_mpi.c; built with HAVE_MPI only) -------------------- */
 
 typedef struct dt_mpi_job dt_mpi_job;

@@ -80,7 +80,8 @@ typedef struct dt_device dt_device;
 enum { DT_ERRMSG_LEN = 1024, DT_LABEL_LEN = 64 };
 
 /* Where a dt_array's data lives: host memory, or a device's memory. */
-typedef enum dt_device_kind { DT_DEV_CPU = 0, DT_DEV_CUDA = 1 } dt_device_kind;
+/* DT_DEV_META: shapes without storage (lib/device/device_meta.c), for shape-only runs. */
+typedef enum dt_device_kind { DT_DEV_CPU = 0, DT_DEV_CUDA = 1, DT_DEV_META = 2 } dt_device_kind;
 
 /* Bytes in use and the high-water mark, per memory kind. */
 typedef struct dt_mem_stats {
@@ -205,6 +206,47 @@ void dt_host_cache_release(dt_ctx *ctx);
 /* For device backends: account `bytes` more (or fewer) device bytes in ctx->mem
  * (current, peak and the call counts). */
 void dt_mem_track_device(dt_ctx *ctx, size_t bytes, bool add);
+
+/* ---- the compute ledger: every kernel the rank ran ------------------------- */
+
+/* One kernel call (or a run of identical consecutive calls: `calls`), as the
+ * device front or an op's kernel call site saw it. FLOPs count a multiply-add
+ * as two (GEMM: 2 m n k per matrix); bytes are what the kernel reads and
+ * writes of its operands (no caches modelled). A real run and a shape-only run
+ * (the meta device) write the same rows. */
+typedef struct dt_kledger_row {
+  char op[24];               /* "gemm", "rms_fwd", "adamw", ... */
+  char phase[16];            /* ctx->phase at the call */
+  char scope[DT_LABEL_LEN];  /* ctx->scope at the call (module fqn) */
+  int dtype;                 /* dt_dtype of the operands */
+  int64_t m, n, k, batch;    /* GEMM shape (0 for other kernels) */
+  double flops;              /* per call */
+  uint64_t bytes_read, bytes_written; /* per call */
+  uint64_t calls;
+} dt_kledger_row;
+
+typedef struct dt_kledger {
+  dt_kledger_row *rows;      /* rows[0..n), oldest first */
+  size_t n, cap;
+  bool enabled;
+} dt_kledger;
+
+/* The rank's compute ledger (read only; never NULL; empty before the rank has
+ * one). It records while enabled; the comm ledger's dt_ledger_init and
+ * dt_ledger_enable (lib/comm) switch both ledgers together, so the two always
+ * cover the same part of a step. */
+const dt_kledger *dt_kledger_of(const dt_ctx *ctx);
+/* Gives the rank its compute ledger, or sets `enabled` on the one it has. */
+dt_status dt_kledger_init(dt_ctx *ctx, bool enabled);
+void dt_kledger_clear(dt_ctx *ctx);
+/* Appends *row (phase and scope are taken from ctx; calls from row, 0 read as
+ * 1), merged into the last row when everything but calls is equal. No-op when
+ * the rank has no ledger or it is off; a failed allocation drops the row
+ * (recorded nowhere: the kernel itself never fails for the ledger). */
+void dt_kledger_add(dt_ctx *ctx, const dt_kledger_row *row);
+/* A non-GEMM kernel's row: op, dtype, FLOPs and bytes read / written. */
+void dt_kledger_kernel(dt_ctx *ctx, const char *op, dt_dtype t, double flops, uint64_t bytes_read,
+                       uint64_t bytes_written);
 
 /* ---- local arrays -------------------------------------------------------- */
 

@@ -1,5 +1,8 @@
-/* lib/device/device.c: the device front: argument checks, then the backend slot. */
+/* lib/device/device.c: the device front: argument checks, the compute ledger's
+ * GEMM rows, then the backend slot. */
 #include "config.h"
+
+#include <string.h>
 
 #include "device/device.h"
 #include "device/kernels.h"
@@ -75,10 +78,35 @@ dt_status dt_gemm_check(dt_ctx *ctx, const dt_gemm_desc *g) {
   return DT_OK;
 }
 
+/* The compute ledger's row of a GEMM: 2 m n k FLOPs per matrix (a multiply
+ * and an add per term; beta's scaling of C is not counted, as in the 6N
+ * training-FLOPs convention of Kaplan et al. 2020, sec. 2.1), A and B read, C
+ * written (and read when beta != 0). Every device passes here, so real and
+ * shape-only runs write the same rows. */
+static void record_gemm(dt_ctx *ctx, const dt_gemm_desc *g) {
+  if (!ctx || !dt_kledger_of(ctx)->enabled) return;
+  const uint64_t es = dt_dtype_size(g->dtype), ec = g->c_f32 ? 4 : es;
+  const uint64_t b = (uint64_t)g->batch, m = (uint64_t)g->m, n = (uint64_t)g->n,
+                 k = (uint64_t)g->k;
+  dt_kledger_row r;
+  memset(&r, 0, sizeof r);
+  memcpy(r.op, "gemm", 5);
+  r.dtype = (int)g->dtype;
+  r.m = g->m;
+  r.n = g->n;
+  r.k = g->k;
+  r.batch = g->batch;
+  r.flops = 2.0 * (double)m * (double)n * (double)k * (double)b;
+  r.bytes_read = b * (m * k + k * n) * es + (g->beta != 0.0 ? b * m * n * ec : 0);
+  r.bytes_written = b * m * n * ec;
+  dt_kledger_add(ctx, &r);
+}
+
 dt_status dt_device_gemm(dt_device *d, const dt_gemm_desc *g) {
   DT_CHECK(need(d, (const void *)d->ops->gemm, "dt_device_gemm"));
   DT_CHECK(dt_gemm_check(d->ctx, g));
   if (g->m == 0 || g->n == 0) return DT_OK;
+  record_gemm(d->ctx, g);
   return d->ops->gemm(d, g);
 }
 

@@ -1,4 +1,4 @@
-/* lib/device/device.h: the compute-backend vtable (cpu | cuda | cuda-emu).
+/* lib/device/device.h: the compute-backend vtable (cpu | cuda | cuda-emu | meta).
  *
  * A device owns memory and runs the few dense kernels the runtime needs: GEMM
  * (strided-batched, transposes, f32/f64/bf16), fill, copy and axpy. The CPU device is
@@ -83,6 +83,13 @@ dt_status dt_device_cuda_create(dt_ctx *ctx, int ordinal, dt_device **out);
  * the host, GEMM through cblas. Synchronous. Always built; for tests of the
  * GPU path on machines without a GPU. */
 dt_status dt_device_cuda_emu_create(dt_ctx *ctx, dt_device **out);
+/* Creates the meta device: arrays of kind DT_DEV_META with shape and no storage
+ * (addresses DT_META_TAG + offset that fault when the host dereferences them),
+ * accounted in the rank's device memory counters; every slot a no-op (GEMM and
+ * the kernels still write the compute ledger at their call sites); a copy to
+ * the host writes zeros. The attention blocking of cuda-emu. Always built. */
+dt_status dt_device_meta_create(dt_ctx *ctx, dt_device **out);
+bool dt_device_is_meta(const dt_device *d);
 /* Number of visible GPUs (0 when built without CUDA or none present). */
 int dt_device_cuda_count(void);
 bool dt_device_cuda_built(void);

@@ -364,6 +364,9 @@ typedef struct dt_kernels {
  * the kernel half on AArch64, above its ignored top byte), so a host
  * dereference of emulated device memory faults at once. */
 #define DT_EMU_TAG ((uintptr_t)1 << 55)
+/* The meta device's addresses: DT_META_TAG + an offset below 2^53 (bits 54
+ * and 55 set: as outside user space as DT_EMU_TAG, and told apart from it). */
+#define DT_META_TAG (((uintptr_t)1 << 55) | ((uintptr_t)1 << 54))
 
 /* For kernel sources: the CUDA device's stream, with its GPU made current on
  * the calling thread; NULL (error recorded on d's rank) on failure. */

@@ -220,6 +220,12 @@ static dt_status rand_host(dt_ctx *ctx, dt_mesh *mesh, int ndim, const int64_t *
 dt_status dt_tensor_rand(dt_ctx *ctx, dt_mesh *mesh, int ndim, const int64_t *gshape,
                          dt_dtype dtype, const dt_placement *pl, uint64_t seed, uint64_t stream,
                          dt_rng_dist dist, double a, double b, dt_tensor *out) {
+  if (dt_tensor_home(ctx) == DT_DEV_META) { /* shapes only: no value to generate */
+    DT_CHECK(dt_tensor_meta(ctx, mesh, pl, ndim, gshape, dtype, "dt_tensor_rand", out));
+    int64_t ls[DT_MAX_DIMS];
+    dt_tensor_local_shape(out, ls);
+    return dt_array_create(ctx, DT_DEV_META, dtype, ndim, ls, &out->local);
+  }
   DT_CHECK(rand_host(ctx, mesh, ndim, gshape, dtype, pl, seed, stream, dist, a, b, out));
   /* generated on the host, moved once to where the rank computes */
   dt_status s = dt_array_place(ctx, &out->local, dt_tensor_home(ctx), "dt_tensor_rand");

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "comm/comm_job.h"
 #include "comm/comm_nccl.h"
 #include "device/device.h"
 #include "device/kernels.h"
@@ -43,6 +44,7 @@ const char *dt_comm_kind_name(dt_comm_kind k) {
   switch (k) {
     case DT_COMM_HOST: return "host";
     case DT_COMM_NCCL: return "nccl";
+    case DT_COMM_FAKE: return "fake";
   }
   return "?";
 }
@@ -50,18 +52,88 @@ const char *dt_comm_kind_name(dt_comm_kind k) {
 dt_status dt_comm_kind_parse(const char *s, dt_comm_kind *out) {
   if (s && !strcmp(s, "host")) *out = DT_COMM_HOST;
   else if (s && !strcmp(s, "nccl")) *out = DT_COMM_NCCL;
+  else if (s && !strcmp(s, "fake")) *out = DT_COMM_FAKE;
   else return DT_ERR_INVALID;
   return DT_OK;
 }
 
 bool dt_comm_kind_available(dt_comm_kind k) {
-  return k == DT_COMM_HOST || (k == DT_COMM_NCCL && dt_comm_nccl_built());
+  return k == DT_COMM_HOST || k == DT_COMM_FAKE || (k == DT_COMM_NCCL && dt_comm_nccl_built());
 }
 
 void dt_launch_report_free(dt_launch_report *rep) {
   if (!rep) return;
   free(rep->rank_status);
   rep->rank_status = NULL;
+}
+
+/* One rank of a fake job, alone in the calling thread. */
+static dt_status fake_rank(const dt_launch_opts *opts, int rank, dt_spmd_fn fn, void *arg,
+                           char *msg, size_t msgn) {
+  dt_ctx ctx;
+  dt_ctx_init(&ctx, rank, opts->world);
+  dt_comm *world = NULL;
+  dt_device *dev = NULL;
+  dt_status s = dt_ledger_init(&ctx, !opts->no_ledger);
+  if (s == DT_OK) s = dt_fake_comm_world(&ctx, rank, opts->world, &world);
+  if (s == DT_OK) {
+    if (opts->device == DT_DEV_META) s = dt_device_meta_create(&ctx, &dev);
+    else if (opts->device == DT_DEV_CUDA && opts->cuda_emu) s = dt_device_cuda_emu_create(&ctx, &dev);
+    else if (opts->device == DT_DEV_CUDA) s = dt_device_cuda_create(&ctx, 0, &dev);
+    else s = dt_device_cpu_create(&ctx, &dev);
+  }
+  if (s == DT_OK) s = dt_launch_install_comm_mem(world, dev);
+  if (s == DT_OK) {
+    ctx.world = world;
+    ctx.device = dev;
+    s = fn(&ctx, arg);
+  }
+  if (s != DT_OK) snprintf(msg, msgn, "%s", ctx.last_error[0] ? ctx.last_error : dt_status_str(s));
+  dt_comm_destroy(world);
+  dt_device_destroy(dev);
+  dt_ctx_release(&ctx);
+  return s;
+}
+
+/* comm fake: the listed ranks one after another; the first failure ends the job. */
+static dt_status launch_fake(const dt_launch_opts *opts, dt_spmd_fn fn, void *arg,
+                             dt_launch_report *rep) {
+  int n = opts->fake_ranks ? opts->n_fake_ranks : opts->world;
+  char msg[DT_ERRMSG_LEN] = "";
+  if (opts->world < 1 || n < 1) {
+    if (rep) snprintf(rep->failed_msg, sizeof rep->failed_msg, "comm fake: world %d, %d ranks",
+                      opts->world, n);
+    return DT_ERR_INVALID;
+  }
+  dt_status *st = calloc((size_t)n, sizeof *st), result = DT_OK;
+  if (!st) return DT_ERR_NOMEM;
+  int fr = -1;
+  for (int i = 0; i < n; i++) {
+    int r = opts->fake_ranks ? opts->fake_ranks[i] : i;
+    if (r < 0 || r >= opts->world) {
+      st[i] = DT_ERR_INVALID;
+      snprintf(msg, sizeof msg, "comm fake: rank %d outside the world of %d", r, opts->world);
+    } else {
+      st[i] = fake_rank(opts, r, fn, arg, msg, sizeof msg);
+    }
+    if (st[i] != DT_OK) {
+      result = st[i];
+      fr = r;
+      break;
+    }
+  }
+  if (rep) {
+    rep->world = opts->world;
+    rep->first_rank = opts->fake_ranks ? opts->fake_ranks[0] : 0;
+    rep->n_local = n;
+    rep->rank_status = st;
+    rep->failed_rank = fr;
+    rep->failed_status = result;
+    snprintf(rep->failed_msg, sizeof rep->failed_msg, "%s", msg);
+  } else {
+    free(st);
+  }
+  return result;
 }
 
 dt_status dt_launch(const dt_launch_opts *opts, dt_spmd_fn fn, void *arg, dt_launch_report *rep) {
@@ -73,6 +145,7 @@ dt_status dt_launch(const dt_launch_opts *opts, dt_spmd_fn fn, void *arg, dt_lau
     if (rep) snprintf(rep->failed_msg, sizeof rep->failed_msg, "dt_launch: NULL opts or fn");
     return DT_ERR_INVALID;
   }
+  if (opts->comm == DT_COMM_FAKE) return launch_fake(opts, fn, arg, rep);
   switch (opts->backend) {
     case DT_BACKEND_THREADS: return dt_launch_threads(opts, fn, arg, rep);
     case DT_BACKEND_MPI: return dt_launch_mpi(opts, fn, arg, rep);
@@ -91,6 +164,7 @@ _Static_assert((int)DT_RED_SUM == (int)DT_KRED_SUM && (int)DT_RED_AVG == (int)DT
 
 static bool mem_is_device(void *dev, const void *p) {
   dt_device *d = dev;
+  if (d->kind == DT_DEV_META) return ((uintptr_t)p & DT_META_TAG) == DT_META_TAG;
   if (d->ops->kern == &dt_kernels_emu) return ((uintptr_t)p & DT_EMU_TAG) != 0;
 #ifdef HAVE_CUDA
   struct cudaPointerAttributes a;

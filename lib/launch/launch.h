@@ -37,7 +37,11 @@ bool dt_backend_available(dt_backend b);
  * device DT_DEV_CUDA (not cuda_emu) and one GPU per rank (threads: world <=
  * GPUs; mpi: local ranks <= the node's GPUs); the threads or mpi job still
  * starts the ranks and carries failures. */
-typedef enum dt_comm_kind { DT_COMM_HOST = 0, DT_COMM_NCCL = 1 } dt_comm_kind;
+/* fake: shape-only runs (lib/comm/comm_fake.c): the ranks listed in
+ * opts.fake_ranks (NULL: all of world) run one after another in the calling
+ * thread, each alone as its rank of a world of opts.world ranks (any size up
+ * to INT_MAX), every collective complete at once; any backend. */
+typedef enum dt_comm_kind { DT_COMM_HOST = 0, DT_COMM_NCCL = 1, DT_COMM_FAKE = 2 } dt_comm_kind;
 
 const char *dt_comm_kind_name(dt_comm_kind k);
 dt_status dt_comm_kind_parse(const char *s, dt_comm_kind *out);
@@ -50,7 +54,8 @@ typedef struct dt_launch_opts {
   dt_backend backend;
   int world;            /* threads: number of ranks, 1..DT_THREADS_MAX_WORLD; mpi: ignored */
   double timeout_s;     /* a collective waiting longer fails the job; <= 0: 300 s */
-  dt_device_kind device;/* DT_DEV_CPU (default) or DT_DEV_CUDA */
+  dt_device_kind device;/* DT_DEV_CPU (default), DT_DEV_CUDA or DT_DEV_META (the meta
+                           device: shapes without storage) */
   bool cuda_emu;        /* with DT_DEV_CUDA: each rank gets a cuda-emu device (the
                            CUDA kernels on the host) instead of a GPU */
   bool no_ledger;       /* true: do not record ledger rows */
@@ -59,11 +64,14 @@ typedef struct dt_launch_opts {
                            world <= those CPUs (default: the scheduler places the ranks;
                            on a shared machine a pinned rank waits for its one busy core
                            while another core idles: bench/shardbench-pinning) */
+  const int *fake_ranks;/* comm fake: the ranks to run, n_fake_ranks of them */
+  int n_fake_ranks;
 } dt_launch_opts;
 
 typedef struct dt_launch_report {
   int world;            /* ranks in the job */
-  int first_rank;       /* ranks first_rank .. first_rank+n_local-1 ran in this process */
+  int first_rank;       /* ranks first_rank .. first_rank+n_local-1 ran in this process
+                           (comm fake: the n_local ranks listed, in their order) */
   int n_local;
   dt_status *rank_status; /* n_local entries: fn's status per local rank (malloc'd) */
   int failed_rank;      /* first rank that failed (error or timeout), -1 when none */

@@ -57,7 +57,8 @@ static void *rank_main(void *p) {
   else if (s == DT_OK) s = dt_threads_comm_world(rr->job, &ctx, &world);
   if (s == DT_OK && !rr->nccl_id) {
     /* Every rank of a threads job shares GPU 0 (a stream per rank). */
-    if (rr->opts->device != DT_DEV_CUDA) s = dt_device_cpu_create(&ctx, &dev);
+    if (rr->opts->device == DT_DEV_META) s = dt_device_meta_create(&ctx, &dev);
+    else if (rr->opts->device != DT_DEV_CUDA) s = dt_device_cpu_create(&ctx, &dev);
     else if (rr->opts->cuda_emu) s = dt_device_cuda_emu_create(&ctx, &dev);
     else s = dt_device_cuda_create(&ctx, 0, &dev);
   }

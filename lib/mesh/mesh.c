@@ -201,6 +201,31 @@ static void free_one(dt_mesh *m) {
   free(m);
 }
 
+/* The ranks (in the root's world communicator) of the caller's group over
+ * root dims rd[0..nrd) (row-major over them, rd[0] slowest), the other dims'
+ * coordinates the caller's: what a split with the mesh's color and key gives,
+ * named for dt_comm_split_group. n entries, malloc'd; NULL when out of memory. */
+static int *group_members(const dt_mesh *root, const int *rd, int nrd, int n) {
+  int *mem = malloc((size_t)n * sizeof *mem);
+  if (!mem) return NULL;
+  int stride[DT_MESH_MAX_DIMS], s = 1;
+  for (int j = root->ndim - 1; j >= 0; j--) {
+    stride[j] = s;
+    s *= root->dim[j].size;
+  }
+  int base = root->world->rank;
+  for (int i = 0; i < nrd; i++) base -= root->dim[rd[i]].coord * stride[rd[i]];
+  for (int k = 0; k < n; k++) {
+    int r = base, q = k;
+    for (int i = nrd - 1; i >= 0; i--) {
+      r += (q % root->dim[rd[i]].size) * stride[rd[i]];
+      q /= root->dim[rd[i]].size;
+    }
+    mem[k] = r;
+  }
+  return mem;
+}
+
 /* ---- creation -------------------------------------------------------------- */
 
 dt_status dt_mesh_create(dt_ctx *ctx, dt_comm *world, int ndim, const int *shape,
@@ -284,7 +309,11 @@ dt_status dt_mesh_create(dt_ctx *ctx, dt_comm *world, int ndim, const int *shape
     for (int j = 0; j < ndim; j++)
       if (j != d) color = color * m->dim[j].size + m->dim[j].coord;
     dt_comm *c = NULL;
-    st = dt_comm_split(world, color, m->dim[d].coord, m->dim[d].name, &c);
+    int *mem = group_members(m, &d, 1, m->dim[d].size);
+    st = mem ? dt_comm_split_group(world, color, m->dim[d].coord, m->dim[d].size, mem,
+                                   m->dim[d].name, &c)
+             : dt_error(ctx, DT_ERR_NOMEM, call, "out of memory");
+    free(mem);
     if (st == DT_OK && (!c || c->size != m->dim[d].size || c->rank != m->dim[d].coord)) {
       st = dt_error(ctx, DT_ERR_INTERNAL, call,
                     "split for mesh dim '%s' gave rank %d of %d, expected %d of %d",
@@ -579,7 +608,10 @@ dt_status dt_mesh_flatten(dt_mesh *sub, const char *name, dt_mesh **out) {
   for (int j = 0; j < root->ndim; j++)
     if (!in[j]) color = color * root->dim[j].size + root->dim[j].coord;
   dt_comm *c = NULL;
-  st = dt_comm_split(root->world, color, f->dim[0].coord, name, &c);
+  int *mem = group_members(root, fd.rd, fd.nrd, fd.size);
+  st = mem ? dt_comm_split_group(root->world, color, f->dim[0].coord, fd.size, mem, name, &c)
+           : dt_error(ctx, DT_ERR_NOMEM, call, "out of memory");
+  free(mem);
   if (st == DT_OK && (!c || c->size != fd.size || c->rank != f->dim[0].coord)) {
     st = dt_error(ctx, DT_ERR_INTERNAL, call,
                   "split for flattened dim '%s' gave rank %d of %d, expected %d of %d", name,

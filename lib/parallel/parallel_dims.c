@@ -16,6 +16,7 @@
  * parallelism applies to which module (parallelize_llama.c).
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "trainer.h"
@@ -80,8 +81,14 @@ dt_status dt_parallel_dims_build_mesh(dt_ctx *ctx, const dt_parallel_dims *d, dt
   const char *names[DT_PDIM_COUNT];
   for (int i = 0; i < d->ndim; i++) names[i] = d->names[i];
   if (d->tp_before_dp_shard) {
-    DT_CHECK(dt_comm_split(ctx->world, 0, dt_parallel_dims_rank_index(d, ctx->rank),
-                           "world_tp_dps", perm));
+    /* members in the permuted order: member i is the world rank whose index is i */
+    int n = ctx->world->size, *mem = malloc((size_t)n * sizeof *mem);
+    if (!mem) return dt_error(ctx, DT_ERR_NOMEM, "dt_parallel_dims_build_mesh", "no memory");
+    for (int r = 0; r < n; r++) mem[dt_parallel_dims_rank_index(d, r)] = r;
+    dt_status ps = dt_comm_split_group(ctx->world, 0, dt_parallel_dims_rank_index(d, ctx->rank),
+                                       n, mem, "world_tp_dps", perm);
+    free(mem);
+    DT_CHECK(ps);
     world = *perm;
   }
   dt_status s = dt_mesh_create(ctx, world, d->ndim, d->shape, names, mesh);

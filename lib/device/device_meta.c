@@ -1,0 +1,190 @@
+/* lib/device/device_meta.c: the meta device: arrays with shape and dtype and no
+ * storage, for shape-only runs of the real runtime at any scale (DESIGN.md,
+ * "New backends, not new code paths").
+ *
+ * Allocation hands out unique addresses DT_META_TAG + offset, where offset
+ * counts the bytes handed out so far (256-aligned as cudaMalloc): no memory
+ * behind them, and, like cuda-emu's tag, outside every user-space address, so
+ * a host read or write of meta data faults at once instead of passing. The
+ * bytes are accounted in the rank's device counters (dt_mem_track_device)
+ * exactly as cuda-emu accounts its real allocations, so the memory split and
+ * peak of a shape-only run are the ones of a run on the device it models.
+ * Every slot (GEMM, fill, axpy, the kernel table) checks nothing but the tag
+ * and does no arithmetic; what the kernels would do is recorded by the compute
+ * ledger at the front and at the ops' call sites, as on every device. A copy
+ * from meta to host writes zeros (there is no value), so host code that reads
+ * a result back (a loss) sees 0. The attention blocking fields are cuda-emu's,
+ * so the ops cut the same GEMMs and scratch as on the CUDA devices.
+ * Not here: any value, any timing. */
+#include "config.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "device/device.h"
+#include "device/kernels.h"
+
+typedef struct meta_impl {
+  uint64_t next;           /* bytes handed out so far: the next address's offset */
+  dt_device_ops ops;       /* the slots, with kern pointing at `kern` */
+  dt_kernels kern;
+  dt_kern_attn attn;       /* no-op slots, cuda-emu's blocking */
+} meta_impl;
+
+static bool is_meta(const void *p) { return ((uintptr_t)p & DT_META_TAG) == DT_META_TAG; }
+
+static dt_status bad(dt_device *d, const char *call, const void *p) {
+  return dt_error(d->ctx, DT_ERR_INVALID, call, "%p is not a meta device pointer", p);
+}
+
+static dt_status meta_alloc(dt_device *d, size_t bytes, void **out) {
+  meta_impl *im = d->impl;
+  uint64_t span = ((uint64_t)bytes + 255) / 256 * 256 + 256;
+  if (bytes > ((uint64_t)1 << 52) || im->next > ((uint64_t)1 << 53) - span) {
+    *out = NULL;
+    return dt_error(d->ctx, DT_ERR_NOMEM, "dt_device_alloc",
+                    "meta: %zu bytes past the tag's address range", bytes);
+  }
+  *out = (void *)(uintptr_t)(DT_META_TAG + (uintptr_t)im->next);
+  im->next += span;
+  dt_mem_track_device(d->ctx, bytes, true);
+  return DT_OK;
+}
+
+static void meta_free(dt_device *d, void *p, size_t bytes) {
+  if (!is_meta(p)) {
+    (void)bad(d, "dt_device_free", p);
+    return;
+  }
+  dt_mem_track_device(d->ctx, bytes, false);
+}
+
+static dt_status meta_copy(dt_device *d, void *dst, const void *src, size_t bytes,
+                           dt_copy_kind k) {
+  const char *c = "dt_device_copy";
+  bool dd = k == DT_COPY_H2D || k == DT_COPY_D2D, sd = k == DT_COPY_D2H || k == DT_COPY_D2D;
+  if (dd != is_meta(dst)) return dd ? bad(d, c, dst) : dt_error(d->ctx, DT_ERR_INVALID, c, "the destination is device memory");
+  if (sd != is_meta(src)) return sd ? bad(d, c, src) : dt_error(d->ctx, DT_ERR_INVALID, c, "the source is device memory");
+  if (k == DT_COPY_D2H) memset(dst, 0, bytes);
+  else if (k == DT_COPY_H2H) memmove(dst, src, bytes);
+  return DT_OK;
+}
+
+static dt_status meta_gemm(dt_device *d, const dt_gemm_desc *g) {
+  if (!is_meta(g->c)) return bad(d, "dt_device_gemm", g->c);
+  if (g->k > 0 && (!is_meta(g->a) || !is_meta(g->b)))
+    return bad(d, "dt_device_gemm", is_meta(g->a) ? g->b : g->a);
+  return DT_OK;
+}
+
+static dt_status meta_fill(dt_device *d, dt_dtype t, void *x, int64_t n, double value) {
+  (void)t; (void)n; (void)value;
+  return is_meta(x) ? DT_OK : bad(d, "dt_device_fill", x);
+}
+
+static dt_status meta_axpy(dt_device *d, dt_dtype t, int64_t n, double alpha, const void *x,
+                           void *y) {
+  (void)t; (void)n; (void)alpha;
+  return is_meta(x) && is_meta(y) ? DT_OK : bad(d, "dt_device_axpy", is_meta(x) ? y : x);
+}
+
+static void meta_destroy(dt_device *d) {
+  free(d->impl);
+  free(d);
+}
+
+/* ---- the kernel table: every slot does nothing ---- */
+
+static dt_status k_silu(dt_device *d, dt_dtype t, int64_t n, const void *x, void *y) { (void)d; (void)t; (void)n; (void)x; (void)y; return DT_OK; }
+static dt_status k_cast(dt_device *d, dt_dtype ts, const void *s, dt_dtype td, void *x, int64_t n) { (void)d; (void)ts; (void)s; (void)td; (void)x; (void)n; return DT_OK; }
+static dt_status k_scale(dt_device *d, dt_dtype t, int64_t n, double a, const void *x, void *y) { (void)d; (void)t; (void)n; (void)a; (void)x; (void)y; return DT_OK; }
+static dt_status k_binary(dt_device *d, dt_dtype t, dt_pw_op op, int nd, const int64_t *sh, const void *a, const int64_t *sa, const void *b, const int64_t *sb, void *y) { (void)d; (void)t; (void)op; (void)nd; (void)sh; (void)a; (void)sa; (void)b; (void)sb; (void)y; return DT_OK; }
+static dt_status k_swiglu_bwd(dt_device *d, dt_dtype t, int64_t n, const void *a, const void *b, const void *g, void *da, void *db) { (void)d; (void)t; (void)n; (void)a; (void)b; (void)g; (void)da; (void)db; return DT_OK; }
+static dt_status k_reduce(dt_device *d, dt_dtype tx, const void *x, dt_dtype ty, void *y, int64_t o, int64_t r, int64_t i, double a) { (void)d; (void)tx; (void)x; (void)ty; (void)y; (void)o; (void)r; (void)i; (void)a; return DT_OK; }
+static dt_status k_softmax(dt_device *d, dt_dtype t, int64_t o, int64_t L, int64_t i, const void *x, void *y) { (void)d; (void)t; (void)o; (void)L; (void)i; (void)x; (void)y; return DT_OK; }
+static dt_status k_softmax_bwd(dt_device *d, dt_dtype t, int64_t o, int64_t L, int64_t i, const void *y, const void *dy, void *dx) { (void)d; (void)t; (void)o; (void)L; (void)i; (void)y; (void)dy; (void)dx; return DT_OK; }
+static dt_status k_permute(dt_device *d, size_t es, int nd, const int64_t *sh, const int64_t *st, int64_t off, const void *x, void *y) { (void)d; (void)es; (void)nd; (void)sh; (void)st; (void)off; (void)x; (void)y; return DT_OK; }
+static dt_status k_sum_dims(dt_device *d, dt_dtype tx, int nd, const int64_t *sh, uint32_t dims, const void *x, dt_dtype ty, void *y, double div) { (void)d; (void)tx; (void)nd; (void)sh; (void)dims; (void)x; (void)ty; (void)y; (void)div; return DT_OK; }
+static dt_status k_contract(dt_device *d, dt_dtype t, int no, const int64_t *os, const int64_t *oa, const int64_t *ob, int ns, const int64_t *ss, const int64_t *sa, const int64_t *sb, const void *a, const void *b, void *y) { (void)d; (void)t; (void)no; (void)os; (void)oa; (void)ob; (void)ns; (void)ss; (void)sa; (void)sb; (void)a; (void)b; (void)y; return DT_OK; }
+
+static const dt_kern_pw meta_pw = {
+    .silu = k_silu, .cast = k_cast, .scale = k_scale, .binary = k_binary,
+    .swiglu_bwd = k_swiglu_bwd, .reduce = k_reduce, .softmax = k_softmax,
+    .softmax_bwd = k_softmax_bwd, .permute = k_permute, .sum_dims = k_sum_dims,
+    .contract = k_contract,
+};
+
+static dt_status k_rms_fwd(dt_device *d, dt_dtype t, int64_t r, int64_t n, double e, const void *x, const void *w, void *y) { (void)d; (void)t; (void)r; (void)n; (void)e; (void)x; (void)w; (void)y; return DT_OK; }
+static dt_status k_rms_bwd(dt_device *d, dt_dtype t, int64_t r, int64_t n, double e, const void *x, const void *w, const void *dy, void *dx, void *gxh, void *dw, void *ws) { (void)d; (void)t; (void)r; (void)n; (void)e; (void)x; (void)w; (void)dy; (void)dx; (void)gxh; (void)dw; (void)ws; return DT_OK; }
+static dt_status k_rope(dt_device *d, dt_dtype t, const dt_kern_rope_args *a, const void *x, void *y) { (void)d; (void)t; (void)a; (void)x; (void)y; return DT_OK; }
+static dt_status k_embedding(dt_device *d, dt_dtype t, int64_t n, const int64_t *ids, int64_t r, int64_t c, int64_t off, const void *w, void *y) { (void)d; (void)t; (void)n; (void)ids; (void)r; (void)c; (void)off; (void)w; (void)y; return DT_OK; }
+static dt_status k_embedding_bwd(dt_device *d, dt_dtype tg, int64_t n, const int64_t *ids, const void *g, int64_t r, int64_t c, int64_t off, dt_dtype tw, void *gw) { (void)d; (void)tg; (void)n; (void)ids; (void)g; (void)r; (void)c; (void)off; (void)tw; (void)gw; return DT_OK; }
+static dt_status k_ce_max(dt_device *d, dt_dtype t, int64_t np, int64_t V, const void *x, double *mx) { (void)d; (void)t; (void)np; (void)V; (void)x; (void)mx; return DT_OK; }
+static dt_status k_ce_sumexp(dt_device *d, dt_dtype t, int64_t np, int64_t V, int64_t vo, const void *x, const int64_t *tg, bool fm, double *mx, double *se, double *tl) { (void)d; (void)t; (void)np; (void)V; (void)vo; (void)x; (void)tg; (void)fm; (void)mx; (void)se; (void)tl; return DT_OK; }
+static dt_status k_ce_loss(dt_device *d, dt_dtype t, int64_t np, double nt, const double *mx, const double *se, const double *tl, double *lse, void *loss) { (void)d; (void)t; (void)np; (void)nt; (void)mx; (void)se; (void)tl; (void)lse; (void)loss; return DT_OK; }
+static dt_status k_ce_bwd(dt_device *d, dt_dtype t, int64_t np, int64_t V, int64_t vo, const void *x, const int64_t *tg, const double *lse, const void *g, double nt, void *dx) { (void)d; (void)t; (void)np; (void)V; (void)vo; (void)x; (void)tg; (void)lse; (void)g; (void)nt; (void)dx; return DT_OK; }
+
+static const dt_kern_rows meta_rows = {
+    .rms_fwd = k_rms_fwd, .rms_bwd = k_rms_bwd, .rope = k_rope, .embedding = k_embedding,
+    .embedding_bwd = k_embedding_bwd, .ce_max = k_ce_max, .ce_sumexp = k_ce_sumexp,
+    .ce_loss = k_ce_loss, .ce_bwd = k_ce_bwd, .check_ids = NULL, /* ids are never read */
+};
+
+static dt_status k_copy_box(dt_device *d, size_t es, int nd, void *dst, const int64_t *ds, const int64_t *doff, const void *src, const int64_t *ss, const int64_t *soff, const int64_t *box) { (void)d; (void)es; (void)nd; (void)dst; (void)ds; (void)doff; (void)src; (void)ss; (void)soff; (void)box; return DT_OK; }
+static dt_status k_lreduce(dt_device *d, dt_dtype t, int op, int64_t n, int nin, const void *const *in, void *out, double div) { (void)d; (void)t; (void)op; (void)n; (void)nin; (void)in; (void)out; (void)div; return DT_OK; }
+static const dt_kern_layout meta_layout = {.copy_box = k_copy_box, .reduce = k_lreduce};
+
+static dt_status k_adamw(dt_device *d, int64_t n, dt_dtype st, void *ms, void *m, void *v, dt_dtype gt, const void *g, dt_dtype wt, void *w, const dt_kern_adamw_hp *hp) { (void)d; (void)n; (void)st; (void)ms; (void)m; (void)v; (void)gt; (void)g; (void)wt; (void)w; (void)hp; return DT_OK; }
+static const dt_kern_optim meta_optim = {.adamw = k_adamw};
+
+static dt_status k_a_softmax(dt_device *d, dt_dtype t, const dt_attn_rows *g, void *P) { (void)d; (void)t; (void)g; (void)P; return DT_OK; }
+static dt_status k_a_softmax_bwd(dt_device *d, dt_dtype t, const dt_attn_rows *g, const void *P, void *dP) { (void)d; (void)t; (void)g; (void)P; (void)dP; return DT_OK; }
+static dt_status k_a_online(dt_device *d, dt_dtype t, const dt_attn_rows *g, void *P, void *m, void *l, void *O, int64_t old, int64_t os, int64_t hd) { (void)d; (void)t; (void)g; (void)P; (void)m; (void)l; (void)O; (void)old; (void)os; (void)hd; return DT_OK; }
+static dt_status k_a_finish(dt_device *d, dt_dtype t, int64_t n, int64_t hd, void *O, const void *m, const void *l, void *lse) { (void)d; (void)t; (void)n; (void)hd; (void)O; (void)m; (void)l; (void)lse; return DT_OK; }
+static dt_status k_a_rowdot(dt_device *d, dt_dtype t, int64_t n, int64_t hd, const void *dO, const void *O, void *D) { (void)d; (void)t; (void)n; (void)hd; (void)dO; (void)O; (void)D; return DT_OK; }
+static dt_status k_a_lse_bwd(dt_device *d, dt_dtype t, const dt_attn_rows *g, void *P, void *dS, const void *lse, const void *D) { (void)d; (void)t; (void)g; (void)P; (void)dS; (void)lse; (void)D; return DT_OK; }
+
+static const dt_device_ops meta_ops_base = {
+    .name = "meta",
+    .alloc = meta_alloc,
+    .free = meta_free,
+    .copy = meta_copy,
+    .gemm = meta_gemm,
+    .fill = meta_fill,
+    .axpy = meta_axpy,
+    .sync = NULL,
+    .destroy = meta_destroy,
+    .kern = NULL, /* the impl's table (its attention blocking is copied at create) */
+};
+
+bool dt_device_is_meta(const dt_device *d) { return d && d->kind == DT_DEV_META; }
+
+dt_status dt_device_meta_create(dt_ctx *ctx, dt_device **out) {
+  if (!out) return dt_error(ctx, DT_ERR_INVALID, "dt_device_meta_create", "NULL out");
+  *out = NULL;
+  dt_device *d = calloc(1, sizeof *d);
+  meta_impl *im = calloc(1, sizeof *im);
+  if (!d || !im) {
+    free(d);
+    free(im);
+    return dt_error(ctx, DT_ERR_NOMEM, "dt_device_meta_create", "no memory");
+  }
+  im->attn = *dt_kernels_emu.attn; /* the blocking fields */
+  im->attn.softmax = k_a_softmax;
+  im->attn.softmax_bwd = k_a_softmax_bwd;
+  im->attn.online = k_a_online;
+  im->attn.finish = k_a_finish;
+  im->attn.rowdot = k_a_rowdot;
+  im->attn.lse_bwd = k_a_lse_bwd;
+  im->kern = (dt_kernels){.name = "meta", .pw = &meta_pw, .rows = &meta_rows, .attn = &im->attn,
+                          .layout = &meta_layout, .optim = &meta_optim, .bf16_as_f32 = false};
+  im->ops = meta_ops_base;
+  im->ops.kern = &im->kern;
+  d->ops = &im->ops;
+  d->kind = DT_DEV_META;
+  d->ctx = ctx;
+  d->impl = im;
+  dt_device_install_memory(d);
+  *out = d;
+  return DT_OK;
+}
