@@ -241,10 +241,25 @@ static int check_case(dt_ctx *hc, const cfg_case *c, bool plant_done) {
   int bad = compare(c->name, &real, &meta, false);
   tu_count();
   if (bad) tu_fail(__FILE__, __LINE__, "%s: meta differs from the real run (%d differences)", c->name, bad);
+  /* the roles: every rank of a role must behave as its first rank (all 8 ran) */
+  int role_of[WORLD];
+  const int n_roles = dt_parallel_dims_roles(&meta.dims, &meta.cfg, BATCH, SEQ, role_of);
+  static job alike; /* rank q's place holds its role's first rank's outputs (borrowed) */
+  for (int q = 0; q < WORLD; q++) {
+    int first = 0;
+    while (role_of[first] != role_of[q]) first++;
+    alike.out[q] = meta.out[first];
+  }
+  const int role_bad = compare(c->name, &alike, &meta, true);
+  memset(&alike, 0, sizeof alike);
+  tu_count();
+  if (n_roles < 1 || role_bad)
+    tu_fail(__FILE__, __LINE__, "%s: %d roles, %d ranks differ from their role's first rank",
+            c->name, n_roles, role_bad);
   size_t rows = 0;
   for (int r = 0; r < WORLD; r++) rows += real.out[r].n_comm;
-  printf("  %-24s %zu comm rows, %zu compute rows on rank 0: %s\n", c->name, rows,
-         real.out[0].n_kern, bad ? "DIFFER" : "equal");
+  printf("  %-24s %zu comm rows, %zu compute rows on rank 0, %d role(s): %s\n", c->name, rows,
+         real.out[0].n_kern, n_roles, bad || role_bad ? "DIFFER" : "equal");
   /* planted: one extra collective in the real run must be seen */
   if (!plant_done) {
     rank_out *o = &real.out[0];

@@ -103,3 +103,47 @@ void dt_parallel_dims_free_mesh(dt_mesh *mesh, dt_comm *perm) {
   dt_mesh_free(mesh);
   if (perm) dt_comm_destroy(perm);
 }
+
+/* ---- roles ---- */
+
+static bool divides(int64_t d, int64_t n) { return d <= 1 || n % d == 0; }
+
+int dt_parallel_dims_roles(const dt_parallel_dims *d, const dt_llama_config *cfg, int batch,
+                           int seq, int *role_of) {
+  const int *g = d->degree;
+  const int64_t t = g[DT_PDIM_TP], c = g[DT_PDIM_CP], s = g[DT_PDIM_DP_SHARD],
+                r = g[DT_PDIM_DP_REPLICATE];
+  const int64_t H = cfg->n_heads, KV = cfg->n_kv_heads, D = cfg->dim, V = cfg->vocab;
+  const int64_t hd = H ? D / H : 0, F = dt_llama_ffn_hidden(cfg);
+  bool uneven[DT_PDIM_COUNT] = {false};
+  uneven[DT_PDIM_TP] = !divides(t, H) || !divides(t, KV) || !divides(t, F) || !divides(t, V) ||
+                       !divides(t, D) || !divides(t * 2 * c, seq);
+  uneven[DT_PDIM_CP] = !divides(2 * c, seq) || !divides(2 * c * t, seq);
+  /* FSDP shards dim 0 of each TP-local weight over dp_shard x cp */
+  const int64_t f = s * c, rows[] = {V / t, H * hd / t, KV * hd / t, D, F / t};
+  for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
+    if (!divides(f, rows[i])) uneven[DT_PDIM_DP_SHARD] = uneven[DT_PDIM_CP] = true;
+  if (!divides(r * s, batch)) uneven[DT_PDIM_DP_REPLICATE] = uneven[DT_PDIM_DP_SHARD] = true;
+  /* a role's code: mixed radix over the mesh dims, 0 where coordinates do not matter */
+  const int W = d->world_size;
+  int *first = malloc((size_t)W * sizeof *first);
+  if (!first) return -1;
+  for (int i = 0; i < W; i++) first[i] = -1;
+  int n = 0;
+  for (int rank = 0; rank < W; rank++) {
+    int idx = dt_parallel_dims_rank_index(d, rank), code = 0, coord[DT_PDIM_COUNT];
+    for (int k = d->ndim - 1; k >= 0; k--) {
+      coord[k] = idx % d->shape[k];
+      idx /= d->shape[k];
+    }
+    for (int p = 0; p < DT_PDIM_COUNT; p++) {
+      if (d->dim[p] < 0) continue;
+      const bool keep = p == DT_PDIM_PP || uneven[p];
+      code = code * d->shape[d->dim[p]] + (keep ? coord[d->dim[p]] : 0);
+    }
+    if (first[code] < 0) first[code] = n++;
+    role_of[rank] = first[code];
+  }
+  free(first);
+  return n;
+}
