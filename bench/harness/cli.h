@@ -34,6 +34,8 @@ enum { SB_ERR_LEN = 256 };
 
 /* Most ranks a threads job runs (the launcher's own limit). */
 enum { SB_MAX_WORLD = DT_THREADS_MAX_WORLD };
+/* Most ranks of a shape-only job (--device meta: one rank per role runs). */
+enum { SB_MAX_WORLD_META = 1 << 20 };
 
 /* Prints "shardbench CMD: FLAG: message" (FLAG omitted when NULL) as one line on
  * stderr and returns SB_EXIT_USAGE, so that `return sb_usage_error(...)` ends a

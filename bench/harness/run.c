@@ -337,6 +337,10 @@ typedef struct job {
   int n_comm;
   sb_comm_row comm[MAX_COMM];
   sb_pp_timeline *ppt;          /* rank 0, a pipelined sharded job: the timeline (pipe_gather) */
+  /* shape-only (--device meta): the role of each world rank and each role's outputs */
+  int *role_of;
+  sb_role *roles;
+  int n_roles;
 } job;
 
 /* A rank's state for the trainer's hooks: the job, and a single-layer workload's
@@ -855,6 +859,7 @@ static dt_status launch(dt_backend b, int world, bool sharded, job *j, char *why
   return s;
 }
 
+
 /* ---- the runner ---------------------------------------------------------------- */
 
 static void skip(sb_result *r, const char *fmt, ...) DT_PRINTF(2, 3);
@@ -875,6 +880,152 @@ static void failed(sb_result *r, const char *fmt, ...) {
   va_end(ap);
   for (char *p = r->reason; *p; p++)
     if (*p == '\n') *p = ' ';
+}
+
+/* ---- shape-only runs (--device meta) ------------------------------------------------
+ * One rank per role (dt_parallel_dims_roles) runs alone on the meta device with the
+ * fake comm: the trainer's real step (the same dispatch, styles, FSDP units, CP ring)
+ * with shapes and no data. Each role keeps its step's memory split and device peak,
+ * its comm ledger per (op, mesh dim, phase) and its compute ledger per phase. No
+ * reference, no verdict, no timing: status shape-only. */
+
+const char *const sb_role_phases[SB_ROLE_PHASES] = {"forward", "backward", "optimizer", "other"};
+
+static void role_comm(sb_role *ro, const dt_ledger_row *r) {
+  const char *op = dt_coll_name((dt_coll)r->op);
+  const char *ph = r->phase[0] ? r->phase : "other";
+  for (int i = 0; i < ro->n_comm; i++) {
+    sb_comm_row *c = &ro->comm[i];
+    if (!strcmp(c->op, op) && !strcmp(c->mesh_dim, r->group) && !strcmp(c->phase, ph)) {
+      c->calls++;
+      c->payload_bytes += (int64_t)r->payload_bytes;
+      c->wire_bytes += r->wire_bytes;
+      return;
+    }
+  }
+  if (ro->n_comm == SB_ROLE_MAX_COMM) return;
+  sb_comm_row *c = &ro->comm[ro->n_comm++];
+  memset(c, 0, sizeof *c);
+  snprintf(c->op, sizeof c->op, "%s", op);
+  snprintf(c->mesh_dim, sizeof c->mesh_dim, "%s", r->group);
+  snprintf(c->phase, sizeof c->phase, "%s", ph);
+  c->calls = 1;
+  c->payload_bytes = (int64_t)r->payload_bytes;
+  c->wire_bytes = r->wire_bytes;
+}
+
+static dt_status meta_train(dt_ctx *ctx, void *arg) {
+  job *j = arg;
+  const int64_t n = (int64_t)j->o->batch * j->o->seq;
+  rank_job rj;
+  memset(&rj, 0, sizeof rj);
+  rj.j = j;
+  dt_trainer_opts to;
+  trainer_opts(ctx, j, &rj, &to);
+  to.device_memory = true;
+  int64_t *ids = malloc(sizeof *ids * (size_t)(2 * (n ? n : 1)));
+  dt_trainer *t = NULL;
+  dt_status s = ids ? DT_OK : dt_error(ctx, DT_ERR_NOMEM, "shape-only", "no memory");
+  if (s == DT_OK) s = dt_trainer_create(ctx, &j->cfg, &j->dims, j->plan, &to, &t);
+  dt_trainer_step st;
+  memset(&st, 0, sizeof st);
+  if (s == DT_OK) {
+    dt_ledger_clear(ctx);
+    sb_token_ids(0, 0, n, j->cfg.vocab, ids);
+    sb_token_ids(0, 1, n, j->cfg.vocab, ids + n);
+    dt_var *loss = NULL;
+    s = dt_trainer_forward_backward(ctx, t, 0, ids, ids + n, true, &loss, &st);
+    if (s == DT_OK) s = dt_trainer_optimizer_step(ctx, t, true, &st);
+  }
+  dt_ledger_enable(ctx, false);
+  if (s == DT_OK) {
+    sb_role *ro = &j->roles[j->role_of[ctx->rank]];
+    ro->rank = ctx->rank;
+    ro->mem[0] = st.mem_params;
+    ro->mem[1] = st.mem_grads;
+    ro->mem[2] = st.mem_optimizer;
+    ro->mem[3] = st.mem_activations;
+    ro->peak = (int64_t)st.peak_bytes;
+    const dt_ledger *L = dt_ledger_of(ctx);
+    for (size_t i = 0; i < L->n; i++) role_comm(ro, &L->rows[i]);
+    const dt_kledger *K = dt_kledger_of(ctx);
+    for (size_t i = 0; i < K->n; i++) {
+      const dt_kledger_row *k = &K->rows[i];
+      int p = SB_ROLE_PHASES - 1;
+      for (int q = 0; q < SB_ROLE_PHASES - 1; q++)
+        if (!strcmp(k->phase, sb_role_phases[q])) p = q;
+      ro->flops[p] += k->flops * (double)k->calls;
+      ro->bytes[p] += (double)(k->bytes_read + k->bytes_written) * (double)k->calls;
+      if (!strcmp(k->op, "gemm")) ro->gemm_flops += k->flops * (double)k->calls;
+    }
+  }
+  free(ids);
+  dt_trainer_free(ctx, t);
+  return s;
+}
+
+/* The roles of j's mesh, one rank each on meta + fake; r gets the roles and their max. */
+static void meta_run(const sb_opts *o, job *j, sb_result *r) {
+  const int W = o->world;
+  j->role_of = malloc((size_t)W * sizeof *j->role_of);
+  int n = j->role_of ? dt_parallel_dims_roles(&j->dims, &j->cfg, o->batch, o->seq, j->role_of) : -1;
+  int *reps = n > 0 ? malloc((size_t)n * sizeof *reps) : NULL;
+  j->roles = n > 0 ? calloc((size_t)n, sizeof *j->roles) : NULL;
+  if (!reps || !j->roles) {
+    failed(r, "out of memory");
+    free(reps);
+    return;
+  }
+  j->n_roles = n;
+  for (int i = 0; i < n; i++) reps[i] = -1;
+  for (int rank = 0; rank < W; rank++) {
+    sb_role *ro = &j->roles[j->role_of[rank]];
+    if (reps[j->role_of[rank]] < 0) reps[j->role_of[rank]] = rank;
+    ro->count++;
+  }
+  dt_launch_opts lo;
+  memset(&lo, 0, sizeof lo);
+  lo.world = W;
+  lo.device = DT_DEV_META;
+  lo.comm = DT_COMM_FAKE;
+  lo.fake_ranks = reps;
+  lo.n_fake_ranks = n;
+  dt_launch_report rep;
+  memset(&rep, 0, sizeof rep);
+  dt_status s = dt_launch(&lo, meta_train, j, &rep);
+  if (s != DT_OK) {
+    failed(r, "rank %d: %s: %s", rep.failed_rank, dt_status_str(rep.failed_status), rep.failed_msg);
+  } else {
+    snprintf(r->status, sizeof r->status, "shape-only");
+    int64_t mx[4] = {0, 0, 0, 0}, peak = 0;
+    int worst = 0;
+    double worst_wire = -1;
+    for (int i = 0; i < n; i++) {
+      const sb_role *ro = &j->roles[i];
+      for (int k = 0; k < 4; k++) mx[k] = ro->mem[k] > mx[k] ? ro->mem[k] : mx[k];
+      peak = ro->peak > peak ? ro->peak : peak;
+      double w = 0;
+      for (int c = 0; c < ro->n_comm; c++) w += ro->comm[c].wire_bytes;
+      if (w > worst_wire) worst_wire = w, worst = i;
+    }
+    r->mem_params_bytes = mx[0];
+    r->mem_grads_bytes = mx[1];
+    r->mem_optimizer_bytes = mx[2];
+    r->mem_activations_bytes = mx[3];
+    r->peak_mem_bytes = peak;
+    /* the comm rows of the role that moves the most */
+    const sb_role *wr = &j->roles[worst];
+    r->comm = wr->n_comm ? malloc(sizeof *r->comm * (size_t)wr->n_comm) : NULL;
+    if (r->comm) {
+      memcpy(r->comm, wr->comm, sizeof *r->comm * (size_t)wr->n_comm);
+      r->n_comm = wr->n_comm;
+    }
+    r->roles = j->roles; /* moved: the result owns them */
+    r->n_roles = n;
+    j->roles = NULL;
+  }
+  dt_launch_report_free(&rep);
+  free(reps);
 }
 
 /* What the runner cannot do: status skipped with the reason. True when skipped. */
@@ -1040,9 +1191,20 @@ void sb_execute(const sb_opts *o, sb_ref *cache, sb_stage stage, sb_result *r) {
     failed(r, "plan: %s", sb_strip_rank(dt_last_error(&hc)));
     goto done;
   }
-  if (plan_unfit(o, &hc, plan, &j->cfg, rp, r) || over_memory(o, rp, r)) goto done;
+  const bool meta = !strcmp(o->device, "meta");
+  if (plan_unfit(o, &hc, plan, &j->cfg, rp, r) || (!meta && over_memory(o, rp, r))) goto done;
   if (dt_backend_parse(o->backend, &be) != DT_OK || !dt_backend_available(be)) {
     skip(r, "backend '%s' is not built in", o->backend);
+    goto done;
+  }
+  if (meta) { /* shape-only: no reference, no verdict */
+    if (stage != SB_STAGE_RUN) goto done;
+    j->plan = rp;
+    if (dt_parallel_dims_init(&hc, o->dims, o->world, &j->dims) != DT_OK) {
+      failed(r, "%s", sb_strip_rank(dt_last_error(&hc)));
+      goto done;
+    }
+    meta_run(o, j, r);
     goto done;
   }
   if (stage == SB_STAGE_CHECK || !reference(o, j, cache, r) || stage == SB_STAGE_PREPARE)
@@ -1069,9 +1231,72 @@ void sb_execute(const sb_opts *o, sb_ref *cache, sb_stage stage, sb_result *r) {
 done:
   free(plan);
   free(rp);
-  if (j) free(j->ppt);
+  if (j) {
+    free(j->ppt);
+    free(j->role_of);
+    free(j->roles);
+  }
   free(j);
   dt_ctx_release(&hc);
+}
+
+static const char *const MEM_NAMES[4] = {"params", "grads", "optimizer", "activations"};
+
+/* A shape-only result's roles, then the max over them. */
+static void print_roles_text(FILE *f, const sb_result *r) {
+  fprintf(f, "  shape-only: %d role(s) ran, one rank each (meta device, fake comm); one step\n",
+          r->n_roles);
+  for (int i = 0; i < r->n_roles; i++) {
+    const sb_role *ro = &r->roles[i];
+    fprintf(f, "  role %d: rank %d, for %d rank(s)\n", i, ro->rank, ro->count);
+    fprintf(f, "    memory: params %.2f MiB, grads %.2f MiB, optimizer %.2f MiB, activations "
+               "and buffers %.2f MiB; peak %.2f MiB\n", ro->mem[0] / 1048576.0,
+            ro->mem[1] / 1048576.0, ro->mem[2] / 1048576.0, ro->mem[3] / 1048576.0,
+            ro->peak / 1048576.0);
+    fprintf(f, "    compute:");
+    for (int p = 0; p < SB_ROLE_PHASES; p++)
+      if (ro->flops[p] > 0 || ro->bytes[p] > 0)
+        fprintf(f, " %s %.4g FLOP (%.4g B)", sb_role_phases[p], ro->flops[p], ro->bytes[p]);
+    fprintf(f, "; GEMM %.4g FLOP\n", ro->gemm_flops);
+    for (int k = 0; k < ro->n_comm; k++) {
+      const sb_comm_row *cr = &ro->comm[k];
+      fprintf(f, "    comm %-15s %-13s %-9s %6lld calls %14lld payload B %16.0f wire B\n", cr->op,
+              cr->mesh_dim, cr->phase, (long long)cr->calls, (long long)cr->payload_bytes,
+              cr->wire_bytes);
+    }
+  }
+  fprintf(f, "  max over roles: params %.2f MiB, grads %.2f MiB, optimizer %.2f MiB, activations "
+             "and buffers %.2f MiB; peak %.2f MiB\n", r->mem_params_bytes / 1048576.0,
+          r->mem_grads_bytes / 1048576.0, r->mem_optimizer_bytes / 1048576.0,
+          r->mem_activations_bytes / 1048576.0, r->peak_mem_bytes / 1048576.0);
+}
+
+static void print_roles_json(FILE *f, const sb_result *r) {
+  fputs(", \"roles\": [", f);
+  for (int i = 0; i < r->n_roles; i++) {
+    const sb_role *ro = &r->roles[i];
+    fprintf(f, "%s{\"rank\": %d, \"count\": %d, \"peak_mem_bytes\": %lld", i ? ", " : "",
+            ro->rank, ro->count, (long long)ro->peak);
+    for (int k = 0; k < 4; k++) fprintf(f, ", \"mem_%s_bytes\": %lld", MEM_NAMES[k], (long long)ro->mem[k]);
+    fputs(", \"compute\": {", f);
+    for (int p = 0; p < SB_ROLE_PHASES; p++)
+      fprintf(f, "%s\"%s\": {\"flops\": %.17g, \"bytes\": %.17g}", p ? ", " : "",
+              sb_role_phases[p], ro->flops[p], ro->bytes[p]);
+    fprintf(f, "}, \"gemm_flops\": %.17g, \"comm\": [", ro->gemm_flops);
+    for (int k = 0; k < ro->n_comm; k++) {
+      const sb_comm_row *cr = &ro->comm[k];
+      fprintf(f, "%s{\"op\": ", k ? ", " : "");
+      sb_json_str(f, cr->op);
+      fputs(", \"mesh_dim\": ", f);
+      sb_json_str(f, cr->mesh_dim);
+      fputs(", \"phase\": ", f);
+      sb_json_str(f, cr->phase);
+      fprintf(f, ", \"calls\": %lld, \"payload_bytes\": %lld, \"wire_bytes\": %.17g}",
+              (long long)cr->calls, (long long)cr->payload_bytes, cr->wire_bytes);
+    }
+    fputs("]}", f);
+  }
+  fputs("]", f);
 }
 
 void sb_print_result(FILE *f, const sb_config *c, const sb_result *r, bool json) {
@@ -1123,10 +1348,16 @@ void sb_print_result(FILE *f, const sb_config *c, const sb_result *r, bool json)
                  "\"seconds\": %.9g}",
               (long long)cr->calls, (long long)cr->payload_bytes, cr->wire_bytes, cr->seconds);
     }
-    fputs("]}\n", f);
+    fputs("]", f);
+    if (r->n_roles) print_roles_json(f, r);
+    fputs("}\n", f);
     return;
   }
   fprintf(f, "%s\n  status: %s%s%s\n", c->key, r->status, r->reason[0] ? ": " : "", r->reason);
+  if (r->n_roles) {
+    print_roles_text(f, r);
+    return;
+  }
   if (!isfinite(r->step_time_s)) return;
   fprintf(f, "  step time %.4f s (median), %.1f tokens/s, %.4f TFLOP/s, MFU %.2f%% of %.4f "
              "TFLOP/s (%s)\n", r->step_time_s, r->tokens_per_s, r->tflops, 100 * r->mfu,

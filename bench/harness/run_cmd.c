@@ -215,8 +215,9 @@ int sb_limits_from_flags(const char *cmd, const char *peak_s, const char *mem_s,
 int sb_check_device(const char *device, const char *dtype, const char **flag, char *err,
                     size_t errn) {
   *flag = "--device";
-  if (strcmp(device, "cpu") && strcmp(device, "cuda") && strcmp(device, "cuda-emu")) {
-    snprintf(err, errn, "expected cpu, cuda or cuda-emu, got '%s'", device);
+  if (strcmp(device, "cpu") && strcmp(device, "cuda") && strcmp(device, "cuda-emu") &&
+      strcmp(device, "meta")) {
+    snprintf(err, errn, "expected cpu, cuda, cuda-emu or meta, got '%s'", device);
     return -1;
   }
   if (!strcmp(device, "cuda") && !dt_device_cuda_built()) {
@@ -243,7 +244,7 @@ const char sb_run_usage[] =
     "usage: shardbench run [--model debugmodel] [--workload W] [--plan NAME|PATH]\n"
     "                      [--mesh dp_replicate:2,tp:4 | --pp N --dp-replicate N --dp-shard N\n"
     "                       --cp N --tp N] [--dtype f32|f64|bf16] [--batch 8] [--seq 32]\n"
-    "                      [--device cpu|cuda|cuda-emu]\n"
+    "                      [--device cpu|cuda|cuda-emu|meta]\n"
     "                      [--steps 2] [--warmup 1] [--backend threads|mpi] [--world N]\n"
     "                      [--comm host|nccl] [--pin-ranks]\n"
     "                      [--peak-tflops X] [--mem-limit BYTES | --no-mem-check]\n"
@@ -283,7 +284,12 @@ const char sb_run_usage[] =
     "                   (one GPU per rank; needs a CUDA build and a visible GPU) or\n"
     "                   cuda-emu (the CUDA kernels run on the host: checks the GPU path\n"
     "                   without a GPU). The reference runs on the CPU. The device is\n"
-    "                   part of the config key (\"device=...\", absent for cpu)\n"
+    "                   part of the config key (\"device=...\", absent for cpu).\n"
+    "                   meta: a shape-only run (status shape-only) on the meta device\n"
+    "                   and the fake comm, one rank per distinct role, any size and\n"
+    "                   world: no reference, no timing; per role the memory split and\n"
+    "                   peak, the comm ledger and the compute ledger per phase. Not\n"
+    "                   with --load-weights, --save-weights, --save-trace or --db\n"
     "  --dtype T        f32 (default), f64, or bf16 on a device: bf16 parameters and\n"
     "                   activations, f32 master weights and AdamW state, checked against\n"
     "                   an f32 reference with bf16's tolerance\n"
@@ -345,7 +351,7 @@ int sb_parse_mesh_named(const char *s, int dims[SB_NDIMS], char *err, size_t err
     memcpy(num, p, v);
     num[v] = '\0';
     long x;
-    if (sb_parse_long(num, 1, SB_MAX_WORLD, &x, err, errn) != DT_OK) return -1;
+    if (sb_parse_long(num, 1, SB_MAX_WORLD_META, &x, err, errn) != DT_OK) return -1;
     dims[d] = (int)x;
     p += v;
     if (!*p) return 0;
@@ -421,7 +427,7 @@ static int run_flag(int ch, run_args *a, char **argv) {
     a->mesh_given = true;
     return 0;
   case O_PP: case O_DPR: case O_DPS: case O_CP: case O_TP:
-    if (sb_parse_long(optarg, 1, SB_MAX_WORLD, &v, err, sizeof err) != DT_OK)
+    if (sb_parse_long(optarg, 1, SB_MAX_WORLD_META, &v, err, sizeof err) != DT_OK)
       return sb_usage_error(CMD, flag, "%s", err);
     o->dims[ch - O_PP] = (int)v;
     a->dims_given = true;
@@ -437,7 +443,7 @@ static int run_flag(int ch, run_args *a, char **argv) {
     return 0;
   }
   case O_WORLD:
-    if (sb_parse_long(optarg, 1, SB_MAX_WORLD, &a->world, err, sizeof err) != DT_OK)
+    if (sb_parse_long(optarg, 1, SB_MAX_WORLD_META, &a->world, err, sizeof err) != DT_OK)
       return sb_usage_error(CMD, "--world", "%s", err);
     return 0;
   case O_PLAN: a->plan_arg = optarg; return 0;
@@ -581,6 +587,14 @@ static int run_check(run_args *a, int *argc, char ***argv, dt_backend *be, int *
   const char *dflag;
   if (sb_check_device(o->device, o->dtype, &dflag, err, sizeof err))
     return sb_usage_error(CMD, dflag, "%s", err);
+  const bool meta = !strcmp(o->device, "meta");
+  if (meta && ck != DT_COMM_HOST)
+    return sb_usage_error(CMD, "--comm", "--device meta runs on the fake comm, not %s", o->comm);
+  if (meta && (a->load_w || a->save_w || a->trace || a->db))
+    return sb_usage_error(CMD, a->load_w ? "--load-weights" : a->save_w ? "--save-weights"
+                               : a->trace ? "--save-trace" : "--db",
+                          "a shape-only run (--device meta) has no data%s",
+                          a->db ? " and is not stored with measured runs" : "");
   if (ck == DT_COMM_NCCL && strcmp(o->device, "cpu") && strcmp(o->device, "cuda"))
     return sb_usage_error(CMD, "--comm", "nccl moves GPU memory: it runs with --device cuda, not %s",
                           o->device);
@@ -599,12 +613,18 @@ static int run_check(run_args *a, int *argc, char ***argv, dt_backend *be, int *
                             dt_mpi_size());
     world = dt_mpi_size();
   }
-  int prod = 1;
-  for (int i = 0; i < SB_NDIMS; i++) prod *= o->dims[i];
+  long long prod_ll = 1;
+  for (int i = 0; i < SB_NDIMS && prod_ll <= SB_MAX_WORLD_META; i++) prod_ll *= o->dims[i];
+  if (prod_ll > SB_MAX_WORLD_META)
+    return sb_usage_error(CMD, NULL, "the mesh has over %d ranks", (int)SB_MAX_WORLD_META);
+  int prod = (int)prod_ll;
   if (!world) world = prod;
   if (!a->mesh_given && !a->dims_given && prod == 1) o->dims[4] = (int)world, prod = (int)world;
   if (prod != world)
     return sb_usage_error(CMD, NULL, "the mesh has %d ranks but the world is %ld", prod, world);
+  if (!meta && world > SB_MAX_WORLD)
+    return sb_usage_error(CMD, "--world", "%ld ranks: at most %d run (--device meta: any)", world,
+                          (int)SB_MAX_WORLD);
   o->world = (int)world;
   /* no --plan: TorchTitan's TP recipe when there is a tp dim, else plain data parallel
    * (a 1-rank run: the unsharded model) */
@@ -662,10 +682,13 @@ int sb_cmd_run(int argc, char **argv) {
   sb_result r;
   sb_execute(o, NULL, SB_STAGE_CHECK, &r);
   if (r.mem_refused) return sb_usage_error("run", NULL, "%s", r.reason);
+  /* shape-only: a mesh or plan that does not fit the job is bad input */
+  if (!strcmp(o->device, "meta") && !strcmp(r.status, "skipped"))
+    return sb_usage_error("run", NULL, "%s", r.reason);
   sb_store st;
   memset(&st, 0, sizeof st);
   if (a.db && rank == 0 && (rc = sb_store_open(&st, a.db, "run"))) return rc;
-  if (rank == 0 && !(o->peak_tflops > 0))
+  if (rank == 0 && !(o->peak_tflops > 0) && strcmp(o->device, "meta")) /* meta: no timing */
     o->peak_tflops = sb_default_peak_tflops_on(o->world, o->device, o->dtype, o->peak_source,
                                                sizeof o->peak_source);
   sb_config c;

@@ -78,8 +78,11 @@ void sb_result_init(sb_result *r) {
 void sb_result_free(sb_result *r) {
   free(r->comm);
   free(r->pp);
+  free(r->roles);
   r->comm = NULL;
   r->pp = NULL;
+  r->roles = NULL;
+  r->n_roles = 0;
   r->n_comm = 0;
 }
 

@@ -85,9 +85,25 @@ typedef struct sb_pp_timeline {
 /* Bytes of a timeline with n events. */
 size_t sb_pp_timeline_bytes(int n_events);
 
+/* One role of a shape-only run (--device meta): a rank that ran for `count`
+ * ranks alike (dt_parallel_dims_roles), its step's memory split and peak, its
+ * comm ledger per (op, mesh dim, phase) and its compute ledger per phase. */
+enum { SB_ROLE_MAX_COMM = 64, SB_ROLE_PHASES = 4 };
+extern const char *const sb_role_phases[SB_ROLE_PHASES]; /* forward backward optimizer other */
+typedef struct sb_role {
+  int rank, count;
+  int64_t mem[4];                /* params, grads, optimizer, activations (as results.mem_*) */
+  int64_t peak;                  /* the step's device peak */
+  double flops[SB_ROLE_PHASES], bytes[SB_ROLE_PHASES]; /* compute ledger sums per phase */
+  double gemm_flops;             /* of which GEMMs (all phases) */
+  int n_comm;
+  sb_comm_row comm[SB_ROLE_MAX_COMM];
+} sb_role;
+
 /* A config's outcome (results columns; NaN / negative = NULL, see store.c). */
 typedef struct sb_result {
-  char status[16];               /* ok | mismatch | failed | skipped */
+  char status[16];               /* ok | mismatch | failed | skipped | shape-only (--device
+                                  * meta: never stored with the measured results) */
   char reason[512];              /* "" = NULL */
   char worst[160];               /* the compared quantity with the largest error relative to
                                   * its tolerance (bench/harness/verdict.h); "" = NULL */
@@ -110,6 +126,8 @@ typedef struct sb_result {
   sb_plan_traits plan_traits;    /* the plan's settings (sb_execute); the store picks the
                                     framework baselines from them, not from the plan's name */
   sb_pp_timeline *pp;            /* pipelined configs: the timeline (malloc'd, NULL: none) */
+  int n_roles;                   /* shape-only: the roles run (malloc'd, NULL: none) */
+  sb_role *roles;
 } sb_result;
 
 /* Fills the NULL markers of a result (NaN for reals, -1 for peak_mem and the split). */

@@ -378,6 +378,10 @@ static dt_status gen_weight(dt_ctx *ctx, dt_model *m, const dt_module *md, dt_te
                           DT_RNG_UNIFORM, 0.0, 0.0, out);
   case DT_INIT_TRUNC_NORMAL: break;
   }
+  /* the meta device holds no values: the weight's shape is all there is to make */
+  if (dt_tensor_home(ctx) == DT_DEV_META)
+    return dt_tensor_rand(ctx, m->mesh, md->wndim, md->wshape, m->dtype, pl, m->seed, stream,
+                          DT_RNG_UNIFORM, 0.0, 0.0, out);
   dt_tensor u;
   DT_CHECK(dt_tensor_rand(ctx, m->mesh, md->wndim, md->wshape, DT_F64, pl, m->seed, stream,
                           DT_RNG_UNIFORM, 0.0, 1.0, &u));

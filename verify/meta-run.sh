@@ -1,0 +1,63 @@
+#!/bin/sh
+# verify/meta-run.sh: `shardbench run --device meta` (shape-only runs) end to end.
+#   1. The debugmodel (2 layers) under FSDP (dp_shard 4) and FSDP + TP + SP (4 x 2):
+#      status shape-only, one role for all ranks, and the memory split, the peak
+#      and the comm rows per step equal those of the same config run for real on
+#      cuda-emu (one timed step, no warm-up): the oracle is the real run.
+#      Planted: the second config's meta fields must differ from the first's real ones.
+#   2. Uneven shards make roles: a vocab of 2050 over dp_shard 4 (FSDP shards the
+#      embedding and output rows unevenly) runs 4 roles, their counts summing to 4.
+#   3. Bad input, one line on stderr and exit 2 before any work: --device meta with
+#      --load-weights, --save-weights, --save-trace, --db or --comm nccl, and a tp
+#      that does not divide the heads.
+NAME=meta-run
+. "${srcdir:-.}/verify/harness-common.sh"
+command -v python3 >/dev/null 2>&1 || { echo "$NAME: SKIP (no python3 to read the JSON)"; exit 77; }
+
+MODEL="debugmodel:n_layers=2"
+# the fields compared: mem split, peak, then each comm row's op, mesh dim, phase, calls, bytes
+fields() {
+  python3 -c 'import json,sys
+d=json.load(sys.stdin)
+print(d["status"], *[d[k] for k in ("mem_params_bytes","mem_grads_bytes","mem_optimizer_bytes","mem_activations_bytes","peak_mem_bytes")])
+for c in d["comm"]: print(c["op"], c["mesh_dim"], c["phase"], c["calls"], c["payload_bytes"], c["wire_bytes"])'
+}
+same_as_real() {
+  label=$1 world=$2
+  shift 2
+  "$SB" run --device meta --model "$MODEL" --batch 4 --seq 16 --json "$@" >"$tmp/m.json" 2>"$tmp/err" ||
+    { fail "$label: meta run exit $?: $(head -c 300 "$tmp/err")"; return; }
+  "$SB" run --device cuda-emu --model "$MODEL" --batch 4 --seq 16 --steps 1 --warmup 0 --json "$@" \
+    >"$tmp/r.json" 2>"$tmp/err" || { fail "$label: real run exit $?: $(head -c 300 "$tmp/err")"; return; }
+  fields <"$tmp/m.json" >"$tmp/m.txt"
+  fields <"$tmp/r.json" >"$tmp/r.txt"
+  m=$(sed '1s/^shape-only //' "$tmp/m.txt")
+  r=$(sed '1s/^ok //' "$tmp/r.txt")
+  check "$label: status" "$(sed -n '1s/ .*//p' "$tmp/m.txt")" "shape-only"
+  check "$label: memory split, peak and comm rows vs the real run" "$m" "$r"
+  roles=$(python3 -c 'import json,sys; d=json.load(sys.stdin); print(len(d["roles"]), sum(r["count"] for r in d["roles"]))' <"$tmp/m.json")
+  check "$label: roles" "$roles" "1 $world"
+  # planted: the comparison must tell this config from the previous one's real run
+  if [ -n "${prev_real:-}" ]; then
+    checks=$((checks + 1))
+    [ "$m" = "$prev_real" ] && fail "$label: planted: indistinguishable from the previous config"
+  fi
+  prev_real=$r
+}
+same_as_real "fsdp 4" 4 --dp-shard 4 --plan fsdp
+same_as_real "fsdp 4 x tp 2" 8 --dp-shard 4 --tp 2 --plan fsdp-tp-sp
+
+"$SB" run --device meta --model "debugmodel:n_layers=1:vocab=2050" --batch 4 --seq 16 --dp-shard 4 \
+  --plan fsdp --json >"$tmp/u.json" 2>"$tmp/err" || fail "uneven: exit $?: $(head -c 300 "$tmp/err")"
+check "uneven vocab: roles, ranks" \
+  "$(python3 -c 'import json,sys; d=json.load(sys.stdin); print(len(d["roles"]), sum(r["count"] for r in d["roles"]))' <"$tmp/u.json")" "4 4"
+
+M="--device meta --dp-shard 2 --plan fsdp"
+refused "meta --load-weights" "^shardbench run: --load-weights: " "$SB" run $M --load-weights "$tmp/none.safetensors"
+refused "meta --save-weights" "^shardbench run: --save-weights: " "$SB" run $M --save-weights "$tmp/w.safetensors"
+refused "meta --save-trace" "^shardbench run: --save-trace: " "$SB" run $M --save-trace "$tmp/t.json"
+refused "meta --db" "^shardbench run: --db: " "$SB" run $M --db "$tmp/x.db"
+refused "meta --comm nccl" "^shardbench run: --comm: " "$SB" run $M --comm nccl
+refused "meta tp 3 (16 heads)" "^shardbench run: " "$SB" run --device meta --tp 3 --plan megatron-tp
+[ -e "$tmp/x.db" ] && fail "meta --db: the DB was created"
+finish
