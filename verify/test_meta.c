@@ -16,13 +16,17 @@
  *    TorchTitan's get_dense_model_nparams_and_flops, parameters less the
  *    embedding and the norms), and every linear GEMM shape is [tokens, in] x
  *    [in, out] or its transposes.
- * 3. A tensor of more than 2^31 elements on meta (405B's output layer,
+ * 3. The ledger at scale (check_scale): 8B FSDP 8 and 70B FSDP 32 x TP 8 on meta,
+ *    every comm row against bytes derived from the shapes alone.
+ * 4. A tensor of more than 2^31 elements on meta (405B's output layer,
  *    128256 x 16384): created, accounted in full and freed; a host read of meta
  *    data faults (run in a child, which must die by a signal).
- * Not here: the full-scale benchmark (bench/), the harness's --device meta.
+ * Not here: the full-scale benchmark (bench/shardbench-meta), the harness's --device
+ * meta (verify/meta-run.sh).
  */
 #include "config.h"
 
+#include <math.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,6 +49,8 @@ typedef struct rank_out {
 } rank_out;
 
 typedef struct job {
+  dt_dtype dtype;               /* 0 (f32) unless set */
+  int batch, seq;               /* 0: BATCH, SEQ */
   dt_llama_config cfg;
   dt_parallel_dims dims;
   const dt_parallel_plan *plan;
@@ -53,22 +59,29 @@ typedef struct job {
 
 static dt_status train_rank(dt_ctx *ctx, void *arg) {
   job *j = arg;
-  int64_t tokens[BATCH * SEQ], targets[BATCH * SEQ];
-  for (int i = 0; i < BATCH * SEQ; i++) {
-    tokens[i] = (int64_t)((7 * i + 3) % j->cfg.vocab);
-    targets[i] = (int64_t)((7 * i + 10) % j->cfg.vocab);
+  const int batch = j->batch ? j->batch : BATCH, seq = j->seq ? j->seq : SEQ;
+  int64_t *tokens = malloc(2 * sizeof *tokens * (size_t)batch * (size_t)seq);
+  if (!tokens) return DT_ERR_NOMEM;
+  int64_t *targets = tokens + (size_t)batch * (size_t)seq;
+  for (int64_t i = 0; i < (int64_t)batch * seq; i++) {
+    tokens[i] = (7 * i + 3) % j->cfg.vocab;
+    targets[i] = (7 * i + 10) % j->cfg.vocab;
   }
   const dt_adamw adamw = DT_ADAMW_DEFAULT;
   dt_trainer_opts o;
   memset(&o, 0, sizeof o);
-  o.dtype = DT_F32;
+  o.dtype = j->dtype ? j->dtype : DT_F32;
   o.seed = 11;
-  o.batch = BATCH;
-  o.seq = SEQ;
+  o.batch = batch;
+  o.seq = seq;
   o.adamw = adamw;
   o.device_memory = true;
   dt_trainer *t = NULL;
-  DT_CHECK(dt_trainer_create(ctx, &j->cfg, &j->dims, j->plan, &o, &t));
+  dt_status cs = dt_trainer_create(ctx, &j->cfg, &j->dims, j->plan, &o, &t);
+  if (cs != DT_OK) {
+    free(tokens);
+    return cs;
+  }
   dt_ledger_clear(ctx);
   dt_trainer_step rec;
   memset(&rec, 0, sizeof rec);
@@ -97,6 +110,7 @@ static dt_status train_rank(dt_ctx *ctx, void *arg) {
     }
   }
   dt_trainer_free(ctx, t);
+  free(tokens);
   return s;
 }
 
@@ -354,6 +368,159 @@ static void check_flops(dt_ctx *hc) {
   job_free(&j);
 }
 
+
+/* ---- the ledger at scale: bytes per step derived from the shapes alone ---- */
+
+/* The sum over rank 0's comm rows of (op, group, phase): calls, payload and wire bytes. */
+static void ledger_sum(const rank_out *o, dt_coll op, const char *group, const char *phase,
+                       double *calls, double *payload, double *wire) {
+  *calls = *payload = *wire = 0;
+  for (size_t i = 0; i < o->n_comm; i++) {
+    const dt_ledger_row *r = &o->comm[i];
+    if (r->op != (int)op || strcmp(r->group, group) || strcmp(r->phase, phase)) continue;
+    *calls += 1;
+    *payload += (double)r->payload_bytes;
+    *wire += r->wire_bytes;
+  }
+}
+
+typedef struct want_row {
+  dt_coll op;
+  const char *group, *phase;
+  double calls, payload; /* wire = payload (n - 1) / n (all_reduce 2 (n - 1) / n) */
+  int n;
+} want_row;
+
+/* planted: w is a wrong derivation, which must not match */
+static void check_rows(const char *name, const rank_out *o, const want_row *w, int nw, bool planted) {
+  size_t matched = 0;
+  int bad = 0;
+  for (int i = 0; i < nw; i++) {
+    double c, p, x;
+    ledger_sum(o, w[i].op, w[i].group, w[i].phase, &c, &p, &x);
+    const double f = (w[i].op == DT_COLL_ALL_REDUCE ? 2.0 : 1.0) * (w[i].n - 1) / w[i].n;
+    /* exact: byte counts are integers below 2^53; the wire is payload times a ratio,
+     * summed per call, so it is compared to 1e-12 relative (double rounding) */
+    const bool ok = c == w[i].calls && p == w[i].payload && fabs(x - w[i].payload * f) <= 1e-12 * x;
+    if (!ok) bad++;
+    if (!ok && !planted)
+      tu_fail(__FILE__, __LINE__,
+              "%s: %s %s %s: %.0f calls %.17g B wire %.17g, derived %.0f calls %.17g B wire %.17g",
+              name, dt_coll_name(w[i].op), w[i].group, w[i].phase, c, p, x, w[i].calls,
+              w[i].payload, w[i].payload * f);
+    matched += (size_t)c;
+  }
+  if (matched != o->n_comm) bad++;
+  tu_count();
+  if (planted) {
+    if (!bad) tu_fail(__FILE__, __LINE__, "%s: planted: a wrong derivation matched", name);
+    else printf("  %s: planted wrong derivation: detected\n", name);
+    return;
+  }
+  if (matched != o->n_comm)
+    tu_fail(__FILE__, __LINE__, "%s: %zu ledger rows, %zu of them derived", name, o->n_comm, matched);
+  if (!bad) printf("  %s: %zu comm rows equal the derived bytes\n", name, matched);
+}
+
+static int run_rank0(dt_ctx *hc, job *j, const char *plan_file, const int deg[DT_PDIM_COUNT], int world) {
+  static dt_plan plan;
+  static dt_parallel_plan rp;
+  char path[512];
+  if (dt_plan_load(hc, tu_plan_path(plan_file, path, sizeof path), &plan) != DT_OK ||
+      dt_parallel_plan_resolve(hc, &plan, deg, &j->cfg, j->batch, j->seq, &rp) != DT_OK ||
+      dt_parallel_dims_init(hc, deg, world, &j->dims) != DT_OK) {
+    tu_fail(__FILE__, __LINE__, "%s: %s", plan_file, dt_last_error(hc));
+    return 1;
+  }
+  j->plan = &rp;
+  dt_launch_opts lo;
+  memset(&lo, 0, sizeof lo);
+  lo.world = world;
+  lo.device = DT_DEV_META;
+  lo.comm = DT_COMM_FAKE;
+  const int r0 = 0;
+  lo.fake_ranks = &r0;
+  lo.n_fake_ranks = 1;
+  dt_launch_report rep;
+  dt_status s = dt_launch(&lo, train_rank, j, &rep);
+  TU_CHECK(s == DT_OK, "%s: %s", plan_file, rep.failed_msg);
+  dt_launch_report_free(&rep);
+  return s != DT_OK;
+}
+
+/* 8B under FSDP 8 (fsdp.plan) and 70B under FSDP 32 x TP 8 with sequence parallel
+ * (fsdp-tp-cp.plan, cp 1), bf16, seq 8192, local batch 1: every comm row of rank
+ * 0's step against bytes derived here from the config's shapes:
+ *   FSDP (PyTorch FSDP2, torch/distributed/fsdp/_fully_shard): one all_gather per
+ *   unit in forward (tok_embeddings, each layer, norm + output) of the unit's
+ *   parameters (TP-local under TP) in bf16; in backward one per unit resharded
+ *   after forward (all but norm + output, reshard_after_forward=False); one
+ *   reduce_scatter per unit of its gradients in bf16;
+ *   TP + SP (Korthikanti et al. 2022, "Reducing Activation Recomputation in Large
+ *   Transformer Models", sec. 4.2.2: per layer, forward and backward, 4 all_gathers
+ *   and 4 reduce_scatters of the [b, s, h] activation, 8 b s h (t - 1) / t on the
+ *   wire): here 2 per layer each way plus the embedding's output (reduce_scatter)
+ *   and the head's input (all_gather); loss parallel's 3 all_reduces of f64
+ *   per-position statistics (max, sum of exp, target logit: [b, s]); the SP norm
+ *   weights' gradients (2 L + 1, each its FSDP shard D / 32 in bf16) all-reduced
+ *   over tp after the backward. */
+static void check_scale(dt_ctx *hc) {
+  static job j;
+  /* 8B, FSDP 8 */
+  memset(&j, 0, sizeof j);
+  j.dtype = DT_BF16;
+  j.batch = 8;
+  j.seq = 8192;
+  TU_OK(hc, dt_llama_config_get(hc, "8B", &j.cfg));
+  const int d8[DT_PDIM_COUNT] = {1, 1, 8, 1, 1};
+  if (!run_rank0(hc, &j, "fsdp.plan", d8, 8)) {
+    const dt_llama_config *c = &j.cfg;
+    const double D = c->dim, L = c->n_layers, KV = c->n_kv_heads, hd = D / c->n_heads,
+                 F = dt_llama_ffn_hidden(c), V = c->vocab;
+    const double P = 2 * V * D + L * (2 * D * D + 2 * D * KV * hd + 3 * D * F) + (2 * L + 1) * D;
+    const want_row w[] = {
+        {DT_COLL_ALL_GATHER, "dp_shard", "forward", L + 2, 2 * P, 8},
+        {DT_COLL_ALL_GATHER, "dp_shard", "backward", L + 1, 2 * (P - V * D - D), 8},
+        {DT_COLL_REDUCE_SCATTER, "dp_shard", "backward", L + 2, 2 * P, 8},
+    };
+    check_rows("8B FSDP 8", &j.out[0], w, 3, false);
+    /* planted: as if norm + output were resharded after forward too */
+    want_row p[3] = {w[0], w[1], w[2]};
+    p[1].calls = L + 2;
+    p[1].payload = 2 * P;
+    check_rows("8B FSDP 8", &j.out[0], p, 3, true);
+  }
+  job_free(&j);
+  /* 70B, FSDP 32 x TP 8 (SP, loss parallel) */
+  memset(&j, 0, sizeof j);
+  j.dtype = DT_BF16;
+  j.batch = 32;
+  j.seq = 8192;
+  TU_OK(hc, dt_llama_config_get(hc, "70B", &j.cfg));
+  const int d70[DT_PDIM_COUNT] = {1, 1, 32, 1, 8};
+  if (!run_rank0(hc, &j, "fsdp-tp-cp.plan", d70, 256)) {
+    const dt_llama_config *c = &j.cfg;
+    const double t = 8, D = c->dim, L = c->n_layers, KV = c->n_kv_heads, hd = D / c->n_heads,
+                 F = dt_llama_ffn_hidden(c), V = c->vocab, b = 1, S = j.seq;
+    const double Pt = 2 * V * D / t + L * (2 * D * D / t + 2 * D * KV * hd / t + 3 * D * F / t) +
+                      (2 * L + 1) * D;
+    const double act = b * S * D * 2; /* one [b, s, h] bf16 activation */
+    const want_row w[] = {
+        {DT_COLL_ALL_GATHER, "dp_shard", "forward", L + 2, 2 * Pt, 32},
+        {DT_COLL_ALL_GATHER, "dp_shard", "backward", L + 1, 2 * (Pt - V * D / t - D), 32},
+        {DT_COLL_REDUCE_SCATTER, "dp_shard", "backward", L + 2, 2 * Pt, 32},
+        {DT_COLL_ALL_GATHER, "tp", "forward", 2 * L + 1, (2 * L + 1) * act, 8},
+        {DT_COLL_REDUCE_SCATTER, "tp", "forward", 2 * L + 1, (2 * L + 1) * act, 8},
+        {DT_COLL_ALL_GATHER, "tp", "backward", 2 * L + 1, (2 * L + 1) * act, 8},
+        {DT_COLL_REDUCE_SCATTER, "tp", "backward", 2 * L + 1, (2 * L + 1) * act, 8},
+        {DT_COLL_ALL_REDUCE, "tp", "forward", 3, 3 * b * S * 8, 8},
+        {DT_COLL_ALL_REDUCE, "tp", "optimizer", 2 * L + 1, (2 * L + 1) * D / 32 * 2, 8},
+    };
+    check_rows("70B FSDP 32 x TP 8", &j.out[0], w, 9, false);
+  }
+  job_free(&j);
+}
+
 /* ---- 64-bit sizes and the faulting tag ---- */
 
 static void check_big_and_fault(void) {
@@ -408,6 +575,8 @@ int main(void) {
   check_big_and_fault();
   printf("test_meta: compute ledger vs analytic FLOPs (%s, world 1, meta)\n", MODEL);
   check_flops(&hc);
+  printf("test_meta: the ledger at scale (meta, rank 0 alone)\n");
+  check_scale(&hc);
   printf("test_meta: world-%d configs, meta + fake vs threads + cuda-emu (%s, batch %d seq %d)\n",
          WORLD, MODEL, BATCH, SEQ);
   if (!getenv("SB_META_FLOPS_ONLY"))
