@@ -228,7 +228,8 @@ static const cfg_case CASES[] = {
     {"hsdp 4 x 2", "hsdp.plan", {1, 4, 2, 1, 1}},
     {"fsdp 4 x cp 2", "fsdp-cp.plan", {1, 1, 4, 2, 1}},
     {"fsdp 2 x cp 2 x tp 2", "fsdp-tp-cp.plan", {1, 1, 2, 2, 2}},
-    /* pp: not yet on meta (a stage's receive needs its peer's activation header) */
+    {"pp 2 x fsdp 4", "pp-fsdp.plan", {2, 1, 4, 1, 1}},
+    {"pp 2 x fsdp 2 x tp 2", "pp-fsdp-tp-sp.plan", {2, 1, 2, 1, 2}},
 };
 
 static int check_case(dt_ctx *hc, const cfg_case *c, bool plant_done) {

@@ -473,6 +473,8 @@ dt_status dt_comm_split_group(dt_comm *c, int color, int key, int n, const int *
   return DT_OK;
 }
 
+bool dt_comm_runs_alone(const dt_comm *c) { return c && c->ops->split_group != NULL; }
+
 void dt_comm_destroy(dt_comm *c) {
   if (c && c->ops->destroy) c->ops->destroy(c);
 }

@@ -201,6 +201,10 @@ dt_status dt_comm_split(dt_comm *c, int color, int key, const char *name, dt_com
 dt_status dt_comm_split_group(dt_comm *c, int color, int key, int n, const int *members,
                               const char *name, dt_comm **out);
 void dt_comm_destroy(dt_comm *c);
+/* True when c's other members do not run (the fake backend: its calls complete
+ * alone and receive no data), so a caller that would learn something from a
+ * peer (a shape) must know it itself. */
+bool dt_comm_runs_alone(const dt_comm *c);
 
 /* Helpers for backends: element-wise reduce `in` into `acc` (n elements; the
  * two must not overlap). */

@@ -180,6 +180,11 @@ typedef struct dt_model {
    * (param_dtype=bf16, reduce_dtype=f32): the optimizer owns f32 parameters) */
   dt_tensor *adam_master;
   int adam_step;
+  /* The placements of the activation between blocks (a pipeline stage boundary),
+   * set by lib/parallel (dt_parallelize_llama): what a stage receives where it
+   * cannot ask its sender (the fake comm of shape-only runs). false: unknown. */
+  bool has_act_pl;
+  dt_placement act_pl[DT_MAX_MESH_DIMS];
 } dt_model;
 
 /* Builds the module tree (no weights yet). mesh may be NULL for a model that is

@@ -142,6 +142,20 @@ dt_status dt_parallelize_llama(dt_ctx *ctx, dt_model *m, const dt_parallel_dims 
   if (!e) return dt_error(ctx, DT_ERR_NOMEM, "dt_parallelize_llama", "no memory");
   const int tp = dims->dim[DT_PDIM_TP], cp = dims->dim[DT_PDIM_CP];
   const int dps = dims->dim[DT_PDIM_DP_SHARD], dpr = dims->dim[DT_PDIM_DP_REPLICATE];
+  /* the activation between blocks: the batch Shard(0) on dp, the sequence Shard(1) on
+   * cp, and on tp what tok_embeddings' style outputs (RowwiseParallel's default:
+   * Replicate; sequence parallel: Shard(1)); every block keeps it (x + f(x)) */
+  m->has_act_pl = true;
+  for (int d = 0; d < DT_MAX_MESH_DIMS; d++) m->act_pl[d] = dt_replicate();
+  if (dpr >= 0) m->act_pl[dpr] = dt_shard(0);
+  if (dps >= 0) m->act_pl[dps] = dt_shard(0);
+  if (cp >= 0) m->act_pl[cp] = dt_shard(1);
+  for (int i = 0; tp >= 0 && i < pp->n_tp; i++) {
+    const dt_style *st = &pp->tp_entries[i].style;
+    if (!strcmp(pp->tp_entries[i].pattern, "tok_embeddings") && st->n_out > 0 &&
+        !st->output_layouts[0].none)
+      m->act_pl[tp] = st->output_layouts[0].pl;
+  }
   dt_status s = DT_OK;
   if (tp >= 0) s = dt_parallelize_module(ctx, m, tp, e, present(m, pp->tp_entries, pp->n_tp, e));
   if (s == DT_OK && cp >= 0)

@@ -70,6 +70,7 @@ typedef struct pp_run {
   dt_comm *comm;
   cell *cells;      /* [n_stages][m] */
   int *n_b;         /* [n_stages]: backwards run; the m-th ends the stage's step (FSDP) */
+  const dt_tensor *mb_tokens; /* a microbatch's tokens (their global shape) */
   dt_pp_event *ev;  /* the timeline, or NULL */
   int max_ev, *n_ev;
 } pp_run;
@@ -114,7 +115,18 @@ static dt_status recv_tensor(pp_run *r, const dt_tensor *like, int peer, int tag
   int64_t gshape[DT_MAX_DIMS];
   dt_placement pl[DT_MAX_MESH_DIMS];
   const int nd = dt_mesh_ndim(m->mesh);
-  if (!like) {
+  if (!like && dt_comm_runs_alone(r->comm)) {
+    /* no sender runs: the activation between blocks, as parallelize_llama placed it */
+    if (!m->has_act_pl || !r->mb_tokens || !r->mb_tokens->mesh)
+      return dt_error(ctx, DT_ERR_UNSUPPORTED, WHO,
+                      "a stage receive on a comm whose peers do not run needs the model's "
+                      "activation placements (dt_parallelize_llama)");
+    ndim = 3;
+    gshape[0] = r->mb_tokens->gshape[0];
+    gshape[1] = r->mb_tokens->gshape[1];
+    gshape[2] = m->cfg.dim;
+    memcpy(pl, m->act_pl, sizeof pl);
+  } else if (!like) {
     int64_t h[META_MAX];
     const bool was = dt_ledger_of(ctx)->enabled;
     dt_ledger_enable(ctx, false);
@@ -323,7 +335,7 @@ dt_status dt_pipeline_step(dt_ctx *ctx, dt_model *m, int pp_dim, const dt_pp_lay
                     m->cfg.n_layers);
   pp_run r = {.ctx = ctx, .m = m, .L = L, .S = S, .pp_dim = pp_dim,
               .rank = dt_mesh_coord(m->mesh, pp_dim), .m_mb = S->n_microbatches,
-              .comm = dt_mesh_comm(m->mesh, pp_dim), .ev = events, .max_ev = max_events,
+              .comm = dt_mesh_comm(m->mesh, pp_dim), .mb_tokens = tokens, .ev = events, .max_ev = max_events,
               .n_ev = n_events};
   r.cells = calloc((size_t)S->n_stages * (size_t)r.m_mb, sizeof *r.cells);
   r.n_b = calloc((size_t)S->n_stages, sizeof *r.n_b);
