@@ -9,7 +9,7 @@
 #      embedding and output rows unevenly) runs 4 roles, their counts summing to 4.
 #   3. Bad input, one line on stderr and exit 2 before any work: --device meta with
 #      --load-weights, --save-weights, --save-trace, --db or --comm nccl, and a tp
-#      that does not divide the heads.
+#      that does not divide the heads; sweep --device meta (no DB table for it yet).
 NAME=meta-run
 . "${srcdir:-.}/verify/harness-common.sh"
 command -v python3 >/dev/null 2>&1 || { echo "$NAME: SKIP (no python3 to read the JSON)"; exit 77; }
@@ -59,5 +59,6 @@ refused "meta --save-trace" "^shardbench run: --save-trace: " "$SB" run $M --sav
 refused "meta --db" "^shardbench run: --db: " "$SB" run $M --db "$tmp/x.db"
 refused "meta --comm nccl" "^shardbench run: --comm: " "$SB" run $M --comm nccl
 refused "meta tp 3 (16 heads)" "^shardbench run: " "$SB" run --device meta --tp 3 --plan megatron-tp
+refused "sweep --device meta" "^shardbench sweep: --device: " "$SB" sweep --world 8 --device meta
 [ -e "$tmp/x.db" ] && fail "meta --db: the DB was created"
 finish

@@ -424,6 +424,11 @@ static int sweep_lists(const sweep_args *a, sweep_space *sp) {
   const char *flag;
   if (strlen(a->device_s) >= sizeof ((sb_opts *)0)->device)
     return sb_usage_error(CMD, "--device", "expected cpu, cuda or cuda-emu, got '%s'", a->device_s);
+  /* shape-only results have no place in the DB's results table yet (its status CHECK) */
+  if (!strcmp(a->device_s, "meta"))
+    return sb_usage_error(CMD, "--device", "meta: a sweep stores every config in the DB, which "
+                                           "has no table for shape-only runs yet (run --device "
+                                           "meta runs one config)");
   for (int i = 0; i < sp->dtypes.n; i++) {
     if (strcmp(sp->dtypes.v[i], "f32") && strcmp(sp->dtypes.v[i], "f64") &&
         strcmp(sp->dtypes.v[i], "bf16"))
