@@ -1,9 +1,10 @@
 #!/bin/sh
 # verify/meta-run.sh: `shardbench run --device meta` (shape-only runs) end to end.
-#   1. The debugmodel (2 layers) under FSDP (dp_shard 4) and FSDP + TP + SP (4 x 2):
-#      status shape-only, one role for all ranks, and the memory split, the peak
-#      and the comm rows per step equal those of the same config run for real on
-#      cuda-emu (one timed step, no warm-up): the oracle is the real run.
+#   1. The debugmodel (2 layers) under FSDP (dp_shard 4), FSDP + TP + SP (4 x 2) and
+#      all five dims (torchtitan-5d, 32 ranks): status shape-only, the roles (one;
+#      two: the pp stages), and rank 0's memory split, peak and comm rows per step
+#      equal those of the same config run for real on cuda-emu (one timed step, no
+#      warm-up): the oracle is the real run.
 #      Planted: the second config's meta fields must differ from the first's real ones.
 #   2. Uneven shards make roles: a vocab of 2050 over dp_shard 4 (FSDP shards the
 #      embedding and output rows unevenly) runs 4 roles, their counts summing to 4.
@@ -15,19 +16,22 @@ NAME=meta-run
 command -v python3 >/dev/null 2>&1 || { echo "$NAME: SKIP (no python3 to read the JSON)"; exit 77; }
 
 MODEL="debugmodel:n_layers=2"
-# the fields compared: mem split, peak, then each comm row's op, mesh dim, phase, calls, bytes
+# the fields compared: rank 0's mem split, the peak (max over ranks; shape-only: over
+# roles), then rank 0's comm rows: op, mesh dim, phase, calls, bytes (a shape-only
+# result: its first role's, rank 0's)
 fields() {
   python3 -c 'import json,sys
 d=json.load(sys.stdin)
-print(d["status"], *[d[k] for k in ("mem_params_bytes","mem_grads_bytes","mem_optimizer_bytes","mem_activations_bytes","peak_mem_bytes")])
-for c in d["comm"]: print(c["op"], c["mesh_dim"], c["phase"], c["calls"], c["payload_bytes"], c["wire_bytes"])'
+r=d["roles"][0] if d.get("roles") else d
+print(d["status"], *[r[k] for k in ("mem_params_bytes","mem_grads_bytes","mem_optimizer_bytes","mem_activations_bytes")], d["peak_mem_bytes"])
+for c in r["comm"]: print(c["op"], c["mesh_dim"], c["phase"], c["calls"], c["payload_bytes"], c["wire_bytes"])'
 }
 same_as_real() {
   label=$1 world=$2
   shift 2
-  "$SB" run --device meta --model "$MODEL" --batch 4 --seq 16 --json "$@" >"$tmp/m.json" 2>"$tmp/err" ||
+  "$SB" run --device meta --model "$MODEL" --batch "$BATCH" --seq 16 --json "$@" >"$tmp/m.json" 2>"$tmp/err" ||
     { fail "$label: meta run exit $?: $(head -c 300 "$tmp/err")"; return; }
-  "$SB" run --device cuda-emu --model "$MODEL" --batch 4 --seq 16 --steps 1 --warmup 0 --json "$@" \
+  "$SB" run --device cuda-emu --model "$MODEL" --batch "$BATCH" --seq 16 --steps 1 --warmup 0 --json "$@" \
     >"$tmp/r.json" 2>"$tmp/err" || { fail "$label: real run exit $?: $(head -c 300 "$tmp/err")"; return; }
   fields <"$tmp/m.json" >"$tmp/m.txt"
   fields <"$tmp/r.json" >"$tmp/r.txt"
@@ -36,7 +40,7 @@ same_as_real() {
   check "$label: status" "$(sed -n '1s/ .*//p' "$tmp/m.txt")" "shape-only"
   check "$label: memory split, peak and comm rows vs the real run" "$m" "$r"
   roles=$(python3 -c 'import json,sys; d=json.load(sys.stdin); print(len(d["roles"]), sum(r["count"] for r in d["roles"]))' <"$tmp/m.json")
-  check "$label: roles" "$roles" "1 $world"
+  check "$label: roles, ranks" "$roles" "$nroles $world"
   # planted: the comparison must tell this config from the previous one's real run
   if [ -n "${prev_real:-}" ]; then
     checks=$((checks + 1))
@@ -44,8 +48,13 @@ same_as_real() {
   fi
   prev_real=$r
 }
+BATCH=4 nroles=1
 same_as_real "fsdp 4" 4 --dp-shard 4 --plan fsdp
 same_as_real "fsdp 4 x tp 2" 8 --dp-shard 4 --tp 2 --plan fsdp-tp-sp
+# all five dims, 32 ranks: two roles (the pp stages)
+BATCH=8 nroles=2
+same_as_real "5-D pp2 x dpr2 x dps2 x cp2 x tp2" 32 --pp 2 --dp-replicate 2 --dp-shard 2 --cp 2 \
+  --tp 2 --plan torchtitan-5d
 
 "$SB" run --device meta --model "debugmodel:n_layers=1:vocab=2050" --batch 4 --seq 16 --dp-shard 4 \
   --plan fsdp --json >"$tmp/u.json" 2>"$tmp/err" || fail "uneven: exit $?: $(head -c 300 "$tmp/err")"
