@@ -335,8 +335,10 @@ static void check_flops(dt_ctx *hc) {
   double got = 0, attn = 0;
   const rank_out *o = &j.out[0];
   bool shapes_ok = true;
+  double adamw = 0;
   for (size_t i = 0; i < o->n_kern; i++) {
     const dt_kledger_row *r = &o->kern[i];
+    if (!strcmp(r->op, "adamw")) adamw += r->flops * (double)r->calls;
     if (strcmp(r->op, "gemm")) continue;
     if (getenv("SB_META_VERBOSE"))
       printf("    gemm %-9s m%lld n%lld k%lld b%lld x%llu\n", r->phase, (long long)r->m,
@@ -366,6 +368,11 @@ static void check_flops(dt_ctx *hc) {
   TU_CHECK(got == want, "linear GEMM FLOPs %.17g, analytic %.17g", got, want);
   TU_CHECK(attn == want_attn, "attention GEMM FLOPs %.17g, analytic %.17g", attn, want_attn);
   TU_CHECK(shapes_ok, "a batch-1 GEMM is not [tokens] x a linear layer's (in, out)");
+  /* AdamW: every parameter once, 15 FLOPs each (ops.h's convention): embedding,
+   * the linear layers, the 2 L + 1 norms */
+  const double n_params = n_linear + (double)V * D + (2.0 * L + 1) * D;
+  printf("  adamw FLOPs %.10g, 15 x %.0f parameters = %.10g\n", adamw, n_params, 15 * n_params);
+  TU_CHECK(adamw == 15 * n_params, "adamw FLOPs %.17g, 15 N %.17g", adamw, 15 * n_params);
   job_free(&j);
 }
 

@@ -784,6 +784,12 @@ static dt_status adamw_kernel(dt_ctx *ctx, dt_model *m, int i, const dt_adamw *o
   }
   const dt_kern_adamw_hp hp = {o->lr, o->beta1, o->beta2, o->eps, o->weight_decay, bc1, bc2};
   const size_t ws = dt_dtype_size(w->dtype), gs = dt_dtype_size(gp->dtype);
+  /* the compute ledger: 15 FLOPs per element (the update's multiplies, adds,
+   * sqrt and divide); w, g, m, v (and the master) read, w, m, v (master) written */
+  const int64_t nst = ms->mesh ? 4 : 3;
+  dt_kledger_kernel(ctx, "adamw", mt->dtype, 15.0 * (double)n,
+                    (uint64_t)n * (ws + gs + (uint64_t)(nst - 1) * dt_dtype_size(mt->dtype)),
+                    (uint64_t)n * (ws + (uint64_t)(nst - 1) * dt_dtype_size(mt->dtype)));
   return kd.k->optim->adamw(kd.dev, n, mt->dtype, ms->mesh ? ms->local.data : NULL,
                             mt->local.data, vt->local.data, gp->dtype,
                             (const char *)gp->local.data + (size_t)at * gs, w->dtype,

@@ -149,6 +149,7 @@ static dt_status rope_run(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor *co
   dt_kdev kd; /* the angles in f64 on x's device, from the same attrs */
   DT_CHECK(dt_device_kernels(ctx, x->dev, "rope", &kd));
   DT_OP_KSLOT(ctx, "rope", kd.k->rows, rope);
+  dt_op_kledger(ctx, "rope", x->dtype, 3, x->numel, x->numel, x->numel);
   dt_kern_rope_args ra = {B, S, H, HD, pos0, gs, a->i1, a->i0,
                           a->scalar != 0 ? a->scalar : ROPE_THETA_DEFAULT, sign};
   return kd.k->rows->rope(kd.dev, x->dtype, &ra, x->data, y->data);

@@ -149,6 +149,7 @@ static dt_status emb_kernel(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor *
   DT_CHECK(dt_device_kernels(ctx, W->dev, "embedding", &kd));
   DT_OP_KSLOT(ctx, "embedding", kd.k->rows, embedding);
   DT_CHECK(check_ids(&kd, "embedding", I, w->gshape[0]));
+  dt_op_kledger(ctx, "embedding", W->dtype, 0, Y->numel, Y->numel, Y->numel);
   return kd.k->rows->embedding(kd.dev, W->dtype, I->numel, I->data, rows, cols, off, W->data,
                                Y->data);
 }
@@ -218,6 +219,7 @@ static dt_status embb_kernel(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor 
   const dt_kern_rows *R = kd.k->rows;
   DT_OP_KSLOT(ctx, "embedding_bwd", R, embedding_bwd);
   DT_CHECK(check_ids(&kd, "embedding_bwd", I, gw->gshape[0]));
+  dt_op_kledger(ctx, "embedding_bwd", G->dtype, 1, G->numel, G->numel, G->numel);
   if (Y->dtype != DT_BF16)
     return R->embedding_bwd(kd.dev, G->dtype, I->numel, I->data, G->data, rows, cols, off,
                             Y->dtype, Y->data);
@@ -421,6 +423,7 @@ static dt_status ceb_kernel(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor *
   DT_CHECK(dt_device_kernels(ctx, X->dev, "cross_entropy_bwd", &kd));
   DT_OP_KSLOT(ctx, "cross_entropy_bwd", kd.k->rows, ce_bwd);
   DT_CHECK(check_ids(&kd, "cross_entropy_bwd", T, x->gshape[last]));
+  dt_op_kledger(ctx, "cross_entropy_bwd", X->dtype, 4, X->numel, X->numel, X->numel);
   return kd.k->rows->ce_bwd(kd.dev, X->dtype, npos, Vl, voff, X->data, T->data, LSE->data,
                             in[0]->local.data, ce_N(x), Y->data);
 }

@@ -105,6 +105,7 @@ static dt_status rms_kernel(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor *
   dt_kdev kd;
   DT_CHECK(dt_device_kernels(ctx, x->dev, "rms_norm", &kd));
   DT_OP_KSLOT(ctx, "rms_norm", kd.k->rows, rms_fwd);
+  dt_op_kledger(ctx, "rms_norm", x->dtype, 4, x->numel, x->numel + d, x->numel);
   return kd.k->rows->rms_fwd(kd.dev, x->dtype, nr, d, get_eps(a), x->data, w->data, y->data);
 }
 
@@ -150,6 +151,7 @@ static dt_status bwd_kernel(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor *
   dt_kdev kd;
   DT_CHECK(dt_device_kernels(ctx, x->dev, "rms_norm_bwd", &kd));
   DT_OP_KSLOT(ctx, "rms_norm_bwd", kd.k->rows, rms_bwd);
+  dt_op_kledger(ctx, "rms_norm_bwd", x->dtype, 8, x->numel, 2 * x->numel + d, 2 * x->numel);
   return kd.k->rows->rms_bwd(kd.dev, x->dtype, nr, d, get_eps(a), x->data, w->data, dy->data,
                              dx->data, gw->data, NULL, NULL);
 }

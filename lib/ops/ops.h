@@ -128,6 +128,23 @@ struct dt_op {
       return dt_error((ctx), DT_ERR_UNSUPPORTED, (op), "the device has no kernel " #slot); \
   } while (0)
 
+/* The compute ledger's row of a kernel call (core.h, dt_kledger_kernel), written
+ * by the call site just before the slot, so every device writes the same rows.
+ * FLOPs per element as the slot's contract computes them, an exp, sqrt or
+ * reciprocal counted as one: scale, add, sub, mul 1; silu 4 (exp, add, divide,
+ * multiply); swiglu 5; silu_grad 8; swiglu_bwd 11; rms_norm 4 (square, add,
+ * scale, weight), its backward 8; rope 3 per output (two products, a sum);
+ * softmax 4 (max, exp, sum, divide); a sum 1 per input; embedding 0 (a row
+ * copy), its backward 1 (an add); cross-entropy's backward 4; adamw 15.
+ * Bytes: every operand read once, every output written once (es per element).
+ * GEMMs are recorded by dt_device_gemm. */
+static inline void dt_op_kledger(dt_ctx *ctx, const char *kernel, dt_dtype t, double flops_per,
+                                 int64_t n, int64_t n_read, int64_t n_written) {
+  const uint64_t es = dt_dtype_size(t);
+  dt_kledger_kernel(ctx, kernel, t, flops_per * (double)n, (uint64_t)n_read * es,
+                    (uint64_t)n_written * es);
+}
+
 /* The ops (defined in matmul.c, pointwise.c, reduce.c). Attrs each reads:
  *   einsum   eq ("bmk,bkn->bmn"; two operands, letters a-z)
  *   matmul   -   (x[..., m, k] @ y[..., k, n], equal leading batch dims)

@@ -224,16 +224,22 @@ static dt_status pw_run(dt_ctx *ctx, pw_kind k, double sc, const dt_tensor *cons
   const void *x0 = in[0]->local.data;
   if (k == PW_SCALE) {
     DT_OP_KSLOT(ctx, name, K, scale);
+    dt_op_kledger(ctx, "scale", y->dtype, 1, y->numel, y->numel, y->numel);
     return K->scale(kd.dev, y->dtype, y->numel, sc, x0, y->data);
   }
   if (k == PW_SILU) {
     DT_OP_KSLOT(ctx, name, K, silu);
+    dt_op_kledger(ctx, "silu", y->dtype, 4, y->numel, y->numel, y->numel);
     return K->silu(kd.dev, y->dtype, y->numel, x0, y->data);
   }
   if (n != 2) return dt_error(ctx, DT_ERR_INTERNAL, name, "binary kind with %d operands", n);
   dt_pw_op op = k == PW_ADD ? DT_PW_ADD : k == PW_SUB ? DT_PW_SUB : k == PW_MUL ? DT_PW_MUL
               : k == PW_SWIGLU ? DT_PW_SWIGLU : DT_PW_SILU_GRAD;
   DT_OP_KSLOT(ctx, name, K, binary);
+  static const char *const BIN[] = {"add", "sub", "mul", "swiglu", "silu_grad"};
+  static const double BIN_FLOPS[] = {1, 1, 1, 5, 8};
+  dt_op_kledger(ctx, BIN[op], y->dtype, BIN_FLOPS[op], y->numel,
+                in[0]->local.numel + in[1]->local.numel, y->numel);
   return K->binary(kd.dev, y->dtype, op, nd, ys, x0, st[0], in[1]->local.data, st[1], y->data);
 }
 
@@ -422,6 +428,7 @@ static dt_status sgb_kernel(dt_ctx *ctx, const dt_op_attrs *at, const dt_tensor 
   dt_kdev kd;
   DT_CHECK(dt_device_kernels(ctx, out[0]->local.dev, name, &kd));
   DT_OP_KSLOT(ctx, name, kd.k->pw, swiglu_bwd);
+  dt_op_kledger(ctx, "swiglu_bwd", out[0]->local.dtype, 11, n, 3 * n, 2 * n);
   return kd.k->pw->swiglu_bwd(kd.dev, out[0]->local.dtype, n, in[0]->local.data,
                               in[1]->local.data, in[2]->local.data, out[0]->local.data,
                               out[1]->local.data);

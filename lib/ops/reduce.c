@@ -161,6 +161,7 @@ static dt_status red_run(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor *con
   dt_kdev kd;
   DT_CHECK(dt_device_kernels(ctx, x->dev, name, &kd));
   DT_OP_KSLOT(ctx, name, kd.k->pw, sum_dims);
+  dt_op_kledger(ctx, "sum", x->dtype, 1, x->numel, x->numel, y->numel);
   /* mean of an empty local: 0/0 = NaN, as torch.mean of an empty tensor */
   return kd.k->pw->sum_dims(kd.dev, x->dtype, x->ndim, x->shape, dims, x->data, y->dtype, y->data,
                             mean ? (double)count : 1.0);
@@ -333,6 +334,7 @@ static dt_status sm_kernel(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor *c
   dt_kdev kd;
   DT_CHECK(dt_device_kernels(ctx, x->dev, "softmax", &kd));
   DT_OP_KSLOT(ctx, "softmax", kd.k->pw, softmax);
+  dt_op_kledger(ctx, "softmax", x->dtype, 4, x->numel, x->numel, x->numel);
   return kd.k->pw->softmax(kd.dev, x->dtype, outer, L, inner, x->data, y->data);
 }
 
