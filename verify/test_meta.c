@@ -97,8 +97,8 @@ static dt_status train_rank(dt_ctx *ctx, void *arg) {
     r->kern = malloc((K->n ? K->n : 1) * sizeof *r->kern);
     if (!r->comm || !r->kern) s = DT_ERR_NOMEM;
     else {
-      memcpy(r->comm, L->rows, L->n * sizeof *r->comm);
-      memcpy(r->kern, K->rows, K->n * sizeof *r->kern);
+      if (L->n) memcpy(r->comm, L->rows, L->n * sizeof *r->comm);
+      if (K->n) memcpy(r->kern, K->rows, K->n * sizeof *r->kern);
       r->n_comm = L->n;
       r->n_kern = K->n;
       r->mem[0] = rec.mem_params;
