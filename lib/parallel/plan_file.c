@@ -69,14 +69,16 @@ static const unsigned k_style_kwargs[N_STYLES] = {
 typedef enum setting_id {
   SET_NAME = 0, SET_DIMS, SET_LOSS_PARALLEL, SET_ZERO, SET_MP_PARAM, SET_MP_REDUCE,
   SET_BUCKET_CAP_MB, SET_CP_ROTATE, SET_CP_LOAD_BALANCE, SET_PP_SCHEDULE, SET_PP_CSV,
-  SET_PP_MBS, SET_PP_STAGES, SET_PP_FIRST_LESS, SET_PP_LAST_LESS, N_SETTINGS
+  SET_PP_MBS, SET_PP_STAGES, SET_PP_FIRST_LESS, SET_PP_LAST_LESS, SET_AC_MODE, SET_AC_OPTION,
+  N_SETTINGS
 } setting_id;
 static const char *const k_settings[N_SETTINGS] = {
     "name", "dims", "loss_parallel", "zero", "mixed_precision_param", "mixed_precision_reduce",
     "bucket_cap_mb", "context_parallel_rotate_method", "context_parallel_load_balance",
     "pipeline_parallel_schedule", "pipeline_parallel_schedule_csv",
     "pipeline_parallel_microbatch_size", "module_fqns_per_model_part",
-    "pipeline_parallel_first_stage_less_layers", "pipeline_parallel_last_stage_less_layers"};
+    "pipeline_parallel_first_stage_less_layers", "pipeline_parallel_last_stage_less_layers",
+    "activation_checkpoint_mode", "selective_ac_option"};
 #define SETBIT(k) (1u << (k))
 
 /* The model itself in a fully_shard entry (TorchTitan's final fully_shard(model)). */
@@ -356,6 +358,7 @@ typedef struct pstate {
   int cur_dim;      /* the [dim] section, -1 before the first header */
   unsigned seen;    /* settings given (SETBIT per setting_id) */
   int set_line[N_SETTINGS], set_col[N_SETTINGS]; /* where each setting was given */
+  char ac_option[WORD_MAX];  /* selective_ac_option as given ("": not given) */
 } pstate;
 
 static int col_of(const pstate *s, const char *at) { return (int)(at - s->ls) + 1; }
@@ -982,6 +985,33 @@ static dt_status bucket_setting(pstate *s) {
   return setting_end(s, "bucket_cap_mb");
 }
 
+/* activation_checkpoint_mode = none | selective | full and selective_ac_option = op | N
+ * (N >= 1), TorchTitan's [activation_checkpoint] mode and selective_ac_option; the
+ * two are combined after the file (dt_ac_parse), each checked on its own line. */
+static dt_status ac_setting(pstate *s, setting_id which) {
+  const char *b = s->p;
+  char w[WORD_MAX] = "";
+  while (s->p < s->end && is_ident(*s->p) && (size_t)(s->p - b) + 1 < sizeof w) s->p++;
+  memcpy(w, b, (size_t)(s->p - b));
+  w[s->p - b] = '\0';
+  dt_ac_config ac;
+  dt_ctx quiet;
+  dt_ctx_init(&quiet, 0, 1);
+  const bool mode = which == SET_AC_MODE;
+  const dt_status st = dt_ac_parse(&quiet, mode ? w : "selective", mode ? NULL : w, &ac);
+  dt_ctx_release(&quiet);
+  if (st != DT_OK) {
+    s->p = b;
+    return perr(s, s->line, col_of(s, b),
+                mode ? "'%s': expected none, selective or full after 'activation_checkpoint_mode ='"
+                     : "'%s': expected op or an integer >= 1 after 'selective_ac_option ='",
+                w);
+  }
+  if (mode) s->plan->ac.mode = ac.mode;
+  else snprintf(s->ac_option, sizeof s->ac_option, "%s", w);
+  return setting_end(s, k_settings[which]);
+}
+
 static dt_status setting(pstate *s, setting_id which, const char *kb) {
   dt_plan *pl = s->plan;
   if (s->seen & SETBIT(which))
@@ -1044,6 +1074,8 @@ static dt_status setting(pstate *s, setting_id which, const char *kb) {
     case SET_CP_LOAD_BALANCE:
       return bool_setting(s, "context_parallel_load_balance", &pl->cp_load_balance);
     case SET_PP_STAGES: return pp_stages_setting(s);
+    case SET_AC_MODE:
+    case SET_AC_OPTION: return ac_setting(s, which);
     case SET_PP_FIRST_LESS:
     case SET_PP_LAST_LESS: {
       const char *b = s->p;
@@ -1338,6 +1370,8 @@ dt_status dt_plan_parse(dt_ctx *ctx, const char *text, const char *path, dt_plan
   if (!(s.seen & SETBIT(SET_DIMS))) st = perr(&s, 0, 0, "no 'dims = ...' line (e.g. dims = tp:-1)");
   if (st == DT_OK) st = check_loss_parallel(&s);
   if (st == DT_OK) st = check_fsdp_settings(&s);
+  if (st == DT_OK && out->ac.mode == DT_AC_SELECTIVE) /* both words were checked already */
+    st = dt_ac_parse(ctx, "selective", s.ac_option[0] ? s.ac_option : NULL, &out->ac);
   if (st == DT_OK) st = check_cp_settings(&s);
   if (st != DT_OK) {
     memset(out, 0, sizeof *out);

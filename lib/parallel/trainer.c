@@ -96,6 +96,7 @@ dt_status dt_trainer_create(dt_ctx *ctx, const dt_llama_config *cfg, const dt_pa
   }
   if (s == DT_OK) s = dt_parallel_dims_build_mesh(ctx, dims, &t->mesh, &t->perm);
   if (s == DT_OK) s = dt_model_create(ctx, t->mesh, cfg, opts->dtype, opts->seed, &t->model);
+  if (s == DT_OK) t->model->ac = opts->ac;
   if (s == DT_OK) s = dt_parallelize_llama(ctx, t->model, dims, plan, &opts->parallelize);
   t->fsdp = plan && plan->fsdp && (dims->dim[DT_PDIM_DP_SHARD] >= 0 || dims->dim[DT_PDIM_CP] >= 0);
   if (s == DT_OK) s = dt_model_materialize(ctx, t->model);

@@ -176,6 +176,10 @@ typedef struct dt_trainer_opts {
                                  * counters (mem.dev_*), else the host's */
   dt_parallelize_opts parallelize;
   dt_trainer_hooks hooks;
+  /* activation checkpointing of the blocks (nn.h dt_ac_config; zero: none): the
+   * program's choice, e.g. the plan's activation_checkpoint_mode (dt_plan.ac) or
+   * its override */
+  dt_ac_config ac;
 } dt_trainer_opts;
 
 /* What one step did on this rank. */
