@@ -138,11 +138,17 @@ void sb_config_fill(const sb_opts *o, sb_config *c) {
   /* the device joins the key only off the CPU, so a CPU config keeps the key
    * (and the DB row) it always had */
   const bool dev = o->device[0] && strcmp(o->device, "cpu");
+  /* activation checkpointing likewise joins only when on, as ac=MODE[:OPTION] */
+  char ac[40] = "";
+  if (o->ac.mode != DT_AC_NONE) {
+    char a[32];
+    snprintf(ac, sizeof ac, " ac=%s", dt_ac_str(&o->ac, a, sizeof a));
+  }
   snprintf(c->key, sizeof c->key,
            "model=%s workload=%s plan=%s mesh=%s dtype=%s batch=%d seq=%d steps=%d backend=%s "
-           "world=%d%s%s",
+           "world=%d%s%s%s",
            o->model, o->workload, o->plan, mesh, o->dtype, o->batch, o->seq, o->steps, o->backend,
-           o->world, dev ? " device=" : "", dev ? o->device : "");
+           o->world, dev ? " device=" : "", dev ? o->device : "", ac);
   snprintf(c->workload, sizeof c->workload, "%s", o->workload);
   snprintf(c->model, sizeof c->model, "%s", o->model);
   snprintf(c->plan, sizeof c->plan, "%s", o->plan);
@@ -739,6 +745,7 @@ static void trainer_opts(const dt_ctx *ctx, job *j, rank_job *rj, dt_trainer_opt
   to->adamw = adamw;
   to->load_weights = j->o->load_weights;
   to->device_memory = on_device(ctx);
+  if (!j->reference) to->ac = j->o->ac; /* the reference: no AC (AC changes no bits) */
   if (j->fault.kind == FAULT_SKIP_REDUCE) { /* TEST SWITCH: the FSDP unit skips its reduction */
     const char *dot = strrchr(j->fault.param, '.');
     if (dot && !strcmp(dot, ".weight"))

@@ -88,6 +88,36 @@ int sb_plan_validate(const char *cmd, const char *flag, const char *path, const 
   return rc;
 }
 
+int sb_parse_ac(const char *cmd, const char *flag, const char *s, dt_ac_config *out) {
+  char mode[32];
+  const char *colon = strchr(s, ':');
+  const size_t ml = colon ? (size_t)(colon - s) : strlen(s);
+  if (ml >= sizeof mode)
+    return sb_usage_error(cmd, flag, "expected none, full or selective[:op|:N], got '%s'", s);
+  memcpy(mode, s, ml);
+  mode[ml] = '\0';
+  if (colon && strcmp(mode, "selective"))
+    return sb_usage_error(cmd, flag, "'%s': only selective takes an option (selective:op or "
+                          "selective:N)", s);
+  dt_ctx hc;
+  dt_ctx_init(&hc, 0, 1);
+  int rc = 0;
+  if (dt_ac_parse(&hc, mode, colon ? colon + 1 : NULL, out) != DT_OK)
+    rc = sb_usage_error(cmd, flag, "%s", sb_strip_call(dt_last_error(&hc)));
+  dt_ctx_release(&hc);
+  return rc;
+}
+
+void sb_plan_ac(const char *path, dt_ac_config *out) {
+  memset(out, 0, sizeof *out);
+  dt_plan *plan = calloc(1, sizeof *plan);
+  dt_ctx hc;
+  dt_ctx_init(&hc, 0, 1);
+  if (plan && dt_plan_load(&hc, path, plan) == DT_OK) *out = plan->ac;
+  dt_ctx_release(&hc);
+  free(plan);
+}
+
 int sb_check_model(const char *cmd, const char *flag, const char *model) {
   dt_llama_config tmp;
   dt_ctx hc;
@@ -245,7 +275,7 @@ const char sb_run_usage[] =
     "                       --cp N --tp N] [--dtype f32|f64|bf16] [--batch 8] [--seq 32]\n"
     "                      [--device cpu|cuda|cuda-emu]\n"
     "                      [--steps 2] [--warmup 1] [--backend threads|mpi] [--world N]\n"
-    "                      [--comm host|nccl] [--pin-ranks]\n"
+    "                      [--comm host|nccl] [--pin-ranks] [--ac MODE[:OPTION]]\n"
     "                      [--peak-tflops X] [--mem-limit BYTES | --no-mem-check]\n"
     "                      [--plans-dir DIR] [--db FILE] [--json]\n"
     "                      [--load-weights FILE] [--save-weights FILE [--weights-dtype f32|f64|bf16]\n"
@@ -297,6 +327,10 @@ const char sb_run_usage[] =
     "  --plans-dir DIR  where NAME.plan lives (default: $SHARDBENCH_PLANS,\n"
     "                   $SHARDBENCH_DATADIR/plans, ./plans, the installed plans/)\n"
     "  --db FILE        append runs/configs/results/comm rows (results/schema.sql)\n"
+    "  --ac MODE[:OPT]  activation checkpointing of the sharded job's blocks, over the\n"
+    "                   plan's activation_checkpoint_mode / selective_ac_option:\n"
+    "                   none, full, selective:N (every N-th block), selective:op\n"
+    "                   (TorchTitan's per-op policy); the reference runs without\n"
     "  --json           one JSON object instead of the summary\n"
     "  --pin-ranks      threads backend: pin rank r to the r-th CPU when the ranks are\n"
     "                   no more than the CPUs (default: the scheduler places them,\n"
@@ -362,11 +396,12 @@ typedef struct run_args {
   long world;
   const char *db, *plans_flag, *plan_arg, *peak_s, *mem_s;
   const char *load_w, *save_w, *wdtype_s, *wnames_s, *trace;
+  bool ac_given;
 } run_args;
 
 enum { O_MODEL = 256, O_WORKLOAD, O_PLAN, O_MESH, O_PP, O_DPR, O_DPS, O_CP, O_TP, O_DTYPE,
        O_BATCH, O_SEQ, O_STEPS, O_WARMUP, O_BACKEND, O_WORLD, O_PEAK, O_MEMLIM, O_NOMEM, O_PLANS,
-       O_DB, O_JSON, O_LOADW, O_SAVEW, O_WDTYPE, O_WNAMES, O_TRACE, O_COMM, O_DEVICE, O_PIN, O_HELP };
+       O_DB, O_JSON, O_LOADW, O_SAVEW, O_WDTYPE, O_WNAMES, O_TRACE, O_COMM, O_DEVICE, O_PIN, O_AC, O_HELP };
 static const struct option run_lopts[] = {
     {"model", required_argument, NULL, O_MODEL}, {"workload", required_argument, NULL, O_WORKLOAD},
     {"plan", required_argument, NULL, O_PLAN},   {"mesh", required_argument, NULL, O_MESH},
@@ -389,6 +424,7 @@ static const struct option run_lopts[] = {
     {"comm", required_argument, NULL, O_COMM},
     {"device", required_argument, NULL, O_DEVICE},
     {"pin-ranks", no_argument, NULL, O_PIN},
+    {"ac", required_argument, NULL, O_AC},
     {"help", no_argument, NULL, O_HELP},
     {NULL, 0, NULL, 0}};
 
@@ -453,6 +489,9 @@ static int run_flag(int ch, run_args *a, char **argv) {
   case O_WDTYPE: a->wdtype_s = optarg; return 0;
   case O_WNAMES: a->wnames_s = optarg; return 0;
   case O_TRACE: a->trace = optarg; return 0;
+  case O_AC:
+    a->ac_given = true;
+    return sb_parse_ac(CMD, "--ac", optarg, &o->ac);
   case O_HELP: fputs(sb_run_usage, stdout); return -1;
   default: return sb_getopt_error(CMD, ch, argv, run_lopts);
   }
@@ -616,6 +655,7 @@ static int run_check(run_args *a, int *argc, char ***argv, dt_backend *be, int *
     return sb_usage_error(CMD, "--plan", "%s", err);
   const char *models[1] = {o->model};
   if ((rc = sb_plan_validate(CMD, "--plan", o->plan_path, models, 1))) return rc;
+  if (!a->ac_given) sb_plan_ac(o->plan_path, &o->ac);
   if (sb_fault_check(CMD, *rank == 0)) return SB_EXIT_USAGE; /* TEST SWITCH (run.c) */
   return 0;
 }

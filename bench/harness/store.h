@@ -198,6 +198,9 @@ typedef struct sb_opts {
   dt_dtype weights_dtype;
   dt_weight_names weights_names;
   bool pin_ranks;                /* --pin-ranks: dt_launch_opts.bind (threads backend) */
+  /* the sharded job's activation checkpointing: --ac, else the plan's
+   * activation_checkpoint_mode (sb_plan_ac); the reference runs without */
+  dt_ac_config ac;
 } sb_opts;
 
 /* The unsharded reference of one (model, workload, dtype, batch, seq, steps):
@@ -254,6 +257,13 @@ const char *sb_plan_msg(const char *m);
  * models (n of them; full depth): "FILE:LINE:COL: ..." for a syntax error,
  * "FILE:LINE: pattern '...' matches no module" for a typo. 0, or the one-line
  * error printed naming flag and SB_EXIT_USAGE. */
+/* --ac MODE[:OPTION] (TorchTitan's activation_checkpoint mode and
+ * selective_ac_option: none, full, selective[:op|:N]) into out: 0, or the one-line
+ * error (cmd, flag) printed and SB_EXIT_USAGE. */
+int sb_parse_ac(const char *cmd, const char *flag, const char *s, dt_ac_config *out);
+/* The activation checkpointing a (validated) plan file asks for; none when it
+ * cannot be read. */
+void sb_plan_ac(const char *path, dt_ac_config *out);
 int sb_plan_validate(const char *cmd, const char *flag, const char *path, const char *const *models,
                      int n);
 /* A measured single-core sgemm rate x min(world, online CPUs), TFLOP/s, with

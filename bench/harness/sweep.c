@@ -65,6 +65,7 @@ const char sb_sweep_usage[] =
     "                        [--backend threads|mpi] [--peak-tflops X] [--plans-dir DIR]\n"
     "                        [--mem-limit BYTES | --no-mem-check] [--shapes S/S/...]\n"
     "                        [--device cpu|cuda|cuda-emu] [--pin-ranks]\n"
+    "                        [--ac none,full,selective:2,selective:op]\n"
     "\n"
     "Runs every ordered factorisation of the world into (pp, dp_replicate, dp_shard, cp,\n"
     "tp) (or only the --shapes given, each as run's --mesh: dp_shard:2,tp:4/cp:8)\n"
@@ -89,6 +90,8 @@ const char sb_sweep_usage[] =
     "--device cpu|cuda|cuda-emu: where every config's sharded job computes, as run's\n"
     "--device (it joins each config's key off the CPU); --dtypes bf16 needs a device.\n"
     "--pin-ranks: pin each config's rank threads to cores, as run's --pin-ranks.\n"
+    "--ac LIST: each config once per activation checkpointing setting (run's --ac;\n"
+    "selective alone is TorchTitan's default selective:2); default: each plan's own.\n"
     "\n"
     "Exit: 0 all ok or skipped, 1 a mismatch or failure, 2 bad input (flags, a plan,\n"
     "the DB).\n";
@@ -316,6 +319,7 @@ typedef struct sweep_args {
   const char *shapes_s; /* --shapes: NULL, every factorisation */
   const char *device_s; /* --device: cpu, cuda, cuda-emu */
   const char *peak_s, *mem_s;
+  const char *ac_s;     /* --ac: NULL, each plan's own */
   bool resume, no_mem_check, pin_ranks;
 } sweep_args;
 
@@ -326,6 +330,8 @@ typedef struct sweep_space {
   int nshapes;
   int (*shapes)[SB_NDIMS];
   int total;
+  int n_ac;                          /* --ac settings (0: each plan's own, plan_ac) */
+  dt_ac_config ac[MAX_LIST], plan_ac[MAX_LIST];
 } sweep_space;
 
 /* Outcomes so far. */
@@ -336,7 +342,7 @@ typedef struct tally {
 
 enum { O_WORLD = 256, O_MODELS, O_PLANS, O_WORKLOADS, O_DTYPES, O_BATCH, O_SEQ, O_STEPS,
        O_WARMUP, O_DB, O_RESUME, O_BACKEND, O_PEAK, O_MEMLIM, O_NOMEM, O_PLANSDIR, O_SHAPES,
-       O_DEVICE, O_PIN, O_HELP };
+       O_DEVICE, O_PIN, O_AC, O_HELP };
 static const struct option sweep_lopts[] = {
     {"world", required_argument, NULL, O_WORLD},
     {"models", required_argument, NULL, O_MODELS},
@@ -357,6 +363,7 @@ static const struct option sweep_lopts[] = {
     {"shapes", required_argument, NULL, O_SHAPES},
     {"device", required_argument, NULL, O_DEVICE},
     {"pin-ranks", no_argument, NULL, O_PIN},
+    {"ac", required_argument, NULL, O_AC},
     {"help", no_argument, NULL, O_HELP},
     {NULL, 0, NULL, 0}};
 
@@ -399,6 +406,7 @@ static int sweep_parse(int argc, char **argv, sweep_args *a) {
     case O_MEMLIM: a->mem_s = optarg; break;
     case O_NOMEM: a->no_mem_check = true; break;
     case O_PIN: a->pin_ranks = true; break;
+    case O_AC: a->ac_s = optarg; break;
     case O_HELP: fputs(sb_sweep_usage, stdout); return -1;
     default: return sb_getopt_error(CMD, ch, argv, sweep_lopts);
     }
@@ -432,6 +440,13 @@ static int sweep_lists(const sweep_args *a, sweep_space *sp) {
     if (sb_check_device(a->device_s, sp->dtypes.v[i], &flag, err, sizeof err))
       return sb_usage_error(CMD, !strcmp(flag, "--dtype") ? "--dtypes" : flag, "%s", err);
   }
+  if (a->ac_s) {
+    list acs;
+    if (split_list(a->ac_s, &acs, err, sizeof err)) return sb_usage_error(CMD, "--ac", "%s", err);
+    for (int i = 0; i < acs.n; i++)
+      if (sb_parse_ac(CMD, "--ac", acs.v[i], &sp->ac[i])) return SB_EXIT_USAGE;
+    sp->n_ac = acs.n;
+  }
   return 0;
 }
 
@@ -457,6 +472,7 @@ static int sweep_plans(const sweep_args *a, sweep_space *sp) {
       return sb_usage_error(CMD, "--plans", "%s", err);
     int rc = sb_plan_validate(CMD, "--plans", sp->plan_path[i], models, sp->models.n);
     if (rc) return rc;
+    sb_plan_ac(sp->plan_path[i], &sp->plan_ac[i]);
   }
   return 0;
 }
@@ -519,7 +535,8 @@ static int sweep_check(sweep_args *a, sweep_space *sp, sb_opts *lim, dt_backend 
   } else {
     factor((int)a->world, 0, cur, shapes, &sp->nshapes);
   }
-  sp->total = sp->models.n * sp->workloads.n * sp->dtypes.n * sp->nshapes * sp->plans.n;
+  sp->total = sp->models.n * sp->workloads.n * sp->dtypes.n * sp->nshapes * sp->plans.n *
+              (sp->n_ac ? sp->n_ac : 1);
   return 0;
 }
 
@@ -575,7 +592,7 @@ static void sweep_config(const sweep_args *a, const sb_opts *o, sb_ref *ref, sb_
   sb_result_free(&r);
 }
 
-/* Every config of the space, in order: model, workload, dtype, mesh shape, plan. */
+/* Every config of the space, in order: model, workload, dtype, mesh shape, plan, AC. */
 static void sweep_all(const sweep_args *a, const sweep_space *sp, const sb_opts *lim, sb_store *st,
                       bool mpi, int rank, tally *t) {
   sb_ref ref;
@@ -585,8 +602,10 @@ static void sweep_all(const sweep_args *a, const sweep_space *sp, const sb_opts 
     for (int wi = 0; wi < sp->workloads.n; wi++)
       for (int di = 0; di < sp->dtypes.n; di++)
         for (int si = 0; si < sp->nshapes; si++)
-          for (int pi = 0; pi < sp->plans.n; pi++) {
+          for (int pi = 0; pi < sp->plans.n; pi++)
+          for (int ai = 0; ai < (sp->n_ac ? sp->n_ac : 1); ai++) {
             sb_opts o = *lim; /* the peak and the memory limit */
+            o.ac = sp->n_ac ? sp->ac[ai] : sp->plan_ac[pi];
             snprintf(o.model, sizeof o.model, "%s", sp->models.v[mi]);
             snprintf(o.workload, sizeof o.workload, "%s", sp->workloads.v[wi]);
             snprintf(o.dtype, sizeof o.dtype, "%s", sp->dtypes.v[di]);
