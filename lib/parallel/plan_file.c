@@ -991,7 +991,8 @@ static dt_status bucket_setting(pstate *s) {
 static dt_status ac_setting(pstate *s, setting_id which) {
   const char *b = s->p;
   char w[WORD_MAX] = "";
-  while (s->p < s->end && is_ident(*s->p) && (size_t)(s->p - b) + 1 < sizeof w) s->p++;
+  while (s->p < s->end && !isspace((unsigned char)*s->p) && (size_t)(s->p - b) + 1 < sizeof w)
+    s->p++;
   memcpy(w, b, (size_t)(s->p - b));
   w[s->p - b] = '\0';
   dt_ac_config ac;
