@@ -194,27 +194,71 @@ def build_model(a, dtype, tt=None):
     return m, loss_fn
 
 
-def pytorch_steps(run, a, w, t, meta, tt=None):
-    """The run's steps in PyTorch; returns {golden quantity name: float64 tensor}."""
+# Activation checkpointing as TorchTitan applies it (torchtitan/distributed/
+# activation_checkpoint.py at 8a6c9fe, _apply_ac_to_transformer_block): ptd_checkpoint_wrapper
+# around every block (full), every N-th block counted from 1 (selective N), or every block
+# with the op-level policy: the outputs of _save_list's ops saved except every second mm.
+AC_MODES = ("full", "selective:2", "selective:op")
+
+
+def _op_policy():
+    from torch.utils.checkpoint import CheckpointPolicy
+    aten = torch.ops.aten
+    save_list = {aten.mm.default, aten._scaled_dot_product_efficient_attention.default,
+                 aten._scaled_dot_product_flash_attention.default, aten.max.default}
+    if hasattr(torch.ops, "_c10d_functional"):
+        save_list.add(torch.ops._c10d_functional.reduce_scatter_tensor.default)
+    meta = {"forward_mm_count": 0, "recompute_mm_count": 0}
+
+    def policy(ctx, func, *args, **kwargs):
+        key = ("recompute" if ctx.is_recompute else "forward") + "_mm_count"
+        if func == aten.mm.default:
+            meta[key] += 1
+        save = func in save_list and not (func == aten.mm.default and meta[key] % 2 == 0)
+        return CheckpointPolicy.MUST_SAVE if save else CheckpointPolicy.PREFER_RECOMPUTE
+    return policy
+
+
+def apply_ac(model, ac):
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
+    from torch.utils.checkpoint import create_selective_checkpoint_contexts
+    for i, (name, block) in enumerate(list(model.layers.named_children())):
+        if ac == "selective:op":
+            wrapped = checkpoint_wrapper(block, preserve_rng_state=False, context_fn=lambda:
+                                         create_selective_checkpoint_contexts(_op_policy()))
+        elif ac == "full" or (i + 1) % int(ac.split(":")[1]) == 0:
+            wrapped = checkpoint_wrapper(block, preserve_rng_state=False)
+        else:
+            continue
+        model.layers.register_module(name, wrapped)
+
+
+def pytorch_steps(run, a, w, t, meta, tt=None, ac=None):
+    """The run's steps in PyTorch (ac: one of AC_MODES, or None); returns {golden quantity
+    name: float64 tensor}."""
     dtype = torch.float64 if run["dtype"] == "f64" else torch.float32
     model, loss_fn = build_model(a, dtype, tt)
     model.load_state_dict(w, strict=True)
+    if ac:
+        apply_ac(model, ac)
     opt = torch.optim.AdamW(model.parameters(), lr=float(meta["lr"]),
                             betas=(float(meta["beta1"]), float(meta["beta2"])), eps=float(meta["eps"]),
                             weight_decay=float(meta["weight_decay"]), foreach=False)
     q = {f"loss step {s}": None for s in range(run["steps"])}  # losses first in the golden
-    names = [n for n, _ in model.named_parameters()]
+    def named():  # the fqns without the checkpoint wrapper's prefix
+        return [(n.replace("._checkpoint_wrapped_module", ""), p) for n, p in model.named_parameters()]
+    names = [n for n, _ in named()]
     for s in range(run["steps"]):
         logits = model(t[f"tokens.step{s}"])
         loss = loss_fn(logits, t[f"targets.step{s}"])
         loss.backward()
         q[f"loss step {s}"] = loss.detach().double().reshape(1)
-        for n, p in model.named_parameters():
+        for n, p in named():
             q[f"{n} grad step {s}"] = p.grad.detach().double().clone()
         opt.step()
         opt.zero_grad()
     last = run["steps"] - 1
-    params = dict(model.named_parameters())
+    params = dict(named())
     for n in names:
         q[f"{n} param after step {last}"] = params[n].detach().double().clone()
     return q
@@ -553,6 +597,19 @@ def main():
                 print(f"  FAIL init {fqn}: {what} {got:.6g}, expected {exp:.6g} +- {allowed:.3g}")
             if fails:
                 ok = False
+            if run["model"] == "debugmodel":
+                # PyTorch's AC must change no bits of PyTorch's run; against shardbench's (whose
+                # AC runs are bitwise its no-AC run: verify/test_ac.c) today's tolerances
+                for ac in AC_MODES:
+                    qa = pytorch_steps(run, a, w, t, meta, ac=ac)
+                    diff = [n for n in q if not torch.equal(qa[n], q[n])]
+                    ka, bada = compare(qa, tq, run)
+                    print(f"  AC {ac:<12} (torch.utils.checkpoint, TorchTitan's policy): "
+                          f"{'bitwise the no-AC run' if not diff else f'{len(diff)} quantities differ from no AC: FAIL'}"
+                          "; vs shardbench: " + ", ".join(f"{k} {e:.2e}" for k, (e, _, _) in ka.items())
+                          + ("" if not bada else f"  FAIL ({len(bada)} over tolerance)"))
+                    if diff or bada:
+                        ok = False
             if isinstance(tt, tuple) and run["dtype"] == "f32":
                 qt = pytorch_steps(run, a, w, t, meta, tt)
                 kt, badt = compare(qt, tq, run)
