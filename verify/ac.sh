@@ -13,7 +13,9 @@
 #   2. a plan's activation_checkpoint_mode / selective_ac_option apply when --ac is
 #      not given, and --ac overrides them (--ac none).
 #   3. `sweep --ac none,full` runs each config once per setting, two keys.
-#   4. bad input: exit 2, one line, before any work: --ac partial, --ac selective:0,
+#   4. it can fail: SHARDBENCH_FAULT=ac-zero:3 (each checkpointed block's 3rd recomputed
+#      call left zero) is a mismatch against the reference under --ac full.
+#   5. bad input: exit 2, one line, before any work: --ac partial, --ac selective:0,
 #      --ac full:op; sweep --ac bogus; a plan with an unknown mode or N < 1 names
 #      FILE:LINE.
 NAME=ac
@@ -69,7 +71,13 @@ check "--ac none overrides the plan" "$(key "$tmp/p.json")" "ok "
 check "sweep --ac none,full: two ok configs" \
   "$(q "$tmp/s.db" "SELECT count(*), sum(c.key LIKE '% ac=full') FROM results r JOIN configs c ON c.id = r.config_id WHERE r.status = 'ok';")" "2|1"
 
-# 4. bad input
+# 4. it can fail
+SHARDBENCH_FAULT=ac-zero:3 run --ac full >"$tmp/f.json" 2>"$tmp/e"
+rc=$?
+check "fault ac-zero:3: exit 1, a mismatch" \
+  "$rc $(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["status"])' "$tmp/f.json")" "1 mismatch"
+
+# 5. bad input
 refused "--ac partial" "--ac" "$SB" run --plans-dir "$PLANS" --tp 2 --ac partial
 refused "--ac selective:0" "--ac.*selective_ac_option '0'" "$SB" run --plans-dir "$PLANS" --tp 2 --ac selective:0
 refused "--ac full:op" "--ac.*only selective" "$SB" run --plans-dir "$PLANS" --tp 2 --ac full:op

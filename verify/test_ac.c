@@ -1,7 +1,7 @@
 /* verify/test_ac.c: activation checkpointing (TorchTitan's activation_checkpoint
  * modes, lib/nn dt_ac_config, the tape's checkpointed regions) verified on the
- * training step (dt_trainer), threads backend, debugmodel cut to 4 layers and a 256-token vocabulary, batch 2,
- * seq 16, f64 and f32:
+ * training step (dt_trainer), threads backend, debugmodel cut to 4 layers and a
+ * 256-token vocabulary, batch 2, seq 16, f64 and f32:
  *   1. bitwise: the loss, every local gradient shard after backward and every local
  *      weight shard after AdamW of a run with full AC, every 2nd block
  *      (selective:2) and the op-level policy (selective:op) equal, byte for byte,
@@ -178,7 +178,8 @@ static dt_status run(dt_ctx *ctx, const arg *a, dt_dtype dt, const dt_ac_config 
  * wv (mm 3), sdpa, w1 (mm 5), w2 (mm 7) and the output. */
 static int64_t derive_block(const dt_llama_config *c, const char *mode, const char *opt) {
   const int64_t bsd = (int64_t)B * S * c->dim, hd = c->dim / c->n_heads;
-  const int64_t bskv = (int64_t)B * S * c->n_kv_heads * hd, bsh = (int64_t)B * S * dt_llama_ffn_hidden(c);
+  const int64_t bskv = (int64_t)B * S * c->n_kv_heads * hd;
+  const int64_t bsh = (int64_t)B * S * dt_llama_ffn_hidden(c);
   if (!strcmp(mode, "none")) return 11 * bsd + 5 * bskv + 3 * bsh;
   if (!strcmp(mode, "full") || strcmp(opt, "op")) return bsd;
   return 4 * bsd + bskv + bsh;
@@ -233,27 +234,30 @@ static dt_status body(dt_ctx *ctx, void *varg) {
       }
       if (fsdp)
         TU_CHECK(r.rec_fsdp == 0 && r.bwd_fsdp_ag == ref.bwd_fsdp_ag,
-                 "%s %s %s: rank %d: FSDP recompute rows %d, backward all_gathers %d (no AC %d)", cn,
-                 dn, acs, ctx->rank, r.rec_fsdp, r.bwd_fsdp_ag, ref.bwd_fsdp_ag);
+                 "%s %s %s: rank %d: FSDP recompute rows %d, backward all_gathers %d (no AC %d)",
+                 cn, dn, acs, ctx->rank, r.rec_fsdp, r.bwd_fsdp_ag, ref.bwd_fsdp_ag);
       if (cp) {
         int rc = 0;
         for (int op = 0; op < DT_COLL_COUNT; op++) rc += r.rec[op][1];
         const bool op = ac.mode == DT_AC_SELECTIVE && ac.every == 0;
         /* the forward's ring rows are per attention, the same for each block */
         const int want = op ? 0 : ref.fwd_cp * nck / N_LAYERS;
-        TU_CHECK(ref.fwd_cp > 0 && rc == want, "%s %s %s: rank %d: recompute rows on cp %d, want %d "
-                 "(forward %d)", cn, dn, acs, ctx->rank, rc, want, ref.fwd_cp);
+        TU_CHECK(ref.fwd_cp > 0 && rc == want,
+                 "%s %s %s: rank %d: recompute rows on cp %d, want %d (forward %d)", cn, dn, acs,
+                 ctx->rank, rc, want, ref.fwd_cp);
       }
       if (!a->c->plan) { /* memory, 1 rank: exact from the shapes */
         const size_t es = dt_dtype_size(dt);
-        const int64_t per = derive_block(&cfg, "none", NULL) - derive_block(&cfg, MODES[k].mode, MODES[k].opt);
+        const int64_t per = derive_block(&cfg, "none", NULL) -
+                            derive_block(&cfg, MODES[k].mode, MODES[k].opt);
         const int64_t want = per * nck * (int64_t)es;
         const int64_t got = (int64_t)ref.tape_bytes - (int64_t)r.tape_bytes;
-        TU_CHECK(got == want, "%s %s %s: the tape holds %lld bytes less than without AC; derived %lld",
-                 cn, dn, acs, (long long)got, (long long)want);
+        TU_CHECK(got == want,
+                 "%s %s %s: the tape holds %lld bytes less than without AC; derived %lld", cn, dn,
+                 acs, (long long)got, (long long)want);
         TU_CHECK(ref.mem_act - r.mem_act >= per * (nck - 1) * (int64_t)es,
-                 "%s %s %s: mem_activations %lld with AC, %lld without: saving under (L - 1) blocks' "
-                 "%lld", cn, dn, acs, (long long)r.mem_act, (long long)ref.mem_act,
+                 "%s %s %s: mem_activations %lld with AC, %lld without: saving under (L - 1) "
+                 "blocks' %lld", cn, dn, acs, (long long)r.mem_act, (long long)ref.mem_act,
                  (long long)(per * (nck - 1) * (int64_t)es));
         if (di == 0)
           printf("  %s %s: tape %zu bytes (none %zu), mem_activations %lld (none %lld)\n", cn, acs,
@@ -288,7 +292,8 @@ static void check_parse(void) {
   TU_CHECK(dt_ac_parse(&ctx, "selective", "op", &ac) == DT_OK && ac.every == 0, "op refused");
   /* every N-th block counted from 1 (ptd_checkpoint_wrapper._count % N == 0) */
   ac = (dt_ac_config){DT_AC_SELECTIVE, 3, 0};
-  TU_CHECK(!dt_ac_block(&ac, 0) && !dt_ac_block(&ac, 1) && dt_ac_block(&ac, 2) && dt_ac_block(&ac, 5),
+  TU_CHECK(!dt_ac_block(&ac, 0) && !dt_ac_block(&ac, 1) && dt_ac_block(&ac, 2) &&
+               dt_ac_block(&ac, 5),
            "selective:3 checkpoints the wrong blocks");
   dt_ctx_release(&ctx);
 }
@@ -321,7 +326,8 @@ int main(int argc, char **argv) {
     dt_launch_report rep;
     dt_status s = dt_launch(&lo, body, &a, &rep);
     if (s != DT_OK)
-      tu_fail(__FILE__, __LINE__, "%s: launch: rank %d: %s", c->name, rep.failed_rank, rep.failed_msg);
+      tu_fail(__FILE__, __LINE__, "%s: launch: rank %d: %s", c->name, rep.failed_rank,
+              rep.failed_msg);
     dt_launch_report_free(&rep);
     free(plan);
   }

@@ -915,7 +915,8 @@ static void check_fsdp_errors(dt_ctx *ctx) {
                              "activation_checkpoint_mode = selective\n", "ac.plan", &p));
     TU_CHECK(p.ac.mode == DT_AC_SELECTIVE && p.ac.every == 3, "selective:3 parsed as %d:%d",
              (int)p.ac.mode, p.ac.every);
-    TU_OK(ctx, dt_plan_parse(ctx, "dims = tp:2\nactivation_checkpoint_mode = selective\n", "ac.plan", &p));
+    TU_OK(ctx, dt_plan_parse(ctx, "dims = tp:2\nactivation_checkpoint_mode = selective\n",
+                             "ac.plan", &p));
     TU_CHECK(p.ac.every == 2, "selective's default option %d, TorchTitan's is 2", p.ac.every);
     TU_OK(ctx, dt_plan_parse(ctx, "dims = tp:2\n", "ac.plan", &p));
     TU_CHECK(p.ac.mode == DT_AC_NONE, "no setting: AC %d, want none", (int)p.ac.mode);

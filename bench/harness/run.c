@@ -181,8 +181,13 @@ void sb_config_fill(const sb_opts *o, sb_config *c) {
  *                            PARAM's gradient gets 1e-3 x the shard's largest
  *                            magnitude added to every element (a small bug: 16x
  *                            the f32 tolerance before the first update).
+ *   ac-zero:K                with activation checkpointing on, the K-th recomputed
+ *                            call of each checkpointed block leaves its output zero
+ *                            (dt_checkpoint_opts.fault_zero_call; K >= 1).
  * The reference job never sees a fault. */
-typedef enum fault_kind { FAULT_NONE = 0, FAULT_SKIP_REDUCE, FAULT_PERTURB_GRAD } fault_kind;
+typedef enum fault_kind {
+  FAULT_NONE = 0, FAULT_SKIP_REDUCE, FAULT_PERTURB_GRAD, FAULT_AC_ZERO
+} fault_kind;
 typedef struct fault {
   fault_kind kind;
   char param[SB_PARAM_NAME_LEN];
@@ -195,6 +200,13 @@ static int fault_parse(const char *s, fault *f, char *err, size_t errn) {
   memset(f, 0, sizeof *f);
   if (!s || !s[0]) return 0;
   const char *param = strchr(s, ':'), *rank = NULL;
+  if (param && (size_t)(param - s) == strlen("ac-zero") && !strncmp(s, "ac-zero", 7)) {
+    long k;
+    if (sb_parse_long(param + 1, 1, 1 << 20, &k, err, errn) != DT_OK) return -1;
+    f->kind = FAULT_AC_ZERO;
+    f->rank = (int)k; /* K */
+    return 0;
+  }
   if (param && (size_t)(param - s) == strlen("skip-reduce") && !strncmp(s, "skip-reduce", 11)) {
     f->kind = FAULT_SKIP_REDUCE;
   } else if (param && (size_t)(param - s) == strlen("perturb-grad") &&
@@ -205,7 +217,8 @@ static int fault_parse(const char *s, fault *f, char *err, size_t errn) {
   size_t pl = !param ? 0 : rank ? (size_t)(rank - param - 1) : strlen(param + 1);
   if (f->kind == FAULT_NONE || (f->kind == FAULT_PERTURB_GRAD && !rank) || pl == 0 ||
       pl >= sizeof f->param || memchr(param + 1, ':', pl)) {
-    snprintf(err, errn, "expected skip-reduce:PARAM or perturb-grad:PARAM:RANK, got '%s'", s);
+    snprintf(err, errn,
+             "expected skip-reduce:PARAM, perturb-grad:PARAM:RANK or ac-zero:K, got '%s'", s);
     return -1;
   }
   long r = 0;
@@ -472,7 +485,8 @@ static dt_status save_weights(dt_ctx *ctx, dt_model *m, const job *j) {
 static dt_status hook_after_init(dt_ctx *ctx, dt_trainer *t, void *user) {
   job *j = ((rank_job *)user)->j;
   dt_model *m = dt_trainer_model(t);
-  if (j->fault.kind != FAULT_NONE) { /* TEST SWITCH: refuse a bad target */
+  /* TEST SWITCH: refuse a bad target (ac-zero has none) */
+  if (j->fault.kind != FAULT_NONE && j->fault.kind != FAULT_AC_ZERO) {
     if (!fault_module(ctx, m, &j->fault)) return DT_ERR_INVALID;
     if (j->fault.rank >= ctx->world_size)
       return dt_error(ctx, DT_ERR_INVALID, "SHARDBENCH_FAULT", "rank %d, but the world has %d ranks",
@@ -746,6 +760,8 @@ static void trainer_opts(const dt_ctx *ctx, job *j, rank_job *rj, dt_trainer_opt
   to->load_weights = j->o->load_weights;
   to->device_memory = on_device(ctx);
   if (!j->reference) to->ac = j->o->ac; /* the reference: no AC (AC changes no bits) */
+  if (!j->reference && j->fault.kind == FAULT_AC_ZERO) /* TEST SWITCH: a broken recompute */
+    to->ac.fault_zero_call = j->fault.rank;
   if (j->fault.kind == FAULT_SKIP_REDUCE) { /* TEST SWITCH: the FSDP unit skips its reduction */
     const char *dot = strrchr(j->fault.param, '.');
     if (dot && !strcmp(dot, ".weight"))

@@ -401,7 +401,8 @@ typedef struct run_args {
 
 enum { O_MODEL = 256, O_WORKLOAD, O_PLAN, O_MESH, O_PP, O_DPR, O_DPS, O_CP, O_TP, O_DTYPE,
        O_BATCH, O_SEQ, O_STEPS, O_WARMUP, O_BACKEND, O_WORLD, O_PEAK, O_MEMLIM, O_NOMEM, O_PLANS,
-       O_DB, O_JSON, O_LOADW, O_SAVEW, O_WDTYPE, O_WNAMES, O_TRACE, O_COMM, O_DEVICE, O_PIN, O_AC, O_HELP };
+       O_DB, O_JSON, O_LOADW, O_SAVEW, O_WDTYPE, O_WNAMES, O_TRACE, O_COMM, O_DEVICE, O_PIN, O_AC,
+       O_HELP };
 static const struct option run_lopts[] = {
     {"model", required_argument, NULL, O_MODEL}, {"workload", required_argument, NULL, O_WORKLOAD},
     {"plan", required_argument, NULL, O_PLAN},   {"mesh", required_argument, NULL, O_MESH},

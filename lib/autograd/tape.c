@@ -361,7 +361,8 @@ static void region_free(dt_tape *t, region *r, int n_keep, dt_var *const *keep) 
 dt_status dt_tape_checkpoint_end(dt_tape *t, int n_keep, dt_var *const *keep) {
   static const char WHO[] = "dt_tape_checkpoint_end";
   dt_ctx *ctx = t ? t->ctx : NULL;
-  if (!t || n_keep < 0 || (n_keep && !keep)) return dt_error(ctx, DT_ERR_INVALID, WHO, "bad arguments");
+  if (!t || n_keep < 0 || (n_keep && !keep))
+    return dt_error(ctx, DT_ERR_INVALID, WHO, "bad arguments");
   if (!t->open) return dt_error(ctx, DT_ERR_INVALID, WHO, "no region is open");
   t->open = false;
   region *r = &t->regions[t->n_regions - 1];
@@ -383,7 +384,8 @@ size_t dt_tape_value_bytes(const dt_tape *t) {
 
 /* Zeroes a recomputed value (the planted bug of dt_checkpoint_opts). */
 static void fault_zero(dt_tensor *v) {
-  if (v->local.data && v->local.dev == DT_DEV_CPU) memset(v->local.data, 0, dt_array_bytes(&v->local));
+  if (v->local.data && v->local.dev == DT_DEV_CPU)
+    memset(v->local.data, 0, dt_array_bytes(&v->local));
 }
 
 /* Recomputes region r's freed values: its calls again in forward order, phase
