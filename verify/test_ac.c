@@ -25,7 +25,9 @@
  *      mem_activations_bytes) is lower with AC, by at least (L - 1) blocks'
  *      saving: the peak is reached in backward, where at most one checkpointed
  *      block's recomputed values are alive at a time.
- *   4. it can fail: a recompute that leaves one call's output zero
+ *   4. the tape's region API on its own (check_tape_api: refusals, an analytic
+ *      gradient through a recomputed value).
+ *   5. it can fail: a recompute that leaves one call's output zero
  *      (dt_checkpoint_opts.fault_zero_call) differs from the no-AC bits on every
  *      rank of every config (f64).
  * Not here: the CLI and plan settings (verify/ac.sh), PyTorch's numbers.
@@ -185,6 +187,46 @@ static int64_t derive_block(const dt_llama_config *c, const char *mode, const ch
   return 4 * bsd + bskv + bsh;
 }
 
+/* The tape's region API on 1 rank, x [4] of ones: y = x + x and z = y + y in a full
+ * region keeping z; what the tape holds after it is x and z (y freed: 2 x 32 bytes),
+ * a call reading y is refused, regions do not nest, and backward recomputes y:
+ * dz/dx = 4 everywhere (analytic). */
+static void check_tape_api(dt_ctx *ctx) {
+  const int shape[1] = {1};
+  const char *names[1] = {"tp"};
+  dt_mesh *mesh = NULL;
+  dt_tape *t = NULL;
+  TU_OK(ctx, dt_mesh_create(ctx, ctx->world, 1, shape, names, &mesh));
+  TU_OK(ctx, dt_tape_create(ctx, NULL, &t));
+  if (!mesh || !t) return;
+  const int64_t gs[1] = {4};
+  const dt_placement r[1] = {dt_replicate()};
+  dt_tensor xv;
+  TU_OK(ctx, dt_tensor_rand(ctx, mesh, 1, gs, DT_F64, r, 0, 0, DT_RNG_UNIFORM, 1.0, 0.0, &xv));
+  dt_var *x = dt_var_leaf(t, &xv, true), *y = NULL, *z = NULL, *w = NULL;
+  TU_OK(ctx, dt_tape_checkpoint_begin(t, NULL));
+  TU_CHECK(dt_tape_checkpoint_begin(t, NULL) == DT_ERR_INVALID, "a nested region was accepted");
+  dt_var *in[2] = {x, x};
+  TU_OK(ctx, dt_ad_op(t, &dt_op_add, NULL, in, &y));
+  in[0] = in[1] = y;
+  TU_OK(ctx, dt_ad_op(t, &dt_op_add, NULL, in, &z));
+  TU_OK(ctx, dt_tape_checkpoint_end(t, 1, &z));
+  TU_CHECK(dt_tape_checkpoint_end(t, 0, NULL) == DT_ERR_INVALID, "end without a region accepted");
+  TU_CHECK(dt_tape_value_bytes(t) == 2 * 4 * sizeof(double), "the tape holds %zu bytes, want 64",
+           dt_tape_value_bytes(t));
+  in[0] = y;
+  in[1] = x;
+  TU_CHECK(dt_ad_op(t, &dt_op_add, NULL, in, &w) == DT_ERR_INVALID,
+           "a call reading a freed value was accepted");
+  TU_OK(ctx, dt_backward(t, z, NULL));
+  const dt_tensor *g = dt_var_grad(x);
+  bool four = g && g->local.numel == 4;
+  for (int i = 0; four && i < 4; i++) four = ((const double *)g->local.data)[i] == 4.0;
+  TU_CHECK(four, "dz/dx after the recompute is not 4 everywhere");
+  dt_tape_free(t);
+  dt_mesh_free(mesh);
+}
+
 static bool same(const blob *a, const blob *b) { return a->n == b->n && !memcmp(a->p, b->p, a->n); }
 
 static dt_status body(dt_ctx *ctx, void *varg) {
@@ -199,6 +241,7 @@ static dt_status body(dt_ctx *ctx, void *varg) {
   DT_CHECK(dt_llama_config_get(ctx, "debugmodel", &cfg));
   cfg.n_layers = N_LAYERS;
   cfg.vocab = VOCAB;
+  if (!a->c->plan) check_tape_api(ctx);
   for (int di = 0; di < 2; di++) {
     const dt_dtype dt = dts[di];
     const char *dn = dt == DT_F64 ? "f64" : "f32";
