@@ -255,6 +255,10 @@ static int fault_parse(const char *s, const char *key, fault *f, char *err, size
     item[n] = '\0';
     char *at = strchr(item, '@');
     if (at) *at++ = '\0';
+    if (at && !at[0]) {
+      snprintf(err, errn, "an empty @MATCH in '%s'", s);
+      return -1;
+    }
     fault one;
     memset(&one, 0, sizeof one);
     one.hang_rank = one.crash_rank = -1;
