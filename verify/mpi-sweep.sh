@@ -95,8 +95,8 @@ per=$(((work + 6) / 7 + 1))
 
 # ---- 2. the unsplit sweep with a hang and a crash ---------------------------------------
 t2=$(date +%s)
-# shellcheck disable=SC2086
 mkdir "$tmp/f"
+# shellcheck disable=SC2086
 SHARDBENCH_FAULT="hang:2@$HANG;crash:1@$CRASH" TMPDIR="$tmp/f" "$SB" sweep $SW --launcher "$LAUNCH" \
   --config-timeout $T --db "$tmp/f.db" >/dev/null 2>"$tmp/f.err"
 check "faulted sweep: exit (failures)" "$?" 1

@@ -89,6 +89,7 @@ cmp -s "$tmp/all.txt" "$tmp/m12.txt" && fail "planted: two shards of three compa
 # The dp config on dp_replicate:2 hangs (a planted hang, rank 0 of its child):
 # the sweep waits there, its earlier configs written, until it is killed.
 total=$(q "$tmp/all.db" "SELECT count(*) FROM configs")
+# shellcheck disable=SC2086
 SHARDBENCH_FAULT='hang:0@plan=dp mesh=dp_replicate:2' "$SB" sweep $SW --config-timeout 120 \
   --db "$tmp/k.db" >/dev/null 2>"$tmp/k.err" &
 pid=$!
@@ -123,8 +124,9 @@ check "status: the killed run not finished" \
   "$(q "$tmp/k.db" "SELECT group_concat(id, ', ') FROM runs WHERE finished IS NULL")"
 "$SB" status --db "$tmp/k.db" >"$tmp/st.txt" 2>&1
 checks=$((checks + 1))
-grep -q "$want_left remaining" "$tmp/st.txt" && grep -q "not finished" "$tmp/st.txt" ||
+if ! grep -q "$want_left remaining" "$tmp/st.txt" || ! grep -q "not finished" "$tmp/st.txt"; then
   fail "status text: $(head -3 "$tmp/st.txt")"
+fi
 
 # shellcheck disable=SC2086
 "$SB" sweep $SW --resume --db "$tmp/k.db" >/dev/null 2>"$tmp/e"

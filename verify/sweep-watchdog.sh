@@ -64,7 +64,7 @@ check "summary line" "$(sed -n 's/.*, \([0-9]* failed\),.*/\1/p' "$tmp/o")" "2 f
 # ---- 3. the checks can fail --------------------------------------------------------------
 T2=8
 t3=$(date +%s)
-# shellcheck disable=SC2086
+# shellcheck disable=SC2046,SC2086
 SHARDBENCH_FAULT="hang:1@$HANG" "$SB" sweep $(echo "$SW" | sed 's/dp,fsdp,pp/dp/') --config-timeout $T2 \
   --db "$tmp/h.db" >/dev/null 2>&1
 t4=$(date +%s)
@@ -78,7 +78,9 @@ for v in 0 x -3 1e9; do
   # shellcheck disable=SC2086
   refused "--config-timeout $v" "config-timeout" "$SB" sweep $SW --config-timeout "$v" --db "$tmp/bad.db"
 done
+# shellcheck disable=SC2086
 refused "--shard 4/3" "shard" "$SB" sweep $SW --shard 4/3 --db "$tmp/bad.db"
+# shellcheck disable=SC2086
 refused "--launcher without {world}" "launcher" "$SB" sweep $SW --launcher mpirun --db "$tmp/bad.db"
 checks=$((checks + 1))
 [ -e "$tmp/bad.db" ] && fail "a refused sweep created the DB"
