@@ -5,7 +5,8 @@
  *                    [--workloads block,model] [--dtypes f32] [--batch 8] [--seq 32]
  *                    [--steps 2] [--warmup 1] [--db results/shardbench.db] [--resume]
  *                    [--backend threads|mpi] [--peak-tflops X] [--plans-dir DIR]
- *                    [--shapes dp_shard:2,tp:4/cp:8]
+ *                    [--shapes dp_shard:2,tp:4/cp:8] [--shard I/N]
+ *                    [--launcher 'mpirun -np {world}'] [--config-timeout S]
  *
  * Mesh shapes: every ordered factorisation of the world into TorchTitan's
  * (pp, dp_replicate, dp_shard, cp, tp) (all 5-tuples of divisors whose product is
@@ -22,6 +23,19 @@
  * --resume skips configs that already have a result row (any status, any run)
  * by config key. Under --backend mpi every process walks the same list, rank 0
  * decides the resume skips (broadcast) and alone writes the DB; no fork.
+ *
+ * Overnight sweeps: with --launcher CMD this process is a driver that joins no
+ * collective: each config runs as its own job step, `CMD shardbench sweep ...
+ * --step K --step-out FILE` ({world} in CMD replaced) in its own process group,
+ * whose rank 0 writes the result to FILE; the driver reads it and writes the DB.
+ * Every child and step has a watchdog (--config-timeout, else default_timeout):
+ * on timeout the step's group and every process below it get SIGTERM, then
+ * SIGKILL, and the config is recorded "failed: timeout after S s"; a step that
+ * dies is recorded with its exit status, the launcher's line naming the first
+ * rank that died, and the last line shardbench printed. --shard I/N walks part I
+ * of N (config k where k mod N = I - 1). The whole list (of the shard) is entered
+ * into the configs table before the first config runs, so that `shardbench
+ * status` (bench/harness/merge.c) counts what remains.
  *
  * Before any config runs: every flag, every selected plan (parsed, its patterns
  * matched against each model's modules) and the DB are checked (bad input: one
@@ -69,6 +83,7 @@ const char sb_sweep_usage[] =
     "                        [--backend threads|mpi] [--peak-tflops X] [--plans-dir DIR]\n"
     "                        [--mem-limit BYTES | --no-mem-check] [--shapes S/S/...]\n"
     "                        [--device cpu|cuda|cuda-emu] [--pin-ranks]\n"
+    "                        [--shard I/N] [--launcher CMD] [--config-timeout S]\n"
     "\n"
     "Runs every ordered factorisation of the world into (pp, dp_replicate, dp_shard, cp,\n"
     "tp) (or only the --shapes given, each as run's --mesh: dp_shard:2,tp:4/cp:8)\n"
@@ -93,6 +108,16 @@ const char sb_sweep_usage[] =
     "--device cpu|cuda|cuda-emu: where every config's sharded job computes, as run's\n"
     "--device (it joins each config's key off the CPU); --dtypes bf16 needs a device.\n"
     "--pin-ranks: pin each config's rank threads to cores, as run's --pin-ranks.\n"
+    "--launcher CMD: this process drives, each config runs as its own job step\n"
+    "`CMD shardbench sweep ... --step K` under MPI ({world} in CMD is the world:\n"
+    "'mpirun -np {world}', 'srun --ntasks={world} --kill-on-bad-exit=1'); --world is needed.\n"
+    "--config-timeout S: a config (threads child or step) not done after S seconds is\n"
+    "killed (the whole step) and recorded failed, 'timeout after S s'; default 60 s +\n"
+    "50 x its estimated work (reference and sharded FLOPs at the MFU peak).\n"
+    "A config that crashes is recorded failed with its exit code or signal, the first\n"
+    "rank that died (as mpirun names it) and its last stderr line; the sweep goes on.\n"
+    "--shard I/N: only part I of N (config k when k mod N = I - 1), for job arrays;\n"
+    "`shardbench merge` joins the parts' DBs, `shardbench status` shows progress.\n"
     "\n"
     "Exit: 0 all ok or skipped, 1 a mismatch or failure, 2 bad input (flags, a plan,\n"
     "the DB).\n";
@@ -328,21 +353,68 @@ static void nap_ms(long ms) {
   }
 }
 
-/* Ends the process group pgid: SIGTERM (a launcher forwards it to every rank),
- * then SIGKILL after a grace period, and reaps pid. */
-static void kill_group(pid_t pid, int *ws) {
-  enum { GRACE_MS = 3000 }; /* mpirun and srun clean up their ranks on SIGTERM within it */
-  kill(-pid, SIGTERM);
-  for (int waited = 0; waited < GRACE_MS; waited += 20) {
-    if (waitpid(pid, ws, WNOHANG) == pid) {
-      kill(-pid, SIGKILL); /* a rank left behind (a stopped one ignores SIGTERM) */
-      return;
+/* The processes descended from pid (from /proc's ppid links), at most max, into
+ * out; their number. A launcher's ranks need not share its process group
+ * (mpirun gives each rank its own), so a timeout ends them by pid as well. */
+static int descendants(pid_t pid, pid_t *out, int max) {
+  int n = 0;
+#ifdef __linux__
+  enum { MAXP = 4096 };
+  static pid_t ps[MAXP], pp[MAXP];
+  int np = 0;
+  DIR *d = opendir("/proc");
+  struct dirent *e;
+  while (d && (e = readdir(d)) != NULL && np < MAXP) {
+    char path[300], buf[512];
+    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+    snprintf(path, sizeof path, "/proc/%s/stat", e->d_name);
+    FILE *f = fopen(path, "r");
+    if (!f) continue;
+    size_t got = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[got] = '\0';
+    const char *rp = strrchr(buf, ')'); /* the name may hold spaces: after its ')' */
+    int ppid;
+    char st;
+    if (rp && sscanf(rp + 1, " %c %d", &st, &ppid) == 2) {
+      ps[np] = (pid_t)atoi(e->d_name);
+      pp[np++] = (pid_t)ppid;
     }
-    nap_ms(20);
+  }
+  if (d) closedir(d);
+  /* breadth first from pid: out grows while it is walked */
+  for (int head = -1; head < n; head++) {
+    const pid_t parent = head < 0 ? pid : out[head];
+    for (int i = 0; i < np && n < max; i++)
+      if (pp[i] == parent) out[n++] = ps[i];
+  }
+#else
+  (void)pid;
+  (void)out;
+  (void)max;
+#endif
+  return n;
+}
+
+/* Ends pid's process group and every process below pid: SIGTERM (a launcher
+ * passes it on to its ranks and cleans up), then SIGKILL after a grace period
+ * (a stopped or stuck rank ignores SIGTERM), and reaps pid. */
+static void kill_group(pid_t pid, int *ws) {
+  enum { GRACE_MS = 3000, MAXD = 1024 };
+  static pid_t below[MAXD];
+  int nb = descendants(pid, below, MAXD);
+  kill(-pid, SIGTERM);
+  for (int i = 0; i < nb; i++) kill(below[i], SIGTERM);
+  bool reaped = false;
+  for (int waited = 0; waited < GRACE_MS && !reaped; waited += 20) {
+    reaped = waitpid(pid, ws, WNOHANG) == pid;
+    if (!reaped) nap_ms(20);
   }
   kill(-pid, SIGKILL);
-  while (waitpid(pid, ws, 0) < 0 && errno == EINTR) {
-  }
+  for (int i = 0; i < nb; i++) kill(below[i], SIGKILL);
+  if (!reaped)
+    while (waitpid(pid, ws, 0) < 0 && errno == EINTR) {
+    }
 }
 
 /* In a forked child before it works or execs: its own process group (so that a
