@@ -306,8 +306,9 @@ static void scratch_remove(scratch *sc) {
 /* Copies the config's stderr file to ours (what the config printed stays visible)
  * and keeps the line that says most about a death in last: the last line from
  * shardbench itself (a rank's own message), else the last non-blank one that is
- * not a rule of dashes; mpirun's "noticed that process rank R ... exited on
- * signal N" line (the first rank that died) goes into first. */
+ * not a rule of dashes; the launcher's line on the first rank that died goes into
+ * first (mpirun: "... noticed that process rank R ... exited on signal N", srun:
+ * "srun: error: NODE: task R: ..."). */
 static void stderr_tail(const char *path, char *last, size_t ln, char *first, size_t fn) {
   last[0] = first[0] = '\0';
   FILE *f = fopen(path, "r");
@@ -318,7 +319,9 @@ static void stderr_tail(const char *path, char *last, size_t ln, char *first, si
     line[strcspn(line, "\r\n")] = '\0';
     const char *p = line + strspn(line, " \t");
     if (!*p || strspn(p, "-=") == strlen(p)) continue;
-    if (strstr(p, "noticed that process rank") && !first[0]) snprintf(first, fn, "%.*s", (int)fn - 1, p);
+    const bool death = strstr(p, "noticed that process rank") || /* mpirun */
+                       (!strncmp(p, "srun: error:", 12) && strstr(p, "task"));   /* srun */
+    if (death && !first[0]) snprintf(first, fn, "%.*s", (int)fn - 1, p);
     else if (!strncmp(p, "shardbench", 10)) snprintf(last, ln, "%.*s", (int)ln - 1, p);
     snprintf(any, sizeof any, "%s", p);
   }
