@@ -362,7 +362,7 @@ static void nap_ms(long ms) {
 static int descendants(pid_t pid, pid_t *out, int max) {
   int n = 0;
 #ifdef __linux__
-  enum { MAXP = 4096 };
+  enum { MAXP = 1 << 16 }; /* processes scanned: pid_max's default is 32768 (4 M on big hosts) */
   static pid_t ps[MAXP], pp[MAXP];
   int np = 0;
   DIR *d = opendir("/proc");
@@ -1081,9 +1081,12 @@ static int sweep_step(const sweep_args *a, const sweep_space *sp, const sb_opts 
  * {world} replaced, this program, and the sweep's own flags with the measured
  * MFU peak, so that every step computes as the driver would. */
 static char *step_head(const sweep_args *a, const sb_opts *lim) {
-  const size_t n = 16384;
+  const size_t n = 16384; /* run_step's buffer */
   char *h = malloc(n), exe[1024], num[64];
-  if (!h) return NULL;
+  if (!h) {
+    fprintf(stderr, "shardbench sweep: out of memory\n");
+    return NULL;
+  }
   ssize_t el = readlink("/proc/self/exe", exe, sizeof exe - 1);
   if (el <= 0) snprintf(exe, sizeof exe, "shardbench");
   else exe[el] = '\0';
@@ -1120,6 +1123,12 @@ static char *step_head(const sweep_args *a, const sb_opts *lim) {
     ARG("--peak-tflops", num);
   }
 #undef ARG
+  if (strlen(h) + 1024 >= n) { /* run_step appends --step, --config-timeout, --step-out */
+    fprintf(stderr, "shardbench sweep: --launcher: the step's command line is over %zu bytes\n",
+            n - 1024);
+    free(h);
+    return NULL;
+  }
   return h;
 }
 
@@ -1158,7 +1167,6 @@ int sb_cmd_sweep(int argc, char **argv) {
     return SB_EXIT_FAIL;
   }
   if (a.launcher && !(rn.step_head = step_head(&a, &lim))) {
-    fprintf(stderr, "shardbench sweep: out of memory\n");
     sb_store_close(&st);
     scratch_remove(&rn.sc);
     return SB_EXIT_FAIL;
