@@ -89,8 +89,9 @@ cmp -s "$tmp/all.txt" "$tmp/m12.txt" && fail "planted: two shards of three compa
 # The dp config on dp_replicate:2 hangs (a planted hang, rank 0 of its child):
 # the sweep waits there, its earlier configs written, until it is killed.
 total=$(q "$tmp/all.db" "SELECT count(*) FROM configs")
+# TMPDIR: the killed sweep's scratch directory goes with $tmp
 # shellcheck disable=SC2086
-SHARDBENCH_FAULT='hang:0@plan=dp mesh=dp_replicate:2' "$SB" sweep $SW --config-timeout 120 \
+SHARDBENCH_FAULT='hang:0@plan=dp mesh=dp_replicate:2' TMPDIR="$tmp" "$SB" sweep $SW --config-timeout 120 \
   --db "$tmp/k.db" >/dev/null 2>"$tmp/k.err" &
 pid=$!
 n=0
@@ -108,6 +109,8 @@ sleep 1 # PR_SET_PDEATHSIG: the child goes with it
 n=$(q "$tmp/k.db" "SELECT count(*) FROM results")
 checks=$((checks + 1))
 if [ "$n" -lt 1 ] || [ "$n" -ge "$total" ]; then fail "kill -9: $n of $total results before the kill, expected a part"; fi
+check "kill -9: the killed sweep's scratch directory is under \$tmp" \
+  "$(find "$tmp" -maxdepth 1 -name 'shardbench-sweep-*' | wc -l | tr -d ' ')" 1
 check "kill -9: no process of the killed sweep left" \
   "$(ps -eo args | awk -v p="$tmp/k.db" 'index($0, p) && !/awk/' | wc -l | tr -d ' ')" 0
 
