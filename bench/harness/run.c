@@ -89,6 +89,7 @@
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
+#include <signal.h>
 #include <string.h>
 
 #include "cli.h"
@@ -184,6 +185,15 @@ void sb_config_fill(const sb_opts *o, sb_config *c) {
  *   ac-zero:K                with activation checkpointing on, the K-th recomputed
  *                            call of each checkpointed block leaves its output zero
  *                            (dt_checkpoint_opts.fault_zero_call; K >= 1).
+ *   hang:RANK                world rank RANK stops for good once its weights are
+ *                            made (sigsuspend, as a rank stopped by SIGSTOP or a
+ *                            collective that never returns): the others wait in
+ *                            their next collective; the sweep's watchdog must end it.
+ *   crash:RANK               world rank RANK prints one line and aborts (SIGABRT)
+ *                            once its weights are made.
+ * Items join with ';' ("hang:2@plan=dp;crash:1@plan=fsdp "); an item followed by
+ * @MATCH applies only to configs whose key contains MATCH. At most one
+ * skip-reduce / perturb-grad item applies to a config.
  * The reference job never sees a fault. */
 typedef enum fault_kind {
   FAULT_NONE = 0, FAULT_SKIP_REDUCE, FAULT_PERTURB_GRAD, FAULT_AC_ZERO
@@ -192,40 +202,107 @@ typedef struct fault {
   fault_kind kind;
   char param[SB_PARAM_NAME_LEN];
   int rank;
+  int hang_rank, crash_rank; /* -1: none */
 } fault;
 static const double FAULT_PERTURB = 1e-3;
 
-/* The fault in s (NULL or "": none); -1 with a reason in err when s is malformed. */
-static int fault_parse(const char *s, fault *f, char *err, size_t errn) {
-  memset(f, 0, sizeof *f);
-  if (!s || !s[0]) return 0;
+/* One item (no ';', no '@') into f; -1 with a reason in err when malformed. */
+static int fault_item(const char *s, fault *f, char *err, size_t errn) {
   const char *param = strchr(s, ':'), *rank = NULL;
   if (param && (size_t)(param - s) == strlen("ac-zero") && !strncmp(s, "ac-zero", 7)) {
     long k;
     if (sb_parse_long(param + 1, 1, 1 << 20, &k, err, errn) != DT_OK) return -1;
+    if (f->kind != FAULT_NONE) {
+      snprintf(err, errn, "more than one skip-reduce / perturb-grad / ac-zero item applies");
+      return -1;
+    }
     f->kind = FAULT_AC_ZERO;
     f->rank = (int)k; /* K */
     return 0;
   }
+  if (param && ((size_t)(param - s) == 4 && !strncmp(s, "hang", 4))) {
+    long r;
+    if (sb_parse_long(param + 1, 0, SB_MAX_WORLD - 1, &r, err, errn) != DT_OK) return -1;
+    f->hang_rank = (int)r;
+    return 0;
+  }
+  if (param && ((size_t)(param - s) == 5 && !strncmp(s, "crash", 5))) {
+    long r;
+    if (sb_parse_long(param + 1, 0, SB_MAX_WORLD - 1, &r, err, errn) != DT_OK) return -1;
+    f->crash_rank = (int)r;
+    return 0;
+  }
+  fault_kind kind = FAULT_NONE;
   if (param && (size_t)(param - s) == strlen("skip-reduce") && !strncmp(s, "skip-reduce", 11)) {
-    f->kind = FAULT_SKIP_REDUCE;
+    kind = FAULT_SKIP_REDUCE;
   } else if (param && (size_t)(param - s) == strlen("perturb-grad") &&
              !strncmp(s, "perturb-grad", 12)) {
-    f->kind = FAULT_PERTURB_GRAD;
+    kind = FAULT_PERTURB_GRAD;
     rank = strchr(param + 1, ':');
   }
   size_t pl = !param ? 0 : rank ? (size_t)(rank - param - 1) : strlen(param + 1);
-  if (f->kind == FAULT_NONE || (f->kind == FAULT_PERTURB_GRAD && !rank) || pl == 0 ||
+  if (kind == FAULT_NONE || (kind == FAULT_PERTURB_GRAD && !rank) || pl == 0 ||
       pl >= sizeof f->param || memchr(param + 1, ':', pl)) {
-    snprintf(err, errn,
-             "expected skip-reduce:PARAM, perturb-grad:PARAM:RANK or ac-zero:K, got '%s'", s);
+    snprintf(err, errn, "expected skip-reduce:PARAM, perturb-grad:PARAM:RANK, ac-zero:K, hang:RANK "
+                        "or crash:RANK (joined by ';', each with an optional @MATCH), got '%s'", s);
     return -1;
   }
   long r = 0;
   if (rank && sb_parse_long(rank + 1, 0, SB_MAX_WORLD - 1, &r, err, errn) != DT_OK) return -1;
+  if (f->kind != FAULT_NONE) {
+    snprintf(err, errn, "more than one skip-reduce / perturb-grad item applies");
+    return -1;
+  }
+  f->kind = kind;
   memcpy(f->param, param + 1, pl);
   f->param[pl] = '\0';
   f->rank = (int)r;
+  return 0;
+}
+
+/* The faults in s (NULL or "": none) that apply to the config key (NULL: every
+ * item, to validate them all); -1 with a reason in err when s is malformed. */
+static int fault_parse(const char *s, const char *key, fault *f, char *err, size_t errn) {
+  memset(f, 0, sizeof *f);
+  f->hang_rank = f->crash_rank = -1;
+  if (!s || !s[0]) return 0;
+  for (const char *p = s;;) {
+    size_t n = strcspn(p, ";");
+    char item[SB_PARAM_NAME_LEN + 512];
+    if (n == 0 || n >= sizeof item) {
+      snprintf(err, errn, "an empty or overlong item in '%s'", s);
+      return -1;
+    }
+    memcpy(item, p, n);
+    item[n] = '\0';
+    char *at = strchr(item, '@');
+    if (at) *at++ = '\0';
+    if (at && !at[0]) {
+      snprintf(err, errn, "an empty @MATCH in '%s'", s);
+      return -1;
+    }
+    fault one;
+    memset(&one, 0, sizeof one);
+    one.hang_rank = one.crash_rank = -1;
+    if (fault_item(item, &one, err, errn)) return -1;
+    if (!key || !at || strstr(key, at)) {
+      if (one.hang_rank >= 0) f->hang_rank = one.hang_rank;
+      if (one.crash_rank >= 0) f->crash_rank = one.crash_rank;
+      if (one.kind != FAULT_NONE) {
+        if (f->kind != FAULT_NONE && key) {
+          snprintf(err, errn, "more than one skip-reduce / perturb-grad item applies");
+          return -1;
+        }
+        if (f->kind == FAULT_NONE) {
+          f->kind = one.kind;
+          memcpy(f->param, one.param, sizeof f->param);
+          f->rank = one.rank;
+        }
+      }
+    }
+    if (!p[n]) break;
+    p += n + 1;
+  }
   return 0;
 }
 
@@ -233,9 +310,9 @@ int sb_fault_check(const char *cmd, bool warn) {
   const char *s = getenv("SHARDBENCH_FAULT");
   fault f;
   char err[SB_ERR_LEN];
-  if (fault_parse(s, &f, err, sizeof err))
+  if (fault_parse(s, NULL, &f, err, sizeof err))
     return sb_usage_error(cmd, "SHARDBENCH_FAULT", "%s", err);
-  if (f.kind != FAULT_NONE && warn)
+  if ((f.kind != FAULT_NONE || f.hang_rank >= 0 || f.crash_rank >= 0) && warn)
     fprintf(stderr, "shardbench %s: warning: SHARDBENCH_FAULT=%s: a fault is injected on purpose "
                     "(test switch); the verdict should fail\n", cmd, s);
   return SB_EXIT_OK;
@@ -491,6 +568,17 @@ static dt_status hook_after_init(dt_ctx *ctx, dt_trainer *t, void *user) {
     if (j->fault.rank >= ctx->world_size)
       return dt_error(ctx, DT_ERR_INVALID, "SHARDBENCH_FAULT", "rank %d, but the world has %d ranks",
                       j->fault.rank, ctx->world_size);
+  }
+  if (!j->reference && ctx->rank == j->fault.crash_rank) { /* TEST SWITCH: a rank dies */
+    fprintf(stderr, "shardbench: rank %d: SHARDBENCH_FAULT crash:%d: aborting on purpose\n",
+            ctx->rank, ctx->rank);
+    fflush(stderr);
+    abort();
+  }
+  if (!j->reference && ctx->rank == j->fault.hang_rank) { /* TEST SWITCH: a rank stops */
+    sigset_t none;
+    sigemptyset(&none);
+    for (;;) sigsuspend(&none);
   }
   if (j->reference || !j->o->save_weights[0]) return DT_OK;
   DT_CHECK(save_weights(ctx, m, j));
@@ -1037,6 +1125,7 @@ void sb_execute(const sb_opts *o, sb_ref *cache, sb_stage stage, sb_result *r) {
     failed(r, "out of memory");
     goto done;
   }
+  j->fault.hang_rank = j->fault.crash_rank = -1; /* no fault until fault_parse */
   j->o = o;
   if (sb_workload_config(&hc, o->model, o->workload, &j->cfg) != DT_OK) {
     failed(r, "%s", dt_last_error(&hc));
@@ -1079,7 +1168,9 @@ void sb_execute(const sb_opts *o, sb_ref *cache, sb_stage stage, sb_result *r) {
     goto done;
   }
   char why[DT_ERRMSG_LEN + 64];
-  if (fault_parse(getenv("SHARDBENCH_FAULT"), &j->fault, why, sizeof why)) {
+  sb_config fc;
+  sb_config_fill(o, &fc);
+  if (fault_parse(getenv("SHARDBENCH_FAULT"), fc.key, &j->fault, why, sizeof why)) {
     failed(r, "SHARDBENCH_FAULT: %s", why);
     goto done;
   }

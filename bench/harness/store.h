@@ -130,6 +130,10 @@ int sb_store_open(sb_store *st, const char *path, const char *cmd);
  * read immutable). Same returns and messages as sb_store_open. */
 int sb_store_open_read(sb_store *st, const char *path, const char *cmd);
 void sb_store_close(sb_store *st);
+/* The SQLite URI that reads path as sb_store_open_read does (for ATTACH on a
+ * connection opened with SQLITE_OPEN_URI): "file:PATH?mode=ro", or
+ * "?immutable=1" for a WAL DB whose -shm could not be made or has no -wal. */
+void sb_store_ro_uri(const char *path, char *uri, size_t n);
 
 /* Inserts this invocation's runs row (finished NULL): argv joined by spaces, the
  * MFU denominator of all its results (peak_tflops <= 0 or NaN: NULL) and where
@@ -142,6 +146,10 @@ int sb_store_end_run(sb_store *st);
 /* True when some run already has a result row for this config key. */
 int sb_store_has_result(sb_store *st, const char *key, bool *has);
 
+/* The configs rows of cs (n of them; those already there kept) in one
+ * transaction: a sweep's whole list before its first config runs, so that a
+ * config without a result is one still to run (`shardbench status`). */
+int sb_store_plan_configs(sb_store *st, const sb_config *cs, int n);
 /* Writes config (upsert by key), its result, comm rows and (pipelined) its
  * pp_stats, pp_stages and pp_events rows in one transaction. */
 int sb_store_put(sb_store *st, const sb_config *c, const sb_result *r);
