@@ -138,11 +138,22 @@ void sb_config_fill(const sb_opts *o, sb_config *c) {
   /* the device joins the key only off the CPU, so a CPU config keeps the key
    * (and the DB row) it always had */
   const bool dev = o->device[0] && strcmp(o->device, "cpu");
+  /* the recipe's flags likewise join it only when given (a plan's max_norm is the plan's) */
+  char recipe[160] = "";
+  int at = 0;
+  if (o->max_norm > 0) at = snprintf(recipe, sizeof recipe, " max_norm=%.9g", o->max_norm);
+  static const char *const decay[] = {"linear", "sqrt", "cosine"};
+  if (o->lr.training_steps > 0 && at >= 0 && (size_t)at < sizeof recipe) {
+    char ratio[32] = "none";
+    if (o->lr.has_decay_ratio) snprintf(ratio, sizeof ratio, "%.9g", o->lr.decay_ratio);
+    snprintf(recipe + at, sizeof recipe - (size_t)at, " lr=warmup:%d,decay_ratio:%s,%s,min:%.9g",
+             o->lr.warmup_steps, ratio, decay[o->lr.decay_type], o->lr.min_lr_factor);
+  }
   snprintf(c->key, sizeof c->key,
            "model=%s workload=%s plan=%s mesh=%s dtype=%s batch=%d seq=%d steps=%d backend=%s "
-           "world=%d%s%s",
+           "world=%d%s%s%s",
            o->model, o->workload, o->plan, mesh, o->dtype, o->batch, o->seq, o->steps, o->backend,
-           o->world, dev ? " device=" : "", dev ? o->device : "");
+           o->world, dev ? " device=" : "", dev ? o->device : "", recipe);
   snprintf(c->workload, sizeof c->workload, "%s", o->workload);
   snprintf(c->model, sizeof c->model, "%s", o->model);
   snprintf(c->plan, sizeof c->plan, "%s", o->plan);
@@ -175,8 +186,16 @@ void sb_config_fill(const sb_opts *o, sb_config *c) {
  *                            PARAM's gradient gets 1e-3 x the shard's largest
  *                            magnitude added to every element (a small bug: 16x
  *                            the f32 tolerance before the first update).
+ *   norm-replicated:PARAM    clip_grad_norm_ sums PARAM's gradient over the mesh dims
+ *                            it is Replicate on as if it were sharded there (a
+ *                            replicated norm weight counted tp times).
+ *   norm-drop-stage:K        clip_grad_norm_ leaves pp rank K's stages out of the
+ *                            total norm.
+ * (The norm faults act only on a run that clips, --max-norm.)
  * The reference job never sees a fault. */
-typedef enum fault_kind { FAULT_NONE = 0, FAULT_SKIP_REDUCE, FAULT_PERTURB_GRAD } fault_kind;
+typedef enum fault_kind {
+  FAULT_NONE = 0, FAULT_SKIP_REDUCE, FAULT_PERTURB_GRAD, FAULT_NORM_REPLICATED, FAULT_NORM_DROP_STAGE
+} fault_kind;
 typedef struct fault {
   fault_kind kind;
   char param[SB_PARAM_NAME_LEN];
@@ -191,15 +210,24 @@ static int fault_parse(const char *s, fault *f, char *err, size_t errn) {
   const char *param = strchr(s, ':'), *rank = NULL;
   if (param && (size_t)(param - s) == strlen("skip-reduce") && !strncmp(s, "skip-reduce", 11)) {
     f->kind = FAULT_SKIP_REDUCE;
+  } else if (param && (size_t)(param - s) == strlen("norm-replicated") &&
+             !strncmp(s, "norm-replicated", 15)) {
+    f->kind = FAULT_NORM_REPLICATED;
+  } else if (param && (size_t)(param - s) == strlen("norm-drop-stage") &&
+             !strncmp(s, "norm-drop-stage", 15)) {
+    f->kind = FAULT_NORM_DROP_STAGE;
+    rank = param; /* the stage is the rank field; no PARAM */
   } else if (param && (size_t)(param - s) == strlen("perturb-grad") &&
              !strncmp(s, "perturb-grad", 12)) {
     f->kind = FAULT_PERTURB_GRAD;
     rank = strchr(param + 1, ':');
   }
-  size_t pl = !param ? 0 : rank ? (size_t)(rank - param - 1) : strlen(param + 1);
-  if (f->kind == FAULT_NONE || (f->kind == FAULT_PERTURB_GRAD && !rank) || pl == 0 ||
-      pl >= sizeof f->param || memchr(param + 1, ':', pl)) {
-    snprintf(err, errn, "expected skip-reduce:PARAM or perturb-grad:PARAM:RANK, got '%s'", s);
+  size_t pl = !param || rank == param ? 0 : rank ? (size_t)(rank - param - 1) : strlen(param + 1);
+  if (f->kind == FAULT_NONE || (f->kind == FAULT_PERTURB_GRAD && !rank) ||
+      (pl == 0 && f->kind != FAULT_NORM_DROP_STAGE) || pl >= sizeof f->param ||
+      (pl && memchr(param + 1, ':', pl))) {
+    snprintf(err, errn, "expected skip-reduce:PARAM, perturb-grad:PARAM:RANK, "
+                        "norm-replicated:PARAM or norm-drop-stage:K, got '%s'", s);
     return -1;
   }
   long r = 0;
@@ -325,6 +353,7 @@ typedef struct job {
   const dt_parallel_plan *plan; /* the resolved plan; NULL: the reference */
   const sb_ref *ref;            /* compare against (sharded job) */
   fault fault;                  /* TEST SWITCH (sharded job only) */
+  double max_norm;              /* clipping (o->max_norm, else the plan's); 0: none */
   bool per_process;             /* MPI: each process has its own job (else the ranks share it) */
   /* out (rank 0; the verdict on every rank of an MPI job) */
   sb_snap out;                  /* reference job: what it computed */
@@ -332,6 +361,7 @@ typedef struct job {
   int64_t peak_mem;
   sb_cmp cmp;                   /* sharded job: the verdict, worst over every rank */
   bool weights_saved;           /* sharded job: o->save_weights written */
+  double grad_norm;             /* rank 0, last timed step: the total gradient norm */
   int64_t mem[4];               /* rank 0, last timed step: params, grads, optimizer,
                                  * the rest of the step's peak (sb_result.mem_*) */
   int n_comm;
@@ -466,7 +496,8 @@ static dt_status save_weights(dt_ctx *ctx, dt_model *m, const job *j) {
 static dt_status hook_after_init(dt_ctx *ctx, dt_trainer *t, void *user) {
   job *j = ((rank_job *)user)->j;
   dt_model *m = dt_trainer_model(t);
-  if (j->fault.kind != FAULT_NONE) { /* TEST SWITCH: refuse a bad target */
+  /* TEST SWITCH: refuse a bad target */
+  if (j->fault.kind != FAULT_NONE && j->fault.kind != FAULT_NORM_DROP_STAGE) {
     if (!fault_module(ctx, m, &j->fault)) return DT_ERR_INVALID;
     if (j->fault.rank >= ctx->world_size)
       return dt_error(ctx, DT_ERR_INVALID, "SHARDBENCH_FAULT", "rank %d, but the world has %d ranks",
@@ -739,6 +770,15 @@ static void trainer_opts(const dt_ctx *ctx, job *j, rank_job *rj, dt_trainer_opt
   to->adamw = adamw;
   to->load_weights = j->o->load_weights;
   to->device_memory = on_device(ctx);
+  to->clip.max_norm = j->max_norm;
+  to->lr_schedule = j->o->lr;
+  const char *fdot = strrchr(j->fault.param, '.');
+  if (!j->reference && j->fault.kind == FAULT_NORM_REPLICATED && fdot &&
+      !strcmp(fdot, ".weight")) /* TEST SWITCH: the module of PARAM */
+    snprintf(to->clip.fault_count_replicated, sizeof to->clip.fault_count_replicated, "%.*s",
+             (int)(fdot - j->fault.param), j->fault.param);
+  if (!j->reference && j->fault.kind == FAULT_NORM_DROP_STAGE) /* TEST SWITCH */
+    to->clip.fault_drop_pp_rank = j->fault.rank + 1;
   if (j->fault.kind == FAULT_SKIP_REDUCE) { /* TEST SWITCH: the FSDP unit skips its reduction */
     const char *dot = strrchr(j->fault.param, '.');
     if (dot && !strcmp(dot, ".weight"))
@@ -795,12 +835,17 @@ static dt_status train(dt_ctx *ctx, job *j) {
     s = dt_trainer_forward_backward(ctx, t, step, ids, ids + n, timed, &loss, &st);
     if (s == DT_OK) s = collect(ctx, t, j, loss, step, total - 1, &c);
     if (s == DT_OK) s = dt_trainer_optimizer_step(ctx, t, timed, &st);
+    if (s == DT_OK && j->max_norm > 0) /* the norm the step clipped with, against the reference's */
+      sb_snap_norm(dt_trainer_model(t), step, st.grad_norm,
+                   j->reference && ctx->rank == 0 ? &j->out : NULL,
+                   j->reference ? NULL : &j->ref->snap, &c);
     if (s == DT_OK && timed && P) pipe_rec(&pp, step - j->o->warmup, &st);
     if (timed && ctx->rank == 0) {
       j->mem[0] = st.mem_params;
       j->mem[1] = st.mem_grads;
       j->mem[2] = st.mem_optimizer;
       j->mem[3] = st.mem_activations;
+      j->grad_norm = st.grad_norm;
     }
     times[step] = st.forward_backward_s + st.optimizer_s;
   }
@@ -930,8 +975,11 @@ static bool over_memory(const sb_opts *o, const dt_parallel_plan *plan, sb_resul
  * False (r failed) when it could not be computed. */
 static bool reference(const sb_opts *o, job *j, sb_ref *cache, sb_result *r) {
   char rkey[sizeof cache->key];
-  snprintf(rkey, sizeof rkey, "%s/%s/%s/%d/%d/%d/%s", o->model, o->workload, o->dtype, o->batch,
-           o->seq, o->warmup + o->steps, o->load_weights);
+  /* the recipe too: the reference clips and schedules as the sharded job */
+  snprintf(rkey, sizeof rkey, "%s/%s/%s/%d/%d/%d/%s/%.17g/%d,%d,%d,%.17g,%d,%.17g", o->model,
+           o->workload, o->dtype, o->batch, o->seq, o->warmup + o->steps, o->load_weights,
+           j->max_norm, o->lr.training_steps, o->lr.warmup_steps, o->lr.has_decay_ratio,
+           o->lr.decay_ratio, (int)o->lr.decay_type, o->lr.min_lr_factor);
   if (!strcmp(cache->key, rkey)) return true;
   char why[DT_ERRMSG_LEN + 64];
   sb_ref_free(cache);
@@ -970,6 +1018,7 @@ static void result_of(const sb_opts *o, const job *j, sb_result *r) {
   r->mem_grads_bytes = j->mem[1];
   r->mem_optimizer_bytes = j->mem[2];
   r->mem_activations_bytes = j->mem[3];
+  r->grad_norm = j->max_norm > 0 ? j->grad_norm : NAN;
   r->max_abs_err = j->cmp.max_abs;
   r->max_rel_err = j->cmp.worst_rel;
   r->tolerance = j->cmp.worst_tol;
@@ -1041,6 +1090,7 @@ void sb_execute(const sb_opts *o, sb_ref *cache, sb_stage stage, sb_result *r) {
     goto done;
   }
   if (plan_unfit(o, &hc, plan, &j->cfg, rp, r) || over_memory(o, rp, r)) goto done;
+  j->max_norm = o->max_norm > 0 ? o->max_norm : plan->max_norm; /* --max-norm over the plan's */
   if (dt_backend_parse(o->backend, &be) != DT_OK || !dt_backend_available(be)) {
     skip(r, "backend '%s' is not built in", o->backend);
     goto done;
@@ -1094,6 +1144,7 @@ void sb_print_result(FILE *f, const sb_config *c, const sb_result *r, bool json)
     NUM("max_abs_err", r->max_abs_err);
     NUM("max_rel_err", r->max_rel_err);
     NUM("tolerance", r->tolerance);
+    NUM("grad_norm", r->grad_norm);
     NUM("est_mem_bytes", r->est_mem_bytes);
     NUM("est_need_bytes", r->est_need_bytes);
 #undef NUM
@@ -1140,6 +1191,9 @@ void sb_print_result(FILE *f, const sb_config *c, const sb_result *r, bool json)
                "activations and buffers %.2f MiB\n",
             r->mem_params_bytes / 1048576.0, r->mem_grads_bytes / 1048576.0,
             r->mem_optimizer_bytes / 1048576.0, r->mem_activations_bytes / 1048576.0);
+  if (isfinite(r->grad_norm))
+    fprintf(f, "  grad norm (clip_grad_norm_, last timed step, before clipping): %.9g\n",
+            r->grad_norm);
   if (r->worst[0]) fprintf(f, "  worst: %s\n", r->worst);
   if (r->n_comm) fprintf(f, "  comm per step (rank 0): %-15s %-13s %-9s %6s %12s %14s %10s\n", "op",
                          "mesh dim", "phase", "calls", "payload B", "wire B", "seconds");

@@ -103,6 +103,8 @@ typedef struct sb_result {
   double est_need_bytes;         /* estimated memory of the whole invocation (NaN: none) */
   bool mem_refused;              /* skipped: est_need_bytes over sb_opts.mem_limit */
   bool weights_saved;            /* sb_opts.save_weights written */
+  double grad_norm;              /* the last timed step's total gradient norm (clip_grad_norm_,
+                                  * rank 0); NaN: the run does not clip */
   double max_abs_err, max_rel_err, tolerance;
   int64_t n_compared;            /* quantities the verdict compared (sb_cmp.n); 0: none */
   int n_comm;
@@ -198,6 +200,11 @@ typedef struct sb_opts {
   dt_dtype weights_dtype;
   dt_weight_names weights_names;
   bool pin_ranks;                /* --pin-ranks: dt_launch_opts.bind (threads backend) */
+  /* the training recipe (both jobs run it): gradient clipping at max_norm (--max-norm,
+   * else the plan's max_norm; 0: none) and the lr schedule (--lr-*; its training_steps
+   * is set to warmup + steps when one is given, 0: a constant lr) */
+  double max_norm;
+  dt_lr_schedule lr;
 } sb_opts;
 
 /* The unsharded reference of one (model, workload, dtype, batch, seq, steps):

@@ -11,6 +11,7 @@
  * halves so that a program's checks between them (gathers) do not count. Not here:
  * the loss check, timing several steps, storing results (programs).
  */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -277,7 +278,15 @@ dt_status dt_trainer_optimizer_step(dt_ctx *ctx, dt_trainer *t, bool record, dt_
   dt_ledger_enable(ctx, record);
   dt_ctx_set_phase(ctx, "optimizer");
   const double t0 = dt_now();
-  dt_status s = dt_model_adamw_step(ctx, m, &t->opts.adamw);
+  dt_status s = DT_OK;
+  rec->grad_norm = NAN;
+  if (t->opts.clip.max_norm > 0) /* train_step: clip_grad_norm_ before optimizers.step() */
+    s = dt_clip_grad_norm(ctx, m, t->dims.dim[DT_PDIM_PP], &t->opts.clip, &rec->grad_norm);
+  /* the schedule's lr of this optimizer step (LambdaLR at m->adam_step steps taken) */
+  dt_adamw opt = t->opts.adamw;
+  opt.lr *= dt_lr_factor(&t->opts.lr_schedule, m->adam_step);
+  rec->lr = opt.lr;
+  if (s == DT_OK) s = dt_model_adamw_step(ctx, m, &opt);
   if (s == DT_OK) s = dt_fsdp_after_step(ctx, m); /* ZeRO-1's all-gather of the updated rows */
   if (s == DT_OK) s = dt_model_end_step(ctx, m);
   rec->optimizer_s = dt_now() - t0;
