@@ -901,8 +901,20 @@ static void check_fsdp_errors(dt_ctx *ctx) {
              "context_parallel_rotate_method, context_parallel_load_balance, "
              "pipeline_parallel_schedule, pipeline_parallel_schedule_csv, "
              "pipeline_parallel_microbatch_size, module_fqns_per_model_part, "
-             "pipeline_parallel_first_stage_less_layers or "
-             "pipeline_parallel_last_stage_less_layers)");
+             "pipeline_parallel_first_stage_less_layers, "
+             "pipeline_parallel_last_stage_less_layers or max_norm)");
+  /* max_norm (training.max_norm): a number > 0, the clipping's; 0 or a word is refused */
+  {
+    dt_plan mp;
+    TU_CHECK(dt_plan_parse(ctx, "dims = tp:2\nmax_norm = 0.25\n", "ok.plan", &mp) == DT_OK,
+             "max_norm: %s", dt_last_error(ctx));
+    TU_CHECK(mp.max_norm == 0.25, "max_norm: %g", mp.max_norm);
+    TU_CHECK(dt_plan_parse(ctx, "dims = tp:2\n", "ok.plan", &mp) == DT_OK && mp.max_norm == 0,
+             "max_norm not given: %g", mp.max_norm);
+  }
+  EXPECT_ERR(ctx, "max_norm 0", "dims = tp:2\nmax_norm = 0\n",
+             "bad.plan:2:12: expected a gradient norm > 0 after 'max_norm =' (e.g. 1.0)");
+  EXPECT_ERR(ctx, "max_norm word", "dims = tp:2\nmax_norm = one\n", "bad.plan:2:12:");
   /* pipeline parallel settings */
   EXPECT_ERR(ctx, "pp schedule word", "dims = pp:2\npipeline_parallel_schedule = 1F2B\n",
              "bad.plan:2:30: expected GPipe, 1F1B or Interleaved1F1B");
