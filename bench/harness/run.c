@@ -142,6 +142,8 @@ void sb_config_fill(const sb_opts *o, sb_config *c) {
   char recipe[160] = "";
   int at = 0;
   if (o->max_norm > 0) at = snprintf(recipe, sizeof recipe, " max_norm=%.9g", o->max_norm);
+  if (o->global_batch > 0 && at >= 0 && (size_t)at < sizeof recipe)
+    at += snprintf(recipe + at, sizeof recipe - (size_t)at, " global_batch=%d", o->global_batch);
   static const char *const decay[] = {"linear", "sqrt", "cosine"};
   if (o->lr.training_steps > 0 && at >= 0 && (size_t)at < sizeof recipe) {
     char ratio[32] = "none";
@@ -772,6 +774,7 @@ static void trainer_opts(const dt_ctx *ctx, job *j, rank_job *rj, dt_trainer_opt
   to->device_memory = on_device(ctx);
   to->clip.max_norm = j->max_norm;
   to->lr_schedule = j->o->lr;
+  to->grad_accum_steps = j->o->global_batch > 0 ? j->o->global_batch / j->o->batch : 1;
   const char *fdot = strrchr(j->fault.param, '.');
   if (!j->reference && j->fault.kind == FAULT_NORM_REPLICATED && fdot &&
       !strcmp(fdot, ".weight")) /* TEST SWITCH: the module of PARAM */
@@ -802,7 +805,8 @@ static void trainer_opts(const dt_ctx *ctx, job *j, rank_job *rj, dt_trainer_opt
  * snapshot, or the sharded job's verdict). */
 static dt_status train(dt_ctx *ctx, job *j) {
   const int total = j->o->warmup + j->o->steps;
-  const int64_t n = (int64_t)j->o->batch * j->o->seq;
+  /* a step's sequences: every microstep's under gradient accumulation */
+  const int64_t n = (int64_t)(j->o->global_batch > 0 ? j->o->global_batch : j->o->batch) * j->o->seq;
   sb_cmp c;
   sb_cmp_init(&c);
   /* FSDP mixed precision: the weights' rounding to param_dtype sets the tolerance */
@@ -976,10 +980,10 @@ static bool over_memory(const sb_opts *o, const dt_parallel_plan *plan, sb_resul
 static bool reference(const sb_opts *o, job *j, sb_ref *cache, sb_result *r) {
   char rkey[sizeof cache->key];
   /* the recipe too: the reference clips and schedules as the sharded job */
-  snprintf(rkey, sizeof rkey, "%s/%s/%s/%d/%d/%d/%s/%.17g/%d,%d,%d,%.17g,%d,%.17g", o->model,
+  snprintf(rkey, sizeof rkey, "%s/%s/%s/%d/%d/%d/%s/%.17g/%d/%d,%d,%d,%.17g,%d,%.17g", o->model,
            o->workload, o->dtype, o->batch, o->seq, o->warmup + o->steps, o->load_weights,
-           j->max_norm, o->lr.training_steps, o->lr.warmup_steps, o->lr.has_decay_ratio,
-           o->lr.decay_ratio, (int)o->lr.decay_type, o->lr.min_lr_factor);
+           j->max_norm, o->global_batch, o->lr.training_steps, o->lr.warmup_steps,
+           o->lr.has_decay_ratio, o->lr.decay_ratio, (int)o->lr.decay_type, o->lr.min_lr_factor);
   if (!strcmp(cache->key, rkey)) return true;
   char why[DT_ERRMSG_LEN + 64];
   sb_ref_free(cache);

@@ -252,6 +252,7 @@ const char sb_run_usage[] =
     "                       [--weights-names torchtitan|hf]] [--save-trace FILE]\n"
     "                      [--max-norm X] [--lr-warmup-steps N] [--lr-decay-ratio R]\n"
     "                      [--lr-decay-type linear|sqrt|cosine] [--lr-min-factor F]\n"
+    "                      [--global-batch N]\n"
     "\n"
     "Runs one config: builds the mesh over TorchTitan's dims pp, dp_replicate, dp_shard,\n"
     "cp, tp (only dims of size > 1, in that order), applies the plan (the [tp] entries on\n"
@@ -308,6 +309,10 @@ const char sb_run_usage[] =
     "  --lr-min-factor F  TorchTitan's lr_scheduler over the run's warm-up + timed\n"
     "                   steps (defaults 0, none: decay over the rest, linear, 0); any\n"
     "                   of them turns the schedule on, for both jobs\n"
+    "  --global-batch N gradient accumulation (TorchTitan's training.global_batch_size):\n"
+    "                   N / --batch microsteps of --batch sequences each, every one\n"
+    "                   reduced after its backward (gradient sync on), the loss scaled by\n"
+    "                   1 / microsteps; N a multiple of --batch; no pp; both jobs\n"
     "  --pin-ranks      threads backend: pin rank r to the r-th CPU when the ranks are\n"
     "                   no more than the CPUs (default: the scheduler places them,\n"
     "                   faster on a shared machine; bench/shardbench-pinning measures it)\n"
@@ -378,7 +383,7 @@ typedef struct run_args {
 enum { O_MODEL = 256, O_WORKLOAD, O_PLAN, O_MESH, O_PP, O_DPR, O_DPS, O_CP, O_TP, O_DTYPE,
        O_BATCH, O_SEQ, O_STEPS, O_WARMUP, O_BACKEND, O_WORLD, O_PEAK, O_MEMLIM, O_NOMEM, O_PLANS,
        O_DB, O_JSON, O_LOADW, O_SAVEW, O_WDTYPE, O_WNAMES, O_TRACE, O_COMM, O_DEVICE, O_PIN, O_MAXNORM, O_LRWARM, O_LRRATIO,
-       O_LRTYPE, O_LRMIN, O_HELP };
+       O_LRTYPE, O_LRMIN, O_GBATCH, O_HELP };
 static const struct option run_lopts[] = {
     {"model", required_argument, NULL, O_MODEL}, {"workload", required_argument, NULL, O_WORKLOAD},
     {"plan", required_argument, NULL, O_PLAN},   {"mesh", required_argument, NULL, O_MESH},
@@ -406,6 +411,7 @@ static const struct option run_lopts[] = {
     {"lr-decay-ratio", required_argument, NULL, O_LRRATIO},
     {"lr-decay-type", required_argument, NULL, O_LRTYPE},
     {"lr-min-factor", required_argument, NULL, O_LRMIN},
+    {"global-batch", required_argument, NULL, O_GBATCH},
     {"help", no_argument, NULL, O_HELP},
     {NULL, 0, NULL, 0}};
 
@@ -492,6 +498,11 @@ static int run_flag(int ch, run_args *a, char **argv) {
     o->lr.warmup_steps = (int)v;
     a->lr_given = true;
     return 0;
+  case O_GBATCH:
+    if (sb_parse_long(optarg, 1, 1 << 20, &v, err, sizeof err) != DT_OK)
+      return sb_usage_error(CMD, flag, "%s", err);
+    o->global_batch = (int)v;
+    return 0;
   case O_LRTYPE:
     if (!dt_lr_decay_parse(optarg, &o->lr.decay_type))
       return sb_usage_error(CMD, flag, "expected linear, sqrt or cosine, got '%s'", optarg);
@@ -524,6 +535,13 @@ static int run_parse(int argc, char **argv, run_args *a) {
     if ((rc = run_flag(ch, a, argv)) != 0) return rc;
   if (optind < argc) return sb_usage_error("run", NULL, "unexpected argument '%s'", argv[optind]);
   if (a->lr_given) o->lr.training_steps = o->warmup + o->steps; /* training.steps: every step */
+  /* training.global_batch_size: a multiple of local_batch_size x dp degree (--batch) */
+  if (o->global_batch && o->global_batch % o->batch)
+    return sb_usage_error("run", "--global-batch", "%d is not a multiple of --batch %d (the "
+                          "local batch x the data-parallel degree)", o->global_batch, o->batch);
+  if (o->global_batch > o->batch && (o->dims[0] > 1 || strcmp(o->workload, "model")))
+    return sb_usage_error("run", "--global-batch", "gradient accumulation runs the model workload "
+                          "without pp (the pipeline's microbatches are its own)");
   return 0;
 }
 

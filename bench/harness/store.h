@@ -205,6 +205,9 @@ typedef struct sb_opts {
    * is set to warmup + steps when one is given, 0: a constant lr) */
   double max_norm;
   dt_lr_schedule lr;
+  int global_batch;              /* --global-batch: gradient accumulation to this many
+                                  * sequences per step (a multiple of batch, the
+                                  * per-microstep batch over every dp rank); 0: batch */
 } sb_opts;
 
 /* The unsharded reference of one (model, workload, dtype, batch, seq, steps):

@@ -230,6 +230,11 @@ typedef struct dt_trainer_opts {
   dt_trainer_hooks hooks;
   dt_clip_opts clip;            /* clip.max_norm > 0: clip_grad_norm_ before AdamW */
   dt_lr_schedule lr_schedule;   /* training_steps > 0: adamw.lr times dt_lr_factor */
+  int grad_accum_steps;         /* > 1 (no pp): gradient accumulation, TorchTitan's
+                                 * global_batch_size / (local_batch_size x dp): a
+                                 * step's tokens and targets hold grad_accum_steps x
+                                 * batch rows, microstep a its rows [a batch, (a + 1)
+                                 * batch), each placed and reduced as a step's batch */
 } dt_trainer_opts;
 
 /* What one step did on this rank. */
