@@ -1,7 +1,8 @@
 #!/bin/sh
-# verify/clip.sh: gradient-norm clipping (TorchTitan's training.max_norm,
-# clip_grad_norm_ over every mesh dim) end to end through `shardbench run`, with a
-# max_norm small enough that every step clips (the debugmodel's norm is ~3):
+# verify/clip.sh: TorchTitan's training recipe in the step, end to end through
+# `shardbench run`: gradient-norm clipping (training.max_norm, clip_grad_norm_ over
+# every mesh dim), gradient accumulation and the lr schedule. The clipping runs use
+# a max_norm small enough that every step clips (the debugmodel's norm is ~2 to 3):
 #   1. TP + SP, FSDP x TP, HSDP, CP (FSDP x CP), PP x TP and 5-D (five-d.sh's config,
 #      f32 only) each verify against the unsharded reference, which clips the same
 #      way: every step's loss, gradients and total norm, the final weights; the
@@ -15,8 +16,14 @@
 #      dims it is Replicate on (SHARDBENCH_FAULT=norm-replicated:norm.weight), and
 #      pp rank 1's stages left out (norm-drop-stage:1), are each a mismatch naming
 #      "grad_norm step 0";
-#   4. the plan setting max_norm clips as --max-norm does (the same norm), and bad
-#      values of both are refused with exit 2 (the flag; FILE:LINE).
+#   4. gradient accumulation (--global-batch) under TP + SP, FSDP, HSDP, FSDP x TP
+#      and DDP x CP: two microsteps of 4 give one step of 8's norm (the oracle), and
+#      the data-parallel reductions run per microstep;
+#   5. TorchTitan's lr schedule over 8 steps with clipping (and accumulation) under
+#      TP + SP, FSDP, HSDP, FSDP x TP, CP and PP x TP verifies against the reference;
+#   6. the plan setting max_norm clips as --max-norm does (the same norm), and bad
+#      values of the flags and the setting are refused with exit 2 (the flag;
+#      FILE:LINE).
 NAME=clip
 . "${srcdir:-.}/verify/harness-common.sh"
 command -v python3 >/dev/null 2>&1 || { echo "SKIP: $NAME: python3 is missing (scripts/install-deps)"; exit 77; }
@@ -152,6 +159,68 @@ fault pp-tp norm-replicated:norm.weight $SMALL --plan pp-tp-sp --pp 2 --tp 2 --b
 fault pp-tp norm-drop-stage:1 $SMALL --plan pp-tp-sp --pp 2 --tp 2 --batch 4 --seq 8
 # shellcheck disable=SC2086
 fault 5-D norm-drop-stage:1 $FIVE
+
+# ---- gradient accumulation (--global-batch) ----
+# The oracle: an accumulated step over 2 microsteps of 4 sequences computes the same
+# gradient as one step over the 8 (equal microbatches: the mean of the rescaled means
+# is the whole batch's mean; the same token rows), so its total norm (reported with a
+# max_norm that never clips) equals the 8-sequence step's, f64, to the JSON's 9
+# digits. Each run also verifies against its reference (which accumulates too), and
+# the data-parallel reductions run once per microstep (gradient sync on, as
+# TorchTitan's train_step leaves FSDP2 and replicate()): 2x the calls.
+norm_of() { python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); print(d["status"], d["grad_norm"])' "$1"; }
+calls() { python3 -c '
+import json, sys
+d = json.load(open(sys.argv[1]))
+print(sum(c["calls"] for c in d["comm"] if c["phase"] == "backward" and c["op"] in ("all_reduce", "reduce_scatter") and c["mesh_dim"] != "tp"))' "$1"; }
+while IFS='|' read -r name flags; do
+  [ -n "$name" ] || continue
+  # shellcheck disable=SC2086
+  if run $SMALL $flags --dtype f64 --batch 8 --seq 8 --max-norm 1e9 >"$tmp/big.json" &&
+     run $SMALL $flags --dtype f64 --batch 4 --seq 8 --max-norm 1e9 >"$tmp/one.json" &&
+     run $SMALL $flags --dtype f64 --batch 4 --global-batch 8 --seq 8 --max-norm 1e9 >"$tmp/acc.json"; then
+    check "$name: accumulated 2 x 4 = one step of 8 (status, norm)" "$(norm_of "$tmp/acc.json")" \
+      "$(norm_of "$tmp/big.json")"
+    check "$name: reductions per microstep" "$(calls "$tmp/acc.json")" $(($(calls "$tmp/one.json") * 2))
+  else
+    fail "$name: accumulation run exit $?: $(tail -1 "$tmp/e")"
+  fi
+done <<'EOF2'
+tp-sp|--tp 2
+fsdp|--plan fsdp --dp-shard 2
+hsdp|--plan hsdp --dp-replicate 2 --dp-shard 2
+fsdp-tp|--plan fsdp-tp-sp --dp-shard 2 --tp 2
+dp-cp|--plan dp-cp --dp-replicate 2 --cp 2
+EOF2
+refused "--global-batch 6 --batch 4" "^shardbench run: --global-batch: 6 is not a multiple" \
+  "$SB" run --plans-dir "$PLANS" --batch 4 --global-batch 6
+refused "--global-batch with pp" "^shardbench run: --global-batch: " \
+  "$SB" run --plans-dir "$PLANS" --plan pp --pp 2 --batch 4 --global-batch 8
+
+# ---- the lr schedule over 8 steps, with clipping (and accumulation but under pp) ----
+# Consistency with the reference, which runs the same schedule, at every step's loss,
+# gradients and norm; the schedule's own values are verify/test_lr_schedule's.
+SCHED="--steps 8 --warmup 0 --lr-warmup-steps 2 --lr-decay-ratio 0.5 --lr-decay-type cosine --lr-min-factor 0.1 --max-norm $MAXN"
+while IFS='|' read -r name flags; do
+  [ -n "$name" ] || continue
+  # shellcheck disable=SC2086
+  if "$SB" run --plans-dir "$PLANS" --peak-tflops 1 --json $SMALL $flags $SCHED --seq 8 >"$tmp/s.json" 2>"$tmp/e"; then
+    check "$name: 8 scheduled steps: status, clipping engaged, compared" "$(verdict "$tmp/s.json")" "ok True True"
+  else
+    fail "$name: scheduled run exit $?: $(tail -1 "$tmp/e")"
+  fi
+done <<'EOF2'
+tp-sp|--tp 2 --batch 2 --global-batch 4
+fsdp|--plan fsdp --dp-shard 2 --batch 2 --global-batch 4
+hsdp|--plan hsdp --dp-replicate 2 --dp-shard 2 --batch 4 --global-batch 8
+fsdp-tp|--plan fsdp-tp-sp --dp-shard 2 --tp 2 --batch 2 --global-batch 4
+cp|--plan fsdp-cp --dp-shard 2 --cp 2 --batch 2 --global-batch 4
+pp-tp|--plan pp-tp-sp --pp 2 --tp 2 --batch 4
+EOF2
+for f in "--lr-decay-type exp" "--lr-decay-ratio 1.5" "--lr-min-factor -0.1" "--lr-warmup-steps -1"; do
+  # shellcheck disable=SC2086
+  refused "$f" "^shardbench run: ${f%% *}: " "$SB" run --plans-dir "$PLANS" $f
+done
 
 # ---- the plan setting, and bad values ----
 sed 's/^loss_parallel = .*/&\nmax_norm = 0.01/' "$PLANS/torchtitan-tp-sp.plan" >"$tmp/tpclip.plan"
