@@ -292,7 +292,11 @@ const dt_pipeline *dt_trainer_pipeline(const dt_trainer *t);  /* NULL: no pp */
  * this part when record is true (phases forward / backward), never the input
  * placement. *loss: the loss on the step tape (NULL under pp: the schedule keeps
  * it; dt_trainer_share_stages makes one); it lives until dt_trainer_optimizer_step.
- * rec (may be NULL) gets the times and, under pp, the events. */
+ * rec (may be NULL) gets the times and, under pp, the events. With
+ * opts.grad_accum_steps = k > 1 (no pp), tokens and targets hold k x batch rows:
+ * k microsteps, each placed, run with its loss scaled by 1 / k and reduced as
+ * above, the graph dropped between them; *loss is then a leaf holding the step's
+ * loss (the sum of the scaled ones). */
 dt_status dt_trainer_forward_backward(dt_ctx *ctx, dt_trainer *t, int step, const int64_t *tokens,
                                       const int64_t *targets, bool record, dt_var **loss,
                                       dt_trainer_step *rec);
