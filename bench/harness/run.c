@@ -145,11 +145,24 @@ void sb_config_fill(const sb_opts *o, sb_config *c) {
     char a[32];
     snprintf(ac, sizeof ac, " ac=%s", dt_ac_str(&o->ac, a, sizeof a));
   }
+  /* the recipe's flags likewise join it only when given (a plan's max_norm is the plan's) */
+  char recipe[160] = "";
+  int at = 0;
+  if (o->max_norm > 0) at = snprintf(recipe, sizeof recipe, " max_norm=%.9g", o->max_norm);
+  if (o->global_batch > 0 && at >= 0 && (size_t)at < sizeof recipe)
+    at += snprintf(recipe + at, sizeof recipe - (size_t)at, " global_batch=%d", o->global_batch);
+  static const char *const decay[] = {"linear", "sqrt", "cosine"};
+  if (o->lr.training_steps > 0 && at >= 0 && (size_t)at < sizeof recipe) {
+    char ratio[32] = "none";
+    if (o->lr.has_decay_ratio) snprintf(ratio, sizeof ratio, "%.9g", o->lr.decay_ratio);
+    snprintf(recipe + at, sizeof recipe - (size_t)at, " lr=warmup:%d,decay_ratio:%s,%s,min:%.9g",
+             o->lr.warmup_steps, ratio, decay[o->lr.decay_type], o->lr.min_lr_factor);
+  }
   snprintf(c->key, sizeof c->key,
            "model=%s workload=%s plan=%s mesh=%s dtype=%s batch=%d seq=%d steps=%d backend=%s "
-           "world=%d%s%s%s",
+           "world=%d%s%s%s%s",
            o->model, o->workload, o->plan, mesh, o->dtype, o->batch, o->seq, o->steps, o->backend,
-           o->world, dev ? " device=" : "", dev ? o->device : "", ac);
+           o->world, dev ? " device=" : "", dev ? o->device : "", ac, recipe);
   snprintf(c->workload, sizeof c->workload, "%s", o->workload);
   snprintf(c->model, sizeof c->model, "%s", o->model);
   snprintf(c->plan, sizeof c->plan, "%s", o->plan);
@@ -191,12 +204,19 @@ void sb_config_fill(const sb_opts *o, sb_config *c) {
  *                            their next collective; the sweep's watchdog must end it.
  *   crash:RANK               world rank RANK prints one line and aborts (SIGABRT)
  *                            once its weights are made.
+ *   norm-replicated:PARAM    clip_grad_norm_ sums PARAM's gradient over the mesh dims
+ *                            it is Replicate on as if it were sharded there (a
+ *                            replicated norm weight counted tp times).
+ *   norm-drop-stage:K        clip_grad_norm_ leaves pp rank K's stages out of the
+ *                            total norm.
+ *                            (The norm faults act only on a run that clips, --max-norm.)
  * Items join with ';' ("hang:2@plan=dp;crash:1@plan=fsdp "); an item followed by
  * @MATCH applies only to configs whose key contains MATCH. At most one
- * skip-reduce / perturb-grad item applies to a config.
+ * skip-reduce / perturb-grad / ac-zero / norm-* item applies to a config.
  * The reference job never sees a fault. */
 typedef enum fault_kind {
-  FAULT_NONE = 0, FAULT_SKIP_REDUCE, FAULT_PERTURB_GRAD, FAULT_AC_ZERO
+  FAULT_NONE = 0, FAULT_SKIP_REDUCE, FAULT_PERTURB_GRAD, FAULT_AC_ZERO, FAULT_NORM_REPLICATED,
+  FAULT_NORM_DROP_STAGE
 } fault_kind;
 typedef struct fault {
   fault_kind kind;
@@ -235,16 +255,25 @@ static int fault_item(const char *s, fault *f, char *err, size_t errn) {
   fault_kind kind = FAULT_NONE;
   if (param && (size_t)(param - s) == strlen("skip-reduce") && !strncmp(s, "skip-reduce", 11)) {
     kind = FAULT_SKIP_REDUCE;
+  } else if (param && (size_t)(param - s) == strlen("norm-replicated") &&
+             !strncmp(s, "norm-replicated", 15)) {
+    kind = FAULT_NORM_REPLICATED;
+  } else if (param && (size_t)(param - s) == strlen("norm-drop-stage") &&
+             !strncmp(s, "norm-drop-stage", 15)) {
+    kind = FAULT_NORM_DROP_STAGE;
+    rank = param; /* the stage is the rank field; no PARAM */
   } else if (param && (size_t)(param - s) == strlen("perturb-grad") &&
              !strncmp(s, "perturb-grad", 12)) {
     kind = FAULT_PERTURB_GRAD;
     rank = strchr(param + 1, ':');
   }
-  size_t pl = !param ? 0 : rank ? (size_t)(rank - param - 1) : strlen(param + 1);
-  if (kind == FAULT_NONE || (kind == FAULT_PERTURB_GRAD && !rank) || pl == 0 ||
-      pl >= sizeof f->param || memchr(param + 1, ':', pl)) {
-    snprintf(err, errn, "expected skip-reduce:PARAM, perturb-grad:PARAM:RANK, ac-zero:K, hang:RANK "
-                        "or crash:RANK (joined by ';', each with an optional @MATCH), got '%s'", s);
+  size_t pl = !param || rank == param ? 0 : rank ? (size_t)(rank - param - 1) : strlen(param + 1);
+  if (kind == FAULT_NONE || (kind == FAULT_PERTURB_GRAD && !rank) ||
+      (pl == 0 && kind != FAULT_NORM_DROP_STAGE) || pl >= sizeof f->param ||
+      (pl && memchr(param + 1, ':', pl))) {
+    snprintf(err, errn, "expected skip-reduce:PARAM, perturb-grad:PARAM:RANK, ac-zero:K, "
+                        "norm-replicated:PARAM, norm-drop-stage:K, hang:RANK or crash:RANK "
+                        "(joined by ';', each with an optional @MATCH), got '%s'", s);
     return -1;
   }
   long r = 0;
@@ -421,6 +450,7 @@ typedef struct job {
   const dt_parallel_plan *plan; /* the resolved plan; NULL: the reference */
   const sb_ref *ref;            /* compare against (sharded job) */
   fault fault;                  /* TEST SWITCH (sharded job only) */
+  double max_norm;              /* clipping (o->max_norm, else the plan's); 0: none */
   bool per_process;             /* MPI: each process has its own job (else the ranks share it) */
   /* out (rank 0; the verdict on every rank of an MPI job) */
   sb_snap out;                  /* reference job: what it computed */
@@ -428,6 +458,7 @@ typedef struct job {
   int64_t peak_mem;
   sb_cmp cmp;                   /* sharded job: the verdict, worst over every rank */
   bool weights_saved;           /* sharded job: o->save_weights written */
+  double grad_norm;             /* rank 0, last timed step: the total gradient norm */
   int64_t mem[4];               /* rank 0, last timed step: params, grads, optimizer,
                                  * the rest of the step's peak (sb_result.mem_*) */
   int n_comm;
@@ -562,8 +593,9 @@ static dt_status save_weights(dt_ctx *ctx, dt_model *m, const job *j) {
 static dt_status hook_after_init(dt_ctx *ctx, dt_trainer *t, void *user) {
   job *j = ((rank_job *)user)->j;
   dt_model *m = dt_trainer_model(t);
-  /* TEST SWITCH: refuse a bad target (ac-zero has none) */
-  if (j->fault.kind != FAULT_NONE && j->fault.kind != FAULT_AC_ZERO) {
+  /* TEST SWITCH: refuse a bad target (ac-zero and norm-drop-stage have none) */
+  if (j->fault.kind != FAULT_NONE && j->fault.kind != FAULT_AC_ZERO &&
+      j->fault.kind != FAULT_NORM_DROP_STAGE) {
     if (!fault_module(ctx, m, &j->fault)) return DT_ERR_INVALID;
     if (j->fault.rank >= ctx->world_size)
       return dt_error(ctx, DT_ERR_INVALID, "SHARDBENCH_FAULT", "rank %d, but the world has %d ranks",
@@ -850,6 +882,16 @@ static void trainer_opts(const dt_ctx *ctx, job *j, rank_job *rj, dt_trainer_opt
   if (!j->reference) to->ac = j->o->ac; /* the reference: no AC (AC changes no bits) */
   if (!j->reference && j->fault.kind == FAULT_AC_ZERO) /* TEST SWITCH: a broken recompute */
     to->ac.fault_zero_call = j->fault.rank;
+  to->clip.max_norm = j->max_norm;
+  to->lr_schedule = j->o->lr;
+  to->grad_accum_steps = j->o->global_batch > 0 ? j->o->global_batch / j->o->batch : 1;
+  const char *fdot = strrchr(j->fault.param, '.');
+  if (!j->reference && j->fault.kind == FAULT_NORM_REPLICATED && fdot &&
+      !strcmp(fdot, ".weight")) /* TEST SWITCH: the module of PARAM */
+    snprintf(to->clip.fault_count_replicated, sizeof to->clip.fault_count_replicated, "%.*s",
+             (int)(fdot - j->fault.param), j->fault.param);
+  if (!j->reference && j->fault.kind == FAULT_NORM_DROP_STAGE) /* TEST SWITCH */
+    to->clip.fault_drop_pp_rank = j->fault.rank + 1;
   if (j->fault.kind == FAULT_SKIP_REDUCE) { /* TEST SWITCH: the FSDP unit skips its reduction */
     const char *dot = strrchr(j->fault.param, '.');
     if (dot && !strcmp(dot, ".weight"))
@@ -873,7 +915,8 @@ static void trainer_opts(const dt_ctx *ctx, job *j, rank_job *rj, dt_trainer_opt
  * snapshot, or the sharded job's verdict). */
 static dt_status train(dt_ctx *ctx, job *j) {
   const int total = j->o->warmup + j->o->steps;
-  const int64_t n = (int64_t)j->o->batch * j->o->seq;
+  /* a step's sequences: every microstep's under gradient accumulation */
+  const int64_t n = (int64_t)(j->o->global_batch > 0 ? j->o->global_batch : j->o->batch) * j->o->seq;
   sb_cmp c;
   sb_cmp_init(&c);
   /* FSDP mixed precision: the weights' rounding to param_dtype sets the tolerance */
@@ -906,12 +949,17 @@ static dt_status train(dt_ctx *ctx, job *j) {
     s = dt_trainer_forward_backward(ctx, t, step, ids, ids + n, timed, &loss, &st);
     if (s == DT_OK) s = collect(ctx, t, j, loss, step, total - 1, &c);
     if (s == DT_OK) s = dt_trainer_optimizer_step(ctx, t, timed, &st);
+    if (s == DT_OK && j->max_norm > 0) /* the norm the step clipped with, against the reference's */
+      sb_snap_norm(dt_trainer_model(t), step, st.grad_norm,
+                   j->reference && ctx->rank == 0 ? &j->out : NULL,
+                   j->reference ? NULL : &j->ref->snap, &c);
     if (s == DT_OK && timed && P) pipe_rec(&pp, step - j->o->warmup, &st);
     if (timed && ctx->rank == 0) {
       j->mem[0] = st.mem_params;
       j->mem[1] = st.mem_grads;
       j->mem[2] = st.mem_optimizer;
       j->mem[3] = st.mem_activations;
+      j->grad_norm = st.grad_norm;
     }
     times[step] = st.forward_backward_s + st.optimizer_s;
   }
@@ -1041,8 +1089,11 @@ static bool over_memory(const sb_opts *o, const dt_parallel_plan *plan, sb_resul
  * False (r failed) when it could not be computed. */
 static bool reference(const sb_opts *o, job *j, sb_ref *cache, sb_result *r) {
   char rkey[sizeof cache->key];
-  snprintf(rkey, sizeof rkey, "%s/%s/%s/%d/%d/%d/%s", o->model, o->workload, o->dtype, o->batch,
-           o->seq, o->warmup + o->steps, o->load_weights);
+  /* the recipe too: the reference clips and schedules as the sharded job */
+  snprintf(rkey, sizeof rkey, "%s/%s/%s/%d/%d/%d/%s/%.17g/%d/%d,%d,%d,%.17g,%d,%.17g", o->model,
+           o->workload, o->dtype, o->batch, o->seq, o->warmup + o->steps, o->load_weights,
+           j->max_norm, o->global_batch, o->lr.training_steps, o->lr.warmup_steps,
+           o->lr.has_decay_ratio, o->lr.decay_ratio, (int)o->lr.decay_type, o->lr.min_lr_factor);
   if (!strcmp(cache->key, rkey)) return true;
   char why[DT_ERRMSG_LEN + 64];
   sb_ref_free(cache);
@@ -1081,6 +1132,7 @@ static void result_of(const sb_opts *o, const job *j, sb_result *r) {
   r->mem_grads_bytes = j->mem[1];
   r->mem_optimizer_bytes = j->mem[2];
   r->mem_activations_bytes = j->mem[3];
+  r->grad_norm = j->max_norm > 0 ? j->grad_norm : NAN;
   r->max_abs_err = j->cmp.max_abs;
   r->max_rel_err = j->cmp.worst_rel;
   r->tolerance = j->cmp.worst_tol;
@@ -1153,6 +1205,7 @@ void sb_execute(const sb_opts *o, sb_ref *cache, sb_stage stage, sb_result *r) {
     goto done;
   }
   if (plan_unfit(o, &hc, plan, &j->cfg, rp, r) || over_memory(o, rp, r)) goto done;
+  j->max_norm = o->max_norm > 0 ? o->max_norm : plan->max_norm; /* --max-norm over the plan's */
   if (dt_backend_parse(o->backend, &be) != DT_OK || !dt_backend_available(be)) {
     skip(r, "backend '%s' is not built in", o->backend);
     goto done;
@@ -1208,6 +1261,7 @@ void sb_print_result(FILE *f, const sb_config *c, const sb_result *r, bool json)
     NUM("max_abs_err", r->max_abs_err);
     NUM("max_rel_err", r->max_rel_err);
     NUM("tolerance", r->tolerance);
+    NUM("grad_norm", r->grad_norm);
     NUM("est_mem_bytes", r->est_mem_bytes);
     NUM("est_need_bytes", r->est_need_bytes);
 #undef NUM
@@ -1254,6 +1308,9 @@ void sb_print_result(FILE *f, const sb_config *c, const sb_result *r, bool json)
                "activations and buffers %.2f MiB\n",
             r->mem_params_bytes / 1048576.0, r->mem_grads_bytes / 1048576.0,
             r->mem_optimizer_bytes / 1048576.0, r->mem_activations_bytes / 1048576.0);
+  if (isfinite(r->grad_norm))
+    fprintf(f, "  grad norm (clip_grad_norm_, last timed step, before clipping): %.9g\n",
+            r->grad_norm);
   if (r->worst[0]) fprintf(f, "  worst: %s\n", r->worst);
   if (r->n_comm) fprintf(f, "  comm per step (rank 0): %-15s %-13s %-9s %6s %12s %14s %10s\n", "op",
                          "mesh dim", "phase", "calls", "payload B", "wire B", "seconds");

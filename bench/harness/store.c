@@ -68,7 +68,7 @@ static void bind_bytes(sqlite3_stmt *q, int i, int64_t v) {
 void sb_result_init(sb_result *r) {
   memset(r, 0, sizeof *r);
   r->step_time_s = r->tokens_per_s = r->tflops = r->mfu = r->peak_tflops = NAN;
-  r->max_abs_err = r->max_rel_err = r->tolerance = NAN;
+  r->max_abs_err = r->max_rel_err = r->tolerance = r->grad_norm = NAN;
   r->est_mem_bytes = r->est_need_bytes = NAN;
   r->peak_mem_bytes = -1;
   r->mem_params_bytes = r->mem_grads_bytes = r->mem_optimizer_bytes = -1;

@@ -103,6 +103,8 @@ typedef struct sb_result {
   double est_need_bytes;         /* estimated memory of the whole invocation (NaN: none) */
   bool mem_refused;              /* skipped: est_need_bytes over sb_opts.mem_limit */
   bool weights_saved;            /* sb_opts.save_weights written */
+  double grad_norm;              /* the last timed step's total gradient norm (clip_grad_norm_,
+                                  * rank 0); NaN: the run does not clip */
   double max_abs_err, max_rel_err, tolerance;
   int64_t n_compared;            /* quantities the verdict compared (sb_cmp.n); 0: none */
   int n_comm;
@@ -209,6 +211,14 @@ typedef struct sb_opts {
   /* the sharded job's activation checkpointing: --ac, else the plan's
    * activation_checkpoint_mode (sb_plan_ac); the reference runs without */
   dt_ac_config ac;
+  /* the training recipe (both jobs run it): gradient clipping at max_norm (--max-norm,
+   * else the plan's max_norm; 0: none) and the lr schedule (--lr-*; its training_steps
+   * is set to warmup + steps when one is given, 0: a constant lr) */
+  double max_norm;
+  dt_lr_schedule lr;
+  int global_batch;              /* --global-batch: gradient accumulation to this many
+                                  * sequences per step (a multiple of batch, the
+                                  * per-microstep batch over every dp rank); 0: batch */
 } sb_opts;
 
 /* The unsharded reference of one (model, workload, dtype, batch, seq, steps):

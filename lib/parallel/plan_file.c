@@ -2,7 +2,8 @@
  * ParallelStyle defaults and printing, fqn matching and plan resolution.
  *
  * A plan file holds settings (name, dims, loss_parallel; zero, mixed_precision_param,
- * mixed_precision_reduce for FSDP; bucket_cap_mb for DDP) and, under [dim] headers,
+ * mixed_precision_reduce for FSDP; bucket_cap_mb for DDP; max_norm, the step's
+ * gradient clipping) and, under [dim] headers,
  * entries "pattern = Style(kwarg=value, ...)" written as PyTorch writes them
  * (torch/distributed/tensor/parallel/style.py: ColwiseParallel, RowwiseParallel,
  * SequenceParallel, PrepareModuleInput, PrepareModuleOutput; under [dp_shard] only
@@ -70,7 +71,7 @@ typedef enum setting_id {
   SET_NAME = 0, SET_DIMS, SET_LOSS_PARALLEL, SET_ZERO, SET_MP_PARAM, SET_MP_REDUCE,
   SET_BUCKET_CAP_MB, SET_CP_ROTATE, SET_CP_LOAD_BALANCE, SET_PP_SCHEDULE, SET_PP_CSV,
   SET_PP_MBS, SET_PP_STAGES, SET_PP_FIRST_LESS, SET_PP_LAST_LESS, SET_AC_MODE, SET_AC_OPTION,
-  N_SETTINGS
+  SET_MAX_NORM, N_SETTINGS
 } setting_id;
 static const char *const k_settings[N_SETTINGS] = {
     "name", "dims", "loss_parallel", "zero", "mixed_precision_param", "mixed_precision_reduce",
@@ -78,7 +79,7 @@ static const char *const k_settings[N_SETTINGS] = {
     "pipeline_parallel_schedule", "pipeline_parallel_schedule_csv",
     "pipeline_parallel_microbatch_size", "module_fqns_per_model_part",
     "pipeline_parallel_first_stage_less_layers", "pipeline_parallel_last_stage_less_layers",
-    "activation_checkpoint_mode", "selective_ac_option"};
+    "activation_checkpoint_mode", "selective_ac_option", "max_norm"};
 #define SETBIT(k) (1u << (k))
 
 /* The model itself in a fully_shard entry (TorchTitan's final fully_shard(model)). */
@@ -99,6 +100,8 @@ enum { FQN_TOKEN_MAX = 128 };
 enum { GROUP_MAX = 48 };
 /* bucket_cap_mb above 1 TiB is larger than any device's memory: a typo, not a bucket. */
 enum { BUCKET_CAP_MB_MAX = 1 << 20 };
+/* max_norm: any norm a gradient reaches in f32 is below this; more is a typo. */
+static const double MAX_NORM_MAX = 1e30;
 
 /* ---- small helpers -------------------------------------------------------------- */
 
@@ -956,8 +959,10 @@ static dt_status pp_stages_setting(pstate *s) {
   return setting_end(s, key);
 }
 
-/* bucket_cap_mb = X: a decimal number > 0 (DDP takes a float: 25 by default). */
-static dt_status bucket_setting(pstate *s) {
+/* KEY = X: a decimal number in (0, max] into *out; hint and eg: what the error
+ * says is expected, and its examples. */
+static dt_status positive_setting(pstate *s, const char *key, double max, const char *hint,
+                                  const char *eg, double *out) {
   const char *b = s->p;
   int digits = 0, dots = 0;
   while (s->p < s->end && (isdigit((unsigned char)*s->p) || *s->p == '.')) {
@@ -973,16 +978,22 @@ static dt_status bucket_setting(pstate *s) {
     memcpy(num, b, l);
     num[l] = '\0';
     v = strtod(num, NULL);
-    ok = v > 0 && v <= BUCKET_CAP_MB_MAX;
+    ok = v > 0 && v <= max;
   }
   if (!ok) {
     s->p = b;
-    return perr(s, s->line, col_of(s, b),
-                "expected a number of MiB > 0 and <= %d after 'bucket_cap_mb =' (e.g. 25 or 100)",
-                BUCKET_CAP_MB_MAX);
+    return perr(s, s->line, col_of(s, b), "expected %s after '%s =' (e.g. %s)", hint, key, eg);
   }
-  s->plan->bucket_cap_mb = v;
-  return setting_end(s, "bucket_cap_mb");
+  *out = v;
+  return setting_end(s, key);
+}
+
+/* bucket_cap_mb = X: a decimal number > 0 (DDP takes a float: 25 by default). */
+static dt_status bucket_setting(pstate *s) {
+  char hint[96];
+  snprintf(hint, sizeof hint, "a number of MiB > 0 and <= %d", BUCKET_CAP_MB_MAX);
+  return positive_setting(s, "bucket_cap_mb", BUCKET_CAP_MB_MAX, hint, "25 or 100",
+                          &s->plan->bucket_cap_mb);
 }
 
 /* activation_checkpoint_mode = none | selective | full and selective_ac_option = op | N
@@ -1058,6 +1069,9 @@ static dt_status setting(pstate *s, setting_id which, const char *kb) {
       return dtype_setting(s, k_settings[which], (1u << DT_F32) | (1u << DT_F64), "f32 or f64",
                            &pl->reduce_dtype);
     case SET_BUCKET_CAP_MB: return bucket_setting(s);
+    case SET_MAX_NORM: /* training.max_norm: clip_grad_norm_'s; > 0 (TorchTitan's default 1.0) */
+      return positive_setting(s, "max_norm", MAX_NORM_MAX, "a gradient norm > 0", "1.0",
+                              &pl->max_norm);
     case SET_CP_ROTATE: return rotate_setting(s);
     case SET_PP_SCHEDULE: return pp_schedule_setting(s);
     case SET_PP_CSV: return pp_csv_setting(s);
