@@ -148,6 +148,91 @@ static void test_adamw(kt_dev *T) {
   printf("optim.adamw: %d dtype cases x %d sizes x %d steps\n", nc, N_SIZES, N_STEPS);
 }
 
+#ifdef KERN_ON_CPU
+/* The CPU kernel's plain f32 / f64 loops, written here one element at a time in
+ * the kernel's expression order (lib/device/cpu/k_optim.c): the CPU's vector
+ * path must give these bits exactly, at every length (the 4-wide body and the
+ * scalar tail) and offset. fma = true is the planted bug: the moments'
+ * products contracted into fused multiply-adds, which the comparison must tell
+ * apart (bitwise). */
+static void naive_f32(int64_t n, float *W, float *M, float *V, const float *G,
+                      const dt_kern_adamw_hp *h, bool fma_bug) {
+  const double b1 = h->beta1, b2 = h->beta2, eps = h->eps, step = h->lr / h->bc1;
+  const double sbc2 = sqrt(h->bc2), decay = 1.0 - h->lr * h->weight_decay;
+  for (int64_t e = 0; e < n; e++) {
+    double we = W[e] * decay;
+    double me = fma_bug ? fma(b1, M[e], (1 - b1) * G[e]) : b1 * M[e] + (1 - b1) * G[e];
+    double ve = b2 * V[e] + (1 - b2) * (double)G[e] * G[e];
+    M[e] = (float)me;
+    V[e] = (float)ve;
+    W[e] = (float)(we - step * me / (sqrt(ve) / sbc2 + eps));
+  }
+}
+static void naive_f64(int64_t n, double *W, double *M, double *V, const double *G,
+                      const dt_kern_adamw_hp *h, bool fma_bug) {
+  const double b1 = h->beta1, b2 = h->beta2, eps = h->eps, step = h->lr / h->bc1;
+  const double sbc2 = sqrt(h->bc2), decay = 1.0 - h->lr * h->weight_decay;
+  for (int64_t e = 0; e < n; e++) {
+    W[e] *= decay;
+    M[e] = fma_bug ? fma(b1, M[e], (1 - b1) * G[e]) : b1 * M[e] + (1 - b1) * G[e];
+    V[e] = b2 * V[e] + (1 - b2) * G[e] * G[e];
+    W[e] -= step * M[e] / (sqrt(V[e]) / sbc2 + eps);
+  }
+}
+
+/* Byte-compares the kernel's w, m, v after 3 steps with the naive loop's (or,
+ * fma_bug, the planted one's); true when all equal. */
+static bool cpu_bits_case(kt_dev *T, dt_dtype t, int64_t n, int64_t off, bool fma_bug) {
+  const size_t es = dt_dtype_size(t), bytes = (size_t)(n + off) * es;
+  double *tmp = malloc((size_t)(n + off) * sizeof *tmp);
+  char *buf[8];
+  for (int k = 0; k < 8; k++) buf[k] = malloc(bytes ? bytes : 1);
+  /* buf 0-3: the kernel's w m v g; 4-7: the naive loop's */
+  kt_uniform(tmp, n + off, 21, 0, -1, 1);
+  void *w0 = kt_pack(t, tmp, n + off);
+  memcpy(buf[0], w0, bytes), memcpy(buf[4], w0, bytes), free(w0);
+  memset(buf[1], 0, bytes), memset(buf[2], 0, bytes), memset(buf[5], 0, bytes), memset(buf[6], 0, bytes);
+  bool same = true;
+  for (int step = 1; step <= 3; step++) {
+    kt_uniform(tmp, n + off, 22, (uint64_t)step, -0.05, 0.05);
+    void *g = kt_pack(t, tmp, n + off);
+    memcpy(buf[3], g, bytes), memcpy(buf[7], g, bytes), free(g);
+    const dt_kern_adamw_hp h = {8e-4, 0.9, 0.95, 1e-8, 0.1, 1 - pow(0.9, step), 1 - pow(0.95, step)};
+    char *W = buf[0] + off * es, *M = buf[1] + off * es, *V = buf[2] + off * es, *G = buf[3] + off * es;
+    TU_OK(T->ctx, T->K->optim->adamw(T->dev, n, t, NULL, M, V, t, G, t, W, &h));
+    if (t == DT_F32)
+      naive_f32(n, (float *)(buf[4] + off * es), (float *)(buf[5] + off * es),
+                (float *)(buf[6] + off * es), (const float *)(buf[7] + off * es), &h, fma_bug);
+    else
+      naive_f64(n, (double *)(buf[4] + off * es), (double *)(buf[5] + off * es),
+                (double *)(buf[6] + off * es), (const double *)(buf[7] + off * es), &h, fma_bug);
+  }
+  for (int k = 0; k < 3; k++) same = same && memcmp(buf[k], buf[4 + k], bytes) == 0;
+  for (int k = 0; k < 8; k++) free(buf[k]);
+  free(tmp);
+  return same;
+}
+
+static void test_cpu_bits(kt_dev *T) {
+  static const int64_t ns[] = {1, 3, 4, 5, 7, 8, 1000, 100003};
+  int cases = 0;
+  for (int d = 0; d < 2; d++)
+    for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++)
+      for (int64_t off = 0; off < 2; off++) {
+        const dt_dtype t = d ? DT_F64 : DT_F32;
+        TU_CHECK(cpu_bits_case(T, t, ns[i], off, false),
+                 "adamw %s n=%lld offset %lld: not bitwise the scalar loop's", dt_dtype_name(t),
+                 (long long)ns[i], (long long)off);
+        cases++;
+      }
+  /* the comparison can fail: a fused multiply-add rounds differently somewhere in
+   * 100003 elements */
+  TU_CHECK(!cpu_bits_case(T, DT_F32, 100003, 0, true), "f32: the FMA plant was not told apart");
+  TU_CHECK(!cpu_bits_case(T, DT_F64, 100003, 0, true), "f64: the FMA plant was not told apart");
+  printf("optim.adamw (cpu): bitwise the scalar loop on %d length/offset cases\n", cases);
+}
+#endif
+
 static void test_guards(kt_dev *T) {
   const dt_kern_adamw_hp h = {1e-3, 0.9, 0.95, 1e-8, 0.1, 0.1, 0.05};
   void *a = kt_up(T, NULL, 64), *b = kt_up(T, NULL, 64), *c = kt_up(T, NULL, 64);
@@ -183,6 +268,9 @@ int main(void) {
   if (T.K->optim && T.K->optim->adamw) {
     test_adamw(&T);
     test_guards(&T);
+#ifdef KERN_ON_CPU
+    test_cpu_bits(&T);
+#endif
   }
   return kt_end(&T, &ctx, KT_NAME("test_kern_optim"));
 }

@@ -1,7 +1,7 @@
 /* verify/test_meta.c: shape-only runs (the meta device and the fake comm) against
  * real runs, and the compute ledger against the analytic FLOP count.
  *
- * 1. For each world-8 config below, one training step of the debugmodel runs on
+ * 1. For each world-8 config below (two with activation checkpointing), one training step of the debugmodel runs on
  *    8 threads with real data (cuda-emu devices: device memory, so the memory
  *    counters are the ones a GPU run has) and then on the meta device with the
  *    fake comm, each rank alone. Per rank the two must agree exactly: the comm
@@ -49,6 +49,7 @@ typedef struct rank_out {
 } rank_out;
 
 typedef struct job {
+  dt_ac_config ac;              /* activation checkpointing (zero: none) */
   dt_dtype dtype;               /* 0 (f32) unless set */
   int batch, seq;               /* 0: BATCH, SEQ */
   dt_llama_config cfg;
@@ -76,6 +77,7 @@ static dt_status train_rank(dt_ctx *ctx, void *arg) {
   o.seq = seq;
   o.adamw = adamw;
   o.device_memory = true;
+  o.ac = j->ac;
   dt_trainer *t = NULL;
   dt_status cs = dt_trainer_create(ctx, &j->cfg, &j->dims, j->plan, &o, &t);
   if (cs != DT_OK) {
@@ -219,17 +221,20 @@ static int compare(const char *name, const job *ref, const job *meta, bool quiet
 typedef struct cfg_case {
   const char *name, *plan;
   int deg[DT_PDIM_COUNT]; /* pp, dp_replicate, dp_shard, cp, tp */
+  const char *ac;         /* activation checkpointing mode (NULL: none) */
 } cfg_case;
 
 static const cfg_case CASES[] = {
-    {"fsdp 8", "fsdp.plan", {1, 1, 8, 1, 1}},
-    {"dp 8 (ddp)", "dp.plan", {1, 8, 1, 1, 1}},
-    {"fsdp 4 x tp 2 (sp)", "fsdp-tp-sp.plan", {1, 1, 4, 1, 2}},
-    {"hsdp 4 x 2", "hsdp.plan", {1, 4, 2, 1, 1}},
-    {"fsdp 4 x cp 2", "fsdp-cp.plan", {1, 1, 4, 2, 1}},
-    {"fsdp 2 x cp 2 x tp 2", "fsdp-tp-cp.plan", {1, 1, 2, 2, 2}},
-    {"pp 2 x fsdp 4", "pp-fsdp.plan", {2, 1, 4, 1, 1}},
-    {"pp 2 x fsdp 2 x tp 2", "pp-fsdp-tp-sp.plan", {2, 1, 2, 1, 2}},
+    {"fsdp 8", "fsdp.plan", {1, 1, 8, 1, 1}, NULL},
+    {"dp 8 (ddp)", "dp.plan", {1, 8, 1, 1, 1}, NULL},
+    {"fsdp 4 x tp 2 (sp)", "fsdp-tp-sp.plan", {1, 1, 4, 1, 2}, NULL},
+    {"hsdp 4 x 2", "hsdp.plan", {1, 4, 2, 1, 1}, NULL},
+    {"fsdp 4 x cp 2", "fsdp-cp.plan", {1, 1, 4, 2, 1}, NULL},
+    {"fsdp 2 x cp 2 x tp 2", "fsdp-tp-cp.plan", {1, 1, 2, 2, 2}, NULL},
+    {"pp 2 x fsdp 4", "pp-fsdp.plan", {2, 1, 4, 1, 1}, NULL},
+    {"pp 2 x fsdp 2 x tp 2", "pp-fsdp-tp-sp.plan", {2, 1, 2, 1, 2}, NULL},
+    {"fsdp 4 x tp 2, full AC", "fsdp-tp-sp.plan", {1, 1, 4, 1, 2}, "full"},
+    {"pp 2 x fsdp 4, selective AC", "pp-fsdp.plan", {2, 1, 4, 1, 1}, "selective"},
 };
 
 static int check_case(dt_ctx *hc, const cfg_case *c, bool plant_done) {
@@ -246,6 +251,7 @@ static int check_case(dt_ctx *hc, const cfg_case *c, bool plant_done) {
     return 0;
   }
   real.plan = &rp;
+  if (c->ac) TU_OK(hc, dt_ac_parse(hc, c->ac, NULL, &real.ac));
   meta = real;
   if (run(&real, WORLD, false) || run(&meta, WORLD, true)) {
     tu_fail(__FILE__, __LINE__, "%s: a run failed", c->name);

@@ -901,8 +901,38 @@ static void check_fsdp_errors(dt_ctx *ctx) {
              "context_parallel_rotate_method, context_parallel_load_balance, "
              "pipeline_parallel_schedule, pipeline_parallel_schedule_csv, "
              "pipeline_parallel_microbatch_size, module_fqns_per_model_part, "
-             "pipeline_parallel_first_stage_less_layers or "
-             "pipeline_parallel_last_stage_less_layers)");
+             "pipeline_parallel_first_stage_less_layers, "
+             "pipeline_parallel_last_stage_less_layers, activation_checkpoint_mode, "
+             "selective_ac_option or max_norm)");
+  /* activation checkpointing (TorchTitan's names) */
+  EXPECT_ERR(ctx, "ac mode", "dims = tp:2\nactivation_checkpoint_mode = some\n",
+             "bad.plan:2:30: 'some': expected none, selective or full");
+  EXPECT_ERR(ctx, "ac N < 1", "dims = tp:2\nactivation_checkpoint_mode = selective\n"
+             "selective_ac_option = 0\n", "bad.plan:3:23: '0': expected op or an integer >= 1");
+  {
+    dt_plan p;
+    TU_OK(ctx, dt_plan_parse(ctx, "dims = tp:2\nselective_ac_option = 3\n"
+                             "activation_checkpoint_mode = selective\n", "ac.plan", &p));
+    TU_CHECK(p.ac.mode == DT_AC_SELECTIVE && p.ac.every == 3, "selective:3 parsed as %d:%d",
+             (int)p.ac.mode, p.ac.every);
+    TU_OK(ctx, dt_plan_parse(ctx, "dims = tp:2\nactivation_checkpoint_mode = selective\n",
+                             "ac.plan", &p));
+    TU_CHECK(p.ac.every == 2, "selective's default option %d, TorchTitan's is 2", p.ac.every);
+    TU_OK(ctx, dt_plan_parse(ctx, "dims = tp:2\n", "ac.plan", &p));
+    TU_CHECK(p.ac.mode == DT_AC_NONE, "no setting: AC %d, want none", (int)p.ac.mode);
+  }
+  /* max_norm (training.max_norm): a number > 0, the clipping's; 0 or a word is refused */
+  {
+    dt_plan mp;
+    TU_CHECK(dt_plan_parse(ctx, "dims = tp:2\nmax_norm = 0.25\n", "ok.plan", &mp) == DT_OK,
+             "max_norm: %s", dt_last_error(ctx));
+    TU_CHECK(mp.max_norm == 0.25, "max_norm: %g", mp.max_norm);
+    TU_CHECK(dt_plan_parse(ctx, "dims = tp:2\n", "ok.plan", &mp) == DT_OK && mp.max_norm == 0,
+             "max_norm not given: %g", mp.max_norm);
+  }
+  EXPECT_ERR(ctx, "max_norm 0", "dims = tp:2\nmax_norm = 0\n",
+             "bad.plan:2:12: expected a gradient norm > 0 after 'max_norm =' (e.g. 1.0)");
+  EXPECT_ERR(ctx, "max_norm word", "dims = tp:2\nmax_norm = one\n", "bad.plan:2:12:");
   /* pipeline parallel settings */
   EXPECT_ERR(ctx, "pp schedule word", "dims = pp:2\npipeline_parallel_schedule = 1F2B\n",
              "bad.plan:2:30: expected GPipe, 1F1B or Interleaved1F1B");

@@ -89,6 +89,7 @@
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
+#include <signal.h>
 #include <string.h>
 
 #include "cli.h"
@@ -138,11 +139,30 @@ void sb_config_fill(const sb_opts *o, sb_config *c) {
   /* the device joins the key only off the CPU, so a CPU config keeps the key
    * (and the DB row) it always had */
   const bool dev = o->device[0] && strcmp(o->device, "cpu");
+  /* activation checkpointing likewise joins only when on, as ac=MODE[:OPTION] */
+  char ac[40] = "";
+  if (o->ac.mode != DT_AC_NONE) {
+    char a[32];
+    snprintf(ac, sizeof ac, " ac=%s", dt_ac_str(&o->ac, a, sizeof a));
+  }
+  /* the recipe's flags likewise join it only when given (a plan's max_norm is the plan's) */
+  char recipe[160] = "";
+  int at = 0;
+  if (o->max_norm > 0) at = snprintf(recipe, sizeof recipe, " max_norm=%.9g", o->max_norm);
+  if (o->global_batch > 0 && at >= 0 && (size_t)at < sizeof recipe)
+    at += snprintf(recipe + at, sizeof recipe - (size_t)at, " global_batch=%d", o->global_batch);
+  static const char *const decay[] = {"linear", "sqrt", "cosine"};
+  if (o->lr.training_steps > 0 && at >= 0 && (size_t)at < sizeof recipe) {
+    char ratio[32] = "none";
+    if (o->lr.has_decay_ratio) snprintf(ratio, sizeof ratio, "%.9g", o->lr.decay_ratio);
+    snprintf(recipe + at, sizeof recipe - (size_t)at, " lr=warmup:%d,decay_ratio:%s,%s,min:%.9g",
+             o->lr.warmup_steps, ratio, decay[o->lr.decay_type], o->lr.min_lr_factor);
+  }
   snprintf(c->key, sizeof c->key,
            "model=%s workload=%s plan=%s mesh=%s dtype=%s batch=%d seq=%d steps=%d backend=%s "
-           "world=%d%s%s",
+           "world=%d%s%s%s%s",
            o->model, o->workload, o->plan, mesh, o->dtype, o->batch, o->seq, o->steps, o->backend,
-           o->world, dev ? " device=" : "", dev ? o->device : "");
+           o->world, dev ? " device=" : "", dev ? o->device : "", ac, recipe);
   snprintf(c->workload, sizeof c->workload, "%s", o->workload);
   snprintf(c->model, sizeof c->model, "%s", o->model);
   snprintf(c->plan, sizeof c->plan, "%s", o->plan);
@@ -175,38 +195,143 @@ void sb_config_fill(const sb_opts *o, sb_config *c) {
  *                            PARAM's gradient gets 1e-3 x the shard's largest
  *                            magnitude added to every element (a small bug: 16x
  *                            the f32 tolerance before the first update).
+ *   ac-zero:K                with activation checkpointing on, the K-th recomputed
+ *                            call of each checkpointed block leaves its output zero
+ *                            (dt_checkpoint_opts.fault_zero_call; K >= 1).
+ *   hang:RANK                world rank RANK stops for good once its weights are
+ *                            made (sigsuspend, as a rank stopped by SIGSTOP or a
+ *                            collective that never returns): the others wait in
+ *                            their next collective; the sweep's watchdog must end it.
+ *   crash:RANK               world rank RANK prints one line and aborts (SIGABRT)
+ *                            once its weights are made.
+ *   norm-replicated:PARAM    clip_grad_norm_ sums PARAM's gradient over the mesh dims
+ *                            it is Replicate on as if it were sharded there (a
+ *                            replicated norm weight counted tp times).
+ *   norm-drop-stage:K        clip_grad_norm_ leaves pp rank K's stages out of the
+ *                            total norm.
+ *                            (The norm faults act only on a run that clips, --max-norm.)
+ * Items join with ';' ("hang:2@plan=dp;crash:1@plan=fsdp "); an item followed by
+ * @MATCH applies only to configs whose key contains MATCH. At most one
+ * skip-reduce / perturb-grad / ac-zero / norm-* item applies to a config.
  * The reference job never sees a fault. */
-typedef enum fault_kind { FAULT_NONE = 0, FAULT_SKIP_REDUCE, FAULT_PERTURB_GRAD } fault_kind;
+typedef enum fault_kind {
+  FAULT_NONE = 0, FAULT_SKIP_REDUCE, FAULT_PERTURB_GRAD, FAULT_AC_ZERO, FAULT_NORM_REPLICATED,
+  FAULT_NORM_DROP_STAGE
+} fault_kind;
 typedef struct fault {
   fault_kind kind;
   char param[SB_PARAM_NAME_LEN];
   int rank;
+  int hang_rank, crash_rank; /* -1: none */
 } fault;
 static const double FAULT_PERTURB = 1e-3;
 
-/* The fault in s (NULL or "": none); -1 with a reason in err when s is malformed. */
-static int fault_parse(const char *s, fault *f, char *err, size_t errn) {
-  memset(f, 0, sizeof *f);
-  if (!s || !s[0]) return 0;
+/* One item (no ';', no '@') into f; -1 with a reason in err when malformed. */
+static int fault_item(const char *s, fault *f, char *err, size_t errn) {
   const char *param = strchr(s, ':'), *rank = NULL;
+  if (param && (size_t)(param - s) == strlen("ac-zero") && !strncmp(s, "ac-zero", 7)) {
+    long k;
+    if (sb_parse_long(param + 1, 1, 1 << 20, &k, err, errn) != DT_OK) return -1;
+    if (f->kind != FAULT_NONE) {
+      snprintf(err, errn, "more than one skip-reduce / perturb-grad / ac-zero item applies");
+      return -1;
+    }
+    f->kind = FAULT_AC_ZERO;
+    f->rank = (int)k; /* K */
+    return 0;
+  }
+  if (param && ((size_t)(param - s) == 4 && !strncmp(s, "hang", 4))) {
+    long r;
+    if (sb_parse_long(param + 1, 0, SB_MAX_WORLD - 1, &r, err, errn) != DT_OK) return -1;
+    f->hang_rank = (int)r;
+    return 0;
+  }
+  if (param && ((size_t)(param - s) == 5 && !strncmp(s, "crash", 5))) {
+    long r;
+    if (sb_parse_long(param + 1, 0, SB_MAX_WORLD - 1, &r, err, errn) != DT_OK) return -1;
+    f->crash_rank = (int)r;
+    return 0;
+  }
+  fault_kind kind = FAULT_NONE;
   if (param && (size_t)(param - s) == strlen("skip-reduce") && !strncmp(s, "skip-reduce", 11)) {
-    f->kind = FAULT_SKIP_REDUCE;
+    kind = FAULT_SKIP_REDUCE;
+  } else if (param && (size_t)(param - s) == strlen("norm-replicated") &&
+             !strncmp(s, "norm-replicated", 15)) {
+    kind = FAULT_NORM_REPLICATED;
+  } else if (param && (size_t)(param - s) == strlen("norm-drop-stage") &&
+             !strncmp(s, "norm-drop-stage", 15)) {
+    kind = FAULT_NORM_DROP_STAGE;
+    rank = param; /* the stage is the rank field; no PARAM */
   } else if (param && (size_t)(param - s) == strlen("perturb-grad") &&
              !strncmp(s, "perturb-grad", 12)) {
-    f->kind = FAULT_PERTURB_GRAD;
+    kind = FAULT_PERTURB_GRAD;
     rank = strchr(param + 1, ':');
   }
-  size_t pl = !param ? 0 : rank ? (size_t)(rank - param - 1) : strlen(param + 1);
-  if (f->kind == FAULT_NONE || (f->kind == FAULT_PERTURB_GRAD && !rank) || pl == 0 ||
-      pl >= sizeof f->param || memchr(param + 1, ':', pl)) {
-    snprintf(err, errn, "expected skip-reduce:PARAM or perturb-grad:PARAM:RANK, got '%s'", s);
+  size_t pl = !param || rank == param ? 0 : rank ? (size_t)(rank - param - 1) : strlen(param + 1);
+  if (kind == FAULT_NONE || (kind == FAULT_PERTURB_GRAD && !rank) ||
+      (pl == 0 && kind != FAULT_NORM_DROP_STAGE) || pl >= sizeof f->param ||
+      (pl && memchr(param + 1, ':', pl))) {
+    snprintf(err, errn, "expected skip-reduce:PARAM, perturb-grad:PARAM:RANK, ac-zero:K, "
+                        "norm-replicated:PARAM, norm-drop-stage:K, hang:RANK or crash:RANK "
+                        "(joined by ';', each with an optional @MATCH), got '%s'", s);
     return -1;
   }
   long r = 0;
   if (rank && sb_parse_long(rank + 1, 0, SB_MAX_WORLD - 1, &r, err, errn) != DT_OK) return -1;
+  if (f->kind != FAULT_NONE) {
+    snprintf(err, errn, "more than one skip-reduce / perturb-grad item applies");
+    return -1;
+  }
+  f->kind = kind;
   memcpy(f->param, param + 1, pl);
   f->param[pl] = '\0';
   f->rank = (int)r;
+  return 0;
+}
+
+/* The faults in s (NULL or "": none) that apply to the config key (NULL: every
+ * item, to validate them all); -1 with a reason in err when s is malformed. */
+static int fault_parse(const char *s, const char *key, fault *f, char *err, size_t errn) {
+  memset(f, 0, sizeof *f);
+  f->hang_rank = f->crash_rank = -1;
+  if (!s || !s[0]) return 0;
+  for (const char *p = s;;) {
+    size_t n = strcspn(p, ";");
+    char item[SB_PARAM_NAME_LEN + 512];
+    if (n == 0 || n >= sizeof item) {
+      snprintf(err, errn, "an empty or overlong item in '%s'", s);
+      return -1;
+    }
+    memcpy(item, p, n);
+    item[n] = '\0';
+    char *at = strchr(item, '@');
+    if (at) *at++ = '\0';
+    if (at && !at[0]) {
+      snprintf(err, errn, "an empty @MATCH in '%s'", s);
+      return -1;
+    }
+    fault one;
+    memset(&one, 0, sizeof one);
+    one.hang_rank = one.crash_rank = -1;
+    if (fault_item(item, &one, err, errn)) return -1;
+    if (!key || !at || strstr(key, at)) {
+      if (one.hang_rank >= 0) f->hang_rank = one.hang_rank;
+      if (one.crash_rank >= 0) f->crash_rank = one.crash_rank;
+      if (one.kind != FAULT_NONE) {
+        if (f->kind != FAULT_NONE && key) {
+          snprintf(err, errn, "more than one skip-reduce / perturb-grad item applies");
+          return -1;
+        }
+        if (f->kind == FAULT_NONE) {
+          f->kind = one.kind;
+          memcpy(f->param, one.param, sizeof f->param);
+          f->rank = one.rank;
+        }
+      }
+    }
+    if (!p[n]) break;
+    p += n + 1;
+  }
   return 0;
 }
 
@@ -214,9 +339,9 @@ int sb_fault_check(const char *cmd, bool warn) {
   const char *s = getenv("SHARDBENCH_FAULT");
   fault f;
   char err[SB_ERR_LEN];
-  if (fault_parse(s, &f, err, sizeof err))
+  if (fault_parse(s, NULL, &f, err, sizeof err))
     return sb_usage_error(cmd, "SHARDBENCH_FAULT", "%s", err);
-  if (f.kind != FAULT_NONE && warn)
+  if ((f.kind != FAULT_NONE || f.hang_rank >= 0 || f.crash_rank >= 0) && warn)
     fprintf(stderr, "shardbench %s: warning: SHARDBENCH_FAULT=%s: a fault is injected on purpose "
                     "(test switch); the verdict should fail\n", cmd, s);
   return SB_EXIT_OK;
@@ -325,6 +450,7 @@ typedef struct job {
   const dt_parallel_plan *plan; /* the resolved plan; NULL: the reference */
   const sb_ref *ref;            /* compare against (sharded job) */
   fault fault;                  /* TEST SWITCH (sharded job only) */
+  double max_norm;              /* clipping (o->max_norm, else the plan's); 0: none */
   bool per_process;             /* MPI: each process has its own job (else the ranks share it) */
   /* out (rank 0; the verdict on every rank of an MPI job) */
   sb_snap out;                  /* reference job: what it computed */
@@ -332,6 +458,7 @@ typedef struct job {
   int64_t peak_mem;
   sb_cmp cmp;                   /* sharded job: the verdict, worst over every rank */
   bool weights_saved;           /* sharded job: o->save_weights written */
+  double grad_norm;             /* rank 0, last timed step: the total gradient norm */
   int64_t mem[4];               /* rank 0, last timed step: params, grads, optimizer,
                                  * the rest of the step's peak (sb_result.mem_*) */
   int n_comm;
@@ -470,11 +597,24 @@ static dt_status save_weights(dt_ctx *ctx, dt_model *m, const job *j) {
 static dt_status hook_after_init(dt_ctx *ctx, dt_trainer *t, void *user) {
   job *j = ((rank_job *)user)->j;
   dt_model *m = dt_trainer_model(t);
-  if (j->fault.kind != FAULT_NONE) { /* TEST SWITCH: refuse a bad target */
+  /* TEST SWITCH: refuse a bad target (ac-zero and norm-drop-stage have none) */
+  if (j->fault.kind != FAULT_NONE && j->fault.kind != FAULT_AC_ZERO &&
+      j->fault.kind != FAULT_NORM_DROP_STAGE) {
     if (!fault_module(ctx, m, &j->fault)) return DT_ERR_INVALID;
     if (j->fault.rank >= ctx->world_size)
       return dt_error(ctx, DT_ERR_INVALID, "SHARDBENCH_FAULT", "rank %d, but the world has %d ranks",
                       j->fault.rank, ctx->world_size);
+  }
+  if (!j->reference && ctx->rank == j->fault.crash_rank) { /* TEST SWITCH: a rank dies */
+    fprintf(stderr, "shardbench: rank %d: SHARDBENCH_FAULT crash:%d: aborting on purpose\n",
+            ctx->rank, ctx->rank);
+    fflush(stderr);
+    abort();
+  }
+  if (!j->reference && ctx->rank == j->fault.hang_rank) { /* TEST SWITCH: a rank stops */
+    sigset_t none;
+    sigemptyset(&none);
+    for (;;) sigsuspend(&none);
   }
   if (j->reference || !j->o->save_weights[0]) return DT_OK;
   DT_CHECK(save_weights(ctx, m, j));
@@ -743,6 +883,19 @@ static void trainer_opts(const dt_ctx *ctx, job *j, rank_job *rj, dt_trainer_opt
   to->adamw = adamw;
   to->load_weights = j->o->load_weights;
   to->device_memory = on_device(ctx);
+  if (!j->reference) to->ac = j->o->ac; /* the reference: no AC (AC changes no bits) */
+  if (!j->reference && j->fault.kind == FAULT_AC_ZERO) /* TEST SWITCH: a broken recompute */
+    to->ac.fault_zero_call = j->fault.rank;
+  to->clip.max_norm = j->max_norm;
+  to->lr_schedule = j->o->lr;
+  to->grad_accum_steps = j->o->global_batch > 0 ? j->o->global_batch / j->o->batch : 1;
+  const char *fdot = strrchr(j->fault.param, '.');
+  if (!j->reference && j->fault.kind == FAULT_NORM_REPLICATED && fdot &&
+      !strcmp(fdot, ".weight")) /* TEST SWITCH: the module of PARAM */
+    snprintf(to->clip.fault_count_replicated, sizeof to->clip.fault_count_replicated, "%.*s",
+             (int)(fdot - j->fault.param), j->fault.param);
+  if (!j->reference && j->fault.kind == FAULT_NORM_DROP_STAGE) /* TEST SWITCH */
+    to->clip.fault_drop_pp_rank = j->fault.rank + 1;
   if (j->fault.kind == FAULT_SKIP_REDUCE) { /* TEST SWITCH: the FSDP unit skips its reduction */
     const char *dot = strrchr(j->fault.param, '.');
     if (dot && !strcmp(dot, ".weight"))
@@ -766,7 +919,8 @@ static void trainer_opts(const dt_ctx *ctx, job *j, rank_job *rj, dt_trainer_opt
  * snapshot, or the sharded job's verdict). */
 static dt_status train(dt_ctx *ctx, job *j) {
   const int total = j->o->warmup + j->o->steps;
-  const int64_t n = (int64_t)j->o->batch * j->o->seq;
+  /* a step's sequences: every microstep's under gradient accumulation */
+  const int64_t n = (int64_t)(j->o->global_batch > 0 ? j->o->global_batch : j->o->batch) * j->o->seq;
   sb_cmp c;
   sb_cmp_init(&c);
   /* FSDP mixed precision: the weights' rounding to param_dtype sets the tolerance */
@@ -799,12 +953,17 @@ static dt_status train(dt_ctx *ctx, job *j) {
     s = dt_trainer_forward_backward(ctx, t, step, ids, ids + n, timed, &loss, &st);
     if (s == DT_OK) s = collect(ctx, t, j, loss, step, total - 1, &c);
     if (s == DT_OK) s = dt_trainer_optimizer_step(ctx, t, timed, &st);
+    if (s == DT_OK && j->max_norm > 0) /* the norm the step clipped with, against the reference's */
+      sb_snap_norm(dt_trainer_model(t), step, st.grad_norm,
+                   j->reference && ctx->rank == 0 ? &j->out : NULL,
+                   j->reference ? NULL : &j->ref->snap, &c);
     if (s == DT_OK && timed && P) pipe_rec(&pp, step - j->o->warmup, &st);
     if (timed && ctx->rank == 0) {
       j->mem[0] = st.mem_params;
       j->mem[1] = st.mem_grads;
       j->mem[2] = st.mem_optimizer;
       j->mem[3] = st.mem_activations;
+      j->grad_norm = st.grad_norm;
     }
     times[step] = st.forward_backward_s + st.optimizer_s;
   }
@@ -889,7 +1048,8 @@ static void failed(sb_result *r, const char *fmt, ...) {
  * its comm ledger per (op, mesh dim, phase) and its compute ledger per phase. No
  * reference, no verdict, no timing: status shape-only. */
 
-const char *const sb_role_phases[SB_ROLE_PHASES] = {"forward", "backward", "optimizer", "other"};
+const char *const sb_role_phases[SB_ROLE_PHASES] = {"forward", "backward", "recompute", "optimizer",
+                                                    "other"};
 
 static void role_comm(sb_role *ro, const dt_ledger_row *r) {
   const char *op = dt_coll_name((dt_coll)r->op);
@@ -1081,8 +1241,11 @@ static bool over_memory(const sb_opts *o, const dt_parallel_plan *plan, sb_resul
  * False (r failed) when it could not be computed. */
 static bool reference(const sb_opts *o, job *j, sb_ref *cache, sb_result *r) {
   char rkey[sizeof cache->key];
-  snprintf(rkey, sizeof rkey, "%s/%s/%s/%d/%d/%d/%s", o->model, o->workload, o->dtype, o->batch,
-           o->seq, o->warmup + o->steps, o->load_weights);
+  /* the recipe too: the reference clips and schedules as the sharded job */
+  snprintf(rkey, sizeof rkey, "%s/%s/%s/%d/%d/%d/%s/%.17g/%d/%d,%d,%d,%.17g,%d,%.17g", o->model,
+           o->workload, o->dtype, o->batch, o->seq, o->warmup + o->steps, o->load_weights,
+           j->max_norm, o->global_batch, o->lr.training_steps, o->lr.warmup_steps,
+           o->lr.has_decay_ratio, o->lr.decay_ratio, (int)o->lr.decay_type, o->lr.min_lr_factor);
   if (!strcmp(cache->key, rkey)) return true;
   char why[DT_ERRMSG_LEN + 64];
   sb_ref_free(cache);
@@ -1121,6 +1284,7 @@ static void result_of(const sb_opts *o, const job *j, sb_result *r) {
   r->mem_grads_bytes = j->mem[1];
   r->mem_optimizer_bytes = j->mem[2];
   r->mem_activations_bytes = j->mem[3];
+  r->grad_norm = j->max_norm > 0 ? j->grad_norm : NAN;
   r->max_abs_err = j->cmp.max_abs;
   r->max_rel_err = j->cmp.worst_rel;
   r->tolerance = j->cmp.worst_tol;
@@ -1165,6 +1329,7 @@ void sb_execute(const sb_opts *o, sb_ref *cache, sb_stage stage, sb_result *r) {
     failed(r, "out of memory");
     goto done;
   }
+  j->fault.hang_rank = j->fault.crash_rank = -1; /* no fault until fault_parse */
   j->o = o;
   if (sb_workload_config(&hc, o->model, o->workload, &j->cfg) != DT_OK) {
     failed(r, "%s", dt_last_error(&hc));
@@ -1193,6 +1358,7 @@ void sb_execute(const sb_opts *o, sb_ref *cache, sb_stage stage, sb_result *r) {
   }
   const bool meta = !strcmp(o->device, "meta");
   if (plan_unfit(o, &hc, plan, &j->cfg, rp, r) || (!meta && over_memory(o, rp, r))) goto done;
+  j->max_norm = o->max_norm > 0 ? o->max_norm : plan->max_norm; /* --max-norm over the plan's */
   if (dt_backend_parse(o->backend, &be) != DT_OK || !dt_backend_available(be)) {
     skip(r, "backend '%s' is not built in", o->backend);
     goto done;
@@ -1218,7 +1384,9 @@ void sb_execute(const sb_opts *o, sb_ref *cache, sb_stage stage, sb_result *r) {
     goto done;
   }
   char why[DT_ERRMSG_LEN + 64];
-  if (fault_parse(getenv("SHARDBENCH_FAULT"), &j->fault, why, sizeof why)) {
+  sb_config fc;
+  sb_config_fill(o, &fc);
+  if (fault_parse(getenv("SHARDBENCH_FAULT"), fc.key, &j->fault, why, sizeof why)) {
     failed(r, "SHARDBENCH_FAULT: %s", why);
     goto done;
   }
@@ -1319,6 +1487,7 @@ void sb_print_result(FILE *f, const sb_config *c, const sb_result *r, bool json)
     NUM("max_abs_err", r->max_abs_err);
     NUM("max_rel_err", r->max_rel_err);
     NUM("tolerance", r->tolerance);
+    NUM("grad_norm", r->grad_norm);
     NUM("est_mem_bytes", r->est_mem_bytes);
     NUM("est_need_bytes", r->est_need_bytes);
 #undef NUM
@@ -1371,6 +1540,9 @@ void sb_print_result(FILE *f, const sb_config *c, const sb_result *r, bool json)
                "activations and buffers %.2f MiB\n",
             r->mem_params_bytes / 1048576.0, r->mem_grads_bytes / 1048576.0,
             r->mem_optimizer_bytes / 1048576.0, r->mem_activations_bytes / 1048576.0);
+  if (isfinite(r->grad_norm))
+    fprintf(f, "  grad norm (clip_grad_norm_, last timed step, before clipping): %.9g\n",
+            r->grad_norm);
   if (r->worst[0]) fprintf(f, "  worst: %s\n", r->worst);
   if (r->n_comm) fprintf(f, "  comm per step (rank 0): %-15s %-13s %-9s %6s %12s %14s %10s\n", "op",
                          "mesh dim", "phase", "calls", "payload B", "wire B", "seconds");

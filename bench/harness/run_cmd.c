@@ -88,6 +88,36 @@ int sb_plan_validate(const char *cmd, const char *flag, const char *path, const 
   return rc;
 }
 
+int sb_parse_ac(const char *cmd, const char *flag, const char *s, dt_ac_config *out) {
+  char mode[32];
+  const char *colon = strchr(s, ':');
+  const size_t ml = colon ? (size_t)(colon - s) : strlen(s);
+  if (ml >= sizeof mode)
+    return sb_usage_error(cmd, flag, "expected none, full or selective[:op|:N], got '%s'", s);
+  memcpy(mode, s, ml);
+  mode[ml] = '\0';
+  if (colon && strcmp(mode, "selective"))
+    return sb_usage_error(cmd, flag, "'%s': only selective takes an option (selective:op or "
+                          "selective:N)", s);
+  dt_ctx hc;
+  dt_ctx_init(&hc, 0, 1);
+  int rc = 0;
+  if (dt_ac_parse(&hc, mode, colon ? colon + 1 : NULL, out) != DT_OK)
+    rc = sb_usage_error(cmd, flag, "%s", sb_strip_call(dt_last_error(&hc)));
+  dt_ctx_release(&hc);
+  return rc;
+}
+
+void sb_plan_ac(const char *path, dt_ac_config *out) {
+  memset(out, 0, sizeof *out);
+  dt_plan *plan = calloc(1, sizeof *plan);
+  dt_ctx hc;
+  dt_ctx_init(&hc, 0, 1);
+  if (plan && dt_plan_load(&hc, path, plan) == DT_OK) *out = plan->ac;
+  dt_ctx_release(&hc);
+  free(plan);
+}
+
 int sb_check_model(const char *cmd, const char *flag, const char *model) {
   dt_llama_config tmp;
   dt_ctx hc;
@@ -246,11 +276,14 @@ const char sb_run_usage[] =
     "                       --cp N --tp N] [--dtype f32|f64|bf16] [--batch 8] [--seq 32]\n"
     "                      [--device cpu|cuda|cuda-emu|meta]\n"
     "                      [--steps 2] [--warmup 1] [--backend threads|mpi] [--world N]\n"
-    "                      [--comm host|nccl] [--pin-ranks]\n"
+    "                      [--comm host|nccl] [--pin-ranks] [--ac MODE[:OPTION]]\n"
     "                      [--peak-tflops X] [--mem-limit BYTES | --no-mem-check]\n"
     "                      [--plans-dir DIR] [--db FILE] [--json]\n"
     "                      [--load-weights FILE] [--save-weights FILE [--weights-dtype f32|f64|bf16]\n"
     "                       [--weights-names torchtitan|hf]] [--save-trace FILE]\n"
+    "                      [--max-norm X] [--lr-warmup-steps N] [--lr-decay-ratio R]\n"
+    "                      [--lr-decay-type linear|sqrt|cosine] [--lr-min-factor F]\n"
+    "                      [--global-batch N]\n"
     "\n"
     "Runs one config: builds the mesh over TorchTitan's dims pp, dp_replicate, dp_shard,\n"
     "cp, tp (only dims of size > 1, in that order), applies the plan (the [tp] entries on\n"
@@ -303,7 +336,23 @@ const char sb_run_usage[] =
     "  --plans-dir DIR  where NAME.plan lives (default: $SHARDBENCH_PLANS,\n"
     "                   $SHARDBENCH_DATADIR/plans, ./plans, the installed plans/)\n"
     "  --db FILE        append runs/configs/results/comm rows (results/schema.sql)\n"
+    "  --ac MODE[:OPT]  activation checkpointing of the sharded job's blocks, over the\n"
+    "                   plan's activation_checkpoint_mode / selective_ac_option:\n"
+    "                   none, full, selective:N (every N-th block), selective:op\n"
+    "                   (TorchTitan's per-op policy); the reference runs without\n"
     "  --json           one JSON object instead of the summary\n"
+    "  --max-norm X     clip the gradients to total norm X (> 0; TorchTitan's\n"
+    "                   training.max_norm, clip_grad_norm_ over every mesh dim; default:\n"
+    "                   the plan's max_norm, else none); both jobs clip, and every step's\n"
+    "                   norm is checked against the reference's\n"
+    "  --lr-warmup-steps N, --lr-decay-ratio R, --lr-decay-type linear|sqrt|cosine,\n"
+    "  --lr-min-factor F  TorchTitan's lr_scheduler over the run's warm-up + timed\n"
+    "                   steps (defaults 0, none: decay over the rest, linear, 0); any\n"
+    "                   of them turns the schedule on, for both jobs\n"
+    "  --global-batch N gradient accumulation (TorchTitan's training.global_batch_size):\n"
+    "                   N / --batch microsteps of --batch sequences each, every one\n"
+    "                   reduced after its backward (gradient sync on), the loss scaled by\n"
+    "                   1 / microsteps; N a multiple of --batch; no pp; both jobs\n"
     "  --pin-ranks      threads backend: pin rank r to the r-th CPU when the ranks are\n"
     "                   no more than the CPUs (default: the scheduler places them,\n"
     "                   faster on a shared machine; bench/shardbench-pinning measures it)\n"
@@ -368,11 +417,14 @@ typedef struct run_args {
   long world;
   const char *db, *plans_flag, *plan_arg, *peak_s, *mem_s;
   const char *load_w, *save_w, *wdtype_s, *wnames_s, *trace;
+  bool ac_given;
+  bool lr_given;                 /* an --lr-* flag */
 } run_args;
 
 enum { O_MODEL = 256, O_WORKLOAD, O_PLAN, O_MESH, O_PP, O_DPR, O_DPS, O_CP, O_TP, O_DTYPE,
        O_BATCH, O_SEQ, O_STEPS, O_WARMUP, O_BACKEND, O_WORLD, O_PEAK, O_MEMLIM, O_NOMEM, O_PLANS,
-       O_DB, O_JSON, O_LOADW, O_SAVEW, O_WDTYPE, O_WNAMES, O_TRACE, O_COMM, O_DEVICE, O_PIN, O_HELP };
+       O_DB, O_JSON, O_LOADW, O_SAVEW, O_WDTYPE, O_WNAMES, O_TRACE, O_COMM, O_DEVICE, O_PIN, O_AC,
+       O_MAXNORM, O_LRWARM, O_LRRATIO, O_LRTYPE, O_LRMIN, O_GBATCH, O_HELP };
 static const struct option run_lopts[] = {
     {"model", required_argument, NULL, O_MODEL}, {"workload", required_argument, NULL, O_WORKLOAD},
     {"plan", required_argument, NULL, O_PLAN},   {"mesh", required_argument, NULL, O_MESH},
@@ -395,6 +447,13 @@ static const struct option run_lopts[] = {
     {"comm", required_argument, NULL, O_COMM},
     {"device", required_argument, NULL, O_DEVICE},
     {"pin-ranks", no_argument, NULL, O_PIN},
+    {"ac", required_argument, NULL, O_AC},
+    {"max-norm", required_argument, NULL, O_MAXNORM},
+    {"lr-warmup-steps", required_argument, NULL, O_LRWARM},
+    {"lr-decay-ratio", required_argument, NULL, O_LRRATIO},
+    {"lr-decay-type", required_argument, NULL, O_LRTYPE},
+    {"lr-min-factor", required_argument, NULL, O_LRMIN},
+    {"global-batch", required_argument, NULL, O_GBATCH},
     {"help", no_argument, NULL, O_HELP},
     {NULL, 0, NULL, 0}};
 
@@ -459,6 +518,41 @@ static int run_flag(int ch, run_args *a, char **argv) {
   case O_WDTYPE: a->wdtype_s = optarg; return 0;
   case O_WNAMES: a->wnames_s = optarg; return 0;
   case O_TRACE: a->trace = optarg; return 0;
+  case O_AC:
+    a->ac_given = true;
+    return sb_parse_ac(CMD, "--ac", optarg, &o->ac);
+  case O_MAXNORM: case O_LRRATIO: case O_LRMIN: { /* > 0; the two fractions in [0, 1] */
+    char *end;
+    const double x = strtod(optarg, &end);
+    const bool frac = ch != O_MAXNORM;
+    if (end == optarg || *end || !isfinite(x) || (frac ? x < 0 || x > 1 : !(x > 0)))
+      return sb_usage_error(CMD, flag, "expected %s, got '%s'",
+                            frac ? "a number in [0, 1]" : "a number > 0", optarg);
+    if (ch == O_MAXNORM) o->max_norm = x;
+    else if (ch == O_LRMIN) o->lr.min_lr_factor = x;
+    else {
+      o->lr.decay_ratio = x;
+      o->lr.has_decay_ratio = true;
+    }
+    a->lr_given = a->lr_given || frac;
+    return 0;
+  }
+  case O_LRWARM:
+    if (sb_parse_long(optarg, 0, SB_MAX_STEPS, &v, err, sizeof err) != DT_OK)
+      return sb_usage_error(CMD, flag, "%s", err);
+    o->lr.warmup_steps = (int)v;
+    a->lr_given = true;
+    return 0;
+  case O_GBATCH:
+    if (sb_parse_long(optarg, 1, 1 << 20, &v, err, sizeof err) != DT_OK)
+      return sb_usage_error(CMD, flag, "%s", err);
+    o->global_batch = (int)v;
+    return 0;
+  case O_LRTYPE:
+    if (!dt_lr_decay_parse(optarg, &o->lr.decay_type))
+      return sb_usage_error(CMD, flag, "expected linear, sqrt or cosine, got '%s'", optarg);
+    a->lr_given = true;
+    return 0;
   case O_HELP: fputs(sb_run_usage, stdout); return -1;
   default: return sb_getopt_error(CMD, ch, argv, run_lopts);
   }
@@ -485,6 +579,14 @@ static int run_parse(int argc, char **argv, run_args *a) {
   while ((ch = getopt_long(argc, argv, ":", run_lopts, NULL)) != -1)
     if ((rc = run_flag(ch, a, argv)) != 0) return rc;
   if (optind < argc) return sb_usage_error("run", NULL, "unexpected argument '%s'", argv[optind]);
+  if (a->lr_given) o->lr.training_steps = o->warmup + o->steps; /* training.steps: every step */
+  /* training.global_batch_size: a multiple of local_batch_size x dp degree (--batch) */
+  if (o->global_batch && o->global_batch % o->batch)
+    return sb_usage_error("run", "--global-batch", "%d is not a multiple of --batch %d (the "
+                          "local batch x the data-parallel degree)", o->global_batch, o->batch);
+  if (o->global_batch > o->batch && (o->dims[0] > 1 || strcmp(o->workload, "model")))
+    return sb_usage_error("run", "--global-batch", "gradient accumulation runs the model workload "
+                          "without pp (the pipeline's microbatches are its own)");
   return 0;
 }
 
@@ -636,6 +738,7 @@ static int run_check(run_args *a, int *argc, char ***argv, dt_backend *be, int *
     return sb_usage_error(CMD, "--plan", "%s", err);
   const char *models[1] = {o->model};
   if ((rc = sb_plan_validate(CMD, "--plan", o->plan_path, models, 1))) return rc;
+  if (!a->ac_given) sb_plan_ac(o->plan_path, &o->ac);
   if (sb_fault_check(CMD, *rank == 0)) return SB_EXIT_USAGE; /* TEST SWITCH (run.c) */
   return 0;
 }

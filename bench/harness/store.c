@@ -68,7 +68,7 @@ static void bind_bytes(sqlite3_stmt *q, int i, int64_t v) {
 void sb_result_init(sb_result *r) {
   memset(r, 0, sizeof *r);
   r->step_time_s = r->tokens_per_s = r->tflops = r->mfu = r->peak_tflops = NAN;
-  r->max_abs_err = r->max_rel_err = r->tolerance = NAN;
+  r->max_abs_err = r->max_rel_err = r->tolerance = r->grad_norm = NAN;
   r->est_mem_bytes = r->est_need_bytes = NAN;
   r->peak_mem_bytes = -1;
   r->mem_params_bytes = r->mem_grads_bytes = r->mem_optimizer_bytes = -1;
@@ -214,6 +214,29 @@ static int open_ro(const char *path, const db_file *f, sqlite3 **db) {
   }
   snprintf(uri + k, sizeof uri - k, "?immutable=1");
   return sqlite3_open_v2(uri, db, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI, NULL);
+}
+
+void sb_store_ro_uri(const char *path, char *uri, size_t n) {
+  db_file f;
+  memset(&f, 0, sizeof f);
+  unsigned char h[SQLITE_HDR_LEN];
+  FILE *fp = fopen(path, "rb");
+  if (fp) {
+    f.wal = fread(h, 1, sizeof h, fp) == sizeof h && h[SQLITE_HDR_WAL_OFF] == 2;
+    fclose(fp);
+  }
+  char dir[sizeof ((sb_store *)0)->path], side[sizeof ((sb_store *)0)->path + 8];
+  dir_of(path, dir, sizeof dir);
+  f.dir_writable = access(dir, W_OK | X_OK) == 0;
+  snprintf(side, sizeof side, "%s-wal", path);
+  const bool immutable = f.wal && !(access(side, F_OK) == 0 && f.dir_writable);
+  size_t k = (size_t)snprintf(uri, n, "file:");
+  for (const unsigned char *p = (const unsigned char *)path; *p && k + 4 < n; p++) {
+    if (*p == '%' || *p == '?' || *p == '#' || *p <= ' ' || *p >= 0x7f)
+      k += (size_t)snprintf(uri + k, n - k, "%%%02X", *p);
+    else uri[k++] = (char)*p;
+  }
+  snprintf(uri + k, n - k, immutable ? "?immutable=1" : "?mode=ro");
 }
 
 /* Read-only look at an existing SQLite file: its schema version (1 to
@@ -463,6 +486,19 @@ fail:
   return 1;
 }
 
+
+int sb_store_plan_configs(sb_store *st, const sb_config *cs, int n) {
+  SB_SQL(st, sqlite3_exec(st->db, "BEGIN IMMEDIATE", NULL, NULL, NULL), "BEGIN");
+  for (int i = 0; i < n; i++) {
+    int64_t id;
+    if (sb_store_config_id(st, &cs[i], &id)) goto fail;
+  }
+  SB_SQL(st, sqlite3_exec(st->db, "COMMIT", NULL, NULL, NULL), "COMMIT");
+  return 0;
+fail:
+  sqlite3_exec(st->db, "ROLLBACK", NULL, NULL, NULL);
+  return 1;
+}
 
 /* The analytic numbers stored next to a measured config's comm rows:
  * - the framework baselines its plan's settings select (sb_baseline_plan_rows:

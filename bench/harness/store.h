@@ -88,8 +88,9 @@ size_t sb_pp_timeline_bytes(int n_events);
 /* One role of a shape-only run (--device meta): a rank that ran for `count`
  * ranks alike (dt_parallel_dims_roles), its step's memory split and peak, its
  * comm ledger per (op, mesh dim, phase) and its compute ledger per phase. */
-enum { SB_ROLE_MAX_COMM = 64, SB_ROLE_PHASES = 4 };
-extern const char *const sb_role_phases[SB_ROLE_PHASES]; /* forward backward optimizer other */
+enum { SB_ROLE_MAX_COMM = 64, SB_ROLE_PHASES = 5 };
+/* forward backward recompute optimizer other */
+extern const char *const sb_role_phases[SB_ROLE_PHASES];
 typedef struct sb_role {
   int rank, count;
   int64_t mem[4];                /* params, grads, optimizer, activations (as results.mem_*) */
@@ -119,6 +120,8 @@ typedef struct sb_result {
   double est_need_bytes;         /* estimated memory of the whole invocation (NaN: none) */
   bool mem_refused;              /* skipped: est_need_bytes over sb_opts.mem_limit */
   bool weights_saved;            /* sb_opts.save_weights written */
+  double grad_norm;              /* the last timed step's total gradient norm (clip_grad_norm_,
+                                  * rank 0); NaN: the run does not clip */
   double max_abs_err, max_rel_err, tolerance;
   int64_t n_compared;            /* quantities the verdict compared (sb_cmp.n); 0: none */
   int n_comm;
@@ -148,6 +151,10 @@ int sb_store_open(sb_store *st, const char *path, const char *cmd);
  * read immutable). Same returns and messages as sb_store_open. */
 int sb_store_open_read(sb_store *st, const char *path, const char *cmd);
 void sb_store_close(sb_store *st);
+/* The SQLite URI that reads path as sb_store_open_read does (for ATTACH on a
+ * connection opened with SQLITE_OPEN_URI): "file:PATH?mode=ro", or
+ * "?immutable=1" for a WAL DB whose -shm could not be made or has no -wal. */
+void sb_store_ro_uri(const char *path, char *uri, size_t n);
 
 /* Inserts this invocation's runs row (finished NULL): argv joined by spaces, the
  * MFU denominator of all its results (peak_tflops <= 0 or NaN: NULL) and where
@@ -160,6 +167,10 @@ int sb_store_end_run(sb_store *st);
 /* True when some run already has a result row for this config key. */
 int sb_store_has_result(sb_store *st, const char *key, bool *has);
 
+/* The configs rows of cs (n of them; those already there kept) in one
+ * transaction: a sweep's whole list before its first config runs, so that a
+ * config without a result is one still to run (`shardbench status`). */
+int sb_store_plan_configs(sb_store *st, const sb_config *cs, int n);
 /* Writes config (upsert by key), its result, comm rows and (pipelined) its
  * pp_stats, pp_stages and pp_events rows in one transaction. */
 int sb_store_put(sb_store *st, const sb_config *c, const sb_result *r);
@@ -216,6 +227,17 @@ typedef struct sb_opts {
   dt_dtype weights_dtype;
   dt_weight_names weights_names;
   bool pin_ranks;                /* --pin-ranks: dt_launch_opts.bind (threads backend) */
+  /* the sharded job's activation checkpointing: --ac, else the plan's
+   * activation_checkpoint_mode (sb_plan_ac); the reference runs without */
+  dt_ac_config ac;
+  /* the training recipe (both jobs run it): gradient clipping at max_norm (--max-norm,
+   * else the plan's max_norm; 0: none) and the lr schedule (--lr-*; its training_steps
+   * is set to warmup + steps when one is given, 0: a constant lr) */
+  double max_norm;
+  dt_lr_schedule lr;
+  int global_batch;              /* --global-batch: gradient accumulation to this many
+                                  * sequences per step (a multiple of batch, the
+                                  * per-microstep batch over every dp rank); 0: batch */
 } sb_opts;
 
 /* The unsharded reference of one (model, workload, dtype, batch, seq, steps):
@@ -272,6 +294,13 @@ const char *sb_plan_msg(const char *m);
  * models (n of them; full depth): "FILE:LINE:COL: ..." for a syntax error,
  * "FILE:LINE: pattern '...' matches no module" for a typo. 0, or the one-line
  * error printed naming flag and SB_EXIT_USAGE. */
+/* --ac MODE[:OPTION] (TorchTitan's activation_checkpoint mode and
+ * selective_ac_option: none, full, selective[:op|:N]) into out: 0, or the one-line
+ * error (cmd, flag) printed and SB_EXIT_USAGE. */
+int sb_parse_ac(const char *cmd, const char *flag, const char *s, dt_ac_config *out);
+/* The activation checkpointing a (validated) plan file asks for; none when it
+ * cannot be read. */
+void sb_plan_ac(const char *path, dt_ac_config *out);
 int sb_plan_validate(const char *cmd, const char *flag, const char *path, const char *const *models,
                      int n);
 /* A measured single-core sgemm rate x min(world, online CPUs), TFLOP/s, with

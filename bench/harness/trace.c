@@ -1,14 +1,19 @@
 /* bench/harness/trace.c: `run --save-trace FILE`: the unsharded reference's inputs
  * and results as one safetensors file, for an outside oracle (verify/torch/) to
  * replay and compare:
- *   tokens.step{S}, targets.step{S}   I64 [batch, seq], S = 0 .. steps-1
+ *   tokens.step{S}, targets.step{S}   I64 [batch, seq], S = 0 .. steps-1 ([global_batch,
+ *                                     seq] under --global-batch: every microstep's rows)
  *   loss                              F64 [steps], each step's mean cross-entropy,
  *                                     before that step's optimizer update
  *   grad.step{S}.{NAME}               F64, every weight's gradient at step S
  *   param.final.{NAME}                F64, the weights after the last update
+ *   grad_norm                         F64 [steps], clip_grad_norm_'s total norm (only
+ *                                     a run that clips: --max-norm)
  * (NAME: "layers.0.attention.wq.weight"; an f32 run's values widened exactly),
  * with the config, the model's dims (ffn_dim_multiplier 0: none) and AdamW's
- * settings as __metadata__ strings.
+ * settings as __metadata__ strings; the recipe's flags, when given, too (max_norm,
+ * global_batch, lr_warmup_steps, lr_decay_ratio ("none"), lr_decay_type,
+ * lr_min_factor).
  */
 #include "config.h"
 
@@ -19,7 +24,7 @@
 #include "cli.h"
 #include "store.h"
 
-enum { META_N = 28, META_LEN = 96 };
+enum { META_N = 40, META_LEN = 96 };
 
 int sb_trace_write(const sb_opts *o, const sb_snap *snap, const char *path, char *err,
                    size_t errn) {
@@ -29,11 +34,12 @@ int sb_trace_write(const sb_opts *o, const sb_snap *snap, const char *path, char
   dt_model *m = NULL;
   int rc = -1;
   const int S = snap->n_steps;
-  const int64_t tok_shape[2] = {o->batch, o->seq}, loss_shape[1] = {S};
-  int n = 0, cap = 2 * S + 1 + (S + 1) * snap->n_mods;
+  const int rows = o->global_batch > 0 ? o->global_batch : o->batch;
+  const int64_t tok_shape[2] = {rows, o->seq}, loss_shape[1] = {S};
+  int n = 0, cap = 2 * S + 2 + (S + 1) * snap->n_mods;
   dt_st_spec *sp = calloc((size_t)cap, sizeof *sp);
   char (*nm)[DT_ST_NAME_LEN] = calloc((size_t)cap, sizeof *nm);
-  int64_t *ids = malloc(sizeof *ids * (size_t)o->batch * (size_t)o->seq);
+  int64_t *ids = malloc(sizeof *ids * (size_t)rows * (size_t)o->seq);
   dt_st_writer *w = NULL;
   if (!sp || !nm || !ids) {
     snprintf(err, errn, "out of memory");
@@ -62,6 +68,11 @@ int sb_trace_write(const sb_opts *o, const sb_snap *snap, const char *path, char
       sp[n] = (dt_st_spec){nm[n], DT_F64, md->wndim, md->wshape};
       n++;
     }
+  if (o->max_norm > 0) {
+    snprintf(nm[n], sizeof nm[n], "grad_norm");
+    sp[n] = (dt_st_spec){nm[n], DT_F64, 1, loss_shape};
+    n++;
+  }
   const dt_adamw opt = DT_ADAMW_DEFAULT;
   char v[META_N][META_LEN];
   const char *keys[META_N], *vals[META_N];
@@ -91,13 +102,23 @@ int sb_trace_write(const sb_opts *o, const sb_snap *snap, const char *path, char
   META("beta2", "%.17g", opt.beta2);
   META("eps", "%.17g", opt.eps);
   META("weight_decay", "%.17g", opt.weight_decay);
+  if (o->max_norm > 0) META("max_norm", "%.17g", o->max_norm);
+  if (o->global_batch > 0) META("global_batch", "%d", o->global_batch);
+  if (o->lr.training_steps > 0) {
+    static const char *const decay[] = {"linear", "sqrt", "cosine"};
+    META("lr_warmup_steps", "%d", o->lr.warmup_steps);
+    if (o->lr.has_decay_ratio) META("lr_decay_ratio", "%.17g", o->lr.decay_ratio);
+    else META("lr_decay_ratio", "none");
+    META("lr_decay_type", "%s", decay[o->lr.decay_type]);
+    META("lr_min_factor", "%.17g", o->lr.min_lr_factor);
+  }
 #undef META
   if (dt_st_write_begin(&hc, path, n, sp, k, keys, vals, &w) != DT_OK) {
     snprintf(err, errn, "%s", sb_strip_rank(dt_last_error(&hc)));
     goto done;
   }
   dt_status st = DT_OK;
-  const int64_t nt = (int64_t)o->batch * o->seq;
+  const int64_t nt = (int64_t)rows * o->seq;
   for (int s = 0; s < S && st == DT_OK; s++)
     for (int which = 0; which < 2 && st == DT_OK; which++) {
       sb_token_ids(s, which, nt, cfg.vocab, ids);
@@ -110,6 +131,7 @@ int sb_trace_write(const sb_opts *o, const sb_snap *snap, const char *path, char
       const double *d = s < S ? snap->grad[s * snap->n_mods + i] : snap->param[i];
       st = dt_st_write_next(&hc, w, d, DT_F64);
     }
+  if (st == DT_OK && o->max_norm > 0) st = dt_st_write_next(&hc, w, snap->grad_norm, DT_F64);
   if (st == DT_OK) st = dt_st_write_end(&hc, w);
   else dt_st_write_abort(&hc, w);
   w = NULL;

@@ -156,6 +156,7 @@ void sb_snap_free(sb_snap *s) {
   free(s->grad);
   free(s->param);
   free(s->loss);
+  free(s->grad_norm);
   free(s->numel);
   free(s->name);
   memset(s, 0, sizeof *s);
@@ -169,9 +170,10 @@ dt_status sb_snap_init(dt_ctx *ctx, const dt_model *m, int n_steps, sb_snap *s) 
   s->name = calloc(nm, sizeof *s->name);
   s->numel = calloc(nm, sizeof *s->numel);
   s->loss = calloc(ns, sizeof *s->loss);
+  s->grad_norm = calloc(ns, sizeof *s->grad_norm);
   s->grad = calloc(nm * ns, sizeof *s->grad);
   s->param = calloc(nm, sizeof *s->param);
-  if (!s->name || !s->numel || !s->loss || !s->grad || !s->param) {
+  if (!s->name || !s->numel || !s->loss || !s->grad_norm || !s->grad || !s->param) {
     sb_snap_free(s);
     return dt_error(ctx, DT_ERR_NOMEM, "sb_snap_init", "no memory");
   }
@@ -233,6 +235,20 @@ dt_status sb_snap_step(dt_ctx *ctx, const dt_model *m, const dt_var *loss, int s
                    ref ? ref->numel[i] : 0, tol, c));
   }
   return DT_OK;
+}
+
+void sb_snap_norm(const dt_model *m, int step, double norm, sb_snap *rec, const sb_snap *ref,
+                  sb_cmp *c) {
+  if (rec && step >= 0 && step < rec->n_steps) rec->grad_norm[step] = norm;
+  if (!ref) return;
+  char what[SB_WORST_LEN];
+  snprintf(what, sizeof what, "grad_norm step %d", step);
+  /* the gradients' tier: the norm is a function of this step's gradients, which are
+   * compared with it (|norm - ref| <= ||g - g_ref||_2, both rounding noise at the
+   * gradients' scale); its own f64 sum of squares adds n u_f64, far below it */
+  const double tol = sb_tolerance_params(m->dtype, c ? c->param_dtype : DT_DTYPE_COUNT, step > 0);
+  const bool in = step >= 0 && step < ref->n_steps;
+  sb_cmp_add(c, what, &norm, 1, in ? &ref->grad_norm[step] : NULL, in ? 1 : 0, tol);
 }
 
 dt_status sb_snap_params(dt_ctx *ctx, const dt_model *m, int step, sb_snap *rec,

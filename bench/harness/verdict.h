@@ -8,6 +8,8 @@
  *   every step's every weight gradient,
  *     after the data-parallel reduce       "NAME grad step S"
  *   every weight after the last step       "NAME param after step S"
+ *   every step's total gradient norm,
+ *     when the run clips                   "grad_norm step S"
  * where NAME is the parameter's name as torch's named_parameters() spells it
  * ("layers.0.attention.wq.weight"). The error of a quantity is normwise,
  * max |got - ref| / max |ref|: rounding noise is relative to the tensor's scale,
@@ -114,6 +116,7 @@ typedef struct sb_snap {
   char (*name)[SB_PARAM_NAME_LEN]; /* per module: "FQN.weight"; "" = no weight */
   int64_t *numel;                  /* per module: the weight's element count */
   double *loss;                    /* [n_steps] */
+  double *grad_norm;               /* [n_steps]: clip_grad_norm_'s total norm (runs that clip) */
   double **grad;                   /* [n_steps * n_mods]: step s, module i at s * n_mods + i */
   double **param;                  /* [n_mods]: the weights after the last step */
 } sb_snap;
@@ -128,6 +131,10 @@ void sb_snap_free(sb_snap *s);
  * rank of m's mesh calls it (collective); every rank compares its own view. */
 dt_status sb_snap_step(dt_ctx *ctx, const dt_model *m, const dt_var *loss, int step, sb_snap *rec,
                        const sb_snap *ref, sb_cmp *c);
+/* A step's total gradient norm (clip_grad_norm_'s, before the scale): kept in rec
+ * (the reference), compared with ref's into c (the gradients' tolerance). Local. */
+void sb_snap_norm(const dt_model *m, int step, double norm, sb_snap *rec, const sb_snap *ref,
+                  sb_cmp *c);
 /* The weights after the last step (step: that step's index, for the names), as
  * above. */
 dt_status sb_snap_params(dt_ctx *ctx, const dt_model *m, int step, sb_snap *rec,

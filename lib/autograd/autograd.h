@@ -91,6 +91,50 @@ typedef dt_status (*dt_ad_backward_fn)(dt_ctx *ctx, void *state, int n_out,
 dt_status dt_ad_custom(dt_tape *t, const char *name, dt_ad_backward_fn backward, void *state,
                        int n_in, dt_var *const *in, int n_out, dt_tensor *values, dt_var **out);
 
+/* ---- activation checkpointing (torch.utils.checkpoint) ----
+ *
+ * A checkpointed region is the part of the tape recorded between
+ * dt_tape_checkpoint_begin and dt_tape_checkpoint_end (a transformer block, as
+ * TorchTitan's ptd_checkpoint_wrapper wraps one). At its end the values of the
+ * region's recorded outputs are freed, except those the save policy keeps
+ * (torch.utils.checkpoint's CheckpointPolicy.MUST_SAVE), the outputs of custom
+ * functions (their forward is the caller's, so it cannot be re-run) and the
+ * variables named as the region's outputs. The region's inputs (made before
+ * it) are kept. In dt_backward, before the region's last node runs, the freed
+ * values are recomputed: the region's recorded calls re-run in their forward
+ * order with the same ops, attrs and inputs (so the same kernels, collectives
+ * included, and bitwise the same values), with the context's phase
+ * "recompute"; after the region's first node has run they are freed again.
+ * Regions do not nest. A call after the region that reads a freed value is
+ * DT_ERR_INVALID (only the named outputs leave a region). */
+
+/* What a save policy sees of a call being recorded in a region. */
+typedef struct dt_ad_call_info {
+  const dt_op *op;              /* the op; NULL: a redistribute */
+  int mesh_ndim;                /* redistribute: the source and target placements */
+  const dt_placement *src, *dst;
+} dt_ad_call_info;
+/* true: keep the call's outputs (MUST_SAVE); false: recompute them. Called once
+ * per recorded call, in forward order. */
+typedef bool (*dt_ad_save_fn)(void *state, const dt_ad_call_info *call);
+
+typedef struct dt_checkpoint_opts {
+  dt_ad_save_fn save;           /* NULL: save nothing (full AC: the region keeps its inputs) */
+  void *state;                  /* save's, borrowed for the region's recording */
+  /* Test hook (a planted bug): k > 0 leaves the k-th recomputed call's outputs
+   * zero instead of recomputing them; 0: off. */
+  int fault_zero_call;
+} dt_checkpoint_opts;
+
+/* Opens a region on t (o NULL: full AC). DT_ERR_INVALID when one is open. */
+dt_status dt_tape_checkpoint_begin(dt_tape *t, const dt_checkpoint_opts *o);
+/* Closes the open region: frees what it does not keep (above); keep[0..n_keep)
+ * are its outputs. DT_ERR_INVALID when none is open. */
+dt_status dt_tape_checkpoint_end(dt_tape *t, int n_keep, dt_var *const *keep);
+/* The bytes of the values the tape holds now (its variables' owned local
+ * arrays), e.g. what a forward keeps for backward. */
+size_t dt_tape_value_bytes(const dt_tape *t);
+
 /* Backpropagates from root. seed: the gradient of root (copied; same mesh and
  * global shape as root's value, any placements), or NULL: ones, with root's
  * placements where each Partial becomes Replicate. Gradients of leaves that

@@ -9,6 +9,11 @@
  * autograd.h), and its inputs' gradients accumulate with dt_op_add. Nodes are
  * appended in execution order, so reverse order is a valid topological order.
  *
+ * Checkpointed regions (autograd.h): a node remembers its region (1-based, 0:
+ * none) and whether the save policy kept its outputs; a freed variable keeps
+ * its DTensor's metadata (mesh, placements, shape) with no data, which is what
+ * the recompute writes into again.
+ *
  * What it is not: no graph pruning beyond "no output gradient, skip", no
  * retain_graph bookkeeping (the graph is never freed before the tape), no
  * recording of backward itself.
@@ -25,6 +30,8 @@ struct dt_var {
   bool has_grad;
   bool requires_grad;
   bool leaf;
+  bool ac_freed;                        /* its value freed by a checkpointed region */
+  bool ac_kept;                         /* a region's output: never freed by it */
 };
 
 typedef enum node_kind { NODE_OP = 0, NODE_REDIST = 1, NODE_CUSTOM = 2 } node_kind;
@@ -41,7 +48,16 @@ typedef struct node {
   dt_var **cin, **cout;
   dt_ad_backward_fn backward;
   void *state;
+  int region;                           /* checkpointed region, 1-based; 0: none */
+  bool saved;                           /* in a region: outputs kept (not recomputed) */
 } node;
+
+/* A checkpointed region: nodes [first, end); freed: its unsaved values are freed now. */
+typedef struct region {
+  size_t first, end;
+  bool freed;
+  int fault_zero_call;
+} region;
 
 struct dt_tape {
   dt_ctx *ctx;
@@ -50,6 +66,10 @@ struct dt_tape {
   size_t n_vars, cap_vars;
   node *nodes;
   size_t n_nodes, cap_nodes;
+  region *regions;
+  size_t n_regions, cap_regions;
+  bool open;                            /* regions[n_regions - 1] is being recorded */
+  dt_checkpoint_opts ac;                /* the open region's */
 };
 
 enum { TAPE_INIT_CAP = 16 }; /* first array size; arrays double when full */
@@ -102,6 +122,7 @@ void dt_tape_free(dt_tape *t) {
     }
   dt_host_free(ctx, t->vars);
   dt_host_free(ctx, t->nodes);
+  dt_host_free(ctx, t->regions);
   dt_host_free(ctx, t);
 }
 
@@ -139,6 +160,23 @@ void dt_tape_zero_grad(dt_tape *t) {
   for (size_t i = 0; i < t->n_vars; i++) var_drop_grad(t->ctx, t->vars[i]);
 }
 
+/* A new node's region fields: in the open region, the save policy decides. */
+static void node_region(dt_tape *t, node *n, const dt_ad_call_info *call) {
+  if (!t->open) return;
+  n->region = (int)t->n_regions;
+  /* a custom function's forward is the caller's: it is never re-run */
+  n->saved = !call || (t->ac.save && t->ac.save(t->ac.state, call));
+}
+
+/* DT_ERR_INVALID when one of in[0..n) was freed by a checkpointed region. */
+static dt_status check_not_freed(dt_ctx *ctx, const char *who, int n, dt_var *const *in) {
+  for (int j = 0; j < n; j++)
+    if (in[j] && in[j]->ac_freed)
+      return dt_error(ctx, DT_ERR_INVALID, who,
+                      "input %d was freed by activation checkpointing (not a region's output)", j);
+  return DT_OK;
+}
+
 dt_status dt_ad_op(dt_tape *t, const dt_op *op, const dt_op_attrs *attrs, dt_var *const *in,
                    dt_var **out) {
   dt_ctx *ctx = t ? t->ctx : NULL;
@@ -155,6 +193,7 @@ dt_status dt_ad_op(dt_tape *t, const dt_op *op, const dt_op_attrs *attrs, dt_var
     iv[j] = &in[j]->value;
     need = need || in[j]->requires_grad;
   }
+  DT_CHECK(check_not_freed(ctx, "dt_ad_op", op->n_in, in));
   if (need && !op->backward)
     return dt_error(ctx, DT_ERR_UNSUPPORTED, "dt_ad_op", "%s has no backward", op->name);
   if (need) { /* reserve the node first, so recording cannot fail after the call */
@@ -182,6 +221,8 @@ dt_status dt_ad_op(dt_tape *t, const dt_op *op, const dt_op_attrs *attrs, dt_var
     n->n_out = op->n_out;
     for (int j = 0; j < op->n_in; j++) n->in[j] = in[j];
     for (int j = 0; j < op->n_out; j++) n->out[j] = ovar[j];
+    const dt_ad_call_info call = {op, 0, NULL, NULL};
+    node_region(t, n, &call);
   }
   for (int j = 0; j < op->n_out; j++) out[j] = ovar[j];
   return DT_OK;
@@ -192,6 +233,7 @@ dt_status dt_ad_redistribute(dt_tape *t, dt_var *x, const dt_placement *dst, dt_
   if (!t || !x || !dst || !out)
     return dt_error(ctx, DT_ERR_INVALID, "dt_ad_redistribute", "NULL argument");
   *out = NULL;
+  DT_CHECK(check_not_freed(ctx, "dt_ad_redistribute", 1, &x));
   if (x->requires_grad)
     DT_CHECK(grow(ctx, (void **)&t->nodes, &t->cap_nodes, t->n_nodes, sizeof *t->nodes));
   dt_tensor y;
@@ -206,6 +248,8 @@ dt_status dt_ad_redistribute(dt_tape *t, dt_var *x, const dt_placement *dst, dt_
     n->in[0] = x;
     n->out[0] = v;
     for (int i = 0; i < x->value.mesh_ndim; i++) n->src[i] = x->value.pl[i];
+    const dt_ad_call_info call = {NULL, x->value.mesh_ndim, n->src, v->value.pl};
+    node_region(t, n, &call);
   }
   *out = v;
   return DT_OK;
@@ -223,6 +267,7 @@ dt_status dt_ad_custom(dt_tape *t, const char *name, dt_ad_backward_fn backward,
     if (!in[j]) s = dt_error(ctx, DT_ERR_INVALID, WHO, "%s: input %d is NULL", name, j);
     else need = need || in[j]->requires_grad;
   }
+  if (s == DT_OK) s = check_not_freed(ctx, WHO, n_in, in);
   dt_var **cin = NULL, **cout = NULL;
   if (s == DT_OK && need) {
     s = grow(ctx, (void **)&t->nodes, &t->cap_nodes, t->n_nodes, sizeof *t->nodes);
@@ -252,8 +297,148 @@ dt_status dt_ad_custom(dt_tape *t, const char *name, dt_ad_backward_fn backward,
     n->cout = cout;
     n->backward = backward;
     n->state = state;
+    node_region(t, n, NULL);
   }
   return DT_OK;
+}
+
+/* ---- checkpointed regions ------------------------------------------------------------ */
+
+dt_status dt_tape_checkpoint_begin(dt_tape *t, const dt_checkpoint_opts *o) {
+  static const char WHO[] = "dt_tape_checkpoint_begin";
+  dt_ctx *ctx = t ? t->ctx : NULL;
+  if (!t) return dt_error(ctx, DT_ERR_INVALID, WHO, "NULL tape");
+  if (t->open) return dt_error(ctx, DT_ERR_INVALID, WHO, "a region is open (regions do not nest)");
+  DT_CHECK(grow(ctx, (void **)&t->regions, &t->cap_regions, t->n_regions, sizeof *t->regions));
+  static const dt_checkpoint_opts none;
+  t->ac = o ? *o : none;
+  region *r = &t->regions[t->n_regions++];
+  memset(r, 0, sizeof *r);
+  r->first = r->end = t->n_nodes;
+  r->fault_zero_call = t->ac.fault_zero_call;
+  t->open = true;
+  return DT_OK;
+}
+
+/* Whether x's data lies inside v's owned array. */
+static bool aliases(const dt_var *x, const dt_var *v) {
+  const char *b = v->value.local.data, *p = x->value.local.data;
+  return b && p && p >= b && p < b + dt_array_bytes(&v->value.local);
+}
+
+/* Whether v (an unsaved output of region r) may be freed: not one of keep[], and
+ * no kept variable of the region (keep[], saved outputs) is a view into it. */
+static bool may_free(const dt_tape *t, const region *r, const dt_var *v, int n_keep,
+                     dt_var *const *keep) {
+  if (v->ac_kept) return false;
+  for (int k = 0; k < n_keep; k++)
+    if (keep[k] == v || (keep[k] && aliases(keep[k], v))) return false;
+  for (size_t i = r->first; i < r->end; i++) {
+    const node *n = &t->nodes[i];
+    for (int j = 0; n->saved && j < n->n_out; j++) {
+      const dt_var *o = n->kind == NODE_CUSTOM ? n->cout[j] : n->out[j];
+      if (o == v || aliases(o, v)) return false;
+    }
+  }
+  return true;
+}
+
+/* Frees region r's unsaved values (keep[]: its outputs, kept). */
+static void region_free(dt_tape *t, region *r, int n_keep, dt_var *const *keep) {
+  for (size_t i = r->first; i < r->end; i++) {
+    node *n = &t->nodes[i];
+    if (n->saved) continue;
+    for (int j = 0; j < n->n_out; j++) {
+      dt_var *v = n->out[j];
+      if (v->ac_freed || !may_free(t, r, v, n_keep, keep)) continue;
+      dt_array_free(t->ctx, &v->value.local);
+      v->ac_freed = true;
+    }
+  }
+  r->freed = true;
+}
+
+dt_status dt_tape_checkpoint_end(dt_tape *t, int n_keep, dt_var *const *keep) {
+  static const char WHO[] = "dt_tape_checkpoint_end";
+  dt_ctx *ctx = t ? t->ctx : NULL;
+  if (!t || n_keep < 0 || (n_keep && !keep))
+    return dt_error(ctx, DT_ERR_INVALID, WHO, "bad arguments");
+  if (!t->open) return dt_error(ctx, DT_ERR_INVALID, WHO, "no region is open");
+  t->open = false;
+  region *r = &t->regions[t->n_regions - 1];
+  r->end = t->n_nodes;
+  for (int k = 0; k < n_keep; k++)
+    if (keep[k]) keep[k]->ac_kept = true;
+  region_free(t, r, n_keep, keep);
+  return DT_OK;
+}
+
+size_t dt_tape_value_bytes(const dt_tape *t) {
+  size_t b = 0;
+  for (size_t i = 0; t && i < t->n_vars; i++) {
+    const dt_array *a = &t->vars[i]->value.local;
+    if (a->owns && a->data) b += dt_array_bytes(a);
+  }
+  return b;
+}
+
+/* Zeroes a recomputed value (the planted bug of dt_checkpoint_opts). */
+static void fault_zero(dt_tensor *v) {
+  if (v->local.data && v->local.dev == DT_DEV_CPU)
+    memset(v->local.data, 0, dt_array_bytes(&v->local));
+}
+
+/* Recomputes region r's freed values: its calls again in forward order, phase
+ * "recompute" (the ledgers' rows say so). */
+static dt_status region_recompute(dt_tape *t, region *r) {
+  dt_ctx *ctx = t->ctx;
+  char saved[sizeof ctx->phase];
+  memcpy(saved, ctx->phase, sizeof saved);
+  dt_ctx_set_phase(ctx, "recompute");
+  dt_status s = DT_OK;
+  int calls = 0;
+  for (size_t i = r->first; i < r->end && s == DT_OK; i++) {
+    node *n = &t->nodes[i];
+    bool any = false;
+    for (int j = 0; !n->saved && j < n->n_out; j++) any = any || n->out[j]->ac_freed;
+    if (!any) continue;
+    for (int j = 0; j < n->n_in && s == DT_OK; j++) {
+      const dt_array *a = &n->in[j]->value.local;
+      if (n->in[j]->ac_freed)
+        s = dt_error(ctx, DT_ERR_INTERNAL, "dt_backward", "recompute: an input is not recomputed");
+      else if (a->numel > 0 && !a->data) /* e.g. an FSDP unit inside the region, resharded */
+        s = dt_error(ctx, DT_ERR_UNSUPPORTED, "dt_backward",
+                     "recompute: input %d of a checkpointed call has no data (freed by its "
+                     "owner, such as an FSDP unit smaller than the checkpointed block)", j);
+    }
+    if (s != DT_OK) break;
+    dt_tensor ov[DT_OP_MAX_OUT];
+    memset(ov, 0, sizeof ov);
+    if (n->kind == NODE_REDIST) {
+      s = dt_redistribute(ctx, &n->in[0]->value, n->out[0]->value.pl, DT_PLANNER_GREEDY, &ov[0]);
+    } else {
+      const dt_tensor *iv[DT_OP_MAX_IN];
+      dt_tensor *op_out[DT_OP_MAX_OUT];
+      for (int j = 0; j < n->n_in; j++) iv[j] = &n->in[j]->value;
+      for (int j = 0; j < n->n_out; j++) op_out[j] = &ov[j];
+      s = dt_op_call(ctx, n->op, &n->attrs, iv, op_out, NULL);
+    }
+    if (s != DT_OK) break;
+    const bool zero = ++calls == r->fault_zero_call;
+    for (int j = 0; j < n->n_out; j++) {
+      dt_var *v = n->out[j];
+      if (!v->ac_freed) {
+        dt_tensor_free(ctx, &ov[j]);
+        continue;
+      }
+      if (zero) fault_zero(&ov[j]);
+      v->value = ov[j];
+      v->ac_freed = false;
+    }
+  }
+  r->freed = false;
+  dt_ctx_set_phase(ctx, saved);
+  return s;
 }
 
 static bool any_partial(const dt_tensor *g) {
@@ -426,7 +611,14 @@ dt_status dt_backward(dt_tape *t, dt_var *root, const dt_tensor *seed) {
   dt_tensor g;
   dt_status s = make_seed(t, root, seed, &g);
   if (s == DT_OK) s = accumulate(t, root, &g);
-  for (size_t i = t->n_nodes; i-- > 0 && s == DT_OK;) s = run_node(t, &t->nodes[i]);
+  for (size_t i = t->n_nodes; i-- > 0 && s == DT_OK;) {
+    const node *n = &t->nodes[i];
+    region *r = n->region ? &t->regions[n->region - 1] : NULL;
+    if (r && r->freed && i + 1 == r->end) s = region_recompute(t, r);
+    if (s == DT_OK) s = run_node(t, n);
+    /* the region's backward is done: its recomputed values go again */
+    if (s == DT_OK && r && i == r->first) region_free(t, r, 0, NULL);
+  }
   /* after an error, leave no half-consumed intermediate gradient behind */
   for (size_t i = 0; i < t->n_vars; i++)
     if (!t->vars[i]->leaf) var_drop_grad(ctx, t->vars[i]);

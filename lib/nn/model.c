@@ -580,6 +580,63 @@ static dt_status const_leaf(dt_ctx *ctx, dt_model *m, const dt_tensor *t, dt_var
   return *out ? DT_OK : DT_ERR_NOMEM;
 }
 
+/* ---- activation checkpointing --------------------------------------------------- */
+
+dt_status dt_ac_parse(dt_ctx *ctx, const char *mode, const char *option, dt_ac_config *out) {
+  static const char WHO[] = "dt_ac_parse";
+  memset(out, 0, sizeof *out);
+  if (!mode) return dt_error(ctx, DT_ERR_INVALID, WHO, "no mode");
+  if (!strcmp(mode, "none")) return DT_OK;
+  if (!strcmp(mode, "full")) {
+    out->mode = DT_AC_FULL;
+    return DT_OK;
+  }
+  if (strcmp(mode, "selective"))
+    return dt_error(ctx, DT_ERR_INVALID, WHO, "mode '%s': expected none, selective or full", mode);
+  out->mode = DT_AC_SELECTIVE;
+  if (!option) option = "2"; /* TorchTitan's default selective_ac_option */
+  if (!strcmp(option, "op")) return DT_OK;
+  char *end;
+  errno = 0;
+  long n = strtol(option, &end, 10);
+  if (!*option || *end || errno || n < 1 || n > 1 << 20)
+    return dt_error(ctx, DT_ERR_INVALID, WHO,
+                    "selective_ac_option '%s': expected op or a positive integer", option);
+  out->every = (int)n;
+  return DT_OK;
+}
+
+const char *dt_ac_str(const dt_ac_config *ac, char *buf, size_t n) {
+  if (ac->mode == DT_AC_NONE) snprintf(buf, n, "none");
+  else if (ac->mode == DT_AC_FULL) snprintf(buf, n, "full");
+  else if (ac->every == 0) snprintf(buf, n, "selective:op");
+  else snprintf(buf, n, "selective:%d", ac->every);
+  return buf;
+}
+
+bool dt_ac_block(const dt_ac_config *ac, int l) {
+  if (ac->mode == DT_AC_FULL) return true;
+  if (ac->mode != DT_AC_SELECTIVE) return false;
+  return ac->every == 0 || (l + 1) % ac->every == 0;
+}
+
+/* The op-level policy of _save_list (activation_checkpoint.py _get_custom_policy):
+ * mm (here the linear op) counted per block in forward order and saved when the
+ * count is odd; SDPA and reduce_scatter saved; the rest recomputed. */
+typedef struct op_policy {
+  int mm_count;
+} op_policy;
+
+static bool op_policy_save(void *state, const dt_ad_call_info *c) {
+  op_policy *p = state;
+  if (c->op == &dt_op_linear) return ++p->mm_count % 2 == 1;
+  if (c->op == &dt_op_sdpa || c->op == &dt_op_sdpa_cp) return true;
+  if (c->op) return false;
+  for (int i = 0; i < c->mesh_ndim; i++) /* Partial -> Shard: a reduce_scatter */
+    if (c->src[i].kind == DT_PL_PARTIAL && c->dst[i].kind == DT_PL_SHARD) return true;
+  return false;
+}
+
 /* Runs the modules of one part on m->step_tape: the embedding of tokens when
  * part->first (x NULL), else from x; layers [layer0, layer1) with the sublayers
  * the model has; norm and output when part->last. */
@@ -602,6 +659,13 @@ static dt_status forward_part(dt_ctx *ctx, dt_model *m, const dt_model_part *par
     io[0] = h;
     DT_CHECK(hook(ctx, m, blk, true, io, 1));
     h = io[0];
+    /* the checkpoint wraps the block inside its hooks (TorchTitan applies AC before
+     * fully_shard, so FSDP's gather and reshard stay outside) */
+    const bool ckpt = dt_ac_block(&m->ac, l);
+    op_policy pol = {0};
+    const bool by_op = m->ac.mode == DT_AC_SELECTIVE && m->ac.every == 0;
+    const dt_checkpoint_opts co = {by_op ? op_policy_save : NULL, &pol, m->ac.fault_zero_call};
+    if (ckpt) DT_CHECK(dt_tape_checkpoint_begin(m->step_tape, &co));
     dt_var *xn, *a, *f;
     if (L.attn >= 0) {
       DT_CHECK(rmsnorm(ctx, m, &blk[L.attn], h, &xn));
@@ -613,6 +677,7 @@ static dt_status forward_part(dt_ctx *ctx, dt_model *m, const dt_model_part *par
       DT_CHECK(feed_forward(ctx, m, &blk[L.ffn + 1], xn, &f));
       DT_CHECK(op2(m, &dt_op_add, NULL, h, f, &h));
     }
+    if (ckpt) DT_CHECK(dt_tape_checkpoint_end(m->step_tape, 1, &h));
     io[0] = h;
     DT_CHECK(hook(ctx, m, blk, false, io, 1));
     h = io[0];

@@ -147,6 +147,35 @@ struct dt_module {
   void (*hook_free)(dt_ctx *ctx, void *hook_state); /* dt_model_free calls it; NULL: none */
 };
 
+/* Activation checkpointing of the transformer blocks (TorchTitan's
+ * [activation_checkpoint] mode and selective_ac_option,
+ * torchtitan/distributed/activation_checkpoint.py _apply_ac_to_transformer_block):
+ *   DT_AC_NONE       nothing checkpointed (the default here; bitwise the old step);
+ *   DT_AC_FULL       every block keeps only its input and recomputes its forward;
+ *   DT_AC_SELECTIVE  every > 0: every N-th block fully, counted from 1 as the
+ *                    wrapper's _count does (blocks l with (l + 1) % N == 0, l the
+ *                    global layer index: TorchTitan counts the blocks one process
+ *                    wraps, the same unless a pipeline rank's first layer is not a
+ *                    multiple of N); every 0 ("op"): each block with the op-level
+ *                    policy of _save_list: the outputs of mm (the linears), SDPA
+ *                    (sdpa, sdpa_cp as one op) and reduce_scatter are saved, except
+ *                    every second mm, the rest recomputed.
+ * fault_zero_call: dt_checkpoint_opts's planted bug, for tests (0: off). */
+typedef enum dt_ac_mode { DT_AC_NONE = 0, DT_AC_SELECTIVE, DT_AC_FULL } dt_ac_mode;
+typedef struct dt_ac_config {
+  dt_ac_mode mode;
+  int every;
+  int fault_zero_call;
+} dt_ac_config;
+/* Parses TorchTitan's names: mode "none" | "selective" | "full", option "op" or a
+ * positive integer (NULL: TorchTitan's default "2"; ignored unless selective).
+ * DT_ERR_INVALID naming the bad value. */
+dt_status dt_ac_parse(dt_ctx *ctx, const char *mode, const char *option, dt_ac_config *out);
+/* "none", "full", "selective:op", "selective:N" into buf (for config keys). */
+const char *dt_ac_str(const dt_ac_config *ac, char *buf, size_t n);
+/* Whether block l is checkpointed under ac. */
+bool dt_ac_block(const dt_ac_config *ac, int l);
+
 typedef struct dt_model {
   dt_llama_config cfg;
   dt_mesh *mesh;
@@ -180,6 +209,7 @@ typedef struct dt_model {
    * (param_dtype=bf16, reduce_dtype=f32): the optimizer owns f32 parameters) */
   dt_tensor *adam_master;
   int adam_step;
+  dt_ac_config ac;                 /* activation checkpointing (zero: none) */
   /* The placements of the activation between blocks (a pipeline stage boundary),
    * set by lib/parallel (dt_parallelize_llama): what a stage receives where it
    * cannot ask its sender (the fake comm of shape-only runs). false: unknown. */

@@ -80,6 +80,10 @@ typedef struct dt_plan {
                                                * given (the model's dtype) */
   dt_dtype reduce_dtype;                      /* mixed_precision_reduce; DT_DTYPE_COUNT: not given */
   double bucket_cap_mb;                       /* DDP's bucket_cap_mb; 0: not given (DDP's 25) */
+  /* activation_checkpoint_mode and selective_ac_option (TorchTitan's); zero: none */
+  dt_ac_config ac;
+  double max_norm;                            /* TorchTitan's training.max_norm (gradient
+                                               * clipping); 0: not given (none) */
   /* context parallel (a cp dim): context_parallel_rotate_method (allgather, the
    * default, or ring) and context_parallel_load_balance (head-tail; default true) */
   dt_cp_rotate cp_rotate;

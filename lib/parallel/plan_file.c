@@ -2,7 +2,8 @@
  * ParallelStyle defaults and printing, fqn matching and plan resolution.
  *
  * A plan file holds settings (name, dims, loss_parallel; zero, mixed_precision_param,
- * mixed_precision_reduce for FSDP; bucket_cap_mb for DDP) and, under [dim] headers,
+ * mixed_precision_reduce for FSDP; bucket_cap_mb for DDP; max_norm, the step's
+ * gradient clipping) and, under [dim] headers,
  * entries "pattern = Style(kwarg=value, ...)" written as PyTorch writes them
  * (torch/distributed/tensor/parallel/style.py: ColwiseParallel, RowwiseParallel,
  * SequenceParallel, PrepareModuleInput, PrepareModuleOutput; under [dp_shard] only
@@ -69,14 +70,16 @@ static const unsigned k_style_kwargs[N_STYLES] = {
 typedef enum setting_id {
   SET_NAME = 0, SET_DIMS, SET_LOSS_PARALLEL, SET_ZERO, SET_MP_PARAM, SET_MP_REDUCE,
   SET_BUCKET_CAP_MB, SET_CP_ROTATE, SET_CP_LOAD_BALANCE, SET_PP_SCHEDULE, SET_PP_CSV,
-  SET_PP_MBS, SET_PP_STAGES, SET_PP_FIRST_LESS, SET_PP_LAST_LESS, N_SETTINGS
+  SET_PP_MBS, SET_PP_STAGES, SET_PP_FIRST_LESS, SET_PP_LAST_LESS, SET_AC_MODE, SET_AC_OPTION,
+  SET_MAX_NORM, N_SETTINGS
 } setting_id;
 static const char *const k_settings[N_SETTINGS] = {
     "name", "dims", "loss_parallel", "zero", "mixed_precision_param", "mixed_precision_reduce",
     "bucket_cap_mb", "context_parallel_rotate_method", "context_parallel_load_balance",
     "pipeline_parallel_schedule", "pipeline_parallel_schedule_csv",
     "pipeline_parallel_microbatch_size", "module_fqns_per_model_part",
-    "pipeline_parallel_first_stage_less_layers", "pipeline_parallel_last_stage_less_layers"};
+    "pipeline_parallel_first_stage_less_layers", "pipeline_parallel_last_stage_less_layers",
+    "activation_checkpoint_mode", "selective_ac_option", "max_norm"};
 #define SETBIT(k) (1u << (k))
 
 /* The model itself in a fully_shard entry (TorchTitan's final fully_shard(model)). */
@@ -97,6 +100,8 @@ enum { FQN_TOKEN_MAX = 128 };
 enum { GROUP_MAX = 48 };
 /* bucket_cap_mb above 1 TiB is larger than any device's memory: a typo, not a bucket. */
 enum { BUCKET_CAP_MB_MAX = 1 << 20 };
+/* max_norm: any norm a gradient reaches in f32 is below this; more is a typo. */
+static const double MAX_NORM_MAX = 1e30;
 
 /* ---- small helpers -------------------------------------------------------------- */
 
@@ -356,6 +361,7 @@ typedef struct pstate {
   int cur_dim;      /* the [dim] section, -1 before the first header */
   unsigned seen;    /* settings given (SETBIT per setting_id) */
   int set_line[N_SETTINGS], set_col[N_SETTINGS]; /* where each setting was given */
+  char ac_option[WORD_MAX];  /* selective_ac_option as given ("": not given) */
 } pstate;
 
 static int col_of(const pstate *s, const char *at) { return (int)(at - s->ls) + 1; }
@@ -953,8 +959,10 @@ static dt_status pp_stages_setting(pstate *s) {
   return setting_end(s, key);
 }
 
-/* bucket_cap_mb = X: a decimal number > 0 (DDP takes a float: 25 by default). */
-static dt_status bucket_setting(pstate *s) {
+/* KEY = X: a decimal number in (0, max] into *out; hint and eg: what the error
+ * says is expected, and its examples. */
+static dt_status positive_setting(pstate *s, const char *key, double max, const char *hint,
+                                  const char *eg, double *out) {
   const char *b = s->p;
   int digits = 0, dots = 0;
   while (s->p < s->end && (isdigit((unsigned char)*s->p) || *s->p == '.')) {
@@ -970,16 +978,50 @@ static dt_status bucket_setting(pstate *s) {
     memcpy(num, b, l);
     num[l] = '\0';
     v = strtod(num, NULL);
-    ok = v > 0 && v <= BUCKET_CAP_MB_MAX;
+    ok = v > 0 && v <= max;
   }
   if (!ok) {
     s->p = b;
-    return perr(s, s->line, col_of(s, b),
-                "expected a number of MiB > 0 and <= %d after 'bucket_cap_mb =' (e.g. 25 or 100)",
-                BUCKET_CAP_MB_MAX);
+    return perr(s, s->line, col_of(s, b), "expected %s after '%s =' (e.g. %s)", hint, key, eg);
   }
-  s->plan->bucket_cap_mb = v;
-  return setting_end(s, "bucket_cap_mb");
+  *out = v;
+  return setting_end(s, key);
+}
+
+/* bucket_cap_mb = X: a decimal number > 0 (DDP takes a float: 25 by default). */
+static dt_status bucket_setting(pstate *s) {
+  char hint[96];
+  snprintf(hint, sizeof hint, "a number of MiB > 0 and <= %d", BUCKET_CAP_MB_MAX);
+  return positive_setting(s, "bucket_cap_mb", BUCKET_CAP_MB_MAX, hint, "25 or 100",
+                          &s->plan->bucket_cap_mb);
+}
+
+/* activation_checkpoint_mode = none | selective | full and selective_ac_option = op | N
+ * (N >= 1), TorchTitan's [activation_checkpoint] mode and selective_ac_option; the
+ * two are combined after the file (dt_ac_parse), each checked on its own line. */
+static dt_status ac_setting(pstate *s, setting_id which) {
+  const char *b = s->p;
+  char w[WORD_MAX] = "";
+  while (s->p < s->end && !isspace((unsigned char)*s->p) && (size_t)(s->p - b) + 1 < sizeof w)
+    s->p++;
+  memcpy(w, b, (size_t)(s->p - b));
+  w[s->p - b] = '\0';
+  dt_ac_config ac;
+  dt_ctx quiet;
+  dt_ctx_init(&quiet, 0, 1);
+  const bool mode = which == SET_AC_MODE;
+  const dt_status st = dt_ac_parse(&quiet, mode ? w : "selective", mode ? NULL : w, &ac);
+  dt_ctx_release(&quiet);
+  if (st != DT_OK) {
+    s->p = b;
+    return perr(s, s->line, col_of(s, b),
+                mode ? "'%s': expected none, selective or full after 'activation_checkpoint_mode ='"
+                     : "'%s': expected op or an integer >= 1 after 'selective_ac_option ='",
+                w);
+  }
+  if (mode) s->plan->ac.mode = ac.mode;
+  else snprintf(s->ac_option, sizeof s->ac_option, "%s", w);
+  return setting_end(s, k_settings[which]);
 }
 
 static dt_status setting(pstate *s, setting_id which, const char *kb) {
@@ -1027,6 +1069,9 @@ static dt_status setting(pstate *s, setting_id which, const char *kb) {
       return dtype_setting(s, k_settings[which], (1u << DT_F32) | (1u << DT_F64), "f32 or f64",
                            &pl->reduce_dtype);
     case SET_BUCKET_CAP_MB: return bucket_setting(s);
+    case SET_MAX_NORM: /* training.max_norm: clip_grad_norm_'s; > 0 (TorchTitan's default 1.0) */
+      return positive_setting(s, "max_norm", MAX_NORM_MAX, "a gradient norm > 0", "1.0",
+                              &pl->max_norm);
     case SET_CP_ROTATE: return rotate_setting(s);
     case SET_PP_SCHEDULE: return pp_schedule_setting(s);
     case SET_PP_CSV: return pp_csv_setting(s);
@@ -1044,6 +1089,8 @@ static dt_status setting(pstate *s, setting_id which, const char *kb) {
     case SET_CP_LOAD_BALANCE:
       return bool_setting(s, "context_parallel_load_balance", &pl->cp_load_balance);
     case SET_PP_STAGES: return pp_stages_setting(s);
+    case SET_AC_MODE:
+    case SET_AC_OPTION: return ac_setting(s, which);
     case SET_PP_FIRST_LESS:
     case SET_PP_LAST_LESS: {
       const char *b = s->p;
@@ -1338,6 +1385,8 @@ dt_status dt_plan_parse(dt_ctx *ctx, const char *text, const char *path, dt_plan
   if (!(s.seen & SETBIT(SET_DIMS))) st = perr(&s, 0, 0, "no 'dims = ...' line (e.g. dims = tp:-1)");
   if (st == DT_OK) st = check_loss_parallel(&s);
   if (st == DT_OK) st = check_fsdp_settings(&s);
+  if (st == DT_OK && out->ac.mode == DT_AC_SELECTIVE) /* both words were checked already */
+    st = dt_ac_parse(ctx, "selective", s.ac_option[0] ? s.ac_option : NULL, &out->ac);
   if (st == DT_OK) st = check_cp_settings(&s);
   if (st != DT_OK) {
     memset(out, 0, sizeof *out);

@@ -11,6 +11,7 @@
  * halves so that a program's checks between them (gathers) do not count. Not here:
  * the loss check, timing several steps, storing results (programs).
  */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -96,6 +97,7 @@ dt_status dt_trainer_create(dt_ctx *ctx, const dt_llama_config *cfg, const dt_pa
   }
   if (s == DT_OK) s = dt_parallel_dims_build_mesh(ctx, dims, &t->mesh, &t->perm);
   if (s == DT_OK) s = dt_model_create(ctx, t->mesh, cfg, opts->dtype, opts->seed, &t->model);
+  if (s == DT_OK) t->model->ac = opts->ac;
   if (s == DT_OK) s = dt_parallelize_llama(ctx, t->model, dims, plan, &opts->parallelize);
   t->fsdp = plan && plan->fsdp && (dims->dim[DT_PDIM_DP_SHARD] >= 0 || dims->dim[DT_PDIM_CP] >= 0);
   if (s == DT_OK) s = dt_model_materialize(ctx, t->model);
@@ -215,6 +217,95 @@ static dt_status pipe_step(dt_ctx *ctx, dt_trainer *t, const int64_t *tokens,
   return s;
 }
 
+/* The data-parallel reductions after a backward: ZeRO-1's all-reduce, or DDP's over
+ * dp_replicate x cp (TorchTitan's dp_cp); under FSDP (HSDP) the units reduce. */
+static dt_status reduce_grads(dt_ctx *ctx, dt_trainer *t) {
+  dt_model *m = t->model;
+  const dt_trainer_hooks *h = &t->opts.hooks;
+  dt_status s = DT_OK;
+  if (t->fsdp) s = dt_fsdp_reduce_grads(ctx, m); /* ZeRO-1's all-reduce */
+  if (s == DT_OK && t->dims.dp_cp && !t->fsdp) {
+    if (h->before_ddp) h->before_ddp(ctx, t, h->user);
+    const double cap = t->plan ? t->plan->plan.bucket_cap_mb : 0;
+    const dt_ddp_opts ddp = {cap * 1048576.0, 0};
+    s = dt_data_parallel_reduce_grads(ctx, m, t->dims.dp_cp, cap > 0 ? &ddp : NULL);
+  }
+  return s;
+}
+
+/* DDP under gradient accumulation: each microstep's reduced (Replicate) gradients
+ * turned back into Partial sums over dp_cp with no comm (kept on the group's first
+ * rank, zero elsewhere: DTensor's Replicate -> Partial), so that the next backward
+ * accumulates into them locally and its reduction all-reduces once per microstep,
+ * as replicate() does every backward. */
+static dt_status ddp_reopen(dt_ctx *ctx, dt_trainer *t) {
+  dt_model *m = t->model;
+  bool first = true;
+  for (int d = 0; d < dt_mesh_ndim(t->mesh); d++)
+    if (t->dims.dp_cp & (1u << d)) first = first && dt_mesh_coord(t->mesh, d) == 0;
+  for (int i = 0; i < m->n_mods; i++) {
+    dt_tensor *g = m->mods[i].weight ? (dt_tensor *)dt_var_grad(m->mods[i].weight) : NULL;
+    if (!g) continue; /* the tape's gradient, re-placed in place */
+    bool any = false;
+    for (int d = 0; d < g->mesh_ndim; d++)
+      if ((t->dims.dp_cp & (1u << d)) && g->pl[d].kind == DT_PL_REPLICATE) {
+        g->pl[d] = dt_partial(DT_RED_SUM);
+        any = true;
+      }
+    if (!any || first || g->local.numel == 0) continue;
+    if (g->local.dev == DT_DEV_CPU) {
+      memset(g->local.data, 0, dt_dtype_size(g->dtype) * (size_t)g->local.numel);
+    } else {
+      dt_kdev kd;
+      DT_CHECK(dt_device_kernels(ctx, g->local.dev, "dt_trainer", &kd));
+      DT_CHECK(dt_device_fill(kd.dev, g->dtype, g->local.data, g->local.numel, 0.0));
+    }
+  }
+  return DT_OK;
+}
+
+/* Microstep a's rows [a batch, (a + 1) batch) of the step's tokens and targets
+ * placed into t->tok (the ledger off: input placement is not the step's). */
+static dt_status place_microstep(dt_ctx *ctx, dt_trainer *t, const int64_t *tokens,
+                                 const int64_t *targets, int a) {
+  const bool was = dt_ledger_of(ctx)->enabled;
+  dt_ledger_enable(ctx, false);
+  for (int k = 0; k < 2; k++) dt_tensor_free(ctx, &t->tok[k]);
+  const size_t off = (size_t)a * (size_t)t->opts.batch * (size_t)t->opts.seq;
+  dt_status s = whole_batch(ctx, t, tokens + off, &t->tok[0]);
+  if (s == DT_OK) s = whole_batch(ctx, t, targets + off, &t->tok[1]);
+  dt_ledger_enable(ctx, was);
+  return s;
+}
+
+/* The accumulated step's loss (the sum of the rescaled microstep losses) as a
+ * replicated 0-d leaf on t->loss_tape into *loss. */
+static dt_status accumulated_loss(dt_ctx *ctx, dt_trainer *t, double v, dt_var **loss) {
+  const bool was = dt_ledger_of(ctx)->enabled;
+  dt_ledger_enable(ctx, false);
+  dt_tape_free(t->loss_tape);
+  t->loss_tape = NULL;
+  dt_status s = dt_tape_create(ctx, NULL, &t->loss_tape);
+  dt_array a;
+  dt_tensor lt;
+  const int64_t none[1] = {0};
+  dt_placement pl[DT_MAX_MESH_DIMS];
+  for (int i = 0; i < DT_MAX_MESH_DIMS; i++) pl[i] = dt_replicate();
+  const dt_dtype dt = dt_var_value(*loss)->dtype == DT_F64 ? DT_F64 : DT_F32;
+  if (s == DT_OK) s = dt_array_create(ctx, DT_DEV_CPU, dt, 0, none, &a);
+  if (s == DT_OK) {
+    if (dt == DT_F64) ((double *)a.data)[0] = v;
+    else ((float *)a.data)[0] = (float)v;
+    s = dt_tensor_distribute(ctx, t->mesh, &a, pl, &lt);
+    dt_array_free(ctx, &a);
+  }
+  dt_var *lv = s == DT_OK ? dt_var_leaf(t->loss_tape, &lt, false) : NULL;
+  if (s == DT_OK && !lv) s = dt_error(ctx, DT_ERR_NOMEM, "dt_trainer", "no memory");
+  if (s == DT_OK) *loss = lv;
+  dt_ledger_enable(ctx, was);
+  return s;
+}
+
 dt_status dt_trainer_forward_backward(dt_ctx *ctx, dt_trainer *t, int step, const int64_t *tokens,
                                       const int64_t *targets, bool record, dt_var **loss,
                                       dt_trainer_step *rec) {
@@ -229,34 +320,54 @@ dt_status dt_trainer_forward_backward(dt_ctx *ctx, dt_trainer *t, int step, cons
   *mem_peak(ctx, t) = *mem_cur(ctx, t);
   dt_ledger_enable(ctx, false);
   dt_status s = DT_OK;
-  if (!t->pipe && h->inputs) s = h->inputs(ctx, t, step, h->user);
-  else if (!t->pipe) {
-    s = whole_batch(ctx, t, tokens, &t->tok[0]);
-    if (s == DT_OK) s = whole_batch(ctx, t, targets, &t->tok[1]);
-  }
+  const int nacc = !t->pipe && t->opts.grad_accum_steps > 1 ? t->opts.grad_accum_steps : 1;
+  if (nacc > 1 && h->inputs)
+    s = dt_error(ctx, DT_ERR_UNSUPPORTED, "dt_trainer", "gradient accumulation with the "
+                 "program's own inputs (hooks.inputs)");
+  else if (!t->pipe && h->inputs) s = h->inputs(ctx, t, step, h->user);
+  else if (!t->pipe) s = place_microstep(ctx, t, tokens, targets, 0);
   if (s == DT_OK) s = dt_comm_barrier(ctx->world); /* every rank starts the step together */
   dt_ledger_enable(ctx, record);
   dt_ctx_set_phase(ctx, "forward");
   const double t0 = dt_now();
+  double acc_loss = 0;
   if (t->pipe) { /* the microbatches through the pipeline */
     if (s == DT_OK) s = pipe_step(ctx, t, tokens, targets, record, rec);
-  } else {
+  }
+  /* gradient accumulation (train_step's loop over gradient_accumulation_steps): each
+   * microstep's loss scaled by 1 / nacc (rescale_accumulated_loss) and its gradients
+   * reduced after its backward, as FSDP2 and replicate() do with gradient sync on
+   * (TorchTitan's train.py never turns it off); the graph dropped between them */
+  for (int a = 0; !t->pipe && a < nacc && s == DT_OK; a++) {
+    if (a > 0) {
+      dt_ctx_set_phase(ctx, "forward");
+      s = dt_model_end_step(ctx, m);
+      if (s == DT_OK) s = place_microstep(ctx, t, tokens, targets, a);
+      if (s != DT_OK) break;
+    }
     dt_var *logits = NULL;
-    if (s == DT_OK && h->forward_loss) s = h->forward_loss(ctx, t, step, h->user, loss);
-    else if (s == DT_OK) {
+    if (h->forward_loss) s = h->forward_loss(ctx, t, step, h->user, loss);
+    else {
       s = dt_model_forward(ctx, m, &t->tok[0], &logits);
       if (s == DT_OK) s = dt_model_loss(ctx, m, logits, &t->tok[1], loss);
     }
+    if (s == DT_OK && nacc > 1) {
+      dt_op_attrs at = DT_OP_ATTRS_INIT;
+      at.scalar = 1.0 / nacc;
+      dt_var *in1[1] = {*loss};
+      s = dt_ad_op(m->step_tape, &dt_op_scale, &at, in1, loss);
+    }
     if (s == DT_OK) s = dt_model_backward(ctx, m, *loss);
+    if (s == DT_OK && nacc > 1) {
+      double v = 0;
+      s = dt_trainer_loss_value(ctx, t, *loss, &v);
+      acc_loss += v;
+    }
+    if (s == DT_OK && a < nacc - 1) s = reduce_grads(ctx, t);
+    if (s == DT_OK && a < nacc - 1 && t->dims.dp_cp && !t->fsdp) s = ddp_reopen(ctx, t);
   }
-  if (s == DT_OK && t->fsdp) s = dt_fsdp_reduce_grads(ctx, m); /* ZeRO-1's all-reduce */
-  /* DDP over dp_replicate x cp (TorchTitan's dp_cp); under FSDP (HSDP) the units reduce */
-  if (s == DT_OK && t->dims.dp_cp && !t->fsdp) {
-    if (h->before_ddp) h->before_ddp(ctx, t, h->user);
-    const double cap = t->plan ? t->plan->plan.bucket_cap_mb : 0;
-    const dt_ddp_opts ddp = {cap * 1048576.0, 0};
-    s = dt_data_parallel_reduce_grads(ctx, m, t->dims.dp_cp, cap > 0 ? &ddp : NULL);
-  }
+  if (s == DT_OK) s = reduce_grads(ctx, t);
+  if (s == DT_OK && nacc > 1) s = accumulated_loss(ctx, t, acc_loss, loss);
   if (s == DT_OK && h->after_reduce) h->after_reduce(ctx, t, h->user);
   rec->forward_backward_s = dt_now() - t0;
   for (int k = 0; k < 2; k++) dt_tensor_free(ctx, &t->tok[k]);
@@ -277,7 +388,15 @@ dt_status dt_trainer_optimizer_step(dt_ctx *ctx, dt_trainer *t, bool record, dt_
   dt_ledger_enable(ctx, record);
   dt_ctx_set_phase(ctx, "optimizer");
   const double t0 = dt_now();
-  dt_status s = dt_model_adamw_step(ctx, m, &t->opts.adamw);
+  dt_status s = DT_OK;
+  rec->grad_norm = NAN;
+  if (t->opts.clip.max_norm > 0) /* train_step: clip_grad_norm_ before optimizers.step() */
+    s = dt_clip_grad_norm(ctx, m, t->dims.dim[DT_PDIM_PP], &t->opts.clip, &rec->grad_norm);
+  /* the schedule's lr of this optimizer step (LambdaLR at m->adam_step steps taken) */
+  dt_adamw opt = t->opts.adamw;
+  opt.lr *= dt_lr_factor(&t->opts.lr_schedule, m->adam_step);
+  rec->lr = opt.lr;
+  if (s == DT_OK) s = dt_model_adamw_step(ctx, m, &opt);
   if (s == DT_OK) s = dt_fsdp_after_step(ctx, m); /* ZeRO-1's all-gather of the updated rows */
   if (s == DT_OK) s = dt_model_end_step(ctx, m);
   rec->optimizer_s = dt_now() - t0;

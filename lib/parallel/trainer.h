@@ -154,6 +154,58 @@ dt_status dt_pipeline_llm(dt_ctx *ctx, const dt_plan *plan, int n_layers, int pp
                           dt_pipeline *out);
 void dt_pipeline_free(dt_ctx *ctx, dt_pipeline *p);
 
+/* ---- clip_grad_norm_: lib/parallel/clip_grad.c ---- */
+
+/* Gradient-norm clipping (TorchTitan's training.max_norm; torchtitan/distributed/
+ * utils.py clip_grad_norm_). The test switches make the norm wrong on purpose
+ * (never set them in normal use). */
+typedef struct dt_clip_opts {
+  double max_norm;              /* > 0: clip to it; <= 0 (dt_trainer): no clipping */
+  double norm_type;             /* 2 (0 reads as 2) or INFINITY */
+  char fault_count_replicated[64]; /* TEST SWITCH: a module fqn whose gradient is summed
+                                 * over the mesh dims it is Replicate on as if sharded
+                                 * there (counted once per rank of them) */
+  int fault_drop_pp_rank;       /* TEST SWITCH: 1 + the pp coordinate whose stages'
+                                 * norm is left out of the pp reduction; 0: none */
+} dt_clip_opts;
+
+/* clip_grad_norm_ on m's gradients: *total the norm over every parameter however
+ * placed (each gradient first reduced to its weight's placements as AdamW would,
+ * and kept so); a Shard mesh dim's partial sums reduced over it, a Replicate dim
+ * counted once, the stages over pp_dim (-1: no pp) by an all_reduce of norm^2
+ * (max for inf); then every gradient scaled by max_norm / (total + 1e-6) when
+ * that is below 1. Collectives: one all_reduce (f64) per mesh dim other than
+ * pp_dim on which some gradient is Shard, of one element per set of shard dims
+ * containing it, then one over pp_dim; in the context's phase. DT_ERR_INVALID for
+ * max_norm <= 0, DT_ERR_UNSUPPORTED for a norm_type other than 2 and inf.
+ * Collective over m's mesh. */
+dt_status dt_clip_grad_norm(dt_ctx *ctx, dt_model *m, int pp_dim, const dt_clip_opts *o,
+                            double *total);
+
+/* ---- the learning-rate schedule: lib/parallel/lr_schedule.c ---- */
+
+typedef enum dt_lr_decay { DT_LR_LINEAR = 0, DT_LR_SQRT, DT_LR_COSINE } dt_lr_decay;
+
+/* TorchTitan's lr_scheduler (torchtitan/components/lr_scheduler.py
+ * build_lr_schedulers, linear_warmup_stable_decay: a LambdaLR factor of the base lr). */
+typedef struct dt_lr_schedule {
+  int training_steps;           /* training.steps; 0: no schedule (the factor is 1) */
+  int warmup_steps;             /* lr_scheduler.warmup_steps (>= 0) */
+  bool has_decay_ratio;         /* lr_scheduler.decay_ratio given (else None: the decay
+                                 * takes every step after the warm-up) */
+  double decay_ratio;           /* in [0, 1] */
+  dt_lr_decay decay_type;       /* lr_scheduler.decay_type */
+  double min_lr_factor;         /* lr_scheduler.min_lr_factor, in [0, 1] */
+} dt_lr_schedule;
+
+/* The lr factor of the 0-based step `step` (the LambdaLR's value when that step's
+ * optimizer runs): warm-up steps clamped to training_steps, decay steps
+ * round(training_steps x decay_ratio) clamped to what the warm-up leaves, one
+ * virtual stable step at the end (TorchTitan's: the lr never reaches 0). */
+double dt_lr_factor(const dt_lr_schedule *s, int step);
+/* "linear", "sqrt", "cosine" -> *out; false for another name. */
+bool dt_lr_decay_parse(const char *name, dt_lr_decay *out);
+
 /* ---- the Trainer: lib/parallel/trainer.c ---- */
 
 typedef struct dt_trainer dt_trainer;
@@ -190,13 +242,27 @@ typedef struct dt_trainer_opts {
                                  * counters (mem.dev_*), else the host's */
   dt_parallelize_opts parallelize;
   dt_trainer_hooks hooks;
+  /* activation checkpointing of the blocks (nn.h dt_ac_config; zero: none): the
+   * program's choice, e.g. the plan's activation_checkpoint_mode (dt_plan.ac) or
+   * its override */
+  dt_ac_config ac;
+  dt_clip_opts clip;            /* clip.max_norm > 0: clip_grad_norm_ before AdamW */
+  dt_lr_schedule lr_schedule;   /* training_steps > 0: adamw.lr times dt_lr_factor */
+  int grad_accum_steps;         /* > 1 (no pp): gradient accumulation, TorchTitan's
+                                 * global_batch_size / (local_batch_size x dp): a
+                                 * step's tokens and targets hold grad_accum_steps x
+                                 * batch rows, microstep a its rows [a batch, (a + 1)
+                                 * batch), each placed and reduced as a step's batch */
 } dt_trainer_opts;
 
 /* What one step did on this rank. */
 typedef struct dt_trainer_step {
   double loss;                  /* dt_trainer_train_step: the step's loss (every rank) */
   double forward_backward_s;    /* forward, loss, backward and the reductions */
-  double optimizer_s;           /* AdamW, ZeRO-1's gather, the end of the step */
+  double optimizer_s;           /* clipping, AdamW, ZeRO-1's gather, the end of the step */
+  double grad_norm;             /* the total gradient norm before clipping (every rank);
+                                 * NaN without clipping */
+  double lr;                    /* the lr AdamW stepped with */
   /* memory (this rank, the counters opts.device_memory names): after the step the
    * parameters and AdamW's state, the gradients after backward, and the rest of the
    * step's peak above them (activations and buffers), as dt_model_state_bytes */
@@ -244,11 +310,17 @@ const dt_pipeline *dt_trainer_pipeline(const dt_trainer *t);  /* NULL: no pp */
  * this part when record is true (phases forward / backward), never the input
  * placement. *loss: the loss on the step tape (NULL under pp: the schedule keeps
  * it; dt_trainer_share_stages makes one); it lives until dt_trainer_optimizer_step.
- * rec (may be NULL) gets the times and, under pp, the events. */
+ * rec (may be NULL) gets the times and, under pp, the events. With
+ * opts.grad_accum_steps = k > 1 (no pp), tokens and targets hold k x batch rows:
+ * k microsteps, each placed, run with its loss scaled by 1 / k and reduced as
+ * above, the graph dropped between them; *loss is then a leaf holding the step's
+ * loss (the sum of the scaled ones). */
 dt_status dt_trainer_forward_backward(dt_ctx *ctx, dt_trainer *t, int step, const int64_t *tokens,
                                       const int64_t *targets, bool record, dt_var **loss,
                                       dt_trainer_step *rec);
-/* The second half: AdamW (each pp rank its stages'), ZeRO-1's all-gather of the
+/* The second half: clip_grad_norm_ when opts.clip.max_norm > 0 (over every
+ * parameter, the stages combined over pp), AdamW (each pp rank its stages') at
+ * the schedule's lr for this optimizer step, ZeRO-1's all-gather of the
  * updated rows, the end of the step (the tape freed); rec: the optimizer's time and
  * the step's memory split (the same rec as the first half's). */
 dt_status dt_trainer_optimizer_step(dt_ctx *ctx, dt_trainer *t, bool record, dt_trainer_step *rec);

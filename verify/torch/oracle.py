@@ -51,6 +51,52 @@ RUNS = [
      "warmup": 0, "steps": 2},
 ]
 
+# TorchTitan's training recipe (not in the golden file): clip_grad_norm_ at a max_norm
+# below the norm (every step clips), gradient accumulation over 2 microsteps of 2
+# sequences, and the lr schedule (warm-up 1, decay_ratio 0.5, cosine, min 0.1) over 3
+# steps; compared as the runs above, plus every step's total norm ("grad_norm").
+RECIPE_RUNS = [
+    {"model": "debugmodel:n_layers=2", "dtype": "f64", "batch": 2, "seq": 16, "warmup": 0,
+     "steps": 3, "max_norm": 0.5, "global_batch": 4,
+     "lr": {"warmup_steps": 1, "decay_ratio": 0.5, "decay_type": "cosine", "min_lr_factor": 0.1}},
+    {"model": "debugmodel:n_layers=2", "dtype": "f32", "batch": 2, "seq": 16, "warmup": 0,
+     "steps": 3, "max_norm": 0.5, "global_batch": 4,
+     "lr": {"warmup_steps": 1, "decay_ratio": 0.5, "decay_type": "cosine", "min_lr_factor": 0.1}},
+]
+
+
+def recipe_flags(run):
+    """shardbench run's flags for a recipe run ([] for the plain ones)."""
+    f = []
+    if "max_norm" in run:
+        f += ["--max-norm", repr(run["max_norm"])]
+    if "global_batch" in run:
+        f += ["--global-batch", str(run["global_batch"])]
+    if "lr" in run:
+        lr = run["lr"]
+        f += ["--lr-warmup-steps", str(lr["warmup_steps"]), "--lr-decay-ratio", repr(lr["decay_ratio"]),
+              "--lr-decay-type", lr["decay_type"], "--lr-min-factor", repr(lr["min_lr_factor"])]
+    return f
+
+
+def lr_factor(step, training_steps, lr):
+    """TorchTitan's linear_warmup_stable_decay (torchtitan/components/lr_scheduler.py
+    build_lr_schedulers): the LambdaLR factor of the 0-based step."""
+    warmup = min(int(lr["warmup_steps"]), training_steps)
+    decay = round(training_steps * lr["decay_ratio"]) if lr["decay_ratio"] is not None else training_steps - warmup
+    if warmup + decay > training_steps:
+        decay = training_steps - warmup
+    stable = training_steps + 1 - warmup - decay
+    if step < warmup:
+        return (step + 1) / warmup
+    if step < warmup + stable:
+        return 1.0
+    progress = (step + 1 - (warmup + stable)) / decay
+    adj = {"linear": 1 - progress, "sqrt": 1 - math.sqrt(progress),
+           "cosine": 0.5 * (1.0 + math.cos(math.pi * progress))}[lr["decay_type"]]
+    return lr["min_lr_factor"] + (1 - lr["min_lr_factor"]) * adj
+
+
 # The comm configs: the shipped plans that build a 1-D tp mesh, at tp 2 and 4.
 COMM_PLANS = ("torchtitan-tp-sp", "megatron-tp", "tp-no-loss-parallel")
 COMM_TPS = (2, 4)
@@ -100,7 +146,7 @@ def run_shardbench(sb, run, out_dir, tag):
     cmd = [sb, "run", "--world", "1", "--model", run["model"], "--dtype", run["dtype"],
            "--batch", str(run["batch"]), "--seq", str(run["seq"]), "--warmup", str(run["warmup"]),
            "--steps", str(run["steps"]), "--save-weights", w, "--save-trace", t, "--no-mem-check",
-           "--plans-dir", os.path.join(REPO, "plans")]
+           "--plans-dir", os.path.join(REPO, "plans")] + recipe_flags(run)
     t0 = time.monotonic()
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     if p.returncode != 0:
@@ -154,8 +200,9 @@ def check_trace(run, w, t, meta, a):
     for i in range(run["steps"]):
         for key in (f"tokens.step{i}", f"targets.step{i}"):
             x = t.get(key)
-            if x is None or tuple(x.shape) != (run["batch"], run["seq"]) or x.dtype != torch.int64:
-                raise RuntimeError(f"trace: {key} missing or not I64 [{run['batch']}, {run['seq']}]")
+            rows = run.get("global_batch", run["batch"])
+            if x is None or tuple(x.shape) != (rows, run["seq"]) or x.dtype != torch.int64:
+                raise RuntimeError(f"trace: {key} missing or not I64 [{rows}, {run['seq']}]")
             if x.min() < 0 or x.max() >= a.vocab:
                 raise RuntimeError(f"trace: {key} has ids outside [0, {a.vocab})")
     if tuple(t.get("loss", torch.empty(0)).shape) != (run["steps"],):
@@ -194,27 +241,92 @@ def build_model(a, dtype, tt=None):
     return m, loss_fn
 
 
-def pytorch_steps(run, a, w, t, meta, tt=None):
-    """The run's steps in PyTorch; returns {golden quantity name: float64 tensor}."""
+# Activation checkpointing as TorchTitan applies it (torchtitan/distributed/
+# activation_checkpoint.py at 8a6c9fe, _apply_ac_to_transformer_block): ptd_checkpoint_wrapper
+# around every block (full), every N-th block counted from 1 (selective N), or every block
+# with the op-level policy: the outputs of _save_list's ops saved except every second mm.
+AC_MODES = ("full", "selective:2", "selective:op")
+
+
+def _op_policy():
+    from torch.utils.checkpoint import CheckpointPolicy
+    aten = torch.ops.aten
+    save_list = {aten.mm.default, aten._scaled_dot_product_efficient_attention.default,
+                 aten._scaled_dot_product_flash_attention.default, aten.max.default}
+    if hasattr(torch.ops, "_c10d_functional"):
+        save_list.add(torch.ops._c10d_functional.reduce_scatter_tensor.default)
+    meta = {"forward_mm_count": 0, "recompute_mm_count": 0}
+
+    def policy(ctx, func, *args, **kwargs):
+        key = ("recompute" if ctx.is_recompute else "forward") + "_mm_count"
+        if func == aten.mm.default:
+            meta[key] += 1
+        save = func in save_list and not (func == aten.mm.default and meta[key] % 2 == 0)
+        return CheckpointPolicy.MUST_SAVE if save else CheckpointPolicy.PREFER_RECOMPUTE
+    return policy
+
+
+def apply_ac(model, ac):
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
+    from torch.utils.checkpoint import create_selective_checkpoint_contexts
+    for i, (name, block) in enumerate(list(model.layers.named_children())):
+        if ac == "selective:op":
+            wrapped = checkpoint_wrapper(block, preserve_rng_state=False, context_fn=lambda:
+                                         create_selective_checkpoint_contexts(_op_policy()))
+        elif ac == "full" or (i + 1) % int(ac.split(":")[1]) == 0:
+            wrapped = checkpoint_wrapper(block, preserve_rng_state=False)
+        else:
+            continue
+        model.layers.register_module(name, wrapped)
+
+
+def pytorch_steps(run, a, w, t, meta, tt=None, ac=None):
+    """The run's steps in PyTorch (ac: one of AC_MODES, or None); returns {golden quantity
+    name: float64 tensor}."""
     dtype = torch.float64 if run["dtype"] == "f64" else torch.float32
     model, loss_fn = build_model(a, dtype, tt)
     model.load_state_dict(w, strict=True)
+    if ac:
+        apply_ac(model, ac)
     opt = torch.optim.AdamW(model.parameters(), lr=float(meta["lr"]),
                             betas=(float(meta["beta1"]), float(meta["beta2"])), eps=float(meta["eps"]),
                             weight_decay=float(meta["weight_decay"]), foreach=False)
     q = {f"loss step {s}": None for s in range(run["steps"])}  # losses first in the golden
-    names = [n for n, _ in model.named_parameters()]
+    def named():  # the fqns without the checkpoint wrapper's prefix
+        return [(n.replace("._checkpoint_wrapped_module", ""), p) for n, p in model.named_parameters()]
+    names = [n for n, _ in named()]
+    # the recipe (train.py train_step): accumulation over the step's rows in microsteps of
+    # batch, each loss / k (rescale_accumulated_loss); clip_grad_norm_; the lr of LambdaLR
+    k = run.get("global_batch", run["batch"]) // run["batch"]
+    base_lr = float(meta["lr"])
     for s in range(run["steps"]):
-        logits = model(t[f"tokens.step{s}"])
-        loss = loss_fn(logits, t[f"targets.step{s}"])
-        loss.backward()
-        q[f"loss step {s}"] = loss.detach().double().reshape(1)
-        for n, p in model.named_parameters():
+        total = None
+        for a_ in range(k):
+            rows = slice(a_ * run["batch"], (a_ + 1) * run["batch"])
+            logits = model(t[f"tokens.step{s}"][rows])
+            loss = loss_fn(logits, t[f"targets.step{s}"][rows]) / k
+            loss.backward()
+            total = loss.detach() if total is None else total + loss.detach()
+        q[f"loss step {s}"] = total.double().reshape(1)
+        for n, p in named():
             q[f"{n} grad step {s}"] = p.grad.detach().double().clone()
+        if "max_norm" in run:
+            # clip_grad_norm_ = get_total_norm + clip_grads_with_norm_ (torch/nn/utils/
+            # clip_grad.py); the total norm taken over the gradients widened to f64, as
+            # shardbench sums: PyTorch's own f32 vector_norm of the f32 run's gradients
+            # (tok_embeddings' 5e5 elements) was measured 7.6e-5 off their f64 norm, its
+            # rounding, not the step's
+            ps = list(model.parameters())
+            norm = torch.nn.utils.get_total_norm([p_.grad.double() for p_ in ps], 2.0, foreach=False)
+            torch.nn.utils.clip_grads_with_norm_(ps, run["max_norm"], norm.to(dtype), foreach=False)
+            q[f"grad_norm step {s}"] = norm.detach().double().reshape(1)
+        if "lr" in run:
+            for g in opt.param_groups:
+                g["lr"] = base_lr * lr_factor(s, run["steps"], run["lr"])
         opt.step()
         opt.zero_grad()
     last = run["steps"] - 1
-    params = dict(model.named_parameters())
+    params = dict(named())
     for n in names:
         q[f"{n} param after step {last}"] = params[n].detach().double().clone()
     return q
@@ -224,6 +336,8 @@ def trace_quantity(t, name):
     """The trace tensor for a golden quantity name."""
     if name.startswith("loss step "):
         return t["loss"][int(name.rsplit(" ", 1)[1])].reshape(1)
+    if name.startswith("grad_norm step "):
+        return t["grad_norm"][int(name.rsplit(" ", 1)[1])].reshape(1)
     fqn, kind = name.split(" ", 1)
     if kind.startswith("grad step "):
         return t[f"grad.step{int(kind.rsplit(' ', 1)[1])}.{fqn}"]
@@ -234,6 +348,9 @@ def kind_of(name):
     """The table's kind ('loss step 0', 'grad step 1', 'param final') and the TOL_U class."""
     if name.startswith("loss step "):
         return name, "loss"
+    if name.startswith("grad_norm step "):  # a function of that step's gradients: their class
+        k = "grad_norm"
+        return k, ("grad step 0" if name.endswith(" 0") else "grad later")
     if " grad step " in name:
         k = "grad step " + name.rsplit(" ", 1)[1]
         return k, ("grad step 0" if k == "grad step 0" else "grad later")
@@ -470,14 +587,15 @@ def main():
         p.error(f"--shardbench {o.shardbench}: not an executable file")
     if o.check_only and o.write_golden:
         p.error("--check-only writes nothing; drop --write-golden")
-    runs = list(range(len(RUNS)))
+    all_runs = RUNS + RECIPE_RUNS
+    runs = list(range(len(all_runs)))
     if o.runs:
         try:
             runs = [int(x) for x in o.runs.split(",")]
-            if any(not 0 <= r < len(RUNS) for r in runs):
+            if any(not 0 <= r < len(all_runs) for r in runs):
                 raise ValueError
         except ValueError:
-            p.error(f"--runs {o.runs}: expected indices in 0..{len(RUNS) - 1}, comma-separated")
+            p.error(f"--runs {o.runs}: expected indices in 0..{len(all_runs) - 1}, comma-separated")
     if o.write_golden and (o.runs or o.no_comm):
         p.error("--write-golden needs every run and the comm counts (drop --runs / --no-comm)")
     old_golden = None
@@ -521,8 +639,10 @@ def main():
         out_dir = o.out or tmp
         os.makedirs(out_dir, exist_ok=True)
         for ri in runs:
-            run = RUNS[ri]
+            run = all_runs[ri]
             label = f"{run['model']} {run['dtype']} batch {run['batch']} seq {run['seq']} steps {run['steps']}"
+            if ri >= len(RUNS):
+                label += " " + " ".join(recipe_flags(run))
             try:
                 wp, tp_, sb_s = run_shardbench(sb, run, out_dir, f"run{ri}")
                 w, _ = st_io.load(wp)
@@ -553,6 +673,19 @@ def main():
                 print(f"  FAIL init {fqn}: {what} {got:.6g}, expected {exp:.6g} +- {allowed:.3g}")
             if fails:
                 ok = False
+            if run["model"] == "debugmodel":
+                # PyTorch's AC must change no bits of PyTorch's run; against shardbench's (whose
+                # AC runs are bitwise its no-AC run: verify/test_ac.c) today's tolerances
+                for ac in AC_MODES:
+                    qa = pytorch_steps(run, a, w, t, meta, ac=ac)
+                    diff = [n for n in q if not torch.equal(qa[n], q[n])]
+                    ka, bada = compare(qa, tq, run)
+                    print(f"  AC {ac:<12} (torch.utils.checkpoint, TorchTitan's policy): "
+                          f"{'bitwise the no-AC run' if not diff else f'{len(diff)} quantities differ from no AC: FAIL'}"
+                          "; vs shardbench: " + ", ".join(f"{k} {e:.2e}" for k, (e, _, _) in ka.items())
+                          + ("" if not bada else f"  FAIL ({len(bada)} over tolerance)"))
+                    if diff or bada:
+                        ok = False
             if isinstance(tt, tuple) and run["dtype"] == "f32":
                 qt = pytorch_steps(run, a, w, t, meta, tt)
                 kt, badt = compare(qt, tq, run)
@@ -567,6 +700,8 @@ def main():
             inputs = {f"init {n}": golden_stats(x) for n, x in sorted(w.items())}
             inputs.update({n: golden_stats(x) for n, x in sorted(t.items())
                            if n.startswith(("tokens.step", "targets.step"))})
+            if ri >= len(RUNS):
+                continue  # the recipe runs are PyTorch's check only, not in the golden file
             golden["runs"].append({**run, "inputs": inputs, "quantities": {
                 name: golden_stats(x, name.startswith("loss step ")) for name, x in q.items()}})
 
