@@ -88,13 +88,13 @@ esac
 check "cpu verdict" "$(sed -n 's/^  status: //p' "$tmp/out")" ok
 
 # 2. bad input
-refused "run --device gpu" "^shardbench run: --device: expected cpu, cuda or cuda-emu, got 'gpu'$" \
+refused "run --device gpu" "^shardbench run: --device: expected cpu, cuda, cuda-emu or meta, got 'gpu'$" \
   "$SB" run --device gpu --tp 2
 refused "run --dtype bf16 on the cpu" "^shardbench run: --dtype: bf16 runs on a device" \
   "$SB" run --dtype bf16 --tp 2
 refused "run --dtype f16" "^shardbench run: --dtype: expected f32, f64 or bf16" \
   "$SB" run --dtype f16 --device cuda-emu
-refused "sweep --device gpu" "^shardbench sweep: --device: expected cpu, cuda or cuda-emu" \
+refused "sweep --device gpu" "^shardbench sweep: --device: expected cpu, cuda, cuda-emu or meta" \
   "$SB" sweep --world 2 --device gpu --db "$tmp/s.db"
 refused "sweep --dtypes bf16 on the cpu" "^shardbench sweep: --dtypes: bf16 runs on a device" \
   "$SB" sweep --world 2 --dtypes bf16 --db "$tmp/s.db"
