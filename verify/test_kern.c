@@ -371,6 +371,10 @@ static const sdcase sdcases[] = {
     {3, {6, 0, 2}, 0x2},    /* nothing to sum: 0 (a mean's 0/0: NaN) */
     {2, {0, 5}, 0x2},       /* no outputs */
     {0, {0}, 0x0},          /* a scalar */
+    /* the innermost dim kept, >= 64 terms an output: the device's column
+     * kernel (8 threads an output, a tree); outputs off its 32-wide tile */
+    {3, {300, 5, 13}, 0x1},
+    {3, {9, 70, 37}, 0x3},
 };
 enum { N_SDCASES = sizeof sdcases / sizeof sdcases[0] };
 
@@ -428,6 +432,9 @@ static void test_sum_dims(kt_dev *T) {
          * tree levels, a thread per output all n; then the division and the store */
         double ua = tx == DT_BF16 ? kt_unit(DT_F32) : kt_unit(DT_F64);
         double terms = rows ? (double)((nred + 255) / 256 + 8) : (double)nred;
+        /* the column kernel (not the cpu's in-order loop): ceil(n/8) terms a
+         * thread, then 3 tree levels */
+        if (!rows && nred >= 64 && strcmp(T->name, "cpu") != 0) terms = (double)((nred + 7) / 8 + 3);
         double tol = (terms + 2) * ua + kt_unit(ty) + (ty == DT_BF16 && tx != DT_BF16 ? kt_unit(DT_F32) : 0);
         char what[96];
         snprintf(what, sizeof what, "sum_dims %s->%s case %d%s", dt_dtype_name(tx), dt_dtype_name(ty),
@@ -473,6 +480,25 @@ static void test_sum_dims(kt_dev *T) {
     differ += memcmp(&two[j], &want[j], sizeof two[j]) != 0;
   }
   TU_CHECK(differ > 0, "a two-pass sum matches the in-order sum bit for bit in all 6 elements");
+  /* The column kernel's tolerance can fail: its sums accumulated in f32 (the
+   * bf16-accumulator plant) for f64 input [300, 5, 13] over dim 0 miss the f64
+   * bound (300 / 8 + 3 + 2) u64 + u64 in some output. */
+  {
+    const sdcase *c = &sdcases[N_SDCASES - 2];
+    int64_t nx = 300 * 5 * 13, ny = 65;
+    double *xc = malloc(nx * sizeof *xc), *wc = malloc(ny * sizeof *wc), worst_c = 0;
+    kt_uniform(xc, nx, 41, (uint64_t)(N_SDCASES - 2), 0.25, 1.25);
+    sum_dims_ref(c, xc, wc, 1.0);
+    for (int64_t j = 0; j < ny; j++) {
+      float f = 0;
+      for (int64_t r = 0; r < 300; r++) f += (float)xc[r * ny + j];
+      double e = fabs((double)f - wc[j]) / fmax(1, fabs(wc[j]));
+      if (e > worst_c) worst_c = e;
+    }
+    double tol = (300.0 / 8 + 3 + 2) * kt_unit(DT_F64) + kt_unit(DT_F64);
+    TU_CHECK(worst_c > tol, "an f32-accumulated column sum passes the f64 bound (%.3g <= %.3g)", worst_c, tol);
+    free(xc), free(wc);
+  }
   printf("pw.sum_dims: %d shapes x 5 dtype pairs x sum, mean; cpu f64 in order (%d elements)\n",
          N_SDCASES, exact);
 }
@@ -643,6 +669,12 @@ static const pcase pcases[] = {
     {4, {1, 5, 1, 40}, {3, 2, 1, 0}},           /* size-1 dims */
     {5, {2, 3, 5, 7, 11}, {4, 3, 2, 1, 0}},     /* 5-D reversal */
     {5, {3, 2, 4, 2, 33}, {1, 3, 0, 2, 4}},
+    /* the innermost dim moves (kern.permute_tiled on the device): sizes off
+     * the 32-element tile, partial tiles on both axes, slabs around them */
+    {2, {33, 70}, {1, 0}},
+    {3, {3, 45, 37}, {0, 2, 1}},                /* 3 slabs of 45 x 37 */
+    {3, {9, 5, 65}, {2, 1, 0}},                 /* the slab dim between */
+    {4, {2, 40, 3, 11}, {0, 3, 2, 1}},          /* [b, s, h, d] -> [b, d, h, s] */
 };
 enum { N_PCASES = sizeof pcases / sizeof pcases[0] };
 

@@ -19,7 +19,12 @@
  *  (d) the device gradients of sdpa and sdpa_cp against central finite
  *      differences of the device forward (loss = sum(out G)), f64, tiny;
  *  (e) the comparisons can fail: the naive reference without the causal mask
- *      is refused by the same check.
+ *      is refused by the same check;
+ *  (f) on cuda-emu, (a) again with the row kernels built at CUDA's block
+ *      sizes (dt_kemu_attn_cuda_blocks: 256 threads per score row, 128 per
+ *      head-dim row; the device's own table runs 32), so the launch shape the
+ *      GPU runs, with idle threads (7 keys) and strided rounds (300, 1000), is
+ *      exercised under the emulator's barrier and shared-memory rules.
  * Tolerances: a result is a chain of dot products of at most S + HD terms
  * over inputs in [-1, 1]. The worst-case bound for a length-n sum is n u, but
  * rounding errors of independent sign grow like sqrt(n) u (the probabilistic
@@ -454,6 +459,15 @@ static dt_status body(dt_ctx *ctx, void *arg) {
   (void)arg;
   kt_dev T = {.ctx = ctx, .dev = ctx->device, .K = ctx->device->ops->kern, .name = ON_CUDA ? "cuda" : "cuda-emu"};
   test_rows(&T);
+  if (!ON_CUDA) { /* (f) */
+    dt_kernels k256 = *T.K;
+    k256.attn = &dt_kemu_attn_cuda_blocks;
+    TU_CHECK(k256.attn != T.K->attn, "the cuda-emu device already uses the CUDA-block table");
+    kt_dev T256 = T;
+    T256.K = &k256;
+    test_rows(&T256);
+    printf("row kernels at CUDA's block sizes (256 / 128 threads) on cuda-emu\n");
+  }
   dt_mesh *mesh = NULL;
   const char *nm[1] = {"cp"};
   TU_OK(ctx, dt_mesh_create(ctx, ctx->world, 1, (int[]){1}, nm, &mesh));

@@ -378,6 +378,11 @@ extern const dt_kernels dt_kernels_cuda;
 extern const dt_kernels dt_kernels_emu;
 extern const dt_kernels dt_kernels_cpu;
 
+/* For tests: the emulator's attention row kernels built at the block sizes
+ * the CUDA build launches (256 threads per score row, 128 per head-dim row)
+ * rather than the emulator's 32; same contracts as dt_kernels_emu.attn. */
+extern const dt_kern_attn dt_kemu_attn_cuda_blocks;
+
 /* The device whose kernels run on arrays of one kind for a rank, and its table.
  * Filled by dt_device_kernels; `dev` may point at `host` inside the same struct,
  * so a dt_kdev is used where it was filled and never copied. */

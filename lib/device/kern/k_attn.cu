@@ -16,8 +16,9 @@ namespace {
 /* Threads per row (powers of two: sbk_block_reduce). On the host emulator,
  * where every thread of a syncing block is a fiber, a row takes 32: the same
  * code with fewer switches (rows of 300 and more keys still run several
- * strided rounds per thread there). */
-#ifdef SB_KERN_EMU
+ * strided rounds per thread there). SBK_EMU_CUDA_BLOCKS builds the emulator's
+ * copy at CUDA's block sizes instead (k_attn_emu256.cc, for the tests). */
+#if defined(SB_KERN_EMU) && !defined(SBK_EMU_CUDA_BLOCKS)
 enum { ROW_BLOCK = 32, HD_BLOCK = 32 };
 #else
 enum { ROW_BLOCK = 256, HD_BLOCK = 128 };
@@ -285,7 +286,12 @@ dt_status lse_bwd(dt_device *d, dt_dtype t, const dt_attn_rows *g, void *P, void
  * two GEMMs and one row kernel per forward block, five GEMMs and two row
  * kernels backward, whatever the head count) would pass 256 MiB; statistics
  * in the arithmetic type. */
-extern "C" const dt_kern_attn SBK(attn) = {
+#ifdef SBK_EMU_CUDA_BLOCKS
+#define SBK_ATTN_TABLE dt_kemu_attn_cuda_blocks
+#else
+#define SBK_ATTN_TABLE SBK(attn)
+#endif
+extern "C" const dt_kern_attn SBK_ATTN_TABLE = {
     softmax, softmax_bwd, online, finish, rowdot, lse_bwd,
     256, (size_t)256 << 20, 0, false,
 };

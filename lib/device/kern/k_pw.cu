@@ -17,13 +17,20 @@
  * Row reductions (softmax, sum over the last axis, sum_dims when x's innermost
  * dim is reduced) are one block per row with a shared-memory block reduction
  * (sbk_block_reduce), the layout PyTorch's cunn_SoftMaxForward
- * (aten/src/ATen/native/cuda/SoftMax.cu) uses for long rows; other sums are a
- * thread per output. */
+ * (aten/src/ATen/native/cuda/SoftMax.cu) uses for long rows; other sums are
+ * COL_GROUPS threads per output with a tree over them when an output has
+ * COL_MIN terms or more (sum_dims_cols), else a thread per output. A permute that moves the innermost dim goes through
+ * shared-memory tiles (permute_tiled). */
 #include "device/kern/sbk.cuh"
 
 namespace {
 
 enum { PW_BLOCK = 256, PW_MIN_ROW = 32, RED_BLOCK = 256 };
+/* sum_dims with x's innermost dim kept and at least COL_MIN terms an output:
+ * a block of COL_W consecutive outputs (coalesced loads along the kept dim) x
+ * COL_GROUPS threads each, every thread summing every COL_GROUPS-th term, then
+ * a shared-memory tree of log2(COL_GROUPS) levels over the groups. */
+enum { COL_W = 32, COL_GROUPS = 8, COL_MIN = 64 };
 
 /* ---- shapes ------------------------------------------------------------------ */
 
@@ -379,6 +386,31 @@ dt_status sum_dims_t(dt_device *d, const red_dims &D, const void *xv, void *yv, 
                           if (t.tx == 0) sbk_st(y, j, acc / dv);
                         }
                       });
+  if (nr >= COL_MIN) /* columns: COL_GROUPS threads per output, a tree over them */
+    return sbk_launch(d, "kern.sum_dims_cols", sbk_grid((ny + COL_W - 1) / COL_W, 1),
+                      COL_W * COL_GROUPS, COL_W * COL_GROUPS * sizeof(R), SBK_SYNC,
+                      SBK_LAMBDA(const sbk_thr &t) {
+                        R *buf = (R *)t.smem;
+                        const int lx = t.tx % COL_W, g = t.tx / COL_W;
+                        const int64_t tiles = (ny + COL_W - 1) / COL_W;
+                        for (int64_t b = t.bx; b < tiles; b += t.nbx) {
+                          const int64_t j = b * COL_W + lx;
+                          R acc = 0;
+                          if (j < ny) {
+                            const int64_t base = dims_offset(D.kn, D.ks, D.nk, j);
+                            for (int64_t r = g; r < nr; r += COL_GROUPS)
+                              acc += (R)sbk_ld(x, base + dims_offset(D.rn, D.rs, D.nr, r));
+                          }
+                          buf[g * COL_W + lx] = acc;
+                          t.sync();
+                          for (int h = COL_GROUPS / 2; h > 0; h >>= 1) {
+                            if (g < h) buf[g * COL_W + lx] += buf[(g + h) * COL_W + lx];
+                            t.sync();
+                          }
+                          if (g == 0 && j < ny) sbk_st(y, j, buf[lx] / dv);
+                          t.sync(); /* buf is refilled for the next b */
+                        }
+                      });
   /* a thread per output: consecutive threads on x's innermost (kept) dim */
   return sbk_launch(d, "kern.sum_dims", sbk_grid(ny, PW_BLOCK), PW_BLOCK, 0, 0,
                     SBK_LAMBDA(const sbk_thr &t) {
@@ -560,6 +592,57 @@ dt_status softmax_bwd(dt_device *d, dt_dtype t, int64_t outer, int64_t L, int64_
 
 /* ---- permute (strided gather) ------------------------------------------------ */
 
+/* A permute that moves the innermost dim (y's last dim has x-stride != 1 while
+ * an outer dim p of y has x-stride 1) is a batch of 2-D transposes: tiles of
+ * TILE x TILE elements through shared memory, read with consecutive threads on
+ * x's contiguous dim p and written with consecutive threads on y's last dim,
+ * so both sides are coalesced (the tiled transpose of NVIDIA's "An Efficient
+ * Matrix Transpose in CUDA C/C++", M. Harris 2013; the row is padded to
+ * TILE + 1 against shared-memory bank conflicts). TILE_ROWS rows of threads
+ * walk a tile's rows. */
+enum { TILE = 32, TILE_ROWS = 8, TILE_MIN = 8 };
+
+template <class E>
+dt_status permute_tiled(dt_device *d, const pw_dims &D, int p, int64_t numel, const E *x, E *y) {
+  const int nd = D.nd;
+  const int64_t A = D.n[p], W = D.n[nd - 1], sw = D.s[0][nd - 1];
+  int64_t ys[DT_MAX_DIMS], acc = 1;
+  for (int k = nd - 1; k >= 0; k--) ys[k] = acc, acc *= D.n[k];
+  const int64_t ysp = ys[p];
+  /* the other dims: slabs, with x's strides (s[0]) and y's (s[1]) */
+  pw_dims O;
+  O.nd = 0;
+  for (int k = 0; k < nd - 1; k++)
+    if (k != p) {
+      O.n[O.nd] = D.n[k];
+      O.s[0][O.nd] = D.s[0][k];
+      O.s[1][O.nd] = ys[k];
+      O.nd++;
+    }
+  if (O.nd == 0) O.nd = 1, O.n[0] = 1, O.s[0][0] = O.s[1][0] = 0;
+  const int64_t ta = (A + TILE - 1) / TILE, tc = (W + TILE - 1) / TILE;
+  const int64_t tiles = numel / (A * W) * ta * tc;
+  return sbk_launch(d, "kern.permute_tiled", sbk_grid(tiles, 1), TILE * TILE_ROWS,
+                    TILE * (TILE + 1) * sizeof(E), SBK_SYNC, SBK_LAMBDA(const sbk_thr &t) {
+                      E *tile = (E *)t.smem;
+                      const int lx = t.tx % TILE, ly = t.tx / TILE;
+                      for (int64_t b = t.bx; b < tiles; b += t.nbx) {
+                        const int64_t ci = b % tc, ai = (b / tc) % ta, sl = b / tc / ta;
+                        int64_t ox = 0, oy = 0;
+                        pw_offsets(O, O.nd, sl, ox, oy);
+                        const int64_t a0 = ai * TILE, c0 = ci * TILE;
+                        for (int r = ly; r < TILE; r += TILE_ROWS) /* tile[c][a] */
+                          if (a0 + lx < A && c0 + r < W)
+                            tile[r * (TILE + 1) + lx] = x[ox + a0 + lx + (c0 + r) * sw];
+                        t.sync();
+                        for (int r = ly; r < TILE; r += TILE_ROWS)
+                          if (a0 + r < A && c0 + lx < W)
+                            y[oy + (a0 + r) * ysp + c0 + lx] = tile[lx * (TILE + 1) + r];
+                        t.sync(); /* the tile is refilled for the next b */
+                      }
+                    });
+}
+
 template <class E>
 dt_status permute_t(dt_device *d, const pw_dims &D, int64_t numel, int64_t off, const void *xv,
                     void *yv) {
@@ -567,6 +650,9 @@ dt_status permute_t(dt_device *d, const pw_dims &D, int64_t numel, int64_t off, 
   E *y = (E *)yv;
   const int nd = D.nd;
   const int64_t W = D.n[nd - 1], sw = D.s[0][nd - 1];
+  if (nd >= 2 && sw != 1 && W >= TILE_MIN)
+    for (int p = nd - 2; p >= 0; p--)
+      if (D.s[0][p] == 1 && D.n[p] >= TILE_MIN) return permute_tiled<E>(d, D, p, numel, x, y);
   if (nd == 1)
     return sbk_launch(d, "kern.permute", sbk_grid(numel, PW_BLOCK), PW_BLOCK, 0, 0,
                       SBK_LAMBDA(const sbk_thr &t) {
