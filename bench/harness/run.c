@@ -1074,6 +1074,38 @@ static void role_comm(sb_role *ro, const dt_ledger_row *r) {
   c->wire_bytes = r->wire_bytes;
 }
 
+static void role_krow(sb_role *ro, const dt_kledger_row *k, const char *phase) {
+  const double bytes = (double)(k->bytes_read + k->bytes_written);
+  for (int i = 0; i < ro->n_krows; i++) {
+    sb_krow *r = &ro->krows[i];
+    if (!strcmp(r->op, k->op) && !strcmp(r->phase, phase) && r->dtype == k->dtype &&
+        r->m == k->m && r->n == k->n && r->k == k->k && r->batch == k->batch &&
+        r->flops == k->flops && r->bytes == bytes) {
+      r->calls += (int64_t)k->calls;
+      return;
+    }
+  }
+  if (ro->n_krows == ro->cap_krows) {
+    int cap = ro->cap_krows ? 2 * ro->cap_krows : 64;
+    sb_krow *g = cap <= SB_ROLE_MAX_KROWS ? realloc(ro->krows, sizeof *g * (size_t)cap) : NULL;
+    if (!g) {
+      ro->krows_dropped += (int64_t)k->calls;
+      return;
+    }
+    ro->krows = g;
+    ro->cap_krows = cap;
+  }
+  sb_krow *r = &ro->krows[ro->n_krows++];
+  memset(r, 0, sizeof *r);
+  snprintf(r->op, sizeof r->op, "%s", k->op);
+  snprintf(r->phase, sizeof r->phase, "%s", phase);
+  r->dtype = k->dtype;
+  r->m = k->m, r->n = k->n, r->k = k->k, r->batch = k->batch;
+  r->flops = k->flops;
+  r->bytes = bytes;
+  r->calls = (int64_t)k->calls;
+}
+
 static dt_status meta_train(dt_ctx *ctx, void *arg) {
   job *j = arg;
   const int64_t n = (int64_t)j->o->batch * j->o->seq;
@@ -1114,6 +1146,7 @@ static dt_status meta_train(dt_ctx *ctx, void *arg) {
       int p = SB_ROLE_PHASES - 1;
       for (int q = 0; q < SB_ROLE_PHASES - 1; q++)
         if (!strcmp(k->phase, sb_role_phases[q])) p = q;
+      role_krow(ro, k, sb_role_phases[p]);
       ro->flops[p] += k->flops * (double)k->calls;
       ro->bytes[p] += (double)(k->bytes_read + k->bytes_written) * (double)k->calls;
       if (!strcmp(k->op, "gemm")) ro->gemm_flops += k->flops * (double)k->calls;
@@ -1402,7 +1435,7 @@ done:
   if (j) {
     free(j->ppt);
     free(j->role_of);
-    free(j->roles);
+    sb_roles_free(j->roles, j->n_roles);
   }
   free(j);
   dt_ctx_release(&hc);
@@ -1461,6 +1494,18 @@ static void print_roles_json(FILE *f, const sb_result *r) {
       sb_json_str(f, cr->phase);
       fprintf(f, ", \"calls\": %lld, \"payload_bytes\": %lld, \"wire_bytes\": %.17g}",
               (long long)cr->calls, (long long)cr->payload_bytes, cr->wire_bytes);
+    }
+    fprintf(f, "], \"kernels_dropped_calls\": %lld, \"kernels\": [", (long long)ro->krows_dropped);
+    for (int k = 0; k < ro->n_krows; k++) {
+      const sb_krow *kr = &ro->krows[k];
+      fprintf(f, "%s{\"op\": ", k ? ", " : "");
+      sb_json_str(f, kr->op);
+      fputs(", \"phase\": ", f);
+      sb_json_str(f, kr->phase);
+      fprintf(f, ", \"dtype\": \"%s\", \"m\": %lld, \"n\": %lld, \"k\": %lld, \"batch\": %lld, "
+              "\"flops\": %.17g, \"bytes\": %.17g, \"calls\": %lld}",
+              dt_dtype_name((dt_dtype)kr->dtype), (long long)kr->m, (long long)kr->n,
+              (long long)kr->k, (long long)kr->batch, kr->flops, kr->bytes, (long long)kr->calls);
     }
     fputs("]}", f);
   }

@@ -75,10 +75,16 @@ void sb_result_init(sb_result *r) {
   r->mem_activations_bytes = -1;
 }
 
+void sb_roles_free(sb_role *roles, int n) {
+  if (!roles) return;
+  for (int i = 0; i < n; i++) free(roles[i].krows);
+  free(roles);
+}
+
 void sb_result_free(sb_result *r) {
   free(r->comm);
   free(r->pp);
-  free(r->roles);
+  sb_roles_free(r->roles, r->n_roles);
   r->comm = NULL;
   r->pp = NULL;
   r->roles = NULL;

@@ -88,7 +88,18 @@ size_t sb_pp_timeline_bytes(int n_events);
 /* One role of a shape-only run (--device meta): a rank that ran for `count`
  * ranks alike (dt_parallel_dims_roles), its step's memory split and peak, its
  * comm ledger per (op, mesh dim, phase) and its compute ledger per phase. */
-enum { SB_ROLE_MAX_COMM = 64, SB_ROLE_PHASES = 5 };
+enum { SB_ROLE_MAX_COMM = 64, SB_ROLE_PHASES = 5, SB_ROLE_MAX_KROWS = 1 << 16 };
+
+/* One compute-ledger row of a role (dt_kledger_row without the scope): per call
+ * flops and bytes (read + written), and the calls. */
+typedef struct sb_krow {
+  char op[24];
+  char phase[16];
+  int dtype;                     /* dt_dtype */
+  int64_t m, n, k, batch;        /* GEMM shape (0 for other kernels) */
+  double flops, bytes;
+  int64_t calls;
+} sb_krow;
 /* forward backward recompute optimizer other */
 extern const char *const sb_role_phases[SB_ROLE_PHASES];
 typedef struct sb_role {
@@ -99,6 +110,13 @@ typedef struct sb_role {
   double gemm_flops;             /* of which GEMMs (all phases) */
   int n_comm;
   sb_comm_row comm[SB_ROLE_MAX_COMM];
+  /* the compute ledger merged per (op, phase, dtype, GEMM shape, per-call cost), in
+   * first-seen order (malloc'd, owned by the role: sb_roles_free); krows_dropped counts
+   * the calls of rows beyond SB_ROLE_MAX_KROWS or a failed allocation (their flops and
+   * bytes are in the sums above all the same) */
+  sb_krow *krows;
+  int n_krows, cap_krows;
+  int64_t krows_dropped;
 } sb_role;
 
 /* A config's outcome (results columns; NaN / negative = NULL, see store.c). */
@@ -132,6 +150,9 @@ typedef struct sb_result {
   int n_roles;                   /* shape-only: the roles run (malloc'd, NULL: none) */
   sb_role *roles;
 } sb_result;
+
+/* Frees n roles and what each owns. */
+void sb_roles_free(sb_role *roles, int n);
 
 /* Fills the NULL markers of a result (NaN for reals, -1 for peak_mem and the split). */
 void sb_result_init(sb_result *r);
