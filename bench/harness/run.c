@@ -1141,6 +1141,7 @@ static dt_status meta_train(dt_ctx *ctx, void *arg) {
     const dt_ledger *L = dt_ledger_of(ctx);
     for (size_t i = 0; i < L->n; i++) role_comm(ro, &L->rows[i]);
     const dt_kledger *K = dt_kledger_of(ctx);
+    ro->krows_dropped += (int64_t)K->dropped_calls;
     for (size_t i = 0; i < K->n; i++) {
       const dt_kledger_row *k = &K->rows[i];
       int p = SB_ROLE_PHASES - 1;

@@ -229,6 +229,7 @@ typedef struct dt_kledger {
   dt_kledger_row *rows;      /* rows[0..n), oldest first */
   size_t n, cap;
   bool enabled;
+  uint64_t dropped_calls;    /* calls of rows a failed allocation could not append */
 } dt_kledger;
 
 /* The rank's compute ledger (read only; never NULL; empty before the rank has
@@ -241,8 +242,8 @@ dt_status dt_kledger_init(dt_ctx *ctx, bool enabled);
 void dt_kledger_clear(dt_ctx *ctx);
 /* Appends *row (phase and scope are taken from ctx; calls from row, 0 read as
  * 1), merged into the last row when everything but calls is equal. No-op when
- * the rank has no ledger or it is off; a failed allocation drops the row
- * (recorded nowhere: the kernel itself never fails for the ledger). */
+ * the rank has no ledger or it is off; a failed allocation drops the row and
+ * counts its calls in dropped_calls (the kernel itself never fails for the ledger). */
 void dt_kledger_add(dt_ctx *ctx, const dt_kledger_row *row);
 /* A non-GEMM kernel's row: op, dtype, FLOPs and bytes read / written. */
 void dt_kledger_kernel(dt_ctx *ctx, const char *op, dt_dtype t, double flops, uint64_t bytes_read,

@@ -11,7 +11,7 @@
 #include "core/core.h"
 
 static const char kledger_key;
-static const dt_kledger no_kledger = {NULL, 0, 0, false};
+static const dt_kledger no_kledger = {NULL, 0, 0, false, 0};
 
 static void kledger_free(dt_ctx *ctx, void *data) {
   (void)ctx;
@@ -45,7 +45,7 @@ dt_status dt_kledger_init(dt_ctx *ctx, bool enabled) {
 
 void dt_kledger_clear(dt_ctx *ctx) {
   dt_kledger *l = get(ctx);
-  if (l) l->n = 0;
+  if (l) l->n = 0, l->dropped_calls = 0;
 }
 
 static bool same(const dt_kledger_row *a, const dt_kledger_row *b) {
@@ -69,7 +69,10 @@ void dt_kledger_add(dt_ctx *ctx, const dt_kledger_row *row) {
   if (l->n == l->cap) {
     size_t cap = l->cap ? 2 * l->cap : 256;
     dt_kledger_row *g = realloc(l->rows, cap * sizeof *g);
-    if (!g) return;
+    if (!g) {
+      l->dropped_calls += r.calls;
+      return;
+    }
     l->rows = g;
     l->cap = cap;
   }

@@ -115,6 +115,7 @@ dt_status dt_device_fill(dt_device *d, dt_dtype t, void *x, int64_t n, double va
   if (n < 0 || (n > 0 && !x) || dt_dtype_size(t) == 0)
     return dt_error(d->ctx, DT_ERR_INVALID, "dt_device_fill", "bad buffer or dtype");
   if (n == 0) return DT_OK;
+  dt_kledger_kernel(d->ctx, "fill", t, 0, 0, (uint64_t)n * dt_dtype_size(t));
   return d->ops->fill(d, t, x, n, value);
 }
 
@@ -123,6 +124,8 @@ dt_status dt_device_axpy(dt_device *d, dt_dtype t, int64_t n, double alpha, cons
   if (n < 0 || (n > 0 && (!x || !y)))
     return dt_error(d->ctx, DT_ERR_INVALID, "dt_device_axpy", "bad buffers");
   if (n == 0) return DT_OK;
+  dt_kledger_kernel(d->ctx, "axpy", t, 2.0 * (double)n, 2 * (uint64_t)n * dt_dtype_size(t),
+                    (uint64_t)n * dt_dtype_size(t));
   return d->ops->axpy(d, t, n, alpha, x, y);
 }
 

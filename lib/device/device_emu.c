@@ -84,7 +84,8 @@ static dt_status emu_gemm(dt_device *d, const dt_gemm_desc *g) {
 static dt_status emu_fill(dt_device *d, dt_dtype t, void *x, int64_t n, double value) {
   void *h = untag(d, x, "dt_device_fill");
   if (!h) return d->ctx ? d->ctx->last_status : DT_ERR_INVALID;
-  return dt_device_fill(impl_of(d)->cpu, t, h, n, value);
+  dt_device *cpu = impl_of(d)->cpu; /* the slot: the front recorded this call */
+  return cpu->ops->fill(cpu, t, h, n, value);
 }
 
 static dt_status emu_axpy(dt_device *d, dt_dtype t, int64_t n, double alpha, const void *x,
@@ -92,7 +93,8 @@ static dt_status emu_axpy(dt_device *d, dt_dtype t, int64_t n, double alpha, con
   const void *hx = untag(d, x, "dt_device_axpy");
   void *hy = untag(d, y, "dt_device_axpy");
   if (!hx || !hy) return d->ctx ? d->ctx->last_status : DT_ERR_INVALID;
-  return dt_device_axpy(impl_of(d)->cpu, t, n, alpha, hx, hy);
+  dt_device *cpu = impl_of(d)->cpu; /* the slot: the front recorded this call */
+  return cpu->ops->axpy(cpu, t, n, alpha, hx, hy);
 }
 
 static void emu_destroy(dt_device *d) {

@@ -18,12 +18,23 @@ static dt_copy_kind within(const dt_device *d) {
 
 dt_status dt_device_move(dt_device *d, void *dst, const void *src, size_t bytes) {
   if (!d) return DT_ERR_INVALID;
+  dt_kledger_kernel(d->ctx, "copy", DT_F32, 0, bytes, bytes);
   return dt_device_copy(d, dst, src, bytes, within(d));
+}
+
+/* dt_device_fill without its compute-ledger row (the caller records one). */
+static dt_status fill_unrecorded(dt_device *d, dt_dtype t, void *x, int64_t n, double value) {
+  if (!d->ops->fill)
+    return dt_error(d->ctx, DT_ERR_UNSUPPORTED, "dt_device_zero", "device '%s' has no fill",
+                    d->ops->name);
+  return n > 0 ? d->ops->fill(d, t, x, n, value) : DT_OK;
 }
 
 dt_status dt_device_zero(dt_device *d, void *p, size_t bytes) {
   if (!d) return DT_ERR_INVALID;
   if (!bytes) return DT_OK;
+  /* one compute-ledger row on every device (the pieces below are not recorded) */
+  dt_kledger_kernel(d->ctx, "fill", DT_F32, 0, 0, bytes);
   if (d->kind == DT_DEV_CPU) {
     memset(p, 0, bytes);
     return DT_OK;
@@ -32,13 +43,13 @@ dt_status dt_device_zero(dt_device *d, void *p, size_t bytes) {
   char *c = p;
   const size_t words = bytes / 8;
   size_t at = words * 8;
-  DT_CHECK(dt_device_fill(d, DT_F64, c, (int64_t)words, 0.0));
+  DT_CHECK(fill_unrecorded(d, DT_F64, c, (int64_t)words, 0.0));
   if (bytes - at >= 4) {
-    DT_CHECK(dt_device_fill(d, DT_F32, c + at, 1, 0.0));
+    DT_CHECK(fill_unrecorded(d, DT_F32, c + at, 1, 0.0));
     at += 4;
   }
   if (bytes - at >= 2) {
-    DT_CHECK(dt_device_fill(d, DT_BF16, c + at, 1, 0.0));
+    DT_CHECK(fill_unrecorded(d, DT_BF16, c + at, 1, 0.0));
     at += 2;
   }
   static const unsigned char zero = 0;
@@ -56,6 +67,8 @@ dt_status dt_device_convert(dt_device *d, dt_dtype ts, const void *src, dt_dtype
   if (!cast)
     return dt_error(d->ctx, DT_ERR_UNSUPPORTED, "dt_device_convert",
                     "device '%s' has no cast kernel", d->ops->name);
+  dt_kledger_kernel(d->ctx, "cast", td, 0, (uint64_t)n * dt_dtype_size(ts),
+                    (uint64_t)n * dt_dtype_size(td));
   return cast(d, ts, src, td, dst, n);
 }
 

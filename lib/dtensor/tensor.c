@@ -38,6 +38,9 @@ dt_status dt_box_copy(dt_ctx *ctx, dt_device_kind dev, size_t es, int ndim, void
                       const int64_t *src_shape, const int64_t *src_off, const int64_t *box) {
   dt_kdev kd;
   DT_CHECK(layout_of(ctx, dev, &kd));
+  uint64_t n = es;
+  for (int i = 0; i < ndim; i++) n *= (uint64_t)(box[i] > 0 ? box[i] : 0);
+  dt_kledger_kernel(ctx, "copy_box", DT_F32, 0, n, n);
   return kd.k->layout->copy_box(kd.dev, es, ndim, dst, dst_shape, dst_off, src, src_shape,
                                 src_off, box);
 }

@@ -456,7 +456,12 @@ static dt_status blk_probs(dt_dtype t, const sdpa_geo *g, const sdpa_blk *D, con
                       g->S, D->bq * g->S, nh));
   dt_attn_rows rg = {.batch = nh, .rows = r1 - r0, .nk = r1, .vis0 = r0 + 1, .ld = g->S,
                      .stride = D->bq * g->S};
+  /* exp, max, sum, scale per score */
+  dt_attn_rows_kledger(D->dev, "attn_softmax", mixed ? DT_F32 : t, &rg, 4, 1, 1);
   DT_CHECK(D->ka->softmax(D->dev, mixed ? DT_F32 : t, &rg, Ps));
+  if (mixed) /* f32 -> bf16 */
+    dt_kledger_kernel(D->dev->ctx, "cast", DT_BF16, 0, 4 * (uint64_t)(nh * D->bq * g->S),
+                      2 * (uint64_t)(nh * D->bq * g->S));
   return mixed ? D->kp->cast(D->dev, DT_F32, Ps, DT_BF16, P, nh * D->bq * g->S) : DT_OK;
 }
 
@@ -561,7 +566,10 @@ static dt_status bwd_kernel(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor *
                            g.kld, D.sk, 0.0, dSs, g.S, st, nh);
           dt_attn_rows rg = {.batch = nh, .rows = rb, .nk = r1, .vis0 = r0 + 1, .ld = g.S,
                              .stride = st};
+          /* dS = P (dP - rowsum(dP P)): multiply, sum, subtract, multiply per score */
+          dt_attn_rows_kledger(D.dev, "attn_softmax_bwd", mixed ? DT_F32 : t, &rg, 4, 2, 1);
           if (s == DT_OK) s = D.ka->softmax_bwd(D.dev, mixed ? DT_F32 : t, &rg, Ps, dSs);
+          if (mixed) dt_kledger_kernel(ctx, "cast", DT_BF16, 0, 4 * (uint64_t)nbk, 2 * (uint64_t)nbk);
           if (s == DT_OK && mixed) s = D.kp->cast(D.dev, DT_F32, dSs, DT_BF16, dS, nbk);
           char *DQ = (char *)dq->data + qo + ro;
           if (s == DT_OK)
@@ -576,6 +584,10 @@ static dt_status bwd_kernel(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor *
         }
       }
     }
+  if (mixed) {
+    dt_kledger_kernel(ctx, "cast", DT_BF16, 0, 4 * (uint64_t)dk->numel, 2 * (uint64_t)dk->numel);
+    dt_kledger_kernel(ctx, "cast", DT_BF16, 0, 4 * (uint64_t)dv->numel, 2 * (uint64_t)dv->numel);
+  }
   if (s == DT_OK && mixed) s = D.kp->cast(D.dev, DT_F32, dk_acc, DT_BF16, dk->data, dk->numel);
   if (s == DT_OK && mixed) s = D.kp->cast(D.dev, DT_F32, dv_acc, DT_BF16, dv->data, dv->numel);
   dt_array_free(ctx, &buf);

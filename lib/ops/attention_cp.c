@@ -484,6 +484,8 @@ static dt_status fwd_pair(const cp_geo *g, const cp_dev *D, const kv_view *w, in
     DT_CHECK(dt_attn_gemm(D->dev, g->t, false, true, r1 - r0, nk, g->HD, g->scale, Q + ro, g->qld, K,
                           w->kld, 0.0, P, L));
     dt_attn_rows rg = pair_rows(g, r0, r1, nk, diag);
+    /* online softmax: max, exp, sum, rescale per score; O rescaled per row */
+    dt_attn_rows_kledger(D->dev, "attn_online", g->t, &rg, 5, 1, 1);
     DT_CHECK(D->ka->online(D->dev, g->t, &rg, P, m + so, l + so, O + ro, g->qld, 0, g->HD));
     DT_CHECK(dt_attn_gemm(D->dev, g->t, false, false, r1 - r0, g->HD, nk, 1.0, P, L, V, w->kld, 1.0,
                           O + ro, g->qld));
@@ -576,6 +578,7 @@ static dt_status cp_kernel(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor *c
   }
   if (s == DT_OK) s = counts_add(ctx, &n);
   /* normalise, and lse = max + log(sum): every row sees at least its own key */
+  dt_op_kledger(ctx, "attn_finish", g.t, 1, rows * g.HD, rows * g.HD, rows * g.HD);
   if (s == DT_OK) s = D.ka->finish(D.dev, g.t, rows, g.HD, o->data, m, l, lse->data);
 done:
   buf_put(ctx, &bml);
@@ -609,6 +612,8 @@ static dt_status bwd_pair(const cp_geo *g, const cp_dev *Dv, const kv_view *w, i
     DT_CHECK(dt_attn_gemm(d, g->t, false, true, rb, nk, g->HD, g->scale, Q + ro, g->qld, K, w->kld, 0.0, P, L));
     DT_CHECK(dt_attn_gemm(d, g->t, false, true, rb, nk, g->HD, 1.0, DO + ro, g->qld, V, w->kld, 0.0, dS, L));
     dt_attn_rows rg = pair_rows(g, r0, r1, nk, diag);
+    /* P = exp(S - lse), dS = P (dP - D): subtract, exp, subtract, multiply per score */
+    dt_attn_rows_kledger(d, "attn_lse_bwd", g->t, &rg, 4, 2, 2);
     DT_CHECK(Dv->ka->lse_bwd(d, g->t, &rg, P, dS, (const char *)lse->data + (size_t)si * es,
                              D + (size_t)si * Dv->ss));
     DT_CHECK(dt_attn_gemm(d, g->t, false, false, rb, g->HD, nk, g->scale, dS, L, K, w->kld, 1.0, DQ + ro, g->qld));
@@ -667,6 +672,7 @@ static dt_status cp_bwd_kernel(dt_ctx *ctx, const dt_op_attrs *a, const dt_tenso
   }
   char *dS = P + (size_t)(Dv.bq * g.L) * es;
   /* D_i = rowsum(dO_i * O_i) for every local row at once, indexed like lse */
+  dt_op_kledger(ctx, "attn_rowdot", g.t, 2, rows * g.HD, 2 * rows * g.HD, rows);
   s = Dv.ka->rowdot(d, g.t, rows, g.HD, dO->data, O->data, D);
   char *cur = buf, *nxt = buf ? buf + kvbytes : NULL;
   char *acc = buf ? buf + 2 * kvbytes : NULL, *part = buf ? buf + 3 * kvbytes : NULL;

@@ -20,6 +20,17 @@ dt_status dt_attn_kernels(dt_ctx *ctx, const char *name, dt_device_kind kind, dt
 dt_status dt_attn_gemm(dt_device *d, dt_dtype t, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
                        double alpha, const void *A, int64_t lda, const void *B, int64_t ldb,
                        double beta, void *C, int64_t ldc);
+/* The compute-ledger row of one row-kernel call over the score blocks g (every
+ * score of batch x rows x nk counted, the causal mask's zeros included: the
+ * kernel visits them): `flops` and elements `reads` / `writes` per score, es
+ * bytes each (the dtype the kernel runs in). */
+static inline void dt_attn_rows_kledger(dt_device *d, const char *op, dt_dtype t,
+                                        const dt_attn_rows *g, double flops, int reads,
+                                        int writes) {
+  dt_op_kledger(d->ctx, op, t, flops, g->batch * g->rows * g->nk, reads * g->batch * g->rows * g->nk,
+                writes * g->batch * g->rows * g->nk);
+}
+
 /* out = x * 0 (a gradient of x's shape and placements that is all zeros). */
 dt_status dt_attn_zeros_like(dt_ctx *ctx, const dt_tensor *x, dt_tensor *out);
 /* Drops the candidates whose head shards N (the product of the mesh sizes sharding

@@ -229,6 +229,7 @@ static dt_status embb_kernel(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor 
   DT_CHECK(dt_array_create(ctx, Y->dev, DT_F32, 2, Y->shape, &acc));
   dt_status s = R->embedding_bwd(kd.dev, G->dtype, I->numel, I->data, G->data, rows, cols, off,
                                  DT_F32, acc.data);
+  dt_kledger_kernel(ctx, "cast", DT_BF16, 0, 4 * (uint64_t)Y->numel, 2 * (uint64_t)Y->numel);
   if (s == DT_OK) s = kd.k->pw->cast(kd.dev, DT_F32, acc.data, DT_BF16, Y->data, Y->numel);
   dt_array_free(ctx, &acc);
   return s;
@@ -348,6 +349,11 @@ static dt_status ce_kernel(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor *c
   DT_CHECK(dt_array_create(ctx, X->dev, DT_F64, 1, &n3, &st));
   double *mx = st.data, *se = mx + npos, *tl = se + npos;
   dt_status s = DT_OK;
+  /* a pass for the row max when the vocabulary is split (else ce_sumexp finds it), then
+   * exp, sum and the target's logit per element */
+  if (vocab_sharded) dt_op_kledger(ctx, "ce_max", X->dtype, 1, npos * Vl, npos * Vl, 0);
+  dt_op_kledger(ctx, "ce_sumexp", X->dtype, 3, npos * Vl, npos * Vl, 0);
+  dt_op_kledger(ctx, "ce_loss", DT_F64, 4, npos, 3 * npos, npos);
   if (vocab_sharded) {
     s = R->ce_max(kd.dev, X->dtype, npos, Vl, X->data, mx);
     if (s == DT_OK) s = vocab_all_reduce(x, mx, npos, DT_RED_MAX);

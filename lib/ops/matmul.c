@@ -237,6 +237,9 @@ static dt_status permute_to(dt_ctx *ctx, dt_kdev *kd, const char *call, size_t e
     map[i] = sstride[p];
   }
   DT_OP_KSLOT(ctx, call, kd->k->pw, permute);
+  uint64_t bytes = es;
+  for (int i = 0; i < nd; i++) bytes *= (uint64_t)dshape[i];
+  dt_kledger_kernel(ctx, "permute", DT_F32, 0, bytes, bytes);
   return kd->k->pw->permute(kd->dev, es, nd, dshape, map, 0, src, dst);
 }
 
@@ -285,6 +288,15 @@ static dt_status naive_einsum(dt_ctx *ctx, dt_kdev *kd, const char *call, const 
     ns++;
   }
   DT_OP_KSLOT(ctx, call, kd->k->pw, contract);
+  {
+    /* a multiply-add per (output element, summed index) */
+    double no = 1, nsum = 1;
+    for (int i = 0; i < e->n[2]; i++) no *= (double)on[i];
+    for (int i = 0; i < ns; i++) nsum *= (double)sn[i];
+    const uint64_t es = dt_dtype_size(t);
+    dt_kledger_kernel(ctx, "contract", t, 2 * no * nsum, (uint64_t)(2 * no * nsum) * es,
+                      (uint64_t)no * es);
+  }
   return kd->k->pw->contract(kd->dev, t, e->n[2], on, oa, ob, ns, sn, sa, sb, A, B, C);
 }
 

@@ -232,6 +232,7 @@ static dt_status bwd_kernel(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor *
   DT_CHECK(dt_device_kernels(ctx, y->dev, "sum_bwd", &kd));
   DT_OP_KSLOT(ctx, "sum_bwd", kd.k->pw, permute);
   DT_OP_KSLOT(ctx, "sum_bwd", kd.k->pw, scale);
+  dt_op_kledger(ctx, "permute", y->dtype, 0, y->numel, y->numel, y->numel);
   DT_CHECK(kd.k->pw->permute(kd.dev, dt_dtype_size(y->dtype), y->ndim, y->shape, gst, p, g->data,
                              y->data));
   if (a->scalar == 1.0) return DT_OK;

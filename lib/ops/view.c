@@ -287,6 +287,7 @@ static dt_status view_kernel(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor 
   dt_kdev kd;
   DT_CHECK(dt_device_kernels(ctx, x->dev, name, &kd));
   DT_OP_KSLOT(ctx, name, kd.k->pw, permute);
+  dt_op_kledger(ctx, "copy", x->dtype, 0, n, n, n);
   return kd.k->pw->permute(kd.dev, dt_dtype_size(x->dtype), 1, &n, &one, 0, x->data, y->data);
 }
 
@@ -310,6 +311,7 @@ static dt_status perm_kernel_common(dt_ctx *ctx, bool tr, const dt_op_attrs *a,
   dt_kdev kd;
   DT_CHECK(dt_device_kernels(ctx, x->dev, name, &kd));
   DT_OP_KSLOT(ctx, name, kd.k->pw, permute);
+  dt_op_kledger(ctx, "permute", x->dtype, 0, x->numel, x->numel, x->numel);
   return kd.k->pw->permute(kd.dev, dt_dtype_size(x->dtype), nd, y->shape, st, 0, x->data, y->data);
 }
 static dt_status tr_kernel(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor *const *in,

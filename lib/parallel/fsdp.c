@@ -224,6 +224,8 @@ static dt_status box_runs(const fdev *D, size_t es, char *dst, int64_t dstride, 
                           int64_t sstride, int64_t outer, int64_t n) {
   const int64_t ds[2] = {outer, dstride}, ss[2] = {outer, sstride}, zo[2] = {0, 0},
                 box[2] = {outer, n};
+  const uint64_t bytes = (uint64_t)(outer > 0 ? outer : 0) * (uint64_t)(n > 0 ? n : 0) * es;
+  dt_kledger_kernel(D->kd.dev->ctx, "copy_box", DT_F32, 0, bytes, bytes);
   return D->kd.k->layout->copy_box(D->kd.dev, es, 2, dst, ds, zo, src, ss, zo, box);
 }
 
