@@ -53,6 +53,7 @@ c_ar_big="$coll --backend threads --world 2 --op all_reduce $big --csv"
 c_ag_big="$coll --backend threads --world 2 --op all_gather $big --csv"
 c_memcpy="$coll --memcpy --csv"
 c_sweep="$mf --sgemm-sweep $sizes --threads 1 --reps 5"
+load=$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo '?')
 i=0
 while [ $i -lt $reps ]; do
   run ar_small $c_ar_small
@@ -89,10 +90,13 @@ gemm=$(awk -F, '{ if ($5 > g[$2]) g[$2] = $5; f[$2] = $3; if ($5 > p) p = $5 }
   awk '{ printf "%s%s:%.3f", (NR > 1 ? " " : ""), $2, $3 }')
 peak=$(awk -F, '{ if ($5 > p) p = $5 } END { printf "%.2f", p }' "$tmp/sweep")
 
-# step latency and base (clamped at 0: a step cannot cost less than nothing)
-set -- $(awk -v a="$t_ar" -v g="$t_ag" 'BEGIN { s = a - g; if (s < 0) s = 0; b = g - s;
-  if (b < 0) { b = 0; s = a / 2 } printf "%.3f %.3f", s, b }')
+# step = t_ar - t_ag within [0, t_ar / 2], base = t_ar - 2 step (>= 0): the
+# all_reduce's two steps and base are never more than its measured time
+set -- $(awk -v a="$t_ar" -v g="$t_ag" 'BEGIN { s = a - g; if (s < 0) s = 0; if (s > a / 2) s = a / 2;
+  printf "%.3f %.3f", s, a - 2 * s }')
 lat=$1 base=$2
+awk -v a="$t_ar" -v g="$t_ag" 'BEGIN { exit !(g > a) }' &&
+  echo "calibrate-local: warning: all_gather ($t_ag us) slower than all_reduce ($t_ar us) at small sizes: a loaded host? (load: $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null))" >&2
 bw=$(awk -v a="$bw_ar" -v g="$bw_ag" 'BEGIN { printf "%.3f", sqrt(a * g) }')
 hbm=$(awk -v m="$memcpy" 'BEGIN { printf "%.2f", 2 * m }')
 gib=$(awk -v k="$mem_kb" 'BEGIN { printf "%.2f", k / 1048576 }')
@@ -102,6 +106,7 @@ cat > "$tmpout" <<EOF
 # results/hardware/local: this machine as one "GPU" per rank (CPU, threads
 # backend), written by bench/calibrate-local.sh on $day; format:
 # results/hardware/README.md. Re-measure with: bench/calibrate-local.sh
+# Load average when it started: $load (the rates are this host's under that load).
 description = $ncpu CPU(s), ${cpu:-unknown CPU}; one rank = one thread = one "GPU"
 
 peak_f32_gflops = $peak  # measured: $c_sweep (best rate of any size, 1 thread)
@@ -114,7 +119,7 @@ hbm_eff = 1  # assumption: hbm_gbps is an achieved rate (memcpy), not a datashee
 gpus_per_node = 1024  # lib/comm/comm.h DT_THREADS_MAX_WORLD: every rank of a threads job is on this host
 intra_gbps = $bw  # measured: sqrt($bw_ar x $bw_ag): median busbw over $big_range (min time of $reps run(s) per size) of: $c_ar_big; $c_ag_big
 intra_lat_us = $lat  # measured: t_ar - t_ag = $t_ar - $t_ag us (min over sizes $small_range and $reps run(s)) of: $c_ar_small; $c_ag_small
-coll_base_lat_us = $base  # measured: t_ag - intra_lat_us from the same runs (all_gather at world 2 = base + 1 step)
+coll_base_lat_us = $base  # measured: t_ar - 2 x intra_lat_us from the same runs (all_reduce at world 2 = base + 2 steps)
 inter_gbps = $bw  # assumption: one host, no inter-node link: equal to intra_gbps (unused while gpus_per_node covers the group)
 inter_lat_us = $lat  # assumption: one host: equal to intra_lat_us (unused, as inter_gbps)
 
