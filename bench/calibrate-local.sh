@@ -55,6 +55,7 @@ c_memcpy="$coll --memcpy --csv"
 c_sweep="$mf --sgemm-sweep $sizes --threads 1 --reps 5"
 load=$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo '?')
 i=0
+# shellcheck disable=SC2086 # the commands are split into words on purpose
 while [ $i -lt $reps ]; do
   run ar_small $c_ar_small
   run ag_small $c_ag_small
@@ -92,6 +93,7 @@ peak=$(awk -F, '{ if ($5 > p) p = $5 } END { printf "%.2f", p }' "$tmp/sweep")
 
 # step = t_ar - t_ag within [0, t_ar / 2], base = t_ar - 2 step (>= 0): the
 # all_reduce's two steps and base are never more than its measured time
+# shellcheck disable=SC2046 # two numbers, split on purpose
 set -- $(awk -v a="$t_ar" -v g="$t_ag" 'BEGIN { s = a - g; if (s < 0) s = 0; if (s > a / 2) s = a / 2;
   printf "%.3f %.3f", s, a - 2 * s }')
 lat=$1 base=$2
