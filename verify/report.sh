@@ -369,8 +369,8 @@ printf 'this is not a database, just some text\n' >"$T/notadb.db"
 refuse "non-DB file" "$T/notadb.db"
 head -c 4096 /dev/zero | tr '\0' 'x' >"$T/junk.db"
 refuse "4 KiB of junk" "$T/junk.db"
-cp "$DB" "$T/v5.db" && sqlite3 "$T/v5.db" 'UPDATE schema_version SET version = 5;'
-refuse "schema version 5" "$T/v5.db"
+cp "$DB" "$T/v6.db" && sqlite3 "$T/v6.db" 'UPDATE schema_version SET version = 6;'
+refuse "schema version 6" "$T/v6.db"
 : >"$T/zero.db"
 refuse "empty file" "$T/zero.db"
 refuse "unknown run" "$DB" --run 99
