@@ -521,16 +521,48 @@ static void search(const pl_args *a, const sb_hw *hw, const pl_plan *P, int np,
       if (!nl) continue;
       bool applies = true;
       for (int ai = 0; ai < a->n_ac && applies; ai++) {
-        /* bisect the largest local batch that fits (memory grows with it) */
-        int lo = 0, hi = nl - 1, best = -1;
+        /* The largest local batch that fits: memory is affine in it (the weights,
+         * gradients and optimizer state fixed, activations per sequence), so the
+         * two smallest give the line, and the largest candidate under the HBM on it
+         * runs exactly (then the next smaller, should the allocator's rounding push
+         * it over). The two small runs cost little: a run's work grows with it. */
+        int best = -1;
         pl_row tmp, fit_row, small_row;
-        int small_mid = -1;
-        while (lo <= hi) {
-          const int mid = (lo + hi) / 2;
+        memset(&small_row, 0, sizeof small_row);
+        double peak0 = 0, peak1 = 0;
+        int tried[256];
+        memset(tried, 0, sizeof tried);
+        for (int step = 0; applies; step++) {
+          int at;
+          if (step == 0) {
+            at = 0;
+          } else if (step == 1) {
+            if (best < 0 || nl == 1) break;
+            at = 1;
+          } else {
+            if (best < 1) break;
+            const double slope = (peak1 - peak0) / (double)(lbs[1] - lbs[0]);
+            at = best;
+            for (int k = nl - 1; k > best; k--)
+              if (!tried[k] && (slope <= 0 || peak0 + slope * (lbs[k] - lbs[0]) <= hw->hbm_bytes)) {
+                at = k;
+                break;
+              }
+            if (at == best) { /* the line's pick is tried; one smaller if it did not fit */
+              int k = -1;
+              for (int q = nl - 1; q > best; q--)
+                if (!tried[q] && q < nl) { k = q; break; }
+              if (k < 0 || step > 8) break;
+              bool over_above = false;
+              for (int q = k + 1; q < nl; q++) over_above |= tried[q] == 2;
+              if (!over_above) break;
+              at = k;
+            }
+          }
           char why[512];
           memset(&tmp, 0, sizeof tmp);
           tmp.gpus = G;
-          const int rc = predict_layout(a, hw, &P[pi], d, &a->acs[ai], lbs[mid], &tmp, R, why,
+          const int rc = predict_layout(a, hw, &P[pi], d, &a->acs[ai], lbs[at], &tmp, R, why,
                                         sizeof why);
           if (rc == 1) {
             applies = false;
@@ -540,20 +572,24 @@ static void search(const pl_args *a, const sb_hw *hw, const pl_plan *P, int np,
             char m[128];
             mesh_str(d, m, sizeof m);
             char what[256];
-            snprintf(what, sizeof what, "%.63s %.96s lb %d", P[pi].name, m, lbs[mid]);
+            snprintf(what, sizeof what, "%.63s %.96s lb %d", P[pi].name, m, lbs[at]);
             note_failure(R, what, why);
             applies = false;
             break;
           }
-          if (tmp.p.fits) {
-            best = mid;
+          const double pk = tmp.p.peak_bytes;
+          if (at == 0) peak0 = pk;
+          if (at == 1) peak1 = pk;
+          tried[at] = tmp.p.fits ? 1 : 2;
+          if (tmp.p.fits && at > best) {
+            best = at;
             fit_row = tmp;
-            lo = mid + 1;
-          } else {
-            if (small_mid < 0 || mid < small_mid) small_row = tmp, small_mid = mid;
-            hi = mid - 1;
+          } else if (!tmp.p.fits && at == 0) {
+            small_row = tmp;
+            break;
           }
         }
+        const int nl_top = nl - 1;
         if (!applies) break;
         pl_row *out = rows_add(R);
         if (!out) return;
@@ -563,7 +599,7 @@ static void search(const pl_args *a, const sb_hw *hw, const pl_plan *P, int np,
           *out = small_row; /* the smallest local batch tried: the least overrun */
         }
         /* heavier AC at the largest local batch that already fits: dominated */
-        if (best == nl - 1) {
+        if (best == nl_top) {
           R->dominated += a->n_ac - 1 - ai;
           break;
         }

@@ -209,8 +209,9 @@ void dt_mem_track_device(dt_ctx *ctx, size_t bytes, bool add);
 
 /* ---- the compute ledger: every kernel the rank ran ------------------------- */
 
-/* One kernel call (or a run of identical consecutive calls: `calls`), as the
- * device front or an op's kernel call site saw it. FLOPs count a multiply-add
+/* One kernel call (or every identical call of the rank's ledger: `calls`, in
+ * the order each was first seen), as the device front or an op's kernel call
+ * site saw it. FLOPs count a multiply-add
  * as two (GEMM: 2 m n k per matrix); bytes are what the kernel reads and
  * writes of its operands (no caches modelled). A real run and a shape-only run
  * (the meta device) write the same rows. */
@@ -230,6 +231,8 @@ typedef struct dt_kledger {
   size_t n, cap;
   bool enabled;
   uint64_t dropped_calls;    /* calls of rows a failed allocation could not append */
+  size_t *index;             /* open-addressing index of rows by content (row + 1; 0: empty) */
+  size_t index_cap;          /* a power of two, over twice n */
 } dt_kledger;
 
 /* The rank's compute ledger (read only; never NULL; empty before the rank has
@@ -241,7 +244,8 @@ const dt_kledger *dt_kledger_of(const dt_ctx *ctx);
 dt_status dt_kledger_init(dt_ctx *ctx, bool enabled);
 void dt_kledger_clear(dt_ctx *ctx);
 /* Appends *row (phase and scope are taken from ctx; calls from row, 0 read as
- * 1), merged into the last row when everything but calls is equal. No-op when
+ * 1), merged into the row that equals it in everything but calls when there is
+ * one (so a step's ledger has one row per distinct kernel, whatever its length). No-op when
  * the rank has no ledger or it is off; a failed allocation drops the row and
  * counts its calls in dropped_calls (the kernel itself never fails for the ledger). */
 void dt_kledger_add(dt_ctx *ctx, const dt_kledger_row *row);

@@ -461,7 +461,7 @@ static dt_status blk_probs(dt_dtype t, const sdpa_geo *g, const sdpa_blk *D, con
   dt_attn_rows_kledger(D->dev, "attn_softmax", mixed ? DT_F32 : t, &rg, 4, 1, 1);
   DT_CHECK(D->ka->softmax(D->dev, mixed ? DT_F32 : t, &rg, Ps));
   if (mixed) /* f32 -> bf16 */
-    dt_kledger_kernel(D->dev->ctx, "cast", DT_BF16, 0, 4 * (uint64_t)(nh * D->bq * g->S),
+    dt_kledger_kernel(D->dev->ctx, "attn_cast", DT_BF16, 0, 4 * (uint64_t)(nh * D->bq * g->S),
                       2 * (uint64_t)(nh * D->bq * g->S));
   return mixed ? D->kp->cast(D->dev, DT_F32, Ps, DT_BF16, P, nh * D->bq * g->S) : DT_OK;
 }
@@ -570,7 +570,7 @@ static dt_status bwd_kernel(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor *
           /* dS = P (dP - rowsum(dP P)): multiply, sum, subtract, multiply per score */
           dt_attn_rows_kledger(D.dev, "attn_softmax_bwd", mixed ? DT_F32 : t, &rg, 4, 2, 1);
           if (s == DT_OK) s = D.ka->softmax_bwd(D.dev, mixed ? DT_F32 : t, &rg, Ps, dSs);
-          if (mixed) dt_kledger_kernel(ctx, "cast", DT_BF16, 0, 4 * (uint64_t)nbk, 2 * (uint64_t)nbk);
+          if (mixed) dt_kledger_kernel(ctx, "attn_cast", DT_BF16, 0, 4 * (uint64_t)nbk, 2 * (uint64_t)nbk);
           if (s == DT_OK && mixed) s = D.kp->cast(D.dev, DT_F32, dSs, DT_BF16, dS, nbk);
           char *DQ = (char *)dq->data + qo + ro;
           if (s == DT_OK)
