@@ -425,6 +425,95 @@ static const rp_row **select_rows(const rp_report *r, bool (*keep)(const rp_row 
   return v;
 }
 
+/* ---- panels: the fixed charts draw one panel per plan (small multiples) ----
+ *
+ * A sweep of several hundred configs in one strip of bars is unreadable (a
+ * world-8 sweep's comm chart was 5380 px wide). So each chart draws one panel
+ * per plan, its bars sorted by the chart's quantity (the best first), and labels
+ * the best and worst bar of each panel. The .dat keeps every config; these columns,
+ * appended to each row, say where it goes: pid (the plan's panel, 1.., plans
+ * alphabetically), pos (0.. within the panel, by the quantity), npos (the panel's
+ * bars), mark (1 the panel's best, 2 its worst, 0 neither), panel (the plan) and
+ * short (the label less the plan). */
+typedef struct rp_place {
+  int pid, pos, npos, mark;
+} rp_place;
+
+typedef struct rp_keyed {
+  const rp_row *w;
+  double key; /* the quantity, negated where larger is better; NaN sorts last */
+} rp_keyed;
+
+static int by_plan_key(const void *pa, const void *pb) {
+  const rp_keyed *a = pa, *b = pb;
+  int c = strcmp(a->w->plan, b->w->plan);
+  if (c) return c;
+  const bool na = isnan(a->key), nb = isnan(b->key);
+  if (na != nb) return na ? 1 : -1;
+  if (!na && a->key != b->key) return a->key < b->key ? -1 : 1;
+  c = cmp_mesh(a->w, b->w);
+  return c ? c : strcmp(a->w->key, b->w->key);
+}
+
+/* Reorders v[0..n) by plan, then by key[i] (of v[i] as given; ascending, or
+ * descending when larger is better), and fills pl[0..n) for the new order. */
+static void order_panels(const rp_row **v, size_t n, const double *key, bool larger_better,
+                         rp_place *pl) {
+  rp_keyed *k = calloc(n ? n : 1, sizeof *k);
+  if (!k) {
+    fputs("shardbench report: out of memory\n", stderr);
+    exit(SB_EXIT_FAIL);
+  }
+  for (size_t i = 0; i < n; i++) k[i] = (rp_keyed){v[i], larger_better ? -key[i] : key[i]};
+  qsort(k, n, sizeof *k, by_plan_key);
+  int pid = 0;
+  for (size_t i = 0, start = 0; i < n; i++) {
+    v[i] = k[i].w;
+    if (i == 0 || strcmp(v[i]->plan, v[i - 1]->plan)) {
+      pid++;
+      start = i;
+    }
+    pl[i] = (rp_place){.pid = pid, .pos = (int)(i - start)};
+    if (i + 1 == n || strcmp(v[i]->plan, v[i + 1]->plan)) { /* the panel's last bar */
+      const int np = (int)(i - start + 1);
+      for (size_t j = start; j <= i; j++) {
+        pl[j].npos = np;
+        pl[j].mark = pl[j].pos == 0 ? 1 : (np > 1 && pl[j].pos == np - 1) ? 2 : 0;
+      }
+    }
+  }
+  free(k);
+}
+
+/* The place columns of a row: pid pos npos mark panel short. */
+static void dat_place(FILE *f, const rp_row *w, const rp_place *p) {
+  char plan[RP_LABEL];
+  snprintf(plan, sizeof plan, "%s", w->plan);
+  dat_token(plan);
+  const size_t l = strlen(plan);
+  /* the label begins "PLAN/" (make_labels) */
+  const char *s = !strncmp(w->label, plan, l) && w->label[l] == '/' ? w->label + l + 1 : w->label;
+  fprintf(f, " %d %d %d %d %s %s", p->pid, p->pos, p->npos, p->mark, plan, s);
+}
+
+static rp_place *new_places(size_t n) {
+  rp_place *p = calloc(n ? n : 1, sizeof *p);
+  if (!p) {
+    fputs("shardbench report: out of memory\n", stderr);
+    exit(SB_EXIT_FAIL);
+  }
+  return p;
+}
+
+static double *new_keys(size_t n) {
+  double *k = calloc(n ? n : 1, sizeof *k);
+  if (!k) {
+    fputs("shardbench report: out of memory\n", stderr);
+    exit(SB_EXIT_FAIL);
+  }
+  return k;
+}
+
 static bool keep_throughput(const rp_row *w) { return measured(w) && !isnan(w->tokens); }
 static bool keep_memory(const rp_row *w) { return measured(w) && !isnan(w->mem); }
 static bool keep_error(const rp_row *w) { return measured(w) && !isnan(w->rel_err); }
@@ -456,15 +545,16 @@ static const char rp_comm_query[] =
     "SELECT phase, op, sum(wire_bytes) FROM comm WHERE result_id = ?1 "
     "GROUP BY phase, op";
 
-/* Baselines of one quantity for the charted configs: idx label framework fid value unit. */
+/* Baselines of one quantity for the charted configs: idx label framework fid value unit
+ * pid pos (the config's panel and place in it, pl[i] for v[i]). */
 static size_t write_baselines(rp_report *r, const char *name, const char *quantity,
-                              const rp_row **v, size_t n) {
+                              const rp_row **v, const rp_place *pl, size_t n) {
   FILE *f = open_out(r, name);
   if (!f) return 0;
   static const char q[] =
       "SELECT framework, value, unit FROM baselines WHERE quantity = ?1 AND config_id = ?2 "
       "ORDER BY framework";
-  fprintf(f, "# idx label framework fid value unit\n");
+  fprintf(f, "# idx label framework fid value unit pid pos\n");
   fprintf(f, "# query: %s (?1 = '%s'; ?2 = each charted config; fid numbers the frameworks)\n",
           q, quantity);
   sqlite3_stmt *st = NULL;
@@ -493,7 +583,7 @@ static size_t write_baselines(rp_report *r, const char *name, const char *quanti
       if (fid == nfw && nfw < 32) snprintf(fw[nfw++], sizeof fw[0], "%s", fname);
       fprintf(f, "%zu %s %s %d", i, v[i]->label, fname, fid + 1);
       dat_num(f, sqlite3_column_double(st, 1));
-      fprintf(f, " %s\n", unit);
+      fprintf(f, " %s %d %d\n", unit, pl[i].pid, pl[i].pos);
       rows++;
     }
   }
@@ -507,6 +597,32 @@ static size_t write_baselines(rp_report *r, const char *name, const char *quanti
 static size_t write_comm(rp_report *r, size_t *nbase) {
   size_t n = 0;
   const rp_row **v = select_rows(r, measured, by_plan, &n);
+  /* Each config's total (the panels' order); a config without comm rows drops out. */
+  double *tot = new_keys(n);
+  {
+    static const char q[] = "SELECT sum(wire_bytes) FROM comm WHERE result_id = ?1";
+    sqlite3_stmt *t = NULL;
+    if (sqlite3_prepare_v2(r->db, q, -1, &t, NULL) != SQLITE_OK) {
+      fprintf(stderr, "shardbench report: cannot read comm: %s\n", sqlite3_errmsg(r->db));
+      r->write_failed = true;
+      free(v);
+      free(tot);
+      return 0;
+    }
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+      sqlite3_reset(t);
+      sqlite3_bind_int64(t, 1, v[i]->result_id);
+      if (sqlite3_step(t) != SQLITE_ROW || sqlite3_column_type(t, 0) == SQLITE_NULL) continue;
+      tot[k] = sqlite3_column_double(t, 0);
+      v[k++] = v[i];
+    }
+    sqlite3_finalize(t);
+    n = k;
+  }
+  rp_place *pl = new_places(n);
+  order_panels(v, n, tot, false, pl);
+  free(tot);
   sqlite3_stmt *st = NULL;
   rp_series *ser = NULL;
   size_t nser = 0, capser = 0;
@@ -514,6 +630,7 @@ static size_t write_comm(rp_report *r, size_t *nbase) {
     fprintf(stderr, "shardbench report: cannot read comm: %s\n", sqlite3_errmsg(r->db));
     r->write_failed = true;
     free(v);
+    free(pl);
     return 0;
   }
   /* Pass 1: the series, so each keeps one colour and one stack position. */
@@ -569,9 +686,12 @@ static size_t write_comm(rp_report *r, size_t *nbase) {
   size_t charted = 0;
   f = open_out(r, "data/comm.dat");
   if (f) {
-    fprintf(f, "# idx label series sid wire_bytes base top\n");
-    fprintf(f, "# query: %s (?1 = each ok/mismatch result, by plan then mesh; wire bytes per "
-               "rank per step; base/top stack the segments)\n", rp_comm_query);
+    fprintf(f, "# idx label series sid wire_bytes base top pid pos npos mark panel short\n");
+    fprintf(f, "# query: %s (?1 = each ok/mismatch result with comm rows, by plan then its "
+               "total; wire bytes per rank per step; base/top stack the segments; pid pos "
+               "npos mark panel short: the plan's panel, the config's place in it by total, "
+               "the panel's configs, 1 its least, 2 its most (on the config's top segment "
+               "only), the plan, the label less the plan)\n", rp_comm_query);
     double *bytes = calloc(nser ? nser : 1, sizeof *bytes);
     if (!bytes) exit(SB_EXIT_FAIL);
     for (size_t i = 0; i < n; i++) {
@@ -587,17 +707,23 @@ static size_t write_comm(rp_report *r, size_t *nbase) {
       }
       double base = 0;
       bool any = false;
+      size_t top = 0; /* the config's top segment: only it carries the mark */
+      for (size_t s = 0; s < nser; s++)
+        if (!isnan(bytes[s])) top = s;
       for (size_t s = 0; s < nser; s++) {
         if (isnan(bytes[s])) continue;
         fprintf(f, "%zu %s %s %zu", charted, v[i]->label, ser[s].name, s + 1);
         dat_num(f, bytes[s]);
         dat_num(f, base);
         dat_num(f, base + bytes[s]);
+        rp_place at = pl[i];
+        if (s != top) at.mark = 0;
+        dat_place(f, v[i], &at);
         fputc('\n', f);
         base += bytes[s];
         any = true;
       }
-      if (any) v[charted++] = v[i]; /* configs without comm rows drop out of the chart */
+      if (any) charted++; /* every config here has comm rows (its total above) */
     }
     free(bytes);
     close_out(r, f, "data/comm.dat");
@@ -609,8 +735,9 @@ static size_t write_comm(rp_report *r, size_t *nbase) {
    * `shardbench baselines --plan`. The per-framework comm_bytes_per_step rows and
    * the runtime's own closed form are not drawn. */
   *nbase = write_baselines(r, "data/comm_baselines.dat", "comm_bytes_per_step_combined", v,
-                           charted);
+                           pl, charted);
   free(v);
+  free(pl);
   return charted;
 }
 
@@ -643,13 +770,20 @@ static size_t write_throughput(rp_report *r) {
   size_t n = 0;
   const rp_row **v = select_rows(r, keep_throughput, by_mesh, &n);
   mfu_peak_label(r, v, n);
+  double *key = new_keys(n);
+  for (size_t i = 0; i < n; i++) key[i] = v[i]->tokens;
+  rp_place *pl = new_places(n);
+  order_panels(v, n, key, true, pl);
+  free(key);
   FILE *f = open_out(r, "data/throughput.dat");
   if (f) {
     fprintf(f, "# idx label mesh plan world tokens_per_s mfu_pct tflops step_time_s status "
-               "peak_tflops mfu_axis\n");
+               "peak_tflops mfu_axis pid pos npos mark panel short\n");
     fprintf(f, "# query: %s (?1 = the run; rows with status ok/mismatch and tokens_per_s, "
-               "by mesh then plan; mfu_pct = 100 * mfu; mfu_axis: the MFU axis label, the "
-               "same on every row)\n", rp_rows_query);
+               "by plan then tokens_per_s, the most first; mfu_pct = 100 * mfu; mfu_axis: the "
+               "MFU axis label, the same on every row; pid pos npos mark panel short: the "
+               "plan's panel, the config's place in it, the panel's configs, 1 its fastest, "
+               "2 its slowest, the plan, the label less the plan)\n", rp_rows_query);
     for (size_t i = 0; i < n; i++) {
       char plan[RP_LABEL];
       snprintf(plan, sizeof plan, "%s", v[i]->plan);
@@ -661,10 +795,13 @@ static size_t write_throughput(rp_report *r) {
       dat_num(f, v[i]->step_s);
       fprintf(f, " %s", v[i]->status);
       dat_num(f, v[i]->peak);
-      fprintf(f, " \"%s\"\n", r->mfu_axis); /* no '"' in it: a number and fixed words */
+      fprintf(f, " \"%s\"", r->mfu_axis); /* no '"' in it: a number and fixed words */
+      dat_place(f, v[i], &pl[i]);
+      fputc('\n', f);
     }
     close_out(r, f, "data/throughput.dat");
   }
+  free(pl);
   free(v);
   return n;
 }
@@ -672,14 +809,22 @@ static size_t write_throughput(rp_report *r) {
 static size_t write_memory(rp_report *r, size_t *nbase) {
   size_t n = 0;
   const rp_row **v = select_rows(r, keep_memory, by_plan, &n);
+  double *key = new_keys(n);
+  for (size_t i = 0; i < n; i++) key[i] = v[i]->mem;
+  rp_place *pl = new_places(n);
+  order_panels(v, n, key, false, pl);
+  free(key);
   FILE *f = open_out(r, "data/memory.dat");
   if (f) {
     fprintf(f, "# idx label plan pid mesh peak_mem_bytes status params_bytes grads_bytes "
-               "optimizer_bytes activations_bytes\n");
+               "optimizer_bytes activations_bytes pid pos npos mark panel short\n");
     fprintf(f, "# query: %s (?1 = the run; rows with status ok/mismatch and peak_mem_bytes, "
-               "by plan then mesh; pid numbers the plans; peak_mem_bytes is the max over ranks "
-               "and the run; the last four are rank 0's split in the last timed step, "
-               "mem_params_bytes .. mem_activations_bytes, all NaN when one is NULL)\n",
+               "by plan then peak_mem_bytes; pid numbers the plans; peak_mem_bytes is the max "
+               "over ranks and the run; params_bytes .. activations_bytes are rank 0's split "
+               "in the last timed step, mem_params_bytes .. mem_activations_bytes, all NaN "
+               "when one is NULL; pid (again) pos npos mark panel short: the plan's panel, the "
+               "config's place in it by peak, the panel's configs, 1 its least, 2 its most, "
+               "the plan, the label less the plan)\n",
             rp_rows_query);
     int pid = 0;
     for (size_t i = 0; i < n; i++) {
@@ -694,11 +839,13 @@ static size_t write_memory(rp_report *r, size_t *nbase) {
       bool whole = true;
       for (int k = 0; k < 4; k++) whole &= !isnan(v[i]->split[k]);
       for (int k = 0; k < 4; k++) dat_num(f, whole ? v[i]->split[k] : NAN);
+      dat_place(f, v[i], &pl[i]);
       fputc('\n', f);
     }
     close_out(r, f, "data/memory.dat");
   }
-  *nbase = write_baselines(r, "data/memory_baselines.dat", "memory_bytes_per_rank", v, n);
+  *nbase = write_baselines(r, "data/memory_baselines.dat", "memory_bytes_per_rank", v, pl, n);
+  free(pl);
   free(v);
   return n;
 }
@@ -818,20 +965,31 @@ static size_t write_cp_memory(rp_report *r, size_t *nseries, const char **why) {
 static size_t write_error(rp_report *r) {
   size_t n = 0;
   const rp_row **v = select_rows(r, keep_error, by_plan, &n);
+  double *key = new_keys(n);
+  for (size_t i = 0; i < n; i++) key[i] = v[i]->rel_err;
+  rp_place *pl = new_places(n);
+  order_panels(v, n, key, false, pl);
+  free(key);
   FILE *f = open_out(r, "data/error.dat");
   if (f) {
-    fprintf(f, "# idx label status ok max_rel_err tolerance max_abs_err\n");
+    fprintf(f, "# idx label status ok max_rel_err tolerance max_abs_err pid pos npos mark "
+               "panel short\n");
     fprintf(f, "# query: %s (?1 = the run; rows with status ok/mismatch and max_rel_err, "
-               "by plan then mesh; ok = 1 for status ok)\n", rp_rows_query);
+               "by plan then max_rel_err; ok = 1 for status ok; pid pos npos mark panel "
+               "short: the plan's panel, the config's place in it by error, the panel's "
+               "configs, 1 its smallest error, 2 its largest, the plan, the label less the "
+               "plan)\n", rp_rows_query);
     for (size_t i = 0; i < n; i++) {
       fprintf(f, "%zu %s %s %d", i, v[i]->label, v[i]->status, !strcmp(v[i]->status, "ok"));
       dat_num(f, v[i]->rel_err);
       dat_num(f, v[i]->tol);
       dat_num(f, v[i]->abs_err);
+      dat_place(f, v[i], &pl[i]);
       fputc('\n', f);
     }
     close_out(r, f, "data/error.dat");
   }
+  free(pl);
   free(v);
   return n;
 }
