@@ -136,15 +136,18 @@ order=$(grep -v '^#' "$OUT/data/comm_series.dat" | awk '{print $2}' | cut -d: -f
 # the stack: top of the last segment of result 3 (config 2) = its total
 tot=$(awk '!/^#/ && $2 ~ /megatron-tp\/dpr2.tp4/ {t=$7} END {print t}' "$OUT/data/comm.dat")
 [ "$tot" = "596608" ] && pass "stack total" || fail "stack total '$tot', expected 596608"
-# throughput sorted by mesh (world, pp, dp_replicate, dp_shard, cp, tp): tp8 before dpr2.tp4
-first=$(awk '!/^#/ {print $3; exit}' "$OUT/data/throughput.dat")
-[ "$first" = "tp8" ] && pass "throughput sorted by mesh" || fail "throughput first mesh '$first'"
+# throughput sorted by plan, then tokens/s, the most first: megatron-tp's tp8 (5120)
+# before its dpr2.tp4 (4266), then torchtitan-tp-sp's tp8 (5688) before dpr2.tp4 (4654)
+# (from the end: the quoted mfu_axis holds blanks)
+order=$(awk '!/^#/ {printf "%s:%s:%s:%s ", $4, $3, $(NF - 5), $(NF - 4)}' "$OUT/data/throughput.dat")
+[ "$order" = "megatron-tp:tp8:1:0 megatron-tp:dpr2.tp4:1:1 torchtitan-tp-sp:tp8:2:0 torchtitan-tp-sp:dpr2.tp4:2:1 " ] &&
+  pass "throughput sorted by plan (panel), then tokens/s" || fail "throughput order '$order'"
 grep -q 'NaN' "$OUT/data/throughput.dat" && pass "NULL mfu written as NaN" || fail "NULL mfu not NaN"
 # memory.dat: the split as inserted above, by label (columns 8-11), NaN where NULL
 split_of() { # file label: "params grads optimizer activations" of the row with that label
   awk -v l="$2" '!/^#/ && $2 == l {print $8, $9, $10, $11}' "$1"
 }
-head -n 1 "$OUT/data/memory.dat" | grep -q 'peak_mem_bytes status params_bytes grads_bytes optimizer_bytes activations_bytes$' &&
+head -n 1 "$OUT/data/memory.dat" | grep -q 'peak_mem_bytes status params_bytes grads_bytes optimizer_bytes activations_bytes pid pos npos mark panel short$' &&
   pass "memory.dat names the split's columns" || fail "memory.dat header: $(head -n 1 "$OUT/data/memory.dat")"
 for want in "megatron-tp/tp8 8000000 8000000 16000000 12000000" \
             "megatron-tp/dpr2.tp4 16000000 16000000 32000000 5000000" \
