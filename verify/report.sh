@@ -210,6 +210,84 @@ else
   no_gnuplot=1 # the chart checks did not run: the end says SKIP, not PASS
 fi
 
+# ---- a sweep of several hundred configs: every chart at most 1600 px wide ----
+# The DB above plus 300 synthetic configs in run 2 (15 plans x 20 meshes; a world-8
+# sweep of every shipped plan has a few hundred measured configs), made here by
+# sqlite3 in well under a second rather than by a sweep. Every config stays in the
+# .dat files; each plan is a panel, its rows sorted by the chart's quantity.
+BIG="$T/big.db"
+cp "$DB" "$BIG" && sqlite3 "$BIG" <<'SQL' || fail "populate the big DB"
+-- 300 synthetic configs in run 2: 15 plans x 20 meshes (pp, dp_replicate, dp_shard in
+-- {1, 2}, tp in {1, 2, 4}), each with a result and two comm rows
+WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i < 299),
+m AS (SELECT i, i % 15 AS p, i / 15 AS j FROM n),
+d AS (SELECT i, p, 1 << (j % 2) AS pp, 1 << ((j / 2) % 2) AS dpr, 1 << ((j / 4) % 2) AS dps,
+      1 << (j / 8) AS tp FROM m)
+INSERT INTO configs (id, key, workload, model, plan, pp, dp_replicate, dp_shard, cp, tp, dtype,
+  batch, seq, steps, backend, world)
+SELECT 1000 + i, 'syn' || i, 'block', 'debugmodel', 'synplan-' || p, pp, dpr, dps, 1, tp, 'f32',
+  8, 64, 3, 'threads', pp * dpr * dps * tp FROM d;
+INSERT INTO results (id, run_id, config_id, status, step_time_s, tokens_per_s, tflops, mfu,
+  peak_tflops, peak_mem_bytes, max_abs_err, max_rel_err, tolerance, created,
+  mem_params_bytes, mem_grads_bytes, mem_optimizer_bytes, mem_activations_bytes)
+SELECT id, 2, id, CASE WHEN id % 37 = 0 THEN 'mismatch' ELSE 'ok' END, 0.1,
+  1000 + (id * 7919) % 1000, 0.5, 0.001 * (100 + (id * 7919) % 1000), 2,
+  1048576 * (40 + (id * 104729) % 500), 1e-7, 1e-7 * (1 + id % 13), 6.1e-5, 'x',
+  1048576 * 8, 1048576 * 8, 1048576 * 16, 1048576 * (8 + (id * 104729) % 500)
+FROM configs WHERE id >= 1000;
+INSERT INTO comm (result_id, op, mesh_dim, phase, calls, payload_bytes, wire_bytes, seconds)
+SELECT id, 'all_gather', 'dp_shard', 'forward', 2, 1000, 65536 * (1 + id % 17), 0.001
+FROM configs WHERE id >= 1000;
+INSERT INTO comm (result_id, op, mesh_dim, phase, calls, payload_bytes, wire_bytes, seconds)
+SELECT id, 'reduce_scatter', 'dp_shard', 'backward', 2, 1000, 65536 * (1 + id % 23), 0.001
+FROM configs WHERE id >= 1000;
+SQL
+"$SB" report --db "$BIG" --out "$T/big" --scripts "$SCRIPTS" --format png >/dev/null 2>"$T/big.err" ||
+  fail "big DB report: $(cat "$T/big.err")"
+# The oracle: the measured results of run 2, and those with comm rows, counted by SQL.
+NMEAS=$(sqlite3 "$BIG" "SELECT count(*) FROM results WHERE run_id = 2 AND status IN ('ok', 'mismatch')")
+NCOMM=$(sqlite3 "$BIG" "SELECT count(DISTINCT r.id) FROM results r JOIN comm c ON c.result_id = r.id
+  WHERE r.run_id = 2 AND r.status IN ('ok', 'mismatch')")
+[ "$NMEAS" = 304 ] && [ "$NCOMM" = 303 ] || fail "big DB: $NMEAS measured, $NCOMM with comm (expected 304, 303)"
+for d in "throughput.dat $NMEAS" "memory.dat $NMEAS" "error.dat $NMEAS"; do
+  n=$(rows "$T/big/data/${d% *}")
+  [ "$n" = "${d#* }" ] && pass "big DB: ${d% *} keeps all $n configs" || fail "big DB: ${d% *} has $n rows, expected ${d#* }"
+done
+n=$(awk '!/^#/ {print $1}' "$T/big/data/comm.dat" | sort -u | wc -l)
+[ "$n" = "$NCOMM" ] && pass "big DB: comm.dat keeps all $n configs" || fail "big DB: comm.dat has $n configs, expected $NCOMM"
+# Each panel is sorted by its quantity (memory: the peak, column 6, ascending within a
+# pid, column 12), its pos runs 0..npos-1, and its mark 1 row holds the plan's least peak
+# as SQL computes it.
+sorted_ok=$(awk '!/^#/ { if ($12 == p && $6 < last) bad++; if ($12 != p && $13 != 0) bad++;
+  if ($12 == p && $13 != pos + 1) bad++; p = $12; last = $6; pos = $13 } END {print bad + 0}' "$T/big/data/memory.dat")
+[ "$sorted_ok" = 0 ] && pass "big DB: memory.dat sorted by peak within each panel" ||
+  fail "big DB: memory.dat: $sorted_ok rows out of order"
+least_sql=$(sqlite3 "$BIG" "SELECT c.plan || ' ' || min(r.peak_mem_bytes) FROM results r JOIN configs c
+  ON c.id = r.config_id WHERE r.run_id = 2 AND r.status IN ('ok', 'mismatch') AND r.peak_mem_bytes
+  IS NOT NULL GROUP BY c.plan ORDER BY c.plan")
+least_dat=$(awk '!/^#/ && $15 == 1 {print $3, $6}' "$T/big/data/memory.dat")
+[ "$least_dat" = "$least_sql" ] && pass "big DB: each memory panel's least is the plan's minimum (SQL)" ||
+  fail "big DB: memory marks '$least_dat', SQL '$least_sql'"
+# The PNG header: bytes 16-19 are the width, big-endian (the IHDR chunk, PNG spec sec. 11.2.2).
+png_w() { od -An -tu1 -j16 -N4 "$1" | awk '{print ((($1 * 256) + $2) * 256 + $3) * 256 + $4}'; }
+if [ -z "${no_gnuplot:-}" ]; then
+  wide=""
+  for c in comm throughput memory error; do
+    [ -s "$T/big/$c.png" ] || fail "big DB: no $c.png"
+  done
+  for png in "$T"/big/*.png "$OUT"/*.png; do
+    w=$(png_w "$png")
+    [ "$w" -le 1600 ] 2>/dev/null || wide="$wide $(basename "$png")=$w"
+  done
+  [ -z "$wide" ] && pass "big DB and the small one: every PNG at most 1600 px wide" ||
+    fail "big DB: charts wider than 1600 px:$wide"
+  # the planted bug: png_w must see a chart drawn 1700 px wide as over the limit
+  gnuplot -e "set terminal pngcairo size 1700,100; set output '$T/wide.png'; plot x" 2>/dev/null ||
+    gnuplot -e "set terminal png size 1700,100; set output '$T/wide.png'; plot x" 2>/dev/null
+  [ "$(png_w "$T/wide.png")" = 1700 ] && pass "png_w reads a 1700 px PNG as 1700 (over the limit)" ||
+    fail "png_w read $(png_w "$T/wide.png") from a 1700 px PNG"
+fi
+
 # --run all: newest result per config; --run 1: the old run only
 "$SB" report --db "$DB" --out "$T/all" --scripts "$SCRIPTS" --run all >/dev/null 2>&1 ||
   fail "--run all exit"
