@@ -16,7 +16,8 @@
 # published formulas its plan's settings select (Megatron-LM TP or TP + sequence
 # parallel for tp, DDP / FSDP / HSDP for the dp dims), labelled with their names.
 # The formulas count only what the papers count: a bar above its cross moves
-# more than the frameworks, a bar below it less.
+# more than the frameworks, a bar below it less. The crosses name their frameworks in
+# panels of up to 3 bars (more would overlap).
 # Panels (small multiples): pid numbers the plans, pos places a config in its
 # panel (rows are sorted by pid, then pos), mark 1/2 its panel's least/most; every
 # panel has the same y scale, so panels compare. Each bar is labelled with its mesh
@@ -123,10 +124,11 @@ do for [p = 1:P] {
        f every ::S[p]::E[p] using 9:($7 / U):xticlabels((all || $11 > 0) ? strcol(13) : '') \
          with points pt 0 ps 0 lc rgb 'white' notitle, \
        b using ($7 == p ? $8 : NaN):($5 / U) with points pt 2 ps 1.2 lw 2 lc rgb 'black' notitle, \
-       b using ($7 == p && n <= 12 ? $8 + 0.12 : NaN):($5 / U):3 with labels left font ',7' notitle, \
-       f every ::S[p]::E[p] using 9:($7 / U):($11 == 1 ? sprintf('least %.3g', $7 / U) : \
-         $11 == 2 ? sprintf('most %.3g', $7 / U) : '') with labels offset 0, 0.7 font ',8' \
-         tc rgb '#222222' notitle
+       b using ($7 == p && n <= 3 ? $8 + 0.12 : NaN):($5 / U):3 with labels left font ',7' notitle, \
+       f every ::S[p]::E[p] using ($9 - 0.45):($7 / U):($11 == 1 ? sprintf('least %.3g', $7 / U) : '') \
+         with labels left offset 0, 0.7 font ',8' tc rgb '#222222' notitle, \
+       f every ::S[p]::E[p] using ($9 + 0.45):($7 / U):($11 == 2 ? sprintf('most %.3g', $7 / U) : '') \
+         with labels right offset 0, 0.7 font ',8' tc rgb '#222222' notitle
 }
 # the key strip
 set origin 0, 0

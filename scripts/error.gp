@@ -103,8 +103,8 @@ do for [p = 1:P] {
          lc rgb '#2ca02c' notitle, \
        f every ::S[p]::E[p] using 9:($4 == 0 ? err($5) : NaN) with points pt 9 ps 1.3 \
          lc rgb '#d62728' notitle, \
-       f every ::S[p]::E[p] using 9:(err($5)):($11 == 2 ? sprintf('largest %.2g', $5) : '') \
-         with labels offset 0, 0.8 font ',8' tc rgb '#222222' notitle
+       f every ::S[p]::E[p] using ($9 + 0.45):(err($5)):($11 == 2 ? sprintf('largest %.2g', $5) : '') \
+         with labels right offset 0, 0.8 font ',8' tc rgb '#222222' notitle
 }
 set origin 0, 0
 set size 1, KH * 1.0 / H

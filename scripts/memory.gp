@@ -126,9 +126,10 @@ do for [p = 1:P] {
        f every ::S[p]::E[p] using 13:($6 / U):xticlabels((all || $15 > 0) ? strcol(17) : '') \
          with points pt 0 ps 0 lc rgb 'white' notitle, \
        b using ($7 == p ? $8 : NaN):($5 / U) with points pt 2 ps 1.2 lw 2 lc rgb 'black' notitle, \
-       f every ::S[p]::E[p] using 13:($6 / U):($15 == 1 ? sprintf('least %.3g', $6 / U) : \
-         $15 == 2 ? sprintf('most %.3g', $6 / U) : '') with labels offset 0, 0.7 font ',8' \
-         tc rgb '#222222' notitle
+       f every ::S[p]::E[p] using ($13 - 0.45):($6 / U):($15 == 1 ? sprintf('least %.3g', $6 / U) : '') \
+         with labels left offset 0, 0.7 font ',8' tc rgb '#222222' notitle, \
+       f every ::S[p]::E[p] using ($13 + 0.45):($6 / U):($15 == 2 ? sprintf('most %.3g', $6 / U) : '') \
+         with labels right offset 0, 0.7 font ',8' tc rgb '#222222' notitle
 }
 set origin 0, 0
 set size 1, KH * 1.0 / H

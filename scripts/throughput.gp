@@ -115,9 +115,10 @@ do for [p = 1:P] {
   plot f every ::S[p]::E[p] using 14:6:(colour(strcol(10))):xticlabels((all || $16 > 0) ? strcol(18) : '') \
          with boxes lc rgb variable notitle, \
        f every ::S[p]::E[p] using 14:7 axes x1y2 with points pt 13 ps 0.8 lc rgb 'black' notitle, \
-       f every ::S[p]::E[p] using 14:6:($16 == 1 ? 'fastest '.gprintf('%.3s%c', $6) : \
-         $16 == 2 ? 'slowest '.gprintf('%.3s%c', $6) : '') with labels offset 0, 0.7 font ',8' \
-         tc rgb '#222222' notitle
+       f every ::S[p]::E[p] using ($14 - 0.45):6:($16 == 1 ? 'fastest '.gprintf('%.1s%c', $6) : '') \
+         with labels left offset 0, 0.7 font ',8' tc rgb '#222222' notitle, \
+       f every ::S[p]::E[p] using ($14 + 0.45):6:($16 == 2 ? 'slowest '.gprintf('%.1s%c', $6) : '') \
+         with labels right offset 0, 0.7 font ',8' tc rgb '#222222' notitle
 }
 set origin 0, 0
 set size 1, KH * 1.0 / H
