@@ -280,18 +280,24 @@ static const char rp_rows_query_v3[] = RP_ROWS_QUERY("ru.peak_source", RP_SPLIT)
   (r->st.version >= 3 ? rp_rows_query_v3                                                       \
                       : r->st.version >= 2 ? rp_rows_query_v2 : rp_rows_query_v1)
 
-static void mesh_label(rp_row *w) {
-  const int dims[5] = {w->pp, w->dpr, w->dps, w->cp, w->tp};
+/* A mesh's name from its dims (pp, dp_replicate, dp_shard, cp, tp): "dpr2.tp4",
+ * "1rank" when all are 1. */
+static void mesh_text(const int dims[5], char *mesh, size_t cap) {
   static const char *const names[5] = {"pp", "dpr", "dps", "cp", "tp"};
   size_t k = 0;
-  w->mesh[0] = '\0';
+  mesh[0] = '\0';
   for (int i = 0; i < 5; i++) {
     if (dims[i] <= 1) continue;
-    int n = snprintf(w->mesh + k, sizeof w->mesh - k, "%s%s%d", k ? "." : "", names[i], dims[i]);
-    if (n < 0 || (size_t)n >= sizeof w->mesh - k) break;
+    int n = snprintf(mesh + k, cap - k, "%s%s%d", k ? "." : "", names[i], dims[i]);
+    if (n < 0 || (size_t)n >= cap - k) break;
     k += (size_t)n;
   }
-  if (!k) snprintf(w->mesh, sizeof w->mesh, "1rank");
+  if (!k) snprintf(mesh, cap, "1rank");
+}
+
+static void mesh_label(rp_row *w) {
+  const int dims[5] = {w->pp, w->dpr, w->dps, w->cp, w->tp};
+  mesh_text(dims, w->mesh, sizeof w->mesh);
 }
 
 /* Labels name the plan and mesh, plus whichever other fields differ between rows. */
@@ -1123,6 +1129,309 @@ static size_t write_pp(rp_report *r, long long **rids, const rp_row ***rows, con
   return charted;
 }
 
+/* ---- capacity charts (the plan_runs and predictions tables, schema version 5 on) ----
+ *
+ * `shardbench plan` writes one plan_runs row per GPU count it is given and its
+ * ranked layouts as predictions rows. The charts read one run's plan runs: the
+ * --run given, or (latest, all) the newest run that has plan runs. A GPU count
+ * planned twice in that run is read from its newest plan run. */
+
+/* What the capacity section found: the run, its newest plan run, and why nothing is drawn. */
+typedef struct rp_cap {
+  long long run;      /* the run read (0: none) */
+  long long newest;   /* its newest plan_runs row (capacity_breakdown, the ranked table) */
+  int gpus;           /* that plan run's GPU count */
+  double hbm_gb;      /* its hardware's hbm_gb (NaN: none in the file) */
+  char hw[128];       /* its hardware's name */
+  char desc[384];     /* model, seq, batch, dtype, features, hardware: the charts' subtitle */
+  size_t nmem, nthr, nbrk, nrank, nover, ngpus;
+  char why[256];      /* when not drawn */
+} rp_cap;
+
+static bool has_table(sqlite3 *db, const char *name) {
+  sqlite3_stmt *st = NULL;
+  bool found = false;
+  if (sqlite3_prepare_v2(db, "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?1",
+                         -1, &st, NULL) == SQLITE_OK) {
+    sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
+    found = sqlite3_step(st) == SQLITE_ROW;
+  }
+  sqlite3_finalize(st);
+  return found;
+}
+
+/* hbm_gb from a hardware file's text ("key = value  # source" lines; GB = 1e9
+ * bytes); NaN when no line sets it. */
+static double hw_hbm_gb(const char *text) {
+  for (const char *l = text; l && *l;) {
+    const char *p = l;
+    while (*p == ' ' || *p == '\t') p++;
+    if (!strncmp(p, "hbm_gb", 6)) {
+      p += 6;
+      while (*p == ' ' || *p == '\t') p++;
+      if (*p == '=') {
+        char *end;
+        double v = strtod(p + 1, &end);
+        if (end != p + 1 && v > 0) return v;
+      }
+    }
+    l = strchr(l, '\n');
+    if (l) l++;
+  }
+  return NAN;
+}
+
+static long long query_ll(sqlite3 *db, const char *q, long long a) {
+  sqlite3_stmt *st = NULL;
+  long long v = 0;
+  if (sqlite3_prepare_v2(db, q, -1, &st, NULL) == SQLITE_OK) {
+    sqlite3_bind_int64(st, 1, a);
+    if (sqlite3_step(st) == SQLITE_ROW && sqlite3_column_type(st, 0) != SQLITE_NULL)
+      v = sqlite3_column_int64(st, 0);
+  }
+  sqlite3_finalize(st);
+  return v;
+}
+
+/* Per plan and GPU count, the layouts in the order of choice: the newest plan run
+ * of that count first, then those that fit by rank (1 = fastest), then the rest by
+ * peak. The first row of each (plan, gpus) is what capacity_memory draws; the first
+ * that fits, what capacity_throughput draws. */
+static const char rp_cap_query[] =
+    "SELECT pr.id, pr.gpus, p.plan, p.pp, p.dp_replicate, p.dp_shard, p.cp, p.tp, p.fits, "
+    "p.rank, p.peak_bytes, p.over_bytes, p.tokens_per_s_per_gpu, p.mfu, p.step_s, p.ac, "
+    "p.local_batch, p.microbatches, h.text FROM predictions p "
+    "JOIN plan_runs pr ON pr.id = p.plan_run_id JOIN hardware h ON h.id = pr.hardware_id "
+    "WHERE pr.run_id = ?1 AND pr.id = (SELECT max(q.id) FROM plan_runs q WHERE "
+    "q.run_id = pr.run_id AND q.gpus = pr.gpus) "
+    "ORDER BY p.plan, pr.gpus, p.fits DESC, p.rank IS NULL, p.rank, p.peak_bytes, p.id";
+
+/* The newest plan run's layouts, ranked first (by rank), then those that do not fit
+ * (by how far over). */
+static const char rp_cap_ranked_query[] =
+    "SELECT rank, plan, pp, dp_replicate, dp_shard, cp, tp, ac, local_batch, accum_steps, "
+    "microbatches, coalesce(schedule, '-'), fits, peak_bytes, over_bytes, step_s, "
+    "tokens_per_s_per_gpu, mfu, coalesce(verdict, '-'), compute_s, recompute_s, bubble_s, "
+    "exposed_pp_s, exposed_dp_replicate_s, exposed_dp_shard_s, exposed_cp_s, exposed_tp_s, "
+    "train_s, gpu_hours FROM predictions WHERE plan_run_id = ?1 "
+    "ORDER BY rank IS NULL, rank, over_bytes, peak_bytes, id";
+
+/* The top of the ranked layouts that capacity_breakdown draws: about 20 bars stay
+ * readable with their labels at 1600 px. */
+enum { RP_CAP_TOP = 20 };
+
+static void cap_pred_mesh(sqlite3_stmt *st, int c0, char *mesh, size_t cap) {
+  const int dims[5] = {sqlite3_column_int(st, c0), sqlite3_column_int(st, c0 + 1),
+                       sqlite3_column_int(st, c0 + 2), sqlite3_column_int(st, c0 + 3),
+                       sqlite3_column_int(st, c0 + 4)};
+  mesh_text(dims, mesh, cap);
+}
+
+/* Writes data/capacity_memory.dat, capacity_throughput.dat, capacity_hw.dat,
+ * capacity_breakdown.dat and capacity_ranked.dat; fills *c. */
+static void write_capacity(rp_report *r, rp_cap *c) {
+  memset(c, 0, sizeof *c);
+  c->hbm_gb = NAN;
+  static const char *const cap_files[5] = {
+      "data/capacity_memory.dat", "data/capacity_throughput.dat", "data/capacity_hw.dat",
+      "data/capacity_breakdown.dat", "data/capacity_ranked.dat"};
+  FILE *f[5];
+  for (int i = 0; i < 5; i++) f[i] = open_out(r, cap_files[i]);
+  if (f[0]) {
+    fprintf(f[0], "# gpus plan pid mesh peak_gb fits rank over_gb capacity_gb ac local_batch "
+                  "microbatches\n");
+    fprintf(f[0], "# query: %s (?1 = the run; per plan and gpus its first row: the best "
+                  "ranked layout that fits, else the smallest peak; pid numbers the plans; "
+                  "GB = 1e9 bytes; capacity_gb: hbm_gb of the plan run's hardware)\n",
+            rp_cap_query);
+  }
+  if (f[1]) {
+    fprintf(f[1], "# gpus plan pid mesh tokens_per_s_per_gpu mfu_pct rank step_s\n");
+    fprintf(f[1], "# query: %s (?1 = the run; per plan and gpus its first row that fits: "
+                  "rank 1 is the fastest; mfu_pct = 100 * mfu)\n", rp_cap_query);
+  }
+  if (f[2]) {
+    fprintf(f[2], "# gpus capacity_gb hardware desc\n");
+    fprintf(f[2], "# query: SELECT pr.gpus, h.text, h.name FROM plan_runs pr JOIN hardware h "
+                  "ON h.id = pr.hardware_id WHERE pr.run_id = ?1 (the newest per gpus); "
+                  "capacity_gb: the hbm_gb line of the text (GB = 1e9 bytes, NaN: none); desc: "
+                  "the newest plan run's model, seq, batch, dtype, features and hardware, "
+                  "the same on every row\n");
+  }
+  if (f[3]) {
+    fprintf(f[3], "# idx rank label mesh plan compute_s recompute_s bubble_s exposed_pp_s "
+                  "exposed_dp_replicate_s exposed_dp_shard_s exposed_cp_s exposed_tp_s step_s\n");
+    fprintf(f[3], "# query: %s (?1 = the newest plan run; its first %d ranked layouts)\n",
+            rp_cap_ranked_query, RP_CAP_TOP);
+  }
+  if (f[4]) {
+    fprintf(f[4], "# rank plan mesh ac local_batch accum_steps microbatches schedule fits "
+                  "peak_gb over_gb step_s tokens_per_s_per_gpu mfu_pct verdict train_s gpu_hours\n");
+    fprintf(f[4], "# query: %s (?1 = the newest plan run; rank NaN: does not fit; GB = 1e9 "
+                  "bytes)\n", rp_cap_ranked_query);
+  }
+  if (!has_table(r->db, "predictions") || !has_table(r->db, "plan_runs") ||
+      !has_table(r->db, "hardware")) {
+    snprintf(c->why, sizeof c->why, "this DB (schema version %d) has no plan_runs and "
+             "predictions tables (schema version 5 on; shardbench plan writes them)",
+             r->st.version);
+    goto done;
+  }
+  const bool pick_newest = r->run_latest || r->run == 0;
+  c->run = pick_newest ? query_ll(r->db, "SELECT max(run_id) FROM plan_runs WHERE ?1 = ?1", 0)
+                       : query_ll(r->db, "SELECT max(run_id) FROM plan_runs WHERE run_id = ?1",
+                                  r->run);
+  if (!c->run) {
+    if (pick_newest)
+      snprintf(c->why, sizeof c->why, "no plan_runs rows in this DB (shardbench plan writes "
+               "them)");
+    else
+      snprintf(c->why, sizeof c->why, "run %lld has no plan_runs rows (shardbench plan "
+               "writes them)", r->run);
+    goto done;
+  }
+  c->newest = query_ll(r->db, "SELECT max(id) FROM plan_runs WHERE run_id = ?1", c->run);
+  sqlite3_stmt *st = NULL;
+  /* the newest plan run: its description and hardware */
+  if (sqlite3_prepare_v2(r->db,
+                         "SELECT pr.model, pr.seq, pr.global_batch, pr.dtype, pr.features, "
+                         "pr.tokens, h.name, h.text, pr.gpus FROM plan_runs pr JOIN hardware h "
+                         "ON h.id = pr.hardware_id WHERE pr.id = ?1",
+                         -1, &st, NULL) == SQLITE_OK) {
+    sqlite3_bind_int64(st, 1, c->newest);
+    if (sqlite3_step(st) == SQLITE_ROW) {
+      snprintf(c->hw, sizeof c->hw, "%s", col_text(st, 6));
+      c->hbm_gb = hw_hbm_gb(col_text(st, 7));
+      c->gpus = sqlite3_column_int(st, 8);
+      const char *feat = col_text(st, 4);
+      snprintf(c->desc, sizeof c->desc, "model %s, seq %d, global batch %d, %s%s%s, on %s",
+               col_text(st, 0), sqlite3_column_int(st, 1), sqlite3_column_int(st, 2),
+               col_text(st, 3), *feat ? ", " : "", feat, c->hw);
+      for (char *q = c->desc; *q; q++)
+        if (*q == '"') *q = '\''; /* the desc is a quoted .dat column */
+    }
+  }
+  sqlite3_finalize(st);
+  st = NULL;
+  /* capacity_hw.dat: the capacity at each GPU count */
+  if (f[2] && sqlite3_prepare_v2(r->db,
+                                 "SELECT pr.gpus, h.text, h.name FROM plan_runs pr JOIN hardware "
+                                 "h ON h.id = pr.hardware_id WHERE pr.run_id = ?1 AND pr.id = "
+                                 "(SELECT max(q.id) FROM plan_runs q WHERE q.run_id = pr.run_id "
+                                 "AND q.gpus = pr.gpus) ORDER BY pr.gpus",
+                                 -1, &st, NULL) == SQLITE_OK) {
+    sqlite3_bind_int64(st, 1, c->run);
+    while (sqlite3_step(st) == SQLITE_ROW) {
+      char name[128];
+      snprintf(name, sizeof name, "%s", col_text(st, 2));
+      dat_token(name);
+      fprintf(f[2], "%d", sqlite3_column_int(st, 0));
+      dat_num(f[2], hw_hbm_gb(col_text(st, 1)));
+      fprintf(f[2], " %s \"%s\"\n", name[0] ? name : "?", c->desc);
+      c->ngpus++;
+    }
+  }
+  sqlite3_finalize(st);
+  st = NULL;
+  /* capacity_memory.dat and capacity_throughput.dat */
+  if (sqlite3_prepare_v2(r->db, rp_cap_query, -1, &st, NULL) != SQLITE_OK) {
+    fprintf(stderr, "shardbench report: cannot read predictions: %s\n", sqlite3_errmsg(r->db));
+    r->write_failed = true;
+    goto done;
+  }
+  sqlite3_bind_int64(st, 1, c->run);
+  char last_plan[RP_LABEL] = "";
+  int last_gpus = -1, pid = 0;
+  bool have_mem = false, have_thr = false;
+  while (sqlite3_step(st) == SQLITE_ROW) {
+    const int gpus = sqlite3_column_int(st, 1);
+    char plan[RP_LABEL], mesh[RP_MESH], ac[64];
+    snprintf(plan, sizeof plan, "%s", col_text(st, 2));
+    dat_token(plan);
+    snprintf(ac, sizeof ac, "%s", col_text(st, 15));
+    dat_token(ac);
+    if (!ac[0]) snprintf(ac, sizeof ac, "?");
+    cap_pred_mesh(st, 3, mesh, sizeof mesh);
+    if (strcmp(plan, last_plan)) pid++;
+    if (strcmp(plan, last_plan) || gpus != last_gpus) have_mem = have_thr = false;
+    snprintf(last_plan, sizeof last_plan, "%s", plan);
+    last_gpus = gpus;
+    const bool fits = sqlite3_column_int(st, 8) != 0;
+    if (!have_mem && f[0]) {
+      have_mem = true;
+      fprintf(f[0], "%d %s %d %s", gpus, plan, pid, mesh);
+      dat_num(f[0], col_real(st, 10) / 1e9); /* bytes to GB */
+      fprintf(f[0], " %d", fits);
+      dat_num(f[0], col_real(st, 9));
+      dat_num(f[0], col_real(st, 11) / 1e9);
+      dat_num(f[0], hw_hbm_gb(col_text(st, 18)));
+      fprintf(f[0], " %s %d %d\n", ac, sqlite3_column_int(st, 16), sqlite3_column_int(st, 17));
+      c->nmem++;
+    }
+    if (fits && !have_thr && f[1]) {
+      have_thr = true;
+      fprintf(f[1], "%d %s %d %s", gpus, plan, pid, mesh);
+      dat_num(f[1], col_real(st, 12));
+      dat_num(f[1], 100.0 * col_real(st, 13)); /* fraction to percent */
+      dat_num(f[1], col_real(st, 9));
+      dat_num(f[1], col_real(st, 14));
+      fputc('\n', f[1]);
+      c->nthr++;
+    }
+  }
+  sqlite3_finalize(st);
+  st = NULL;
+  /* capacity_breakdown.dat and capacity_ranked.dat: the newest plan run */
+  if (sqlite3_prepare_v2(r->db, rp_cap_ranked_query, -1, &st, NULL) != SQLITE_OK) {
+    fprintf(stderr, "shardbench report: cannot read predictions: %s\n", sqlite3_errmsg(r->db));
+    r->write_failed = true;
+    goto done;
+  }
+  sqlite3_bind_int64(st, 1, c->newest);
+  while (sqlite3_step(st) == SQLITE_ROW) {
+    char plan[RP_LABEL], mesh[RP_MESH], ac[64], sched[64], verdict[32];
+    snprintf(plan, sizeof plan, "%s", col_text(st, 1));
+    dat_token(plan);
+    cap_pred_mesh(st, 2, mesh, sizeof mesh);
+    snprintf(ac, sizeof ac, "%s", col_text(st, 7));
+    snprintf(sched, sizeof sched, "%s", col_text(st, 11));
+    snprintf(verdict, sizeof verdict, "%s", col_text(st, 18));
+    dat_token(ac);
+    dat_token(sched);
+    dat_token(verdict);
+    const bool ranked = sqlite3_column_type(st, 0) != SQLITE_NULL;
+    const bool fits = sqlite3_column_int(st, 12) != 0;
+    if (f[4]) {
+      fprintf(f[4], "%s %s %s %s %d %d %d %s %d", ranked ? col_text(st, 0) : "NaN", plan, mesh,
+              ac[0] ? ac : "?", sqlite3_column_int(st, 8), sqlite3_column_int(st, 9),
+              sqlite3_column_int(st, 10), sched[0] ? sched : "-", fits);
+      dat_num(f[4], col_real(st, 13) / 1e9);
+      dat_num(f[4], col_real(st, 14) / 1e9);
+      dat_num(f[4], col_real(st, 15));
+      dat_num(f[4], col_real(st, 16));
+      dat_num(f[4], 100.0 * col_real(st, 17));
+      fprintf(f[4], " %s", verdict[0] ? verdict : "-");
+      dat_num(f[4], col_real(st, 27));
+      dat_num(f[4], col_real(st, 28));
+      fputc('\n', f[4]);
+    }
+    if (ranked) c->nrank++;
+    if (!fits) c->nover++;
+    if (ranked && c->nbrk < RP_CAP_TOP && f[3]) {
+      fprintf(f[3], "%zu %s %s/%s %s %s", c->nbrk, col_text(st, 0), mesh, plan, mesh, plan);
+      for (int k = 19; k <= 26; k++) dat_num(f[3], col_real(st, k)); /* compute_s .. exposed_tp_s */
+      dat_num(f[3], col_real(st, 15));
+      fputc('\n', f[3]);
+      c->nbrk++;
+    }
+  }
+  sqlite3_finalize(st);
+  if (!c->nmem)
+    snprintf(c->why, sizeof c->why, "run %lld's plan runs hold no predictions", c->run);
+done:
+  for (int i = 0; i < 5; i++) close_out(r, f[i], cap_files[i]);
+}
+
 /* ---- gnuplot ---- */
 
 /* The program to run: $GNUPLOT or gnuplot, if it is an executable on PATH. */
@@ -1254,7 +1563,62 @@ static void write_runs(rp_report *r, FILE *f) {
   sqlite3_finalize(st);
 }
 
-static void write_index(rp_report *r, rp_chart *charts, size_t ncharts, const char *note) {
+/* The ranked layouts of the newest plan run, from data/capacity_ranked.dat's query. */
+enum { RP_CAP_TABLE = 50 }; /* rows in each index table; the .dat holds them all */
+
+static void write_cap_tables(rp_report *r, FILE *f, const rp_cap *c) {
+  sqlite3_stmt *st = NULL;
+  if (!c->newest || sqlite3_prepare_v2(r->db, rp_cap_ranked_query, -1, &st, NULL) != SQLITE_OK)
+    return;
+  fprintf(f, "<h2 id=\"capacity_ranked\">Ranked layouts of plan run %lld (%d GPUs)</h2>\n<p>",
+          c->newest, c->gpus);
+  html_str(f, c->desc);
+  fprintf(f, ". %zu layout%s fit%s, %zu do%s not; all are in <a href=\"data/capacity_ranked.dat\">"
+          "data/capacity_ranked.dat</a>.</p>\n", c->nrank, c->nrank == 1 ? "" : "s",
+          c->nrank == 1 ? "s" : "", c->nover, c->nover == 1 ? "es" : "");
+  for (int pass = 0; pass < 2; pass++) {
+    size_t shown = 0, total = pass ? c->nover : c->nrank;
+    if (!total) continue;
+    if (pass) fputs("<h3>Layouts that do not fit</h3>\n", f);
+    fputs("<table>\n<tr>", f);
+    if (!pass) fputs("<th>rank</th>", f);
+    fputs("<th>mesh</th><th>plan</th><th>ac</th><th>local batch / microbatches</th>"
+          "<th>peak GB</th>", f);
+    if (pass) fputs("<th>over GB</th>", f);
+    fputs("<th>step s</th><th>tokens/s/GPU</th><th>MFU</th><th>verdict</th></tr>\n", f);
+    sqlite3_reset(st);
+    sqlite3_bind_int64(st, 1, c->newest);
+    while (sqlite3_step(st) == SQLITE_ROW && shown < RP_CAP_TABLE) {
+      const bool ranked = sqlite3_column_type(st, 0) != SQLITE_NULL;
+      const bool fits = sqlite3_column_int(st, 12) != 0;
+      if (pass ? fits : !ranked) continue;
+      char mesh[RP_MESH];
+      cap_pred_mesh(st, 2, mesh, sizeof mesh);
+      fputs("<tr>", f);
+      if (!pass) fprintf(f, "<td>%lld</td>", sqlite3_column_int64(st, 0));
+      fprintf(f, "<td>%s</td><td>", mesh);
+      html_str(f, col_text(st, 1));
+      fputs("</td><td>", f);
+      html_str(f, col_text(st, 7));
+      fprintf(f, "</td><td>%d / %d</td><td>%.2f</td>", sqlite3_column_int(st, 8),
+              sqlite3_column_int(st, 10), sqlite3_column_double(st, 13) / 1e9);
+      if (pass) fprintf(f, "<td>%.2f</td>", sqlite3_column_double(st, 14) / 1e9);
+      fprintf(f, "<td>%.4g</td><td>%.4g</td><td>%.1f%%</td><td>", sqlite3_column_double(st, 15),
+              sqlite3_column_double(st, 16), 100.0 * sqlite3_column_double(st, 17));
+      html_str(f, col_text(st, 18));
+      fputs("</td></tr>\n", f);
+      shown++;
+    }
+    fputs("</table>\n", f);
+    if (total > shown)
+      fprintf(f, "<p>%zu more in <a href=\"data/capacity_ranked.dat\">data/capacity_ranked.dat"
+              "</a>.</p>\n", total - shown);
+  }
+  sqlite3_finalize(st);
+}
+
+static void write_index(rp_report *r, rp_chart *charts, size_t ncharts, const char *note,
+                        const rp_cap *cap) {
   FILE *f = open_out(r, "index.html");
   if (!f) return;
   fputs("<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\">\n<title>shardbench report</title>\n"
@@ -1278,14 +1642,20 @@ static void write_index(rp_report *r, rp_chart *charts, size_t ncharts, const ch
     html_str(f, note);
     fputs("</p>\n", f);
   }
-  if (r->nrows == 0) {
+  if (r->nrows == 0 && cap->nmem) {
+    fputs("<p>This DB holds no measured results", f);
+    if (r->run > 0) fprintf(f, " for run %lld", r->run);
+    fputs(", only the predictions of <code>shardbench plan</code>: the capacity charts "
+          "below.</p>\n", f);
+  } else if (r->nrows == 0) {
     fputs("<p><b>This DB holds no results", f);
     if (r->run > 0) fprintf(f, " for run %lld", r->run);
     fputs(", so there is nothing to chart.</b> Run <code>shardbench sweep</code> or "
           "<code>shardbench run</code> with this <code>--db</code> first.</p>\n", f);
   }
-  for (size_t i = 0; i < ncharts && r->nrows; i++) {
+  for (size_t i = 0; i < ncharts && (r->nrows || cap->nmem); i++) {
     const rp_chart *c = &charts[i];
+    if (!r->nrows && strncmp(c->name, "capacity_", 9)) continue; /* only the capacity charts */
     fprintf(f, "<h2 id=\"%s\">%s</h2>\n", c->name, c->title);
     if (c->drawn) {
       const char *img = r->png ? "png" : "svg";
@@ -1294,7 +1664,8 @@ static void write_index(rp_report *r, rp_chart *charts, size_t ncharts, const ch
       if (r->svg) fprintf(f, "<a href=\"%s.svg\">SVG</a> ", c->name);
       const char *dat = c->data ? c->data : c->name;
       fprintf(f, "data: <a href=\"data/%s.dat\">data/%s.dat</a>", dat, dat);
-      fprintf(f, " (%zu config%s", c->rows, c->rows == 1 ? "" : "s");
+      const char *what = strncmp(c->name, "capacity_", 9) ? "config" : "layout";
+      fprintf(f, " (%zu %s%s", c->rows, what, c->rows == 1 ? "" : "s");
       if (c->series) fprintf(f, " in %zu series", c->series);
       if (c->baselines) fprintf(f, ", %zu baseline row%s", c->baselines, c->baselines == 1 ? "" : "s");
       fputs(")</p>\n", f);
@@ -1315,6 +1686,7 @@ static void write_index(rp_report *r, rp_chart *charts, size_t ncharts, const ch
     fprintf(f, "'; fmt='png'%s%s\" scripts/%s.gp</code></p>\n", c->extra[0] ? "; " : "",
             c->extra, c->script ? c->script : c->name);
   }
+  write_cap_tables(r, f, cap);
   /* The configs that were not measured, or did not match the reference. */
   size_t nbad = 0;
   for (size_t i = 0; i < r->nrows; i++) nbad += strcmp(r->rows[i].status, "ok") != 0;
@@ -1486,6 +1858,26 @@ static const char rp_how_pp_gantt[] =
     "White space is idle time; the title gives the measured and analytic bubble of the "
     "result (the mean over its timed steps).";
 
+static const char rp_how_capacity_memory[] =
+    "Predicted peak memory per GPU (GB = 1e9 bytes: the worst role's peak plus the "
+    "allocator's overhead and reserve) against the GPU count on a log2 axis, one line per "
+    "plan: at each GPU count the plan's best ranked layout that fits (filled point), or "
+    "where none fits its smallest-peak layout (hollow point, above the line). The dashed "
+    "red line is the hardware's HBM capacity (hbm_gb of its hardware file): where a "
+    "plan's line crosses it, that plan stops fitting. From the plan_runs and predictions "
+    "tables that shardbench plan writes.";
+static const char rp_how_capacity_throughput[] =
+    "Predicted tokens per second per GPU against the GPU count (log2 axis), one line per "
+    "plan: at each GPU count the plan's best ranked layout that fits (rank 1 is the "
+    "fastest); no point where none of its layouts fits. A falling line is the cost of "
+    "scaling out: exposed communication and the pipeline bubble grow with the GPU count.";
+static const char rp_how_capacity_breakdown[] =
+    "The newest plan run's top ranked layouts (rank 1, the fastest that fits, on the "
+    "left), one stacked bar each, labelled mesh/plan: the predicted step time split into "
+    "compute, recompute (activation checkpointing), the pipeline bubble, and the "
+    "communication left exposed (not overlapped) per mesh dim. The black dash is the "
+    "predicted step time.";
+
 static void free_rows(rp_report *r) {
   for (size_t i = 0; i < r->nrows; i++) {
     rp_row *w = &r->rows[i];
@@ -1533,7 +1925,7 @@ int sb_cmd_report(int argc, char **argv) {
   const char *pp_why = NULL;
   const size_t npp = write_pp(&r, &pp_rids, &pp_rows, &pp_why);
   /* the fixed charts, then a Gantt chart per pipelined result */
-  enum { NFIXED = 6 };
+  enum { NFIXED = 9 };
   rp_chart *charts = calloc(NFIXED + npp, sizeof *charts);
   if (!charts) exit(SB_EXIT_FAIL);
   const rp_chart fixed[NFIXED] = {
@@ -1550,6 +1942,15 @@ int sb_cmd_report(int argc, char **argv) {
       {.name = "pp_bubble",
        .title = "Pipeline bubble: measured vs analytic, and activation memory per stage",
        .how = rp_how_pp_bubble},
+      {.name = "capacity_memory",
+       .title = "Capacity: predicted peak memory per GPU against the GPU count, per plan",
+       .how = rp_how_capacity_memory},
+      {.name = "capacity_throughput",
+       .title = "Capacity: predicted tokens/s per GPU against the GPU count, per plan",
+       .how = rp_how_capacity_throughput},
+      {.name = "capacity_breakdown",
+       .title = "Capacity: step-time breakdown of the top ranked layouts",
+       .how = rp_how_capacity_breakdown},
   };
   memcpy(charts, fixed, sizeof fixed);
   const size_t ncharts = NFIXED + npp;
@@ -1560,6 +1961,14 @@ int sb_cmd_report(int argc, char **argv) {
   charts[4].rows = write_cp_memory(&r, &charts[4].series, &charts[4].why_empty);
   charts[5].rows = npp;
   charts[5].why_empty = pp_why;
+  rp_cap cap;
+  write_capacity(&r, &cap);
+  charts[6].rows = cap.nmem;
+  charts[6].why_empty = cap.why;
+  charts[7].rows = cap.nmem ? cap.nthr : 0;
+  charts[7].why_empty = cap.nmem ? "no layout fits at any GPU count" : cap.why;
+  charts[8].rows = cap.nmem ? cap.nbrk : 0;
+  charts[8].why_empty = cap.nmem ? "no layout of the newest plan run fits" : cap.why;
   for (size_t i = 0; i < npp; i++) {
     rp_chart *c = &charts[NFIXED + i];
     snprintf(c->name_buf, sizeof c->name_buf, "pp_gantt_%lld", pp_rids[i]);
@@ -1610,10 +2019,10 @@ int sb_cmd_report(int argc, char **argv) {
     }
   }
   if (r.log) close_out(&r, r.log, "gnuplot.log");
-  write_index(&r, charts, ncharts, note);
+  write_index(&r, charts, ncharts, note, &cap);
   sb_store_close(&r.st);
 
-  if (note && r.nrows) fprintf(stderr, "shardbench report: %s\n", note);
+  if (note && (r.nrows || cap.nmem)) fprintf(stderr, "shardbench report: %s\n", note);
   size_t drawn = 0;
   for (size_t i = 0; i < ncharts; i++) drawn += charts[i].drawn;
   free(charts);
@@ -1622,6 +2031,6 @@ int sb_cmd_report(int argc, char **argv) {
   free_rows(&r);
   if (r.write_failed || gp_failed) return SB_EXIT_FAIL;
   /* Missing gnuplot is not an error (the data is written); missing scripts is. */
-  if (note && gp && r.nrows) return SB_EXIT_FAIL;
+  if (note && gp && (r.nrows || cap.nmem)) return SB_EXIT_FAIL;
   return SB_EXIT_OK;
 }
