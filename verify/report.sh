@@ -433,6 +433,182 @@ if [ -z "${no_gnuplot:-}" ]; then
     fail "cp_memory.svg: key"
 fi
 
+# ---- capacity charts: the plan_runs, predictions and hardware tables (schema version 5) ----
+# A DB without those tables (the v2 DB above; the main DB, until results/schema.sql has
+# them) lists the charts, not drawn, with the reason.
+grep -q 'Not drawn: this DB (schema version 2) has no plan_runs and predictions tables' "$T/v2/index.html" &&
+  [ ! -e "$T/v2/capacity_memory.png" ] && pass "capacity: a v2 DB lists the charts, not drawn, and says why" ||
+  fail "capacity: v2 DB's index"
+grep -q '<h2 id="capacity_memory">' "$IDX" &&
+  grep -q 'Not drawn: this DB (schema version [0-9]*) has no plan_runs\|Not drawn: no plan_runs rows' "$IDX" &&
+  [ ! -e "$OUT/capacity_memory.png" ] && pass "capacity: a DB of sweeps only: not drawn" || fail "capacity: main DB's index"
+# The fixture: the schema, the capacity tables' DDL (the text the planner's schema
+# version 5 adds; IF NOT EXISTS, so a no-op once results/schema.sql has it), the
+# schema version results/schema.sql states, and by sqlite3: a sweep run, a plan run
+# (run 2: 8, 16, 32 and 64 GPUs, 8 GPUs planned twice: the newest counts) and a
+# newer sweep run (3, the latest: the capacity charts read the newest run with plan runs).
+SBVER=$(sed -n 's/^  version INTEGER NOT NULL *-- *\([0-9]*\).*/\1/p' "$SCHEMA")
+CAPDB="$T/cap.db"
+sqlite3 "$CAPDB" <"$SCHEMA" && sqlite3 "$CAPDB" "INSERT INTO schema_version VALUES ($SBVER);" &&
+  sqlite3 "$CAPDB" <<'SQL' || fail "populate the capacity DB"
+CREATE TABLE IF NOT EXISTS hardware (
+  id INTEGER PRIMARY KEY, name TEXT NOT NULL, text TEXT NOT NULL, UNIQUE (name, text));
+CREATE TABLE IF NOT EXISTS plan_runs (
+  id INTEGER PRIMARY KEY, run_id INTEGER NOT NULL REFERENCES runs(id),
+  hardware_id INTEGER NOT NULL REFERENCES hardware(id),
+  model TEXT NOT NULL, gpus INTEGER NOT NULL, seq INTEGER NOT NULL,
+  global_batch INTEGER NOT NULL, dtype TEXT NOT NULL,
+  tokens REAL,
+  features TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS predictions (
+  id INTEGER PRIMARY KEY,
+  plan_run_id INTEGER NOT NULL REFERENCES plan_runs(id) ON DELETE CASCADE,
+  rank INTEGER,
+  plan TEXT NOT NULL,
+  pp INTEGER NOT NULL, dp_replicate INTEGER NOT NULL, dp_shard INTEGER NOT NULL,
+  cp INTEGER NOT NULL, tp INTEGER NOT NULL,
+  ac TEXT NOT NULL,
+  local_batch INTEGER NOT NULL,
+  accum_steps INTEGER NOT NULL,
+  microbatches INTEGER NOT NULL,
+  schedule TEXT,
+  fits INTEGER NOT NULL,
+  peak_bytes REAL NOT NULL,
+  over_bytes REAL,
+  mem_params_bytes REAL NOT NULL, mem_grads_bytes REAL NOT NULL,
+  mem_optimizer_bytes REAL NOT NULL, mem_activations_bytes REAL NOT NULL,
+  step_s REAL NOT NULL, compute_s REAL NOT NULL, recompute_s REAL NOT NULL, bubble_s REAL NOT NULL,
+  exposed_pp_s REAL NOT NULL, exposed_dp_replicate_s REAL NOT NULL, exposed_dp_shard_s REAL NOT NULL,
+  exposed_cp_s REAL NOT NULL, exposed_tp_s REAL NOT NULL,
+  tokens_per_s_per_gpu REAL NOT NULL, mfu REAL NOT NULL,
+  train_s REAL, gpu_hours REAL,
+  verdict TEXT, verify_reason TEXT);
+INSERT INTO runs VALUES (1, '2026-01-01T00:00:00Z', '2026-01-01T00:10:00Z', 'h', '0.1.0',
+  'sqlite 3', 'shardbench sweep --world 8', 'threads', 8, NULL, NULL);
+INSERT INTO runs VALUES (2, '2026-01-02T00:00:00Z', '2026-01-02T00:01:00Z', 'h', '0.1.0',
+  'sqlite 3', 'shardbench plan --gpus 8,16,32,64', 'threads', 1, NULL, NULL);
+INSERT INTO runs VALUES (3, '2026-01-03T00:00:00Z', '2026-01-03T00:10:00Z', 'h', '0.1.0',
+  'sqlite 3', 'shardbench sweep --world 4', 'threads', 4, NULL, NULL);
+INSERT INTO hardware VALUES (1, 'h100-sxm',
+  'name = h100-sxm  # NVIDIA H100 Tensor Core GPU datasheet
+peak_bf16_tflops = 989  # NVIDIA H100 datasheet, dense
+hbm_gb = 80  # NVIDIA H100 datasheet: 80 GB HBM3
+');
+-- plan run 1: an older 8-GPU plan of run 2, replaced by plan run 2 (same gpus)
+INSERT INTO plan_runs VALUES (1, 2, 1, '8B', 8, 8192, 256, 'bf16', NULL, ''),
+ (2, 2, 1, '8B', 8, 8192, 256, 'bf16', NULL, 'compile'),
+ (3, 2, 1, '8B', 16, 8192, 256, 'bf16', NULL, 'compile'),
+ (4, 2, 1, '8B', 32, 8192, 256, 'bf16', NULL, 'compile'),
+ (5, 2, 1, '8B', 64, 8192, 256, 'bf16', 1e9, 'compile');
+-- per plan run, 3 plans (k) x 8 layouts (j: tp = 2^(j % 4), ac none or full): the peak
+-- falls with the GPUs and tp (and full recompute), pp-fsdp (k 2) fits at 32 GPUs on;
+-- plan run 1's tokens/s are 10000 higher than any other, so reading it shows.
+WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i < 119),
+l AS (SELECT i, 1 + i / 24 AS pr, (i / 8) % 3 AS k, i % 8 AS j FROM n),
+g AS (SELECT l.*, p.gpus, 1 << (j % 4) AS tp, j / 4 AS full,
+      20e9 + 480e9 * 8.0 / (p.gpus * (1 << (j % 4))) * (CASE WHEN j / 4 = 1 THEN 0.5 ELSE 1 END)
+        + 5e9 * k + (CASE WHEN k = 2 THEN 100e9 * 8.0 / p.gpus ELSE 0 END) AS peak,
+      3000 - 200 * (j % 4) - 500 * (j / 4) - 100 * k - p.gpus + (CASE WHEN pr = 1 THEN 10000 ELSE 0 END) AS tok
+      FROM l JOIN plan_runs p ON p.id = l.pr)
+INSERT INTO predictions (id, plan_run_id, rank, plan, pp, dp_replicate, dp_shard, cp, tp, ac,
+  local_batch, accum_steps, microbatches, schedule, fits, peak_bytes, over_bytes,
+  mem_params_bytes, mem_grads_bytes, mem_optimizer_bytes, mem_activations_bytes,
+  step_s, compute_s, recompute_s, bubble_s, exposed_pp_s, exposed_dp_replicate_s,
+  exposed_dp_shard_s, exposed_cp_s, exposed_tp_s, tokens_per_s_per_gpu, mfu, train_s, gpu_hours,
+  verdict, verify_reason)
+SELECT i + 1, pr, NULL, CASE k WHEN 0 THEN 'fsdp' WHEN 1 THEN 'fsdp-tp-sp' ELSE 'pp-fsdp' END,
+  CASE WHEN k = 2 THEN 2 ELSE 1 END, 1, gpus / tp / (CASE WHEN k = 2 THEN 2 ELSE 1 END), 1, tp,
+  CASE WHEN full = 1 THEN 'full' ELSE 'none' END, 1, 256 / (gpus / tp), CASE WHEN k = 2 THEN 8 ELSE 1 END,
+  CASE WHEN k = 2 THEN '1F1B' END, peak <= 80e9, peak, CASE WHEN peak > 80e9 THEN peak - 80e9 END,
+  1e9, 1e9, 2e9, peak - 4e9,
+  256 * 8192.0 / (tok * gpus), 0.6 * 256 * 8192.0 / (tok * gpus),
+  (CASE WHEN full = 1 THEN 0.2 ELSE 0 END) * 256 * 8192.0 / (tok * gpus),
+  (CASE WHEN k = 2 THEN 0.1 ELSE 0 END) * 256 * 8192.0 / (tok * gpus), 0, 0,
+  (0.4 - (CASE WHEN full = 1 THEN 0.2 ELSE 0 END) - (CASE WHEN k = 2 THEN 0.1 ELSE 0 END)) / 2 * 256 * 8192.0 / (tok * gpus),
+  0, (0.4 - (CASE WHEN full = 1 THEN 0.2 ELSE 0 END) - (CASE WHEN k = 2 THEN 0.1 ELSE 0 END)) / 2 * 256 * 8192.0 / (tok * gpus),
+  tok, tok / 10000.0, NULL, NULL, CASE WHEN i % 5 = 0 THEN 'ok' END, NULL
+FROM g;
+-- rank: 1 = the fastest that fits, per plan run
+UPDATE predictions SET rank = (SELECT count(*) FROM predictions q WHERE q.plan_run_id =
+  predictions.plan_run_id AND q.fits AND (q.tokens_per_s_per_gpu > predictions.tokens_per_s_per_gpu
+  OR (q.tokens_per_s_per_gpu = predictions.tokens_per_s_per_gpu AND q.id < predictions.id))) + 1
+WHERE fits;
+SQL
+"$SB" report --db "$CAPDB" --out "$T/cap" --scripts "$SCRIPTS" >/dev/null 2>"$T/cap.err" ||
+  fail "capacity report: $(cat "$T/cap.err")"
+CAPIDX="$T/cap/index.html"
+# The oracle for capacity_throughput.dat: per plan and GPU count, the largest tokens/s
+# per GPU of a layout that fits, in the newest plan run of that count (SQL's max).
+cap_thr_sql() { sqlite3 "$1" "SELECT p.plan || ' ' || pr.gpus || ' ' || printf('%.9g', max(p.tokens_per_s_per_gpu))
+  FROM predictions p JOIN plan_runs pr ON pr.id = p.plan_run_id WHERE p.fits AND pr.id IN
+  (SELECT max(id) FROM plan_runs WHERE run_id = 2 GROUP BY gpus) GROUP BY p.plan, pr.gpus
+  ORDER BY p.plan, pr.gpus"; }
+check_cap_thr() { # DB OUTDIR: 0 when capacity_throughput.dat's best per plan is SQL's max
+  "$SB" report --db "$1" --out "$2" --scripts "$SCRIPTS" --format png >/dev/null 2>&1 || return 1
+  got=$(awk '!/^#/ {print $2, $1, $5}' "$2/data/capacity_throughput.dat")
+  want=$(cap_thr_sql "$1")
+  [ -n "$want" ] && [ "$got" = "$want" ] || { printf '%s\n--\n%s\n' "$got" "$want" >"$2.diff"; return 1; }
+}
+if check_cap_thr "$CAPDB" "$T/capthr"; then
+  pass "capacity_throughput.dat: per plan and GPU count the fastest layout that fits ($(rows "$T/capthr/data/capacity_throughput.dat") points; pp-fsdp fits from 32 GPUs)"
+else fail "capacity_throughput.dat against SQL: $(cat "$T/capthr.diff" 2>/dev/null)"; fi
+# The planted bug: swap 64 GPUs' ranks 1 and 2 (both fsdp), so that rank 1 is not the
+# fastest: the .dat follows the ranks, and the check must fail.
+cp "$CAPDB" "$T/cap-bad.db" && sqlite3 "$T/cap-bad.db" "UPDATE predictions SET rank = 3 - rank
+  WHERE plan_run_id = 5 AND rank IN (1, 2);" || fail "making cap-bad.db"
+if check_cap_thr "$T/cap-bad.db" "$T/capbad" || [ ! -s "$T/capbad.diff" ]; then
+  fail "check_cap_thr passed a DB whose rank 1 is not the fastest"
+else pass "check_cap_thr fails on a DB whose rank 1 at 64 GPUs is the slower fsdp layout"; fi
+# capacity_memory.dat: per plan and GPU count the best ranked layout that fits, else the
+# smallest peak (SQL: the row with the least of rank, or 1e9 + its peak where it does not fit;
+# SQLite's min() takes the bare columns from that row), in GB.
+want=$(sqlite3 "$CAPDB" "SELECT plan || ' ' || gpus || ' ' || printf('%.9g', peak / 1e9) || ' ' || fits, min(k) FROM
+  (SELECT p.plan AS plan, pr.gpus AS gpus, p.peak_bytes AS peak, p.fits AS fits,
+   CASE WHEN p.fits THEN p.rank ELSE 1e9 + p.peak_bytes END AS k FROM predictions p JOIN plan_runs pr
+   ON pr.id = p.plan_run_id WHERE pr.id IN (SELECT max(id) FROM plan_runs WHERE run_id = 2 GROUP BY gpus))
+  GROUP BY plan, gpus ORDER BY plan, gpus" | cut -d'|' -f1)
+got=$(awk '!/^#/ {print $2, $1, $5, $6}' "$T/cap/data/capacity_memory.dat")
+[ "$got" = "$want" ] && pass "capacity_memory.dat: per plan and GPU count the chosen layout's peak (12 points, 2 that do not fit)" ||
+  fail "capacity_memory.dat: got '$got', SQL '$want'"
+# the capacity: hbm_gb = 80 of the hardware text, at each of the 4 GPU counts
+got=$(awk '!/^#/ {printf "%s:%s ", $1, $2}' "$T/cap/data/capacity_hw.dat")
+[ "$got" = "8:80 16:80 32:80 64:80 " ] && pass "capacity_hw.dat: hbm_gb 80 at each GPU count" ||
+  fail "capacity_hw.dat: '$got'"
+# capacity_breakdown.dat: the newest plan run's (64 GPUs) first 20 of its 22 ranked
+# layouts, by rank, each stack summing to its step time (to 1e-6: the .dat's 9 digits).
+got=$(awk '!/^#/ {printf "%s ", $2}' "$T/cap/data/capacity_breakdown.dat")
+want=$(seq 1 20 | tr '\n' ' ')
+[ "$got" = "$want" ] && pass "capacity_breakdown.dat: ranks 1 to 20 of 22" || fail "capacity_breakdown.dat ranks '$got'"
+bad=$(awk '!/^#/ {t = 0; for (k = 6; k <= 13; k++) t += $k; d = t - $14; if (d < 0) d = -d;
+  if (d > 1e-6 * $14) n++} END {print n + 0}' "$T/cap/data/capacity_breakdown.dat")
+[ "$bad" = 0 ] && pass "capacity_breakdown.dat: each stack sums to its step time" || fail "capacity_breakdown.dat: $bad stacks off"
+# the index: the ranked table (rank 1 = 64 GPUs' dps64 fsdp), the layouts that do not fit
+# with their over GB (SQL), the run the charts came from
+over=$(sqlite3 "$CAPDB" "SELECT printf('%.2f', over_bytes / 1e9) FROM predictions WHERE plan_run_id = 5
+  AND NOT fits ORDER BY over_bytes LIMIT 1")
+grep -q 'id="capacity_ranked"' "$CAPIDX" && grep -q '<tr><td>1</td><td>dps64</td><td>fsdp</td>' "$CAPIDX" &&
+  grep -q '22 layouts fit, 2 do not' "$CAPIDX" && grep -q 'Layouts that do not fit' "$CAPIDX" &&
+  grep -q "<td>$over</td>" "$CAPIDX" && grep -q 'on h100-sxm' "$CAPIDX" &&
+  pass "capacity: the index's ranked table and the layouts over capacity (over $over GB first)" ||
+  fail "capacity: index tables"
+# --run 1, a sweep run without results or plan runs: the index gives the reason
+"$SB" report --db "$CAPDB" --out "$T/cap1" --scripts "$SCRIPTS" --run 1 >/dev/null 2>&1
+grep -q 'Not drawn: run 1 has no plan_runs rows' "$T/cap1/index.html" && [ ! -e "$T/cap1/capacity_memory.png" ] &&
+  pass "capacity --run 1: not drawn, the reason given" || fail "capacity --run 1"
+if [ -z "${no_gnuplot:-}" ]; then
+  wide=""
+  for c in capacity_memory capacity_throughput capacity_breakdown; do
+    [ -s "$T/cap/$c.png" ] && grep -q '<svg' "$T/cap/$c.svg" && grep -q "src=\"$c.png\"" "$CAPIDX" ||
+      fail "capacity: $c not drawn or listed"
+    w=$(png_w "$T/cap/$c.png")
+    [ "$w" -le 1600 ] 2>/dev/null || wide="$wide $c=$w"
+  done
+  [ -z "$wide" ] && pass "capacity: the three charts drawn (png + svg), at most 1600 px wide" ||
+    fail "capacity: wider than 1600 px:$wide"
+  grep -q 'HBM capacity (h100-sxm)' "$T/cap/capacity_memory.svg" && grep -q 'pp-fsdp' "$T/cap/capacity_memory.svg" &&
+    pass "capacity_memory.svg: the capacity line and the plans in the key" || fail "capacity_memory.svg key"
+fi
+
 # refusals: exit 2, one line on stderr, the file untouched, no output written
 refuse() { # what file [more flags]
   what=$1; f=$2; shift 2

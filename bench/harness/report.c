@@ -1652,6 +1652,11 @@ static void write_index(rp_report *r, rp_chart *charts, size_t ncharts, const ch
     if (r->run > 0) fprintf(f, " for run %lld", r->run);
     fputs(", so there is nothing to chart.</b> Run <code>shardbench sweep</code> or "
           "<code>shardbench run</code> with this <code>--db</code> first.</p>\n", f);
+    if (cap->why[0]) {
+      fputs("<p>Capacity charts: <i>Not drawn: ", f);
+      html_str(f, cap->why);
+      fputs(".</i></p>\n", f);
+    }
   }
   for (size_t i = 0; i < ncharts && (r->nrows || cap->nmem); i++) {
     const rp_chart *c = &charts[i];
