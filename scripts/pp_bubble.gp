@@ -30,7 +30,10 @@ LL = STATS_max
 W = 600 + 90 * N
 W = (W > 1600) ? 1600 : W
 L = ((W - 150.0) / N >= 12) ? 1 : int(ceil(12.0 * N / (W - 150.0)))
-H = 760 + int(LL * 5)
+# the labels stand vertical (font 9, about 5.5 px a character, 12 px a margin line)
+# under each panel, below a 300 px plot
+BM = int(LL * 0.5) + 2
+H = 80 + 2 * (300 + 12 * BM)
 tic(i, s) = (int(i) % L == 0) ? s : ''
 if (fmt eq 'svg') {
   set terminal svg size W,H dynamic noenhanced font 'sans,10' background rgb 'white'
@@ -52,7 +55,8 @@ set key above
 
 set ylabel 'bubble (idle share of the step)'
 set yrange [0:*]
-set xtics () rotate by -35 left
+set xtics () rotate by 90 right font ',9'
+set bmargin BM
 plot f using ($1 - 0.18):8:xtic(tic($1, strcol(3).' '.strcol(4))) with boxes lc rgb '#1f77b4' title 'measured', \
      f using ($1 + 0.18):9 with boxes fs empty lc rgb '#d62728' lw 2 title 'analytic (p - 1) / (v m + p - 1)', \
      f using ($1 - 0.18):8:(N <= 40 ? sprintf('%.3f', $8) : '') with labels offset 0,0.7 font ',8' notitle
@@ -60,7 +64,8 @@ plot f using ($1 - 0.18):8:xtic(tic($1, strcol(3).' '.strcol(4))) with boxes lc 
 set ylabel 'peak activation MiB per stage'
 set yrange [0:*]
 set offsets 0, 0, graph 0.12, 0
-set xtics () rotate by -35 left
+set xtics () rotate by 90 right font ',9'
+set bmargin BM
 set key above
 x(i, p, s) = i - 0.35 + 0.7 * (s + 0.5) / p
 plot f using 1:(NaN):xtic(tic($1, strcol(3).' '.strcol(4))) notitle, \

@@ -5,8 +5,8 @@
 #   gnuplot -e "datadir='report/data'; outdir='report'" scripts/throughput.gp
 #   gnuplot -e "datadir='report/data'; outdir='report'; fmt='svg'" scripts/throughput.gp
 # Reads  datadir/throughput.dat  idx label mesh plan world tokens_per_s mfu_pct tflops
-#                                step_time_s status peak_tflops mfu_axis
-#                                pid pos npos mark panel short
+#                                step_time_s status peak_tflops pid pos npos mark panel
+#                                short mfu_axis
 # Writes outdir/throughput.FMT (FMT = png, the default, or svg), at most 1600 px wide.
 #
 # Bars: tokens/s over all ranks (left axis), blue for status ok, red for mismatch
@@ -24,10 +24,10 @@ if (!exists("outdir")) outdir = 'report'
 if (!exists("fmt")) fmt = 'png'
 f = datadir.'/throughput.dat'
 
-# The MFU axis names the peak the MFU is against: column 12, the same quoted label
+# The MFU axis names the peak the MFU is against: column 18, the same quoted label
 # on every row (shardbench report writes it from the runs' recorded peak).
 mfu_axis = ''
-stats f using (mfu_axis = strcol(12), 0) nooutput
+stats f using (mfu_axis = strcol(18), 0) nooutput
 if (mfu_axis eq '') mfu_axis = 'MFU (% of peak)'
 stats f using 6 nooutput
 M = STATS_max
@@ -38,11 +38,11 @@ MM = (STATS_max > 0) ? STATS_max : 1
 # P panels in C columns and R rows; NMAX the most bars in a panel; LL the longest
 # short label. 40 px per bar up to 1600 px in all; labels rotated 90 degrees at
 # font 8 take about 0.45 of a 10 pt line per character (about 5.5 px against 12).
-stats f using 13 nooutput
+stats f using 12 nooutput
 P = int(STATS_max)
-stats f using 15 nooutput
+stats f using 14 nooutput
 NMAX = int(STATS_max)
-stats f using (strlen(strcol(18))) nooutput
+stats f using (strlen(strcol(17))) nooutput
 LL = int(STATS_max)
 C = (P <= 3) ? P : (P == 4) ? 2 : (P <= 9) ? 3 : (P <= 16) ? 4 : 5
 R = int((P + C - 1) / C)
@@ -66,10 +66,10 @@ array E[P]
 array PN[P]
 array NP[P]
 do for [p = 1:P] {
-  stats f using ($13 == p ? $0 : NaN) nooutput
+  stats f using ($12 == p ? $0 : NaN) nooutput
   S[p] = int(STATS_min)
   E[p] = int(STATS_max)
-  stats f every ::S[p]::S[p] using (PN[p] = strcol(17), NP[p] = int($15), 0) nooutput
+  stats f every ::S[p]::S[p] using (PN[p] = strcol(16), NP[p] = int($14), 0) nooutput
 }
 
 if (fmt eq 'svg') {
@@ -112,12 +112,12 @@ do for [p = 1:P] {
   set ylabel (((p - 1) % C) == 0 ? 'tokens/s' : '') font ',9'
   set y2label (((p - 1) % C) == C - 1 || p == P ? mfu_axis : '') font ',9'
   all = allbars(n)
-  plot f every ::S[p]::E[p] using 14:6:(colour(strcol(10))):xticlabels((all || $16 > 0) ? strcol(18) : '') \
+  plot f every ::S[p]::E[p] using 13:6:(colour(strcol(10))):xticlabels((all || $15 > 0) ? strcol(17) : '') \
          with boxes lc rgb variable notitle, \
-       f every ::S[p]::E[p] using 14:7 axes x1y2 with points pt 13 ps 0.8 lc rgb 'black' notitle, \
-       f every ::S[p]::E[p] using ($14 - 0.45):6:($16 == 1 ? 'fastest '.gprintf('%.1s%c', $6) : '') \
+       f every ::S[p]::E[p] using 13:7 axes x1y2 with points pt 13 ps 0.8 lc rgb 'black' notitle, \
+       f every ::S[p]::E[p] using ($13 - 0.45):6:($15 == 1 ? 'fastest '.gprintf('%.1s%c', $6) : '') \
          with labels left offset 0, 0.7 font ',8' tc rgb '#222222' notitle, \
-       f every ::S[p]::E[p] using ($14 + 0.45):6:($16 == 2 ? 'slowest '.gprintf('%.1s%c', $6) : '') \
+       f every ::S[p]::E[p] using ($13 + 0.45):6:($15 == 2 ? 'slowest '.gprintf('%.1s%c', $6) : '') \
          with labels right offset 0, 0.7 font ',8' tc rgb '#222222' notitle
 }
 set origin 0, 0

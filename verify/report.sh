@@ -138,8 +138,7 @@ tot=$(awk '!/^#/ && $2 ~ /megatron-tp\/dpr2.tp4/ {t=$7} END {print t}' "$OUT/dat
 [ "$tot" = "596608" ] && pass "stack total" || fail "stack total '$tot', expected 596608"
 # throughput sorted by plan, then tokens/s, the most first: megatron-tp's tp8 (5120)
 # before its dpr2.tp4 (4266), then torchtitan-tp-sp's tp8 (5688) before dpr2.tp4 (4654)
-# (from the end: the quoted mfu_axis holds blanks)
-order=$(awk '!/^#/ {printf "%s:%s:%s:%s ", $4, $3, $(NF - 5), $(NF - 4)}' "$OUT/data/throughput.dat")
+order=$(awk '!/^#/ {printf "%s:%s:%s:%s ", $4, $3, $12, $13}' "$OUT/data/throughput.dat")
 [ "$order" = "megatron-tp:tp8:1:0 megatron-tp:dpr2.tp4:1:1 torchtitan-tp-sp:tp8:2:0 torchtitan-tp-sp:dpr2.tp4:2:1 " ] &&
   pass "throughput sorted by plan (panel), then tokens/s" || fail "throughput order '$order'"
 grep -q 'NaN' "$OUT/data/throughput.dat" && pass "NULL mfu written as NaN" || fail "NULL mfu not NaN"
@@ -262,6 +261,18 @@ sorted_ok=$(awk '!/^#/ { if ($12 == p && $6 < last) bad++; if ($12 != p && $13 !
   if ($12 == p && $13 != pos + 1) bad++; p = $12; last = $6; pos = $13 } END {print bad + 0}' "$T/big/data/memory.dat")
 [ "$sorted_ok" = 0 ] && pass "big DB: memory.dat sorted by peak within each panel" ||
   fail "big DB: memory.dat: $sorted_ok rows out of order"
+# In every chart's .dat (pid pos npos mark at columns P..P+3), each panel's pos runs
+# 0..n-1 over its n rows, npos is n on each, and mark is 1 on pos 0 and 2 on pos n-1.
+panels_ok() { # file first-place-column
+  awk -v c="$2" '!/^#/ { p = $c; n[p]++; if ($(c + 1) != n[p] - 1) bad++; np[p] = $(c + 2);
+    if ($(c + 1) == 0 && $(c + 3) != 1) bad++; last[p] = $(c + 3); if (np[p] + 0 != $(c + 2)) bad++ }
+    END { for (p in n) { if (np[p] != n[p]) bad++; if (n[p] > 1 && last[p] != 2) bad++ } print bad + 0 }' "$1"
+}
+for d in throughput.dat:12 memory.dat:12 error.dat:8; do
+  bad=$(panels_ok "$T/big/data/${d%:*}" "${d#*:}")
+  [ "$bad" = 0 ] && pass "big DB: ${d%:*}'s panels: pos 0..n-1, npos n, the marks" ||
+    fail "big DB: ${d%:*}: $bad panel rows wrong"
+done
 least_sql=$(sqlite3 "$BIG" "SELECT c.plan || ' ' || min(r.peak_mem_bytes) FROM results r JOIN configs c
   ON c.id = r.config_id WHERE r.run_id = 2 AND r.status IN ('ok', 'mismatch') AND r.peak_mem_bytes
   IS NOT NULL GROUP BY c.plan ORDER BY c.plan")

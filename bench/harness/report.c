@@ -480,7 +480,7 @@ static void order_panels(const rp_row **v, size_t n, const double *key, bool lar
       start = i;
     }
     pl[i] = (rp_place){.pid = pid, .pos = (int)(i - start)};
-    if (i + 1 == n || strcmp(v[i]->plan, v[i + 1]->plan)) { /* the panel's last bar */
+    if (i + 1 == n || strcmp(k[i].w->plan, k[i + 1].w->plan)) { /* the panel's last bar */
       const int np = (int)(i - start + 1);
       for (size_t j = start; j <= i; j++) {
         pl[j].npos = np;
@@ -784,7 +784,7 @@ static size_t write_throughput(rp_report *r) {
   FILE *f = open_out(r, "data/throughput.dat");
   if (f) {
     fprintf(f, "# idx label mesh plan world tokens_per_s mfu_pct tflops step_time_s status "
-               "peak_tflops mfu_axis pid pos npos mark panel short\n");
+               "peak_tflops pid pos npos mark panel short mfu_axis\n");
     fprintf(f, "# query: %s (?1 = the run; rows with status ok/mismatch and tokens_per_s, "
                "by plan then tokens_per_s, the most first; mfu_pct = 100 * mfu; mfu_axis: the "
                "MFU axis label, the same on every row; pid pos npos mark panel short: the "
@@ -801,9 +801,8 @@ static size_t write_throughput(rp_report *r) {
       dat_num(f, v[i]->step_s);
       fprintf(f, " %s", v[i]->status);
       dat_num(f, v[i]->peak);
-      fprintf(f, " \"%s\"", r->mfu_axis); /* no '"' in it: a number and fixed words */
       dat_place(f, v[i], &pl[i]);
-      fputc('\n', f);
+      fprintf(f, " \"%s\"\n", r->mfu_axis); /* no '"' in it: a number and fixed words */
     }
     close_out(r, f, "data/throughput.dat");
   }
@@ -1075,7 +1074,7 @@ static size_t write_pp(rp_report *r, long long **rids, const rp_row ***rows, con
   size_t charted = 0;
   if (f) {
     fprintf(f, "# idx rid label schedule pp v m bubble_measured bubble_analytic span_ms status\n");
-    fprintf(f, "# query: %s (?1 = each ok/mismatch result with pp > 1, by plan then mesh; "
+    fprintf(f, "# query: %s (?1 = each ok/mismatch result with pp > 1, by plan then bubble_measured; "
                "rid = the result's id; v = virtual_stages, m = microbatches; span_ms = "
                "span_s in ms; the bubbles as results/schema.sql defines them)\n", rp_pp_query);
   }
@@ -1092,6 +1091,20 @@ static size_t write_pp(rp_report *r, long long **rids, const rp_row ***rows, con
     fprintf(stderr, "shardbench report: cannot read the pipeline tables: %s\n",
             sqlite3_errmsg(r->db));
     r->write_failed = true;
+  }
+  /* Within each plan, the configs by measured bubble (the least first), as the
+   * other charts sort by their quantity; one without a pp_stats row sorts last. */
+  if (st && n) {
+    double *key = new_keys(n);
+    for (size_t i = 0; i < n; i++) {
+      sqlite3_reset(st);
+      sqlite3_bind_int64(st, 1, v[i]->result_id);
+      key[i] = sqlite3_step(st) == SQLITE_ROW ? col_real(st, 5) : NAN;
+    }
+    rp_place *pl = new_places(n);
+    order_panels(v, n, key, false, pl);
+    free(pl);
+    free(key);
   }
   for (size_t i = 0; st && sg && ev && i < n; i++) {
     sqlite3_reset(st);
