@@ -11,8 +11,8 @@
 #
 # Per plan (pid 1..P, rows sorted by pid then gpus) and GPU count: its best ranked
 # layout that fits (filled point) or, where none fits, its smallest-peak layout
-# (hollow point). GB = 1e9 bytes. The dashed red line: the capacity (hbm_gb of the
-# plan run's hardware file) at each GPU count.
+# (hollow point). GB = 1e9 bytes. The dashed red line: the capacity (hbm_gb, or hbm_gib
+# in GB, of the plan run's hardware file) at each GPU count.
 
 if (!exists("datadir")) datadir = 'report/data'
 if (!exists("outdir")) outdir = 'report'
@@ -28,6 +28,10 @@ stats f using (int($3) > words(plans) ? (plans = plans.strcol(2).' ', 0) : 0) no
 desc = ''
 hw = ''
 stats h using (desc = strcol(4), hw = strcol(3), 0) nooutput
+# the capacity for the key (NaN: the hardware file gave none; 0 stands for it here)
+stats h using (valid(2) ? $2 : 0) nooutput
+CAP = STATS_max
+captitle = (CAP > 0) ? sprintf('HBM capacity: %s, %.4g GB', hw, CAP) : 'HBM capacity: not in the hardware file '.hw
 stats f using 1 nooutput
 GMIN = STATS_min
 GMAX = STATS_max
@@ -57,7 +61,7 @@ set offsets 0, 0, graph 0.08, 0
 set grid xtics ytics
 set key outside right top vertical Left reverse
 
-plot h using 1:2 with linespoints dt 2 lw 2 pt 0 lc rgb '#d62728' title 'HBM capacity ('.hw.')', \
+plot h using 1:2 with linespoints dt 2 lw 2 pt 0 lc rgb '#d62728' title captitle, \
      for [p=1:P] f using 1:($3 == p ? $5 : NaN) with lines lw 2 lc p title word(plans, p), \
      for [p=1:P] f using 1:($3 == p && $6 == 1 ? $5 : NaN) with points pt 7 ps 1.3 lc p notitle, \
      for [p=1:P] f using 1:($3 == p && $6 == 0 ? $5 : NaN) with points pt 6 ps 1.6 lw 2 lc p notitle

@@ -587,6 +587,15 @@ got=$(awk '!/^#/ {print $2, $1, $5, $6}' "$T/cap/data/capacity_memory.dat")
 got=$(awk '!/^#/ {printf "%s:%s ", $1, $2}' "$T/cap/data/capacity_hw.dat")
 [ "$got" = "8:80 16:80 32:80 64:80 " ] && pass "capacity_hw.dat: hbm_gb 80 at each GPU count" ||
   fail "capacity_hw.dat: '$got'"
+# the shipped hardware files give hbm_gib (results/hardware/README): 80 GiB is
+# 80 x 2^30 = 85.89934592e9 bytes; hbm_gbps, another key, is not read
+cp "$CAPDB" "$T/cap-gib.db" && sqlite3 "$T/cap-gib.db" "UPDATE hardware SET text = 'name = x
+hbm_gbps = 9  # not the capacity
+hbm_gib = 80  # a GiB capacity';" || fail "making cap-gib.db"
+GNUPLOT=/nonexistent/gnuplot "$SB" report --db "$T/cap-gib.db" --out "$T/capgib" --scripts "$SCRIPTS" >/dev/null 2>&1
+got=$(awk '!/^#/ {printf "%s ", $2}' "$T/capgib/data/capacity_hw.dat")
+[ "$got" = "85.8993459 85.8993459 85.8993459 85.8993459 " ] &&
+  pass "capacity_hw.dat: hbm_gib 80 is 85.8993459 GB (9 digits; hbm_gbps is not read)" || fail "capacity_hw.dat from hbm_gib: '$got'"
 # capacity_breakdown.dat: the newest plan run's (64 GPUs) first 20 of its 22 ranked
 # layouts, by rank, each stack summing to its step time (to 1e-6: the .dat's 9 digits).
 got=$(awk '!/^#/ {printf "%s ", $2}' "$T/cap/data/capacity_breakdown.dat")
@@ -618,7 +627,7 @@ if [ -z "${no_gnuplot:-}" ]; then
   done
   [ -z "$wide" ] && pass "capacity: the three charts drawn (png + svg), at most 1600 px wide" ||
     fail "capacity: wider than 1600 px:$wide"
-  grep -q 'HBM capacity (h100-sxm)' "$T/cap/capacity_memory.svg" && grep -q 'pp-fsdp' "$T/cap/capacity_memory.svg" &&
+  grep -q 'HBM capacity: h100-sxm, 80 GB' "$T/cap/capacity_memory.svg" && grep -q 'pp-fsdp' "$T/cap/capacity_memory.svg" &&
     pass "capacity_memory.svg: the capacity line and the plans in the key" || fail "capacity_memory.svg key"
 fi
 

@@ -1173,20 +1173,25 @@ static bool has_table(sqlite3 *db, const char *name) {
   return found;
 }
 
-/* hbm_gb from a hardware file's text ("key = value  # source" lines; GB = 1e9
- * bytes); NaN when no line sets it. */
+/* The HBM capacity in GB (1e9 bytes) from a hardware file's text ("key = value  #
+ * source" lines, results/hardware/README): hbm_gb = N is N GB; hbm_gib = N, the
+ * form the shipped files use (DRAM capacity is binary), is N x 2^30 bytes. NaN when
+ * no line sets either. */
 static double hw_hbm_gb(const char *text) {
   for (const char *l = text; l && *l;) {
     const char *p = l;
     while (*p == ' ' || *p == '\t') p++;
-    if (!strncmp(p, "hbm_gb", 6)) {
-      p += 6;
-      while (*p == ' ' || *p == '\t') p++;
-      if (*p == '=') {
-        char *end;
-        double v = strtod(p + 1, &end);
-        if (end != p + 1 && v > 0) return v;
-      }
+    const char *k = p;
+    while ((*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || *p == '_' || *p == '.') p++;
+    const size_t kl = (size_t)(p - k);
+    const double unit = kl == 6 && !strncmp(k, "hbm_gb", 6)    ? 1e9
+                        : kl == 7 && !strncmp(k, "hbm_gib", 7) ? 1073741824.0 /* 2^30 */
+                                                                : 0;
+    while (*p == ' ' || *p == '\t') p++;
+    if (unit > 0 && *p == '=') {
+      char *end;
+      double v = strtod(p + 1, &end);
+      if (end != p + 1 && v > 0) return v * unit / 1e9;
     }
     l = strchr(l, '\n');
     if (l) l++;
@@ -1255,7 +1260,8 @@ static void write_capacity(rp_report *r, rp_cap *c) {
                   "microbatches\n");
     fprintf(f[0], "# query: %s (?1 = the run; per plan and gpus its first row: the best "
                   "ranked layout that fits, else the smallest peak; pid numbers the plans; "
-                  "GB = 1e9 bytes; capacity_gb: hbm_gb of the plan run's hardware)\n",
+                  "GB = 1e9 bytes; capacity_gb: the HBM of the plan run's hardware, hbm_gb or "
+                  "hbm_gib in GB)\n",
             rp_cap_query);
   }
   if (f[1]) {
@@ -1267,7 +1273,8 @@ static void write_capacity(rp_report *r, rp_cap *c) {
     fprintf(f[2], "# gpus capacity_gb hardware desc\n");
     fprintf(f[2], "# query: SELECT pr.gpus, h.text, h.name FROM plan_runs pr JOIN hardware h "
                   "ON h.id = pr.hardware_id WHERE pr.run_id = ?1 (the newest per gpus); "
-                  "capacity_gb: the hbm_gb line of the text (GB = 1e9 bytes, NaN: none); desc: "
+                  "capacity_gb: the hbm_gb (GB) or hbm_gib (GiB) line of the text, in GB = 1e9 "
+                  "bytes, NaN: none; desc: "
                   "the newest plan run's model, seq, batch, dtype, features and hardware, "
                   "the same on every row\n");
   }
@@ -1881,7 +1888,8 @@ static const char rp_how_capacity_memory[] =
     "allocator's overhead and reserve) against the GPU count on a log2 axis, one line per "
     "plan: at each GPU count the plan's best ranked layout that fits (filled point), or "
     "where none fits its smallest-peak layout (hollow point, above the line). The dashed "
-    "red line is the hardware's HBM capacity (hbm_gb of its hardware file): where a "
+    "red line is the hardware's HBM capacity (hbm_gb or hbm_gib of its hardware file, "
+    "in GB): where a "
     "plan's line crosses it, that plan stops fitting. From the plan_runs and predictions "
     "tables that shardbench plan writes.";
 static const char rp_how_capacity_throughput[] =
