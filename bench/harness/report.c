@@ -20,7 +20,7 @@
  * Charts: comm (wire bytes per rank per step, stacked by phase and op, with one
  * framework cross per config: comm_bytes_per_step_combined, the sum of the
  * framework baselines its plan's settings select), throughput (tokens/s and MFU
- * by mesh shape), memory (rank 0's split into weights, gradients, optimizer state
+ * per config), memory (rank 0's split into weights, gradients, optimizer state
  * and activations + buffers, stacked, with the peak bytes per rank and the
  * memory_bytes_per_rank baselines, grouped by plan), error (max_rel_err against the tolerance, log scale),
  * cp_memory (the peak per rank and rank 0's activations against cp, one line per group
@@ -29,7 +29,18 @@
  * peak activation memory and most microbatches in flight; schema version 4 on) and
  * one pp_gantt_RID per pipelined result (result id RID: its last timed step as a Gantt
  * chart, a row per rank, a box per action, drawn by scripts/pp_gantt.gp with
- * rid=RID). A chart with no rows is not drawn; the index says why.
+ * rid=RID). comm, throughput, memory and error are small multiples, one panel per plan,
+ * each panel's configs sorted by the chart's quantity (see "panels" below), so that a
+ * sweep of several hundred configs fits 1600 px. A chart with no rows is not drawn;
+ * the index says why.
+ *
+ * Capacity charts, from `shardbench plan`'s hardware, plan_runs and predictions tables
+ * (schema version 5; a DB without them, or without rows, gets none and the index says
+ * why): capacity_memory (each plan's chosen layout's peak per GPU against the GPU
+ * count, with the hardware's HBM capacity), capacity_throughput (its best fitting
+ * layout's tokens/s per GPU), capacity_breakdown (the newest plan run's top ranked
+ * layouts' step time, stacked) and, in the index, the ranked layouts and those that do
+ * not fit.
  *
  * gnuplot is found as $GNUPLOT or `gnuplot` on PATH; the scripts as --scripts,
  * $SHARDBENCH_SCRIPTS, $SHARDBENCH_DATADIR/scripts, ./scripts, or the installed
@@ -86,13 +97,18 @@ const char sb_report_usage[] =
     "                   each config over every run)\n"
     "\n"
     "Charts: comm (wire bytes per rank per step by plan and mesh, with one cross per\n"
-    "config: the frameworks' published formulas), throughput (tokens/s and MFU by mesh shape), memory (rank 0's\n"
+    "config: the frameworks' published formulas), throughput (tokens/s and MFU per config), memory (rank 0's\n"
     "weights, gradients, optimizer state and activations stacked, and the peak bytes per\n"
     "rank, by plan), error (max_rel_err against the tolerance), cp_memory (the peak per\n"
     "rank and rank 0's activations against cp, for a fixed global sequence), pp_bubble\n"
     "(pipelined configs: measured vs analytic bubble, per-stage activation peak and\n"
     "microbatches in flight) and pp_gantt_RID (a pipelined result's timeline, one row per\n"
-    "rank, one box per action). Redraw any chart by\n"
+    "rank, one box per action). comm, throughput, memory and error draw one panel per plan,\n"
+    "its configs sorted by the chart's quantity, the best and worst labelled, at most\n"
+    "1600 px wide. From `shardbench plan`'s tables (schema version 5): capacity_memory\n"
+    "(peak GB per GPU against the GPU count, per plan, with the HBM capacity),\n"
+    "capacity_throughput (tokens/s per GPU against the GPU count), capacity_breakdown (the\n"
+    "top ranked layouts' step time, stacked) and the ranked layouts in the index. Redraw any chart by\n"
     "hand: gnuplot -e \"datadir='report/data'; outdir='report'\" scripts/comm.gp\n"
     "(a Gantt chart: add rid=RID; scripts/pp_gantt.gp)\n"
     "Without gnuplot the data files and the index are still written (exit 0).\n"
@@ -1808,8 +1824,10 @@ static int parse_flags(rp_report *r, int argc, char **argv) {
 /* ---- the subcommand ---- */
 
 static const char rp_how_comm[] =
-    "One bar per config (plan/mesh), sorted by plan then mesh shape: the bytes one rank "
-    "(rank 0) puts on the wire per training step under the ring model, stacked by phase and "
+    "One panel per plan, all on one scale so that panels compare; in each, one bar per "
+    "config (labelled with its mesh), the least communication first, the least and the most "
+    "labelled with their totals (every bar is labelled where the panel has room): the bytes "
+    "one rank (rank 0) puts on the wire per training step under the ring model, stacked by phase and "
     "collective (forward:all_gather, backward:reduce_scatter, ...). The black cross is the "
     "frameworks' baseline for the same config: the sum of the published formulas its plan's "
     "settings select (Megatron-LM TP, arXiv:1909.08053 sec. 3, or TP + sequence parallel, "
@@ -1820,15 +1838,17 @@ static const char rp_how_comm[] =
     "below it moves less (e.g. a gathered block input kept for backward instead of gathered "
     "again).";
 static const char rp_how_throughput[] =
-    "Configs sorted by mesh shape (world size, then pp, dp_replicate, dp_shard, cp, tp). Top: "
-    "tokens per second over all ranks (the median timed step); bottom: MFU, achieved model "
-    "FLOP/s as a percentage of the peak recorded with the result (the axis label and the "
-    "line below name it). On the threads backend "
+    "One panel per plan, all on one scale; in each, one bar per config (labelled with its "
+    "mesh), the fastest first, the fastest and the slowest labelled. Bars: tokens per second "
+    "over all ranks (the median timed step, left axis); diamonds: MFU, achieved model "
+    "FLOP/s as a percentage of the peak recorded with the result (right axis; its label and "
+    "the line below name the peak). On the threads backend "
     "these compare plans with each other, not with GPU clusters. Red bars are mismatched "
     "results: fast but wrong.";
 static const char rp_how_memory[] =
-    "One bar per config, grouped by plan (dashed grey lines between plans), then by mesh "
-    "shape: rank 0's memory in the last timed step, stacked from the bottom: weights (blue; "
+    "One panel per plan, all on one scale; in each, one bar per config (labelled with its "
+    "mesh), the least peak first, the least and the most labelled: rank 0's memory in the "
+    "last timed step, stacked from the bottom: weights (blue; "
     "the rank's shard under FSDP), their gradients after the data-parallel reduction "
     "(orange), AdamW's two states (green), and the rest of that step's peak: activations, "
     "FSDP's gathered copies and communication buffers (grey). The dark red dash is the "
@@ -1839,8 +1859,9 @@ static const char rp_how_memory[] =
     "parts as the sharded mesh dims grow; a plan whose parts stay flat replicates what it "
     "claims to shard.";
 static const char rp_how_error[] =
-    "Largest relative error of the sharded result against the unsharded reference, one point "
-    "per config on a log scale; the short red line over each point is that config's "
+    "Largest relative error of the sharded result against the unsharded reference, one panel "
+    "per plan, one point per config on a log scale, the smallest first, the largest "
+    "labelled; the short red line over each point is that config's "
     "tolerance. Green points under their line passed (status ok); red points above it are "
     "mismatches. Exact results (error 0) are drawn at 1e-17, under the f64 epsilon.";
 static const char rp_how_cp_memory[] =
@@ -1858,7 +1879,9 @@ static const char rp_how_cp_memory[] =
     "mismatched results. A group measured at a single cp value is not drawn.";
 
 static const char rp_how_pp_bubble[] =
-    "Pipelined configs only (pp of 2 or more). Top: per config, the measured bubble "
+    "Pipelined configs only (pp of 2 or more), by plan, then by measured bubble (the least "
+    "first; where 1600 px leave too little room, only every few configs are labelled). Top: "
+    "per config, the measured bubble "
     "(filled bar): the share of the step a rank spends outside its forwards and "
     "backwards (sends, waits for receives, idling), 1 - its F and B seconds / the step's "
     "span from the first action's start to the last action's end, the mean over ranks and "
@@ -1956,7 +1979,7 @@ int sb_cmd_report(int argc, char **argv) {
   if (!charts) exit(SB_EXIT_FAIL);
   const rp_chart fixed[NFIXED] = {
       {.name = "comm", .title = "Communication per step (wire bytes per rank)", .how = rp_how_comm},
-      {.name = "throughput", .title = "Throughput (tokens/s) and MFU by mesh shape",
+      {.name = "throughput", .title = "Throughput (tokens/s) and MFU per config, by plan",
        .how = rp_how_throughput},
       {.name = "memory", .title = "Memory per rank by plan: rank 0's split and the peak",
        .how = rp_how_memory},
