@@ -61,7 +61,11 @@ set offsets 0, 0, graph 0.08, 0
 set grid xtics ytics
 set key outside right top vertical Left reverse
 
+# Colours repeat after 8 plans; the dash and point type change with each 8 (dt takes
+# a function call; a parenthesised expression would read as a dash pattern).
+dash(p) = 1 + int((p - 1) / 8) % 5
+ptype(p) = word('7 5 9 11 13', 1 + int((p - 1) / 8) % 5) + 0
 plot h using 1:2 with linespoints dt 2 lw 2 pt 0 lc rgb '#d62728' title captitle, \
-     for [p=1:P] f using 1:($3 == p ? $5 : NaN) with lines lw 2 lc p title word(plans, p), \
-     for [p=1:P] f using 1:($3 == p && $6 == 1 ? $5 : NaN) with points pt 7 ps 1.3 lc p notitle, \
-     for [p=1:P] f using 1:($3 == p && $6 == 0 ? $5 : NaN) with points pt 6 ps 1.6 lw 2 lc p notitle
+     for [p=1:P] f using 1:($3 == p ? $5 : NaN) with lines lw 2 lc p dt dash(p) title word(plans, p), \
+     for [p=1:P] f using 1:($3 == p && $6 == 1 ? $5 : NaN) with points pt ptype(p) ps 1.3 lc p notitle, \
+     for [p=1:P] f using 1:($3 == p && $6 == 0 ? $5 : NaN) with points pt (ptype(p) - 1) ps 1.6 lw 2 lc p notitle

@@ -5,12 +5,14 @@
 #   gnuplot -e "datadir='report/data'; outdir='report'" scripts/capacity_throughput.gp
 #   gnuplot -e "datadir='report/data'; outdir='report'; fmt='svg'" scripts/capacity_throughput.gp
 # Reads  datadir/capacity_throughput.dat  gpus plan pid mesh tokens_per_s_per_gpu mfu_pct
-#                                         rank step_s
+#                                         rank step_s best
 #        datadir/capacity_hw.dat          gpus capacity_gb hardware desc
 # Writes outdir/capacity_throughput.FMT (FMT = png, the default, or svg), 1100 px wide.
 #
 # Per plan (pid, rows sorted by pid then gpus) and GPU count that any of its layouts
-# fits: its best ranked layout (rank 1 = the fastest that fits), labelled with its mesh.
+# fits: its best ranked layout (rank 1 = the fastest that fits). The fastest point at
+# each GPU count over all plans (best = 1) is labelled plan/mesh: the layout to choose.
+# Colours repeat after 8 plans; the dash and point type change with each 8.
 
 if (!exists("datadir")) datadir = 'report/data'
 if (!exists("outdir")) outdir = 'report'
@@ -57,6 +59,10 @@ set offsets 0, 0, graph 0.12, 0
 set grid xtics ytics
 set key outside right top vertical Left reverse
 
-plot for [p=1:P] f using 1:($3 == p ? $5 : NaN) with linespoints lw 2 pt 7 ps 1.2 lc p \
-       title PL[p], \
-     f using 1:5:4 with labels offset 0, 1 font ',8' notitle
+# (dt takes a function call; a parenthesised expression would read as a dash pattern)
+dash(p) = 1 + int((p - 1) / 8) % 5
+ptype(p) = word('7 5 9 11 13', 1 + int((p - 1) / 8) % 5) + 0
+plot for [p=1:P] f using 1:($3 == p ? $5 : NaN) with linespoints lw 2 pt ptype(p) ps 1.2 lc p \
+       dt dash(p) title PL[p], \
+     f using 1:5:($9 == 1 ? strcol(2).'/'.strcol(4) : '') with labels offset 0, 1.2 font ',8' \
+       notitle

@@ -565,6 +565,13 @@ check_cap_thr() { # DB OUTDIR: 0 when capacity_throughput.dat's best per plan is
 if check_cap_thr "$CAPDB" "$T/capthr"; then
   pass "capacity_throughput.dat: per plan and GPU count the fastest layout that fits ($(rows "$T/capthr/data/capacity_throughput.dat") points; pp-fsdp fits from 32 GPUs)"
 else fail "capacity_throughput.dat against SQL: $(cat "$T/capthr.diff" 2>/dev/null)"; fi
+# the label: best = 1 on the fastest fitting layout at each GPU count over all plans (SQL)
+got=$(awk '!/^#/ && $9 == 1 {print $1, $5}' "$T/capthr/data/capacity_throughput.dat" | sort -n)
+want=$(sqlite3 "$CAPDB" "SELECT pr.gpus || ' ' || printf('%.9g', max(p.tokens_per_s_per_gpu)) FROM predictions p
+  JOIN plan_runs pr ON pr.id = p.plan_run_id WHERE p.fits AND pr.id IN (SELECT max(id) FROM plan_runs
+  WHERE run_id = 2 GROUP BY gpus) GROUP BY pr.gpus ORDER BY pr.gpus")
+[ -n "$want" ] && [ "$got" = "$want" ] && pass "capacity_throughput.dat: the fastest at each GPU count marked best" ||
+  fail "capacity_throughput.dat best: got '$got', SQL '$want'"
 # The planted bug: swap 64 GPUs' ranks 1 and 2 (both fsdp), so that rank 1 is not the
 # fastest: the .dat follows the ranks, and the check must fail.
 cp "$CAPDB" "$T/cap-bad.db" && sqlite3 "$T/cap-bad.db" "UPDATE predictions SET rank = 3 - rank

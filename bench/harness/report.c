@@ -1281,9 +1281,10 @@ static void write_capacity(rp_report *r, rp_cap *c) {
             rp_cap_query);
   }
   if (f[1]) {
-    fprintf(f[1], "# gpus plan pid mesh tokens_per_s_per_gpu mfu_pct rank step_s\n");
+    fprintf(f[1], "# gpus plan pid mesh tokens_per_s_per_gpu mfu_pct rank step_s best\n");
     fprintf(f[1], "# query: %s (?1 = the run; per plan and gpus its first row that fits: "
-                  "rank 1 is the fastest; mfu_pct = 100 * mfu)\n", rp_cap_query);
+                  "rank 1 is the fastest; mfu_pct = 100 * mfu; best = 1 on the fastest "
+                  "row of its gpus over all plans)\n", rp_cap_query);
   }
   if (f[2]) {
     fprintf(f[2], "# gpus capacity_gb hardware desc\n");
@@ -1376,6 +1377,28 @@ static void write_capacity(rp_report *r, rp_cap *c) {
     goto done;
   }
   sqlite3_bind_int64(st, 1, c->run);
+  /* the fastest that fits at each GPU count, over all plans: capacity_throughput
+   * labels it (the newest plan run of each count, as rp_cap_query reads) */
+  enum { RP_CAP_GPUS = 64 }; /* GPU counts labelled; more go unlabelled */
+  int best_gpus[RP_CAP_GPUS];
+  double best_tok[RP_CAP_GPUS];
+  size_t nbest = 0;
+  {
+    sqlite3_stmt *b = NULL;
+    if (sqlite3_prepare_v2(r->db,
+                           "SELECT pr.gpus, max(p.tokens_per_s_per_gpu) FROM predictions p JOIN "
+                           "plan_runs pr ON pr.id = p.plan_run_id WHERE pr.run_id = ?1 AND p.fits "
+                           "AND pr.id = (SELECT max(q.id) FROM plan_runs q WHERE q.run_id = "
+                           "pr.run_id AND q.gpus = pr.gpus) GROUP BY pr.gpus",
+                           -1, &b, NULL) == SQLITE_OK) {
+      sqlite3_bind_int64(b, 1, c->run);
+      while (sqlite3_step(b) == SQLITE_ROW && nbest < RP_CAP_GPUS) {
+        best_gpus[nbest] = sqlite3_column_int(b, 0);
+        best_tok[nbest++] = sqlite3_column_double(b, 1);
+      }
+    }
+    sqlite3_finalize(b);
+  }
   char last_plan[RP_LABEL] = "";
   int last_gpus = -1, pid = 0;
   bool have_mem = false, have_thr = false;
@@ -1411,7 +1434,10 @@ static void write_capacity(rp_report *r, rp_cap *c) {
       dat_num(f[1], 100.0 * col_real(st, 13)); /* fraction to percent */
       dat_num(f[1], col_real(st, 9));
       dat_num(f[1], col_real(st, 14));
-      fputc('\n', f[1]);
+      bool best = false;
+      for (size_t b = 0; b < nbest; b++)
+        best |= best_gpus[b] == gpus && best_tok[b] == sqlite3_column_double(st, 12);
+      fprintf(f[1], " %d\n", best);
       c->nthr++;
     }
   }
