@@ -189,8 +189,11 @@ if command -v gnuplot >/dev/null 2>&1; then
     fail "memory.svg: key entries missing"
   # the scripts run by hand, with the documented line, into another directory
   mkdir "$T/byhand"
-  gnuplot -e "datadir='$OUT/data'; outdir='$T/byhand'" "$SCRIPTS/comm.gp" 2>"$T/gp.err" &&
-    [ -s "$T/byhand/comm.png" ] && pass "comm.gp runs by hand" || fail "by hand: $(cat "$T/gp.err")"
+  for c in comm throughput memory error; do
+    gnuplot -e "datadir='$OUT/data'; outdir='$T/byhand'" "$SCRIPTS/$c.gp" 2>"$T/gp.err" &&
+      [ -s "$T/byhand/$c.png" ] || fail "$c.gp by hand: $(cat "$T/gp.err")"
+  done
+  pass "comm, throughput, memory and error run by hand"
   # --format svg only
   "$SB" report --db "$DB" --out "$T/svgonly" --scripts "$SCRIPTS" --format svg >/dev/null 2>&1 &&
     [ -s "$T/svgonly/error.svg" ] && [ ! -e "$T/svgonly/error.png" ] &&
@@ -636,6 +639,14 @@ if [ -z "${no_gnuplot:-}" ]; then
     fail "capacity: wider than 1600 px:$wide"
   grep -q 'HBM capacity: h100-sxm, 80 GB' "$T/cap/capacity_memory.svg" && grep -q 'pp-fsdp' "$T/cap/capacity_memory.svg" &&
     pass "capacity_memory.svg: the capacity line and the plans in the key" || fail "capacity_memory.svg key"
+  # the capacity charts by hand, with the index's line, from their .dat files only
+  mkdir "$T/capbyhand"
+  for c in capacity_memory capacity_throughput capacity_breakdown; do
+    gnuplot -e "datadir='$T/cap/data'; outdir='$T/capbyhand'; fmt='png'" "$SCRIPTS/$c.gp" 2>"$T/gp.err" &&
+      [ -s "$T/capbyhand/$c.png" ] || fail "$c.gp by hand: $(cat "$T/gp.err")"
+  done
+  grep -qF "gnuplot -e \"datadir='$T/cap/data'; outdir='$T/cap'; fmt='png'\" scripts/capacity_breakdown.gp" "$CAPIDX" &&
+    pass "capacity charts redraw by hand with the index's line" || fail "capacity: the index's redraw line"
 fi
 
 # refusals: exit 2, one line on stderr, the file untouched, no output written
