@@ -213,6 +213,7 @@ fi
 nd=0
 f0=$fails
 for f in "$SRC"/plans/*.plan plans/README.md results/schema.sql results/published.csv "$SRC"/scripts/*.gp \
+         "$SRC"/results/hardware/* \
          "$SRC"/schedules/*.csv schedules/README.md; do
   rel=${f#"$SRC"/}
   if cmp -s "$SRC/$rel" "$pkgdatadir/$rel"; then nd=$((nd + 1)); else fail "data: $pkgdatadir/$rel missing or different"; fi

@@ -330,8 +330,8 @@ static void check_flops(dt_ctx *hc) {
   double n_linear = (double)V * D; /* output */
   for (int i = 0; i < 7; i++) n_linear += (double)L * lin[i][0] * lin[i][1];
   const double want = 6.0 * n_linear * (double)T;
-  /* The linear layers' GEMMs have batch 1; attention's are batched over the
-   * heads (sdpa: QK^T and PV per head). Attention, per layer and sample: 2
+  /* The linear layers' GEMMs are "gemm" rows; attention's are "attn_gemm" rows
+   * (sdpa: QK^T and PV per head). Attention, per layer and sample: 2
    * GEMMs forward (S = QK^T, O = PV) and 5 backward (S recomputed from the
    * saved lse, dV = P^T dO, dP = dO V^T, dQ = dS K, dK = dS^T Q: FlashAttention-2,
    * Dao 2023, Alg. 2 lines 11-16), each 2 S^2 hd per head: 14 L H hd S^2 per
@@ -345,11 +345,11 @@ static void check_flops(dt_ctx *hc) {
   for (size_t i = 0; i < o->n_kern; i++) {
     const dt_kledger_row *r = &o->kern[i];
     if (!strcmp(r->op, "adamw")) adamw += r->flops * (double)r->calls;
-    if (strcmp(r->op, "gemm")) continue;
+    if (strcmp(r->op, "gemm") && strcmp(r->op, "attn_gemm")) continue;
     if (getenv("SB_META_VERBOSE"))
       printf("    gemm %-9s m%lld n%lld k%lld b%lld x%llu\n", r->phase, (long long)r->m,
              (long long)r->n, (long long)r->k, (long long)r->batch, (unsigned long long)r->calls);
-    if (r->batch > 1) {
+    if (!strcmp(r->op, "attn_gemm")) {
       attn += r->flops * (double)r->calls;
       continue;
     }

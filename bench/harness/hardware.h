@@ -44,6 +44,7 @@ typedef struct sb_hw {
   sb_hw_gemm_pt gemm[SB_HW_NDTYPES][SB_HW_MAX_GEMM_PTS];
   double alloc_overhead;           /* fraction of the peak the caching allocator adds */
   double reserved_bytes;           /* memory the runtime reserves (CUDA context, NCCL, workspace) */
+  double coll_base_lat;            /* s added once per collective call (NCCL's baseLat) */
 } sb_hw;
 
 /* Reads the hardware file `name` (a name: DIR/NAME under the data dir's

@@ -1150,7 +1150,7 @@ static dt_status meta_train(dt_ctx *ctx, void *arg) {
       role_krow(ro, k, sb_role_phases[p]);
       ro->flops[p] += k->flops * (double)k->calls;
       ro->bytes[p] += (double)(k->bytes_read + k->bytes_written) * (double)k->calls;
-      if (!strcmp(k->op, "gemm")) ro->gemm_flops += k->flops * (double)k->calls;
+      if (!strcmp(k->op, "gemm") || !strcmp(k->op, "attn_gemm")) ro->gemm_flops += k->flops * (double)k->calls;
     }
   }
   free(ids);

@@ -21,6 +21,14 @@
  * >= 0.6). Exit 0 when it ran (the goal is reported, not enforced), 1 on a
  * failed call, 2 on bad flags.
  * What it is not: a benchmark of sharded steps, of the optimizer, or of GPUs.
+ *
+ *   bench/shardbench-model-flops --sgemm-sweep 64,128,256,512,1024 [--threads 1] [--reps 5]
+ *
+ * instead times plain square cblas_sgemm n x n x n for each n (no model): each
+ * rep is as many back-to-back calls as fill about 50 ms (at least one), after one
+ * warm-up rep; the best rep's time per call. One csv line per size:
+ *   sgemm,n,flops_per_call,seconds_per_call,gflops
+ * (bench/calibrate-local.sh reads it for the `local` hardware file's GEMM table).
  */
 #include "config.h"
 
@@ -89,6 +97,57 @@ static void run_gemms(const gshape *s, int ns, const float *A, const float *B, f
                   g->tb ? CblasTrans : CblasNoTrans, g->m, g->n, g->k, 1.0f, A, lda, B, ldb, 0.0f,
                   C, g->n);
   }
+}
+
+/* --sgemm-sweep: the best time per call of n^3 sgemm for each n of the list. */
+static int sgemm_sweep(const char *list, int reps) {
+  int sizes[32], ns = 0;
+  for (const char *c = list; *c;) {
+    char *end;
+    long n = strtol(c, &end, 10);
+    if (end == c || n < 1 || n > 8192 || (*end && *end != ',') || ns == 32) {
+      fprintf(stderr, "%s: --sgemm-sweep: expected up to 32 sizes 1..8192 separated by ',', got '%s'\n",
+              PROG, list);
+      return 2;
+    }
+    sizes[ns++] = (int)n;
+    c = *end ? end + 1 : end;
+  }
+  if (ns == 0) {
+    fprintf(stderr, "%s: --sgemm-sweep: no sizes\n", PROG);
+    return 2;
+  }
+  printf("sgemm,n,flops_per_call,seconds_per_call,gflops\n");
+  for (int i = 0; i < ns; i++) {
+    const int n = sizes[i];
+    const size_t e = (size_t)n * (size_t)n;
+    float *A = malloc(e * sizeof *A), *B = malloc(e * sizeof *B), *C = malloc(e * sizeof *C);
+    if (!A || !B || !C) {
+      fprintf(stderr, "%s: --sgemm-sweep: cannot allocate 3 x %d^2 floats\n", PROG, n);
+      free(A), free(B), free(C);
+      return 1;
+    }
+    dt_rng_fill(DT_F32, A, (int64_t)e, 7, 1, 0, 1, DT_RNG_UNIFORM, -1.0, 2.0);
+    dt_rng_fill(DT_F32, B, (int64_t)e, 7, 2, 0, 1, DT_RNG_UNIFORM, -1.0, 2.0);
+    const double flops = 2.0 * n * (double)n * n;
+    double t0 = dt_now(); /* one call sizes the reps (and warms the caches) */
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, A, n, B, n, 0.0f, C, n);
+    double one = dt_now() - t0;
+    long calls = one > 0 ? (long)(0.05 / one) : 1000000;
+    if (calls < 1) calls = 1;
+    if (calls > 1000000) calls = 1000000;
+    double best = 1e30;
+    for (int r = -1; r < reps; r++) {
+      t0 = dt_now();
+      for (long c = 0; c < calls; c++)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, A, n, B, n, 0.0f, C, n);
+      double t = (dt_now() - t0) / (double)calls;
+      if (r >= 0 && t < best) best = t;
+    }
+    printf("sgemm,%d,%.6g,%.6g,%.4f\n", n, flops, best, flops / best * 1e-9);
+    free(A), free(B), free(C);
+  }
+  return 0;
 }
 
 static dt_status body(dt_ctx *ctx, void *arg) {
@@ -203,6 +262,7 @@ done:
 
 int main(int argc, char **argv) {
   bopts o = {"debugmodel", 1, 128, 5, 1, 1};
+  const char *sweep = NULL;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (!v) {
@@ -215,6 +275,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(a, "--reps")) o.reps = sb_flag_int_arg(PROG, a, v, 1, MAX_REPS);
     else if (!strcmp(a, "--warmup")) o.warmup = sb_flag_int_arg(PROG, a, v, 0, 100);
     else if (!strcmp(a, "--threads")) o.threads = sb_flag_int_arg(PROG, a, v, 1, 1024);
+    else if (!strcmp(a, "--sgemm-sweep")) sweep = v;
     else {
       fprintf(stderr, "%s: unknown flag %s\n", PROG, a);
       return 2;
@@ -222,6 +283,7 @@ int main(int argc, char **argv) {
     i++;
   }
   dt_device_cpu_blas_threads(o.threads);
+  if (sweep) return sgemm_sweep(sweep, o.reps);
   job J = {.o = &o};
   dt_launch_opts lo = {.backend = DT_BACKEND_THREADS, .world = 1, .timeout_s = 600};
   dt_launch_report rep;

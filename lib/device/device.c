@@ -2,6 +2,7 @@
  * GEMM rows, then the backend slot. */
 #include "config.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #include "device/device.h"
@@ -90,7 +91,7 @@ static void record_gemm(dt_ctx *ctx, const dt_gemm_desc *g) {
                  k = (uint64_t)g->k;
   dt_kledger_row r;
   memset(&r, 0, sizeof r);
-  memcpy(r.op, "gemm", 5);
+  snprintf(r.op, sizeof r.op, "%s", g->op ? g->op : "gemm");
   r.dtype = (int)g->dtype;
   r.m = g->m;
   r.n = g->n;

@@ -45,6 +45,8 @@ typedef struct dt_gemm_desc {
   void *c;       int64_t ldc; int64_t stride_c;
   int64_t batch;               /* >= 1 */
   bool c_f32;                  /* C (and ldc, stride_c) is f32; only with dtype DT_BF16 */
+  const char *op;              /* its compute-ledger op (NULL: "gemm"); attention's tiles say
+                                * "attn_gemm" so a time model can cost them as one fused kernel */
 } dt_gemm_desc;
 
 /* Backend slots. NULL optional slots mean unsupported (DT_ERR_UNSUPPORTED). */

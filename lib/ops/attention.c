@@ -357,7 +357,7 @@ dt_status dt_attn_gemm(dt_device *d, dt_dtype t, bool ta, bool tb, int64_t m, in
                        double beta, void *C, int64_t ldc) {
   dt_gemm_desc g = {.dtype = t, .trans_a = ta, .trans_b = tb, .m = m, .n = n, .k = k,
                     .alpha = alpha, .beta = beta, .a = A, .lda = lda, .b = B, .ldb = ldb,
-                    .c = C, .ldc = ldc, .batch = 1};
+                    .c = C, .ldc = ldc, .batch = 1, .op = "attn_gemm"};
   return dt_device_gemm(d, &g);
 }
 
@@ -433,7 +433,8 @@ static dt_status blk_gemm_c(const sdpa_blk *D, dt_dtype t, bool c32, bool ta, bo
                             int64_t ldc, int64_t sc, int64_t batch) {
   dt_gemm_desc d = {.dtype = t, .c_f32 = c32, .trans_a = ta, .trans_b = tb, .m = m, .n = n, .k = k,
                     .alpha = alpha, .beta = beta, .a = A, .lda = lda, .stride_a = sa, .b = B,
-                    .ldb = ldb, .stride_b = sb, .c = C, .ldc = ldc, .stride_c = sc, .batch = batch};
+                    .ldb = ldb, .stride_b = sb, .c = C, .ldc = ldc, .stride_c = sc, .batch = batch,
+                    .op = "attn_gemm"};
   return dt_device_gemm(D->dev, &d);
 }
 
