@@ -606,6 +606,19 @@ GNUPLOT=/nonexistent/gnuplot "$SB" report --db "$T/cap-gib.db" --out "$T/capgib"
 got=$(awk '!/^#/ {printf "%s ", $2}' "$T/capgib/data/capacity_hw.dat")
 [ "$got" = "85.8993459 85.8993459 85.8993459 85.8993459 " ] &&
   pass "capacity_hw.dat: hbm_gib 80 is 85.8993459 GB (9 digits; hbm_gbps is not read)" || fail "capacity_hw.dat from hbm_gib: '$got'"
+# a shipped hardware file as shardbench plan stores it (its whole text): the capacity
+# its hbm_gib or hbm_gb line gives, as awk reads the file
+HWF="${srcdir:-.}/results/hardware/h100-sxm-80gb"
+if [ -f "$HWF" ]; then
+  want=$(awk '$1 == "hbm_gib" && $2 == "=" {printf "%.9g", $3 * 2^30 / 1e9; exit}
+    $1 == "hbm_gb" && $2 == "=" {printf "%.9g", $3; exit}' "$HWF")
+  cp "$CAPDB" "$T/cap-hw.db" && sqlite3 "$T/cap-hw.db" "UPDATE hardware SET text = CAST(readfile('$HWF') AS TEXT);" ||
+    fail "making cap-hw.db"
+  GNUPLOT=/nonexistent/gnuplot "$SB" report --db "$T/cap-hw.db" --out "$T/caphw" --scripts "$SCRIPTS" >/dev/null 2>&1
+  got=$(awk '!/^#/ {print $2; exit}' "$T/caphw/data/capacity_hw.dat")
+  [ -n "$want" ] && [ "$got" = "$want" ] && pass "capacity_hw.dat: h100-sxm-80gb's HBM is $got GB" ||
+    fail "capacity_hw.dat from h100-sxm-80gb: '$got', the file says '$want'"
+fi
 # capacity_breakdown.dat: the newest plan run's (64 GPUs) first 20 of its 22 ranked
 # layouts, by rank, each stack summing to its step time (to 1e-6: the .dat's 9 digits).
 got=$(awk '!/^#/ {printf "%s ", $2}' "$T/cap/data/capacity_breakdown.dat")
