@@ -329,11 +329,13 @@ rc=$?
   [ -e "$T/empty/data/comm.dat" ] && pass "empty DB: index says so, exit 0" ||
   fail "empty DB: rc $rc"
 
-# a schema version 2 DB (version 4 less the pp tables and the split's columns,
+# a schema version 2 DB (version 4 less the pp tables and the split's columns, and
+# less the capacity tables where results/schema.sql has them (version 5),
 # results/schema.sql's header): read, not upgraded, the split NaN, the memory chart
 # drawn from peaks only
 V2="$T/v2.db"
 cp "$DB" "$V2" && sqlite3 "$V2" "DROP TABLE pp_events; DROP TABLE pp_stats; DROP TABLE pp_stages;
+  DROP TABLE IF EXISTS predictions; DROP TABLE IF EXISTS plan_runs; DROP TABLE IF EXISTS hardware;
   ALTER TABLE results DROP COLUMN mem_params_bytes;
   ALTER TABLE results DROP COLUMN mem_grads_bytes; ALTER TABLE results DROP COLUMN mem_optimizer_bytes;
   ALTER TABLE results DROP COLUMN mem_activations_bytes; UPDATE schema_version SET version = 2;
@@ -679,8 +681,10 @@ printf 'this is not a database, just some text\n' >"$T/notadb.db"
 refuse "non-DB file" "$T/notadb.db"
 head -c 4096 /dev/zero | tr '\0' 'x' >"$T/junk.db"
 refuse "4 KiB of junk" "$T/junk.db"
-cp "$DB" "$T/v5.db" && sqlite3 "$T/v5.db" 'UPDATE schema_version SET version = 5;'
-refuse "schema version 5" "$T/v5.db"
+# the version after the one results/schema.sql states (SBVER, above): a newer program's DB
+NEXTVER=$((SBVER + 1))
+cp "$DB" "$T/vnext.db" && sqlite3 "$T/vnext.db" "UPDATE schema_version SET version = $NEXTVER;"
+refuse "schema version $NEXTVER" "$T/vnext.db"
 : >"$T/zero.db"
 refuse "empty file" "$T/zero.db"
 refuse "unknown run" "$DB" --run 99
