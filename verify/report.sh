@@ -464,6 +464,7 @@ grep -q '<h2 id="capacity_memory">' "$IDX" &&
 # (run 2: 8, 16, 32 and 64 GPUs, 8 GPUs planned twice: the newest counts) and a
 # newer sweep run (3, the latest: the capacity charts read the newest run with plan runs).
 SBVER=$(sed -n 's/^  version INTEGER NOT NULL *-- *\([0-9]*\).*/\1/p' "$SCHEMA")
+[ -n "$SBVER" ] || { fail "results/schema.sql states no version (its schema_version comment)"; SBVER=4; }
 CAPDB="$T/cap.db"
 sqlite3 "$CAPDB" <"$SCHEMA" && sqlite3 "$CAPDB" "INSERT INTO schema_version VALUES ($SBVER);" &&
   sqlite3 "$CAPDB" <<'SQL' || fail "populate the capacity DB"
