@@ -7,6 +7,13 @@
 # from the DB's columns; a schema version 2 DB, which has none, read as peaks only), the
 # cp_memory chart on a DB of its own (its .dat in MiB by cp, the groups with one cp value
 # left out, the reason when none is drawn, and a DB with other values failing the check),
+# a DB of 304 measured configs (300 synthetic ones in 15 plans): every config in the
+# .dat files, each plan a panel sorted by the chart's quantity with its best and worst
+# marked (against SQL), every PNG at most 1600 px wide (the PNG header, checked on a
+# planted 1700 px one); the capacity charts on a fixture of plan runs and predictions
+# (the schema version 5 tables): each .dat against a separate SQL query (a planted rank
+# swap must fail), the HBM capacity from hbm_gb, hbm_gib and a shipped hardware file,
+# the index's ranked table and the layouts that do not fit, the reasons when not drawn;
 # and that a non-DB file, a DB of another schema version and bad flags are refused
 # with exit 2 and one line, leaving the files unchanged. Skips (77) without the sqlite3 CLI, and at the end
 # without gnuplot (the chart checks could not run).
