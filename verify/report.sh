@@ -557,6 +557,9 @@ UPDATE predictions SET rank = (SELECT count(*) FROM predictions q WHERE q.plan_r
   predictions.plan_run_id AND q.fits AND (q.tokens_per_s_per_gpu > predictions.tokens_per_s_per_gpu
   OR (q.tokens_per_s_per_gpu = predictions.tokens_per_s_per_gpu AND q.id < predictions.id))) + 1
 WHERE fits;
+-- plan run 5 was given --tokens 1e9: the training time of each layout that fits
+UPDATE predictions SET train_s = 1e9 / (tokens_per_s_per_gpu * 64),
+  gpu_hours = 1e9 / (tokens_per_s_per_gpu * 64) * 64 / 3600 WHERE plan_run_id = 5 AND fits;
 SQL
 "$SB" report --db "$CAPDB" --out "$T/cap" --scripts "$SCRIPTS" >/dev/null 2>"$T/cap.err" ||
   fail "capacity report: $(cat "$T/cap.err")"
@@ -644,7 +647,9 @@ over=$(sqlite3 "$CAPDB" "SELECT printf('%.2f', over_bytes / 1e9) FROM prediction
 grep -q 'id="capacity_ranked"' "$CAPIDX" && grep -q '<tr><td>1</td><td>dps64</td><td>fsdp</td>' "$CAPIDX" &&
   grep -q '22 layouts fit, 2 do not' "$CAPIDX" && grep -q 'Layouts that do not fit' "$CAPIDX" &&
   grep -q "<td>$over</td>" "$CAPIDX" && grep -q 'on h100-sxm' "$CAPIDX" &&
-  pass "capacity: the index's ranked table and the layouts over capacity (over $over GB first)" ||
+  grep -q '<th>train days</th><th>GPU hours</th>' "$CAPIDX" &&
+  grep -q "<td>$(sqlite3 "$CAPDB" "SELECT printf('%.4g', gpu_hours) FROM predictions WHERE plan_run_id = 5 AND rank = 1")</td>" "$CAPIDX" &&
+  pass "capacity: the index's ranked table (with --tokens' GPU hours) and the layouts over capacity (over $over GB first)" ||
   fail "capacity: index tables"
 # --run 1, a sweep run without results or plan runs: the index gives the reason
 GNUPLOT=/nonexistent/gnuplot "$SB" report --db "$CAPDB" --out "$T/cap1" --scripts "$SCRIPTS" --run 1 >/dev/null 2>&1

@@ -1171,6 +1171,7 @@ typedef struct rp_cap {
   long long newest;   /* its newest plan_runs row (capacity_breakdown, the ranked table) */
   int gpus;           /* that plan run's GPU count */
   double hbm_gb;      /* its hardware's hbm_gb (NaN: none in the file) */
+  double tokens;      /* its --tokens (NaN: none): the ranked table adds the training time */
   char hw[128];       /* its hardware's name */
   char desc[384];     /* model, seq, batch, dtype, features, hardware: the charts' subtitle */
   size_t nmem, nthr, nbrk, nrank, nover, ngpus;
@@ -1266,6 +1267,7 @@ static void cap_pred_mesh(sqlite3_stmt *st, int c0, char *mesh, size_t cap) {
 static void write_capacity(rp_report *r, rp_cap *c) {
   memset(c, 0, sizeof *c);
   c->hbm_gb = NAN;
+  c->tokens = NAN;
   static const char *const cap_files[5] = {
       "data/capacity_memory.dat", "data/capacity_throughput.dat", "data/capacity_hw.dat",
       "data/capacity_breakdown.dat", "data/capacity_ranked.dat"};
@@ -1340,10 +1342,13 @@ static void write_capacity(rp_report *r, rp_cap *c) {
       snprintf(c->hw, sizeof c->hw, "%s", col_text(st, 6));
       c->hbm_gb = hw_hbm_gb(col_text(st, 7));
       c->gpus = sqlite3_column_int(st, 8);
+      c->tokens = col_real(st, 5);
       const char *feat = col_text(st, 4);
-      snprintf(c->desc, sizeof c->desc, "model %s, seq %d, global batch %d, %s%s%s, on %s",
+      char tok[48] = "";
+      if (!isnan(c->tokens)) snprintf(tok, sizeof tok, ", %.4g tokens", c->tokens);
+      snprintf(c->desc, sizeof c->desc, "model %s, seq %d, global batch %d, %s%s%s%s, on %s",
                col_text(st, 0), sqlite3_column_int(st, 1), sqlite3_column_int(st, 2),
-               col_text(st, 3), *feat ? ", " : "", feat, c->hw);
+               col_text(st, 3), *feat ? ", " : "", feat, tok, c->hw);
       for (char *q = c->desc; *q; q++)
         if (*q == '"') *q = '\''; /* the desc is a quoted .dat column */
     }
@@ -1647,7 +1652,10 @@ static void write_cap_tables(rp_report *r, FILE *f, const rp_cap *c) {
     fputs("<th>mesh</th><th>plan</th><th>ac</th><th>local batch / microbatches</th>"
           "<th>peak GB</th>", f);
     if (pass) fputs("<th>over GB</th>", f);
-    fputs("<th>step s</th><th>tokens/s/GPU</th><th>MFU</th><th>verdict</th></tr>\n", f);
+    fputs("<th>step s</th><th>tokens/s/GPU</th><th>MFU</th>", f);
+    const bool train = !pass && !isnan(c->tokens); /* --tokens: the training time of each */
+    if (train) fputs("<th>train days</th><th>GPU hours</th>", f);
+    fputs("<th>verdict</th></tr>\n", f);
     sqlite3_reset(st);
     sqlite3_bind_int64(st, 1, c->newest);
     while (sqlite3_step(st) == SQLITE_ROW && shown < RP_CAP_TABLE) {
@@ -1665,8 +1673,12 @@ static void write_cap_tables(rp_report *r, FILE *f, const rp_cap *c) {
       fprintf(f, "</td><td>%d / %d</td><td>%.2f</td>", sqlite3_column_int(st, 8),
               sqlite3_column_int(st, 10), sqlite3_column_double(st, 13) / 1e9);
       if (pass) fprintf(f, "<td>%.2f</td>", sqlite3_column_double(st, 14) / 1e9);
-      fprintf(f, "<td>%.4g</td><td>%.4g</td><td>%.1f%%</td><td>", sqlite3_column_double(st, 15),
+      fprintf(f, "<td>%.4g</td><td>%.4g</td><td>%.1f%%</td>", sqlite3_column_double(st, 15),
               sqlite3_column_double(st, 16), 100.0 * sqlite3_column_double(st, 17));
+      if (train)
+        fprintf(f, "<td>%.3g</td><td>%.4g</td>", col_real(st, 27) / 86400.0, /* s per day */
+                col_real(st, 28));
+      fputs("<td>", f);
       html_str(f, col_text(st, 18));
       fputs("</td></tr>\n", f);
       shown++;
