@@ -98,7 +98,12 @@ if (fmt eq 'svg') {
 }
 set output outdir.'/comm.'.fmt
 
-set multiplot title 'Communication per step: wire bytes per rank (ring model), one panel per plan, the least first'
+# the least communication over all panels, for the title: a panel's least (mark 1,
+# on its top segment, whose top is its total)
+BEST = 1e300
+BL = ''
+stats f using ($11 == 1 && $7 < BEST ? (BEST = $7, BL = strcol(2), 0) : 0) nooutput
+set multiplot title 'Communication per step: wire bytes per rank (ring model), one panel per plan, the least first; least of all: '.BL.' ('.sprintf('%.3g', BEST / U).' '.Uname.')'
 set lmargin 9
 set rmargin 2
 set tmargin 2

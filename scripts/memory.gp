@@ -61,7 +61,7 @@ BM = int(LL * 0.45) + 2
 KE = 7
 KPR = int(W / 230)
 KH = 16 + 18 * int((KE + KPR - 1) / KPR)
-TOP = 40
+TOP = 56
 PHpx = 230 + 12 * BM
 PHpx = (TOP + KH + R * PHpx > 1900) ? int((1900 - TOP - KH) / R) : PHpx
 H = TOP + KH + R * PHpx
@@ -96,7 +96,11 @@ part_c(k) = (k == 1) ? 0x1f77b4 : (k == 2) ? 0xff7f0e : (k == 3) ? 0x2ca02c : 0x
 below(k) = (k > 1 ? column(8) : 0) + (k > 2 ? column(9) : 0) + (k > 3 ? column(10) : 0)
 upto(k) = below(k) + column(7 + k)
 
-set multiplot title "Memory per rank, one panel per plan, the least peak first: rank 0's split in the last timed step, and the peak (max over ranks)"
+# the least peak over all panels, for the title
+BEST = 1e300
+BL = ''
+stats f using ($6 < BEST ? (BEST = $6, BL = strcol(2), 0) : 0) nooutput
+set multiplot title "Memory per rank, one panel per plan, the least peak first: rank 0's split in the last timed step, and the peak (max over ranks)\nleast of all: ".BL.' ('.sprintf('%.3g', BEST / U).' '.Uname.')'
 set lmargin 9
 set rmargin 2
 set tmargin 2

@@ -87,7 +87,11 @@ ok_rgb = 0x3b75af    # blue: ok
 bad_rgb = 0xd62728   # red: mismatch
 colour(s) = (s eq 'ok') ? ok_rgb : bad_rgb
 
-set multiplot title 'Throughput (tokens/s, all ranks) and MFU, one panel per plan, the fastest first'
+# the fastest config over all panels, for the title
+BEST = -1
+BL = ''
+stats f using ($6 > BEST ? (BEST = $6, BL = strcol(2), 0) : 0) nooutput
+set multiplot title 'Throughput (tokens/s, all ranks) and MFU, one panel per plan, the fastest first; fastest of all: '.BL.' ('.gprintf('%.3s%c', BEST).' tokens/s)'
 set lmargin 8
 set rmargin 9
 set tmargin 2
