@@ -3,7 +3,7 @@
 --   PRAGMA journal_mode = WAL; PRAGMA foreign_keys = ON; busy timeout 30 s
 -- so that two sweeps can write one DB. A DB whose schema_version differs from
 -- the program's, or a file that is not a SQLite DB, is refused untouched; a
--- version 1 to 3 DB is upgraded in place to version 4 (the statements at the
+-- version 1 to 4 DB is upgraded in place to version 5 (the statements at the
 -- end of this comment, from its version on, in one transaction) by the first run
 -- or sweep that writes it; its rows keep NULL in the added columns and have no
 -- rows in the added tables:
@@ -21,9 +21,13 @@
 --   version 3 -> 4 (pipeline timelines: new tables only, made by this file's
 --   CREATE TABLE IF NOT EXISTS, which runs on every open before the upgrade):
 --   UPDATE schema_version SET version = 4;
+--   version 4 -> 5 (the step's gradient norm; capacity planning's tables
+--   hardware, plan_runs and predictions, made as in 3 -> 4):
+--   ALTER TABLE results ADD COLUMN grad_norm REAL;
+--   UPDATE schema_version SET version = 5;
 
 CREATE TABLE IF NOT EXISTS schema_version (
-  version INTEGER NOT NULL                -- 4
+  version INTEGER NOT NULL                -- 5
 );
 
 -- One invocation of shardbench (run or sweep).
@@ -88,6 +92,8 @@ CREATE TABLE IF NOT EXISTS results (
   mem_optimizer_bytes   INTEGER,          -- AdamW's two states (exp_avg, exp_avg_sq)
   mem_activations_bytes INTEGER,          -- the rest of the step's peak: activations, FSDP's
                                           -- gathered copies, communication buffers
+  grad_norm      REAL,                    -- the last timed step's total gradient norm
+                                          -- (clip_grad_norm_, rank 0); NULL: no clipping
   UNIQUE (run_id, config_id)
 );
 
@@ -192,6 +198,56 @@ CREATE TABLE IF NOT EXISTS pp_stages (
   PRIMARY KEY (result_id, pp_rank)
 );
 
+-- Capacity planning (`shardbench plan`): the hardware files it read, one row per
+-- GPU count it planned, and every layout's prediction (bench/harness/timemodel.h).
+CREATE TABLE IF NOT EXISTS hardware (
+  id   INTEGER PRIMARY KEY,
+  name TEXT NOT NULL,                     -- the --hardware name (results/hardware/NAME)
+  text TEXT NOT NULL,                     -- the whole file as read
+  UNIQUE (name, text)
+);
+
+CREATE TABLE IF NOT EXISTS plan_runs (
+  id           INTEGER PRIMARY KEY,
+  run_id       INTEGER NOT NULL REFERENCES runs(id),
+  hardware_id  INTEGER NOT NULL REFERENCES hardware(id),
+  model        TEXT NOT NULL,
+  gpus         INTEGER NOT NULL,
+  seq          INTEGER NOT NULL,
+  global_batch INTEGER NOT NULL,          -- sequences per optimizer step
+  dtype        TEXT NOT NULL,             -- bf16 | fp8 (Float8 linears)
+  tokens       REAL,                      -- --tokens (NULL: none)
+  features     TEXT NOT NULL              -- "float8,compile,async_tp" subset or ""
+);
+
+CREATE TABLE IF NOT EXISTS predictions (
+  id            INTEGER PRIMARY KEY,
+  plan_run_id   INTEGER NOT NULL REFERENCES plan_runs(id) ON DELETE CASCADE,
+  rank          INTEGER,                  -- 1 = fastest that fits; NULL: does not fit
+  plan          TEXT NOT NULL,
+  pp INTEGER NOT NULL, dp_replicate INTEGER NOT NULL, dp_shard INTEGER NOT NULL,
+  cp INTEGER NOT NULL, tp INTEGER NOT NULL,
+  ac            TEXT NOT NULL,            -- none | selective:op | selective:N | full
+  local_batch   INTEGER NOT NULL,         -- sequences per dp rank per microstep
+  accum_steps   INTEGER NOT NULL,
+  microbatches  INTEGER NOT NULL,         -- pipeline microbatches (1 without pp)
+  schedule      TEXT,                     -- NULL without pp
+  fits          INTEGER NOT NULL,
+  peak_bytes    REAL NOT NULL,            -- per GPU: the worst role's peak + allocator + reserved
+  over_bytes    REAL,                     -- NULL when it fits
+  mem_params_bytes REAL NOT NULL, mem_grads_bytes REAL NOT NULL,
+  mem_optimizer_bytes REAL NOT NULL, mem_activations_bytes REAL NOT NULL,
+  step_s REAL NOT NULL, compute_s REAL NOT NULL, recompute_s REAL NOT NULL, bubble_s REAL NOT NULL,
+  exposed_pp_s REAL NOT NULL, exposed_dp_replicate_s REAL NOT NULL,
+  exposed_dp_shard_s REAL NOT NULL, exposed_cp_s REAL NOT NULL, exposed_tp_s REAL NOT NULL,
+  tokens_per_s_per_gpu REAL NOT NULL,
+  mfu           REAL NOT NULL,            -- TorchTitan's 6N + 12 L H Q T per token / bf16 peak
+  train_s       REAL, gpu_hours REAL,     -- for --tokens; NULL without
+  verdict       TEXT,                     -- --verify: ok | mismatch | failed | skipped; NULL: not run
+  verify_reason TEXT
+);
+
 CREATE INDEX IF NOT EXISTS results_config ON results(config_id);
+CREATE INDEX IF NOT EXISTS predictions_run ON predictions(plan_run_id);
 CREATE INDEX IF NOT EXISTS pp_events_result ON pp_events(result_id);
 CREATE INDEX IF NOT EXISTS comm_result ON comm(result_id);

@@ -152,9 +152,9 @@ q "$tmp/foreign.db" "CREATE TABLE t(x); INSERT INTO t VALUES (1);"
 mkdir "$tmp/dir.db"
 echo "not a DB" >"$tmp/text.db"
 make_v3_db "$tmp/s1.db" "$tmp/v3.db"
-cp "$tmp/s1.db" "$tmp/v5.db"
-q "$tmp/v5.db" "UPDATE schema_version SET version = 5; PRAGMA journal_mode = delete;" >/dev/null
-for bad in foreign empty dir text v3 v5; do
+cp "$tmp/s1.db" "$tmp/v6.db"
+q "$tmp/v6.db" "UPDATE schema_version SET version = 6; PRAGMA journal_mode = delete;" >/dev/null
+for bad in foreign empty dir text v3 v6; do
   f="$tmp/$bad.db"
   before=$( (cd "$tmp" && ls -la "$bad.db"*; [ -f "$f" ] && cksum <"$f") 2>&1)
   refused "merge: $bad input" "$bad.db" "$SB" merge "$tmp/out-$bad.db" "$tmp/s1.db" "$f"

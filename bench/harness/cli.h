@@ -160,7 +160,9 @@ int sb_cmd_merge(int argc, char **argv);  /* bench/harness/merge.c */
 int sb_cmd_status(int argc, char **argv); /* bench/harness/merge.c */
 int sb_cmd_report(int argc, char **argv);
 int sb_cmd_baselines(int argc, char **argv);
-extern const char sb_run_usage[], sb_sweep_usage[], sb_report_usage[], sb_baselines_usage[];
+int sb_cmd_plan(int argc, char **argv);      /* bench/harness/plan.c */
+extern const char sb_run_usage[], sb_sweep_usage[], sb_report_usage[], sb_baselines_usage[],
+    sb_plan_usage[];
 extern const char sb_merge_usage[], sb_status_usage[];
 extern const char sb_explain_usage[];
 /* `explain --op NAME` (bench/harness/explain_op.c): sb_cmd_explain routes here when

@@ -42,6 +42,9 @@ typedef struct sb_hw {
   double inter_bw, inter_lat;      /* per GPU, one direction: B/s and s (IB / RoCE) */
   int n_gemm[SB_HW_NDTYPES];       /* GEMM efficiency table per dtype */
   sb_hw_gemm_pt gemm[SB_HW_NDTYPES][SB_HW_MAX_GEMM_PTS];
+  double attn_eff[SB_HW_NDTYPES];  /* fraction of peak a fused attention kernel reaches
+                                    * (FlashAttention forward + backward); 0: not rated */
+  double kernel_s;                 /* the least time of a kernel launch (0: none) */
   double alloc_overhead;           /* fraction of the peak the caching allocator adds */
   double reserved_bytes;           /* memory the runtime reserves (CUDA context, NCCL, workspace) */
   double coll_base_lat;            /* s added once per collective call (NCCL's baseLat) */

@@ -468,6 +468,7 @@ typedef struct job {
   int *role_of;
   sb_role *roles;
   int n_roles;
+  sb_shape_facts shape;         /* rank 0 fills the pipeline's actions (meta_train) */
 } job;
 
 /* A rank's state for the trainer's hooks: the job, and a single-layer workload's
@@ -1074,13 +1075,63 @@ static void role_comm(sb_role *ro, const dt_ledger_row *r) {
   c->wire_bytes = r->wire_bytes;
 }
 
-static void role_krow(sb_role *ro, const dt_kledger_row *k, const char *phase) {
-  const double bytes = (double)(k->bytes_read + k->bytes_written);
+/* An open-addressing index of a role's krows by their merge key, so merging a
+ * ledger of n rows costs O(n) and not O(n^2) (a 405B pipeline's ledger has
+ * hundreds of thousands of rows). slot[] holds row index + 1, 0 = empty. */
+typedef struct krow_index {
+  int *slot;
+  size_t cap; /* a power of two, at least twice the rows */
+} krow_index;
+
+static uint64_t krow_hash(const char *op, const char *phase, int dtype, int64_t m, int64_t n,
+                          int64_t k, int64_t batch, double flops, double bytes) {
+  uint64_t h = 1469598103934665603ull; /* FNV-1a */
+  for (const char *c = op; *c; c++) h = (h ^ (unsigned char)*c) * 1099511628211ull;
+  for (const char *c = phase; *c; c++) h = (h ^ (unsigned char)*c) * 1099511628211ull;
+  uint64_t w[7];
+  memcpy(&w[0], &flops, 8);
+  memcpy(&w[1], &bytes, 8);
+  w[2] = (uint64_t)m, w[3] = (uint64_t)n, w[4] = (uint64_t)k, w[5] = (uint64_t)batch;
+  w[6] = (uint64_t)dtype;
+  for (int i = 0; i < 7; i++) h = (h ^ w[i]) * 1099511628211ull, h ^= h >> 29;
+  return h;
+}
+
+static bool krow_same(const sb_krow *r, const dt_kledger_row *k, const char *phase, double bytes) {
+  return !strcmp(r->op, k->op) && !strcmp(r->phase, phase) && r->dtype == k->dtype &&
+         r->m == k->m && r->n == k->n && r->k == k->k && r->batch == k->batch &&
+         r->flops == k->flops && r->bytes == bytes;
+}
+
+/* Rebuilds the index at twice the capacity; false when out of memory. */
+static bool krow_index_grow(krow_index *x, const sb_role *ro) {
+  size_t cap = x->cap ? 2 * x->cap : 256;
+  int *slot = calloc(cap, sizeof *slot);
+  if (!slot) return false;
   for (int i = 0; i < ro->n_krows; i++) {
-    sb_krow *r = &ro->krows[i];
-    if (!strcmp(r->op, k->op) && !strcmp(r->phase, phase) && r->dtype == k->dtype &&
-        r->m == k->m && r->n == k->n && r->k == k->k && r->batch == k->batch &&
-        r->flops == k->flops && r->bytes == bytes) {
+    const sb_krow *r = &ro->krows[i];
+    size_t h = (size_t)krow_hash(r->op, r->phase, r->dtype, r->m, r->n, r->k, r->batch, r->flops,
+                                 r->bytes) & (cap - 1);
+    while (slot[h]) h = (h + 1) & (cap - 1);
+    slot[h] = i + 1;
+  }
+  free(x->slot);
+  x->slot = slot;
+  x->cap = cap;
+  return true;
+}
+
+static void role_krow(sb_role *ro, krow_index *x, const dt_kledger_row *k, const char *phase) {
+  const double bytes = (double)(k->bytes_read + k->bytes_written);
+  if ((size_t)ro->n_krows * 2 + 2 > x->cap && !krow_index_grow(x, ro)) {
+    ro->krows_dropped += (int64_t)k->calls;
+    return;
+  }
+  size_t h = (size_t)krow_hash(k->op, phase, k->dtype, k->m, k->n, k->k, k->batch, k->flops,
+                               bytes) & (x->cap - 1);
+  for (; x->slot[h]; h = (h + 1) & (x->cap - 1)) {
+    sb_krow *r = &ro->krows[x->slot[h] - 1];
+    if (krow_same(r, k, phase, bytes)) {
       r->calls += (int64_t)k->calls;
       return;
     }
@@ -1095,6 +1146,7 @@ static void role_krow(sb_role *ro, const dt_kledger_row *k, const char *phase) {
     ro->krows = g;
     ro->cap_krows = cap;
   }
+  x->slot[h] = ro->n_krows + 1;
   sb_krow *r = &ro->krows[ro->n_krows++];
   memset(r, 0, sizeof *r);
   snprintf(r->op, sizeof r->op, "%s", k->op);
@@ -1104,6 +1156,33 @@ static void role_krow(sb_role *ro, const dt_kledger_row *k, const char *phase) {
   r->flops = k->flops;
   r->bytes = bytes;
   r->calls = (int64_t)k->calls;
+}
+
+/* The pipeline's F and B actions per pp rank, in execution order, into f (no pp: pp 1). */
+static dt_status meta_pipeline(dt_ctx *ctx, const dt_pipeline *p, sb_shape_facts *f) {
+  f->pp = 1;
+  f->pp_v = f->pp_m = 1;
+  f->pp_kind = -1;
+  if (!p) return DT_OK;
+  const dt_pp_schedule *S = &p->schedule;
+  size_t n = 0;
+  for (int r = 0; r < S->pp; r++) n += (size_t)S->len[r];
+  f->pp_len = calloc((size_t)S->pp, sizeof *f->pp_len);
+  f->pp_acts = malloc(sizeof *f->pp_acts * (n ? n : 1));
+  if (!f->pp_len || !f->pp_acts) return dt_error(ctx, DT_ERR_NOMEM, "shape-only", "no memory");
+  size_t k = 0;
+  for (int r = 0; r < S->pp; r++)
+    for (int i = 0; i < S->len[r]; i++) {
+      const dt_pp_action a = S->acts[r][i];
+      if (a.kind != DT_PP_F && a.kind != DT_PP_B) continue;
+      f->pp_acts[k++] = a;
+      f->pp_len[r]++;
+    }
+  f->pp = S->pp;
+  f->pp_v = S->n_stages / S->pp;
+  f->pp_m = S->n_microbatches;
+  f->pp_kind = (int)S->kind;
+  return DT_OK;
 }
 
 static dt_status meta_train(dt_ctx *ctx, void *arg) {
@@ -1130,6 +1209,7 @@ static dt_status meta_train(dt_ctx *ctx, void *arg) {
     if (s == DT_OK) s = dt_trainer_optimizer_step(ctx, t, true, &st);
   }
   dt_ledger_enable(ctx, false);
+  if (s == DT_OK && ctx->rank == 0) s = meta_pipeline(ctx, dt_trainer_pipeline(t), &j->shape);
   if (s == DT_OK) {
     sb_role *ro = &j->roles[j->role_of[ctx->rank]];
     ro->rank = ctx->rank;
@@ -1142,16 +1222,19 @@ static dt_status meta_train(dt_ctx *ctx, void *arg) {
     for (size_t i = 0; i < L->n; i++) role_comm(ro, &L->rows[i]);
     const dt_kledger *K = dt_kledger_of(ctx);
     ro->krows_dropped += (int64_t)K->dropped_calls;
+    krow_index x = {NULL, 0};
     for (size_t i = 0; i < K->n; i++) {
       const dt_kledger_row *k = &K->rows[i];
       int p = SB_ROLE_PHASES - 1;
       for (int q = 0; q < SB_ROLE_PHASES - 1; q++)
         if (!strcmp(k->phase, sb_role_phases[q])) p = q;
-      role_krow(ro, k, sb_role_phases[p]);
+      role_krow(ro, &x, k, sb_role_phases[p]);
       ro->flops[p] += k->flops * (double)k->calls;
       ro->bytes[p] += (double)(k->bytes_read + k->bytes_written) * (double)k->calls;
-      if (!strcmp(k->op, "gemm") || !strcmp(k->op, "attn_gemm")) ro->gemm_flops += k->flops * (double)k->calls;
+      if (!strcmp(k->op, "gemm") || !strcmp(k->op, "attn_gemm"))
+        ro->gemm_flops += k->flops * (double)k->calls;
     }
+    free(x.slot);
   }
   free(ids);
   dt_trainer_free(ctx, t);
@@ -1217,9 +1300,22 @@ static void meta_run(const sb_opts *o, job *j, sb_result *r) {
     r->roles = j->roles; /* moved: the result owns them */
     r->n_roles = n;
     j->roles = NULL;
+    r->shape = j->shape; /* moved, with role_of */
+    memset(&j->shape, 0, sizeof j->shape);
+    r->shape.world = W;
+    r->shape.role_of = j->role_of;
+    j->role_of = NULL;
+    r->shape.flops_per_token = dt_llama_flops_per_token(&j->cfg, o->seq);
+    r->shape.vocab = j->cfg.vocab;
+    r->shape.dim = j->cfg.dim;
+    r->shape.tokens_per_step =
+        (int64_t)(o->global_batch > 0 ? o->global_batch : o->batch) * o->seq;
   }
   dt_launch_report_free(&rep);
   free(reps);
+  free(j->shape.pp_len); /* a failed run's */
+  free(j->shape.pp_acts);
+  memset(&j->shape, 0, sizeof j->shape);
 }
 
 /* What the runner cannot do: status skipped with the reason. True when skipped. */

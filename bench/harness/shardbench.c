@@ -44,6 +44,8 @@ static const sb_cmd sb_cmds[] = {
      sb_cmd_status, sb_status_usage},
     {"report", "gnuplot charts and an index page from a results DB", sb_cmd_report,
      sb_report_usage},
+    {"plan", "capacity planning: every layout of a job on a hardware file, fitted and ranked",
+     sb_cmd_plan, sb_plan_usage},
     {"baselines", "analytic framework baselines (Megatron, ZeRO, FSDP, PP, CP) for a config",
      sb_cmd_baselines, sb_baselines_usage},
     {"explain", "show shards, the redistribute plan, its cost, and run it on threads",

@@ -85,6 +85,10 @@ void sb_result_free(sb_result *r) {
   free(r->comm);
   free(r->pp);
   sb_roles_free(r->roles, r->n_roles);
+  free(r->shape.role_of);
+  free(r->shape.pp_len);
+  free(r->shape.pp_acts);
+  memset(&r->shape, 0, sizeof r->shape);
   r->comm = NULL;
   r->pp = NULL;
   r->roles = NULL;
@@ -305,6 +309,8 @@ static const char *const upgrade_sql[SB_SCHEMA_VERSION - 1] = {
     "UPDATE schema_version SET version = 3;",
     /* the pp_* tables: created by the schema text, which runs first */
     "UPDATE schema_version SET version = 4;",
+    "ALTER TABLE results ADD COLUMN grad_norm REAL;"
+    "UPDATE schema_version SET version = 5;",
 };
 
 /* Inside the open's write transaction: an older DB gets every later version's
@@ -620,8 +626,8 @@ static int put_result(sb_store *st, int64_t config_id, const sb_result *r, int64
                             "INSERT INTO results(run_id, config_id, status, reason, step_time_s, "
                             "tokens_per_s, tflops, mfu, peak_tflops, peak_mem_bytes, max_abs_err, "
                             "max_rel_err, tolerance, created, worst, mem_params_bytes, "
-                            "mem_grads_bytes, mem_optimizer_bytes, mem_activations_bytes) "
-                            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                            "mem_grads_bytes, mem_optimizer_bytes, mem_activations_bytes, grad_norm) "
+                            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                             -1, &q, NULL),
          "prepare results");
   sqlite3_bind_int64(q, 1, st->run_id);
@@ -645,6 +651,7 @@ static int put_result(sb_store *st, int64_t config_id, const sb_result *r, int64
   bind_bytes(q, 17, r->mem_grads_bytes);
   bind_bytes(q, 18, r->mem_optimizer_bytes);
   bind_bytes(q, 19, r->mem_activations_bytes);
+  bind_real(q, 20, r->grad_norm);
   SB_SQL(st, sqlite3_step(q), "insert results");
   *id = sqlite3_last_insert_rowid(st->db);
   sqlite3_finalize(q);

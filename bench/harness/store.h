@@ -28,7 +28,7 @@
 #include "verdict.h"
 
 /* The schema this program writes (results/schema.sql: schema_version). */
-enum { SB_SCHEMA_VERSION = 4 };
+enum { SB_SCHEMA_VERSION = 5 };
 
 typedef struct sb_store {
   sqlite3 *db;
@@ -119,6 +119,21 @@ typedef struct sb_role {
   int64_t krows_dropped;
 } sb_role;
 
+/* What a shape-only run knows beside its roles, for the time model
+ * (bench/harness/timemodel.h): which role each world rank has, the pipeline's
+ * compute order, and the model's per-token FLOPs. */
+typedef struct sb_shape_facts {
+  int world;
+  int *role_of;                  /* world entries: the role of each rank (malloc'd; NULL: none) */
+  int pp, pp_v, pp_m;            /* pp ranks, stages per rank, microbatches (pp 1: no pipeline) */
+  int pp_kind;                   /* dt_pp_schedule_kind */
+  int *pp_len;                   /* pp entries: F and B actions of each pp rank (malloc'd) */
+  dt_pp_action *pp_acts;         /* those actions, rank after rank, in execution order */
+  double flops_per_token;        /* dt_llama_flops_per_token (TorchTitan's MFU count) */
+  int64_t vocab, dim;            /* the model's vocabulary and hidden size */
+  int64_t tokens_per_step;       /* sequences per optimizer step x seq */
+} sb_shape_facts;
+
 /* A config's outcome (results columns; NaN / negative = NULL, see store.c). */
 typedef struct sb_result {
   char status[16];               /* ok | mismatch | failed | skipped | shape-only (--device
@@ -149,6 +164,7 @@ typedef struct sb_result {
   sb_pp_timeline *pp;            /* pipelined configs: the timeline (malloc'd, NULL: none) */
   int n_roles;                   /* shape-only: the roles run (malloc'd, NULL: none) */
   sb_role *roles;
+  sb_shape_facts shape;          /* shape-only: what the time model reads beside the roles */
 } sb_result;
 
 /* Frees n roles and what each owns. */

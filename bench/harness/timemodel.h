@@ -30,6 +30,8 @@ typedef struct sb_tm_features {
   bool float8;          /* Float8 linears: fp8 GEMM peak plus the scaling kernels */
   bool compile;         /* torch.compile: fused pointwise kernels */
   bool async_tp;        /* TP collectives overlapped with the GEMMs they feed */
+  int accum_steps;      /* microsteps per optimizer step the shape-only run stands for
+                         * (it ran one; 0 or 1: one): all but the optimizer repeat */
 } sb_tm_features;
 
 /* The predicted step of one config, per GPU (the slowest role). */

@@ -2,7 +2,6 @@
  * GEMM rows, then the backend slot. */
 #include "config.h"
 
-#include <stdio.h>
 #include <string.h>
 
 #include "device/device.h"
@@ -91,7 +90,9 @@ static void record_gemm(dt_ctx *ctx, const dt_gemm_desc *g) {
                  k = (uint64_t)g->k;
   dt_kledger_row r;
   memset(&r, 0, sizeof r);
-  snprintf(r.op, sizeof r.op, "%s", g->op ? g->op : "gemm");
+  const char *op = g->op ? g->op : "gemm";
+  const size_t l = strnlen(op, sizeof r.op - 1);
+  memcpy(r.op, op, l); /* r is zeroed: NUL-terminated */
   r.dtype = (int)g->dtype;
   r.m = g->m;
   r.n = g->n;
