@@ -1963,7 +1963,8 @@ static const char rp_how_capacity_breakdown[] =
     "left), one stacked bar each, labelled mesh/plan: the predicted step time split into "
     "compute, recompute (activation checkpointing), the pipeline bubble, and the "
     "communication left exposed (not overlapped) per mesh dim. The black dash is the "
-    "predicted step time.";
+    "predicted step time; where it is longer than the parts (the time model's step is the "
+    "slowest role's, with the optimizer once per step), an empty box shows the rest.";
 
 static void free_rows(rp_report *r) {
   for (size_t i = 0; i < r->nrows; i++) {
