@@ -568,8 +568,8 @@ CAPIDX="$T/cap/index.html"
 # per GPU of a layout that fits, in the newest plan run of that count (SQL's max).
 cap_thr_sql() { sqlite3 "$1" "SELECT p.plan || ' ' || pr.gpus || ' ' || printf('%.9g', max(p.tokens_per_s_per_gpu))
   FROM predictions p JOIN plan_runs pr ON pr.id = p.plan_run_id WHERE p.fits AND pr.id IN
-  (SELECT max(id) FROM plan_runs WHERE run_id = 2 GROUP BY gpus) GROUP BY p.plan, pr.gpus
-  ORDER BY p.plan, pr.gpus"; }
+  (SELECT max(id) FROM plan_runs WHERE run_id = (SELECT max(run_id) FROM plan_runs) GROUP BY gpus)
+  GROUP BY p.plan, pr.gpus ORDER BY p.plan, pr.gpus"; }
 check_cap_thr() { # DB OUTDIR: 0 when capacity_throughput.dat's best per plan is SQL's max
   # the data only (no gnuplot: the charts are checked below), to keep the test fast
   GNUPLOT=/nonexistent/gnuplot "$SB" report --db "$1" --out "$2" --scripts "$SCRIPTS" >/dev/null 2>&1 ||
@@ -606,6 +606,16 @@ want=$(sqlite3 "$CAPDB" "SELECT plan || ' ' || gpus || ' ' || printf('%.9g', pea
 got=$(awk '!/^#/ {print $2, $1, $5, $6}' "$T/cap/data/capacity_memory.dat")
 [ "$got" = "$want" ] && pass "capacity_memory.dat: per plan and GPU count the chosen layout's peak (12 points, 2 that do not fit)" ||
   fail "capacity_memory.dat: got '$got', SQL '$want'"
+# End to end: the tables as `shardbench plan` writes them (debugmodel, two plans, 8 and
+# 16 GPUs: a fraction of a second), the same check against SQL.
+PLANDB="$T/plan.db"
+if "$SB" plan --model debugmodel --gpus 8,16 --hardware "${srcdir:-.}/results/hardware/h100-sxm-80gb" \
+     --global-batch 16 --seq 256 --plans tt-fsdp,tt-fsdp-tp --ac none --local-batch 1 \
+     --plans-dir "${srcdir:-.}/plans" --db "$PLANDB" >"$T/plan.out" 2>&1; then
+  if check_cap_thr "$PLANDB" "$T/planrep" && [ "$(rows "$T/planrep/data/capacity_memory.dat")" = 4 ]; then
+    pass "shardbench plan's DB: capacity_throughput.dat against SQL, 4 capacity_memory points"
+  else fail "shardbench plan's DB: $(cat "$T/planrep.diff" 2>/dev/null)"; fi
+else fail "shardbench plan for the report: $(tail -n 2 "$T/plan.out")"; fi
 # the capacity: hbm_gb = 80 of the hardware text, at each of the 4 GPU counts
 got=$(awk '!/^#/ {printf "%s:%s ", $1, $2}' "$T/cap/data/capacity_hw.dat")
 [ "$got" = "8:80 16:80 32:80 64:80 " ] && pass "capacity_hw.dat: hbm_gb 80 at each GPU count" ||
