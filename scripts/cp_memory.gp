@@ -36,10 +36,14 @@ stats f using (valid(5) ? (acts = acts.sprintf('%d ', int($1)), 0) : 0) nooutput
 has_acts(g) = strstrt(acts, sprintf(' %d ', g)) > 0
 
 # A 700 px plot and, on the right, the key: the longest label and ' activations
-# (rank 0)' at about 6.5 px per character of a 10 pt font.
+# (rank 0)' at about 6.5 px per character of a 10 pt font, at most 1600 px in all.
+# The key lists two lines per group at about 13 px each (font 9): the height grows
+# with the groups, from 600 px up to 2000.
 stats f using (strlen(strcol(2))) nooutput
 W = 700 + int((STATS_max + 24) * 6.5)
-H = 600
+W = (W > 1600) ? 1600 : W
+H = 120 + 26 * G
+H = (H < 600) ? 600 : (H > 2000) ? 2000 : H
 if (fmt eq 'svg') {
   set terminal svg size W,H dynamic noenhanced font 'sans,10' background rgb 'white'
 } else {
@@ -61,7 +65,7 @@ set xtics 2 format '%g' nomirror
 set yrange [0:*]
 set offsets 0, 0, graph 0.08, 0
 set grid xtics ytics
-set key outside right top vertical Left reverse
+set key outside right top vertical Left reverse font ',9'
 
 # Curve i: group (i + 1) / 2's peak (odd i, solid) or activations (even i, dashed),
 # so that the key lists each group's two lines together.

@@ -25,8 +25,16 @@ N = int(STATS_max) + 1
 stats f using (strlen(strcol(3)) + strlen(strcol(4))) nooutput
 LL = STATS_max
 
+# 90 px per config above 600 px, at most 1600 px; where that leaves under 12 px per
+# config label (a rotated line of font 10), only every L-th config is labelled.
 W = 600 + 90 * N
-H = 760 + int(LL * 5)
+W = (W > 1600) ? 1600 : W
+L = ((W - 150.0) / N >= 12) ? 1 : int(ceil(12.0 * N / (W - 150.0)))
+# the labels stand vertical (font 9, about 5.5 px a character, 12 px a margin line)
+# under each panel, below a 300 px plot
+BM = int(LL * 0.5) + 2
+H = 80 + 2 * (300 + 12 * BM)
+tic(i, s) = (int(i) % L == 0) ? s : ''
 if (fmt eq 'svg') {
   set terminal svg size W,H dynamic noenhanced font 'sans,10' background rgb 'white'
 } else {
@@ -47,18 +55,20 @@ set key above
 
 set ylabel 'bubble (idle share of the step)'
 set yrange [0:*]
-set xtics () rotate by -35 left
-plot f using ($1 - 0.18):8:xtic(strcol(3).' '.strcol(4)) with boxes lc rgb '#1f77b4' title 'measured', \
+set xtics () rotate by 90 right font ',9'
+set bmargin BM
+plot f using ($1 - 0.18):8:xtic(tic($1, strcol(3).' '.strcol(4))) with boxes lc rgb '#1f77b4' title 'measured', \
      f using ($1 + 0.18):9 with boxes fs empty lc rgb '#d62728' lw 2 title 'analytic (p - 1) / (v m + p - 1)', \
-     f using ($1 - 0.18):8:(sprintf('%.3f', $8)) with labels offset 0,0.7 font ',8' notitle
+     f using ($1 - 0.18):8:(N <= 40 ? sprintf('%.3f', $8) : '') with labels offset 0,0.7 font ',8' notitle
 
 set ylabel 'peak activation MiB per stage'
 set yrange [0:*]
 set offsets 0, 0, graph 0.12, 0
-set xtics () rotate by -35 left
+set xtics () rotate by 90 right font ',9'
+set bmargin BM
 set key above
 x(i, p, s) = i - 0.35 + 0.7 * (s + 0.5) / p
-plot f using 1:(NaN):xtic(strcol(3).' '.strcol(4)) notitle, \
+plot f using 1:(NaN):xtic(tic($1, strcol(3).' '.strcol(4))) notitle, \
      g using (x($1, $4, $5)):7 with impulses lw 6 lc rgb '#2ca02c' title 'peak above the step start (pp rank left to right)', \
      g using (x($1, $4, $5)):7:(sprintf('%d', int($6))) with labels offset 0,0.8 font ',9' title 'label: most microbatches in flight'
 unset multiplot

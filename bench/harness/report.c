@@ -20,7 +20,7 @@
  * Charts: comm (wire bytes per rank per step, stacked by phase and op, with one
  * framework cross per config: comm_bytes_per_step_combined, the sum of the
  * framework baselines its plan's settings select), throughput (tokens/s and MFU
- * by mesh shape), memory (rank 0's split into weights, gradients, optimizer state
+ * per config), memory (rank 0's split into weights, gradients, optimizer state
  * and activations + buffers, stacked, with the peak bytes per rank and the
  * memory_bytes_per_rank baselines, grouped by plan), error (max_rel_err against the tolerance, log scale),
  * cp_memory (the peak per rank and rank 0's activations against cp, one line per group
@@ -29,7 +29,18 @@
  * peak activation memory and most microbatches in flight; schema version 4 on) and
  * one pp_gantt_RID per pipelined result (result id RID: its last timed step as a Gantt
  * chart, a row per rank, a box per action, drawn by scripts/pp_gantt.gp with
- * rid=RID). A chart with no rows is not drawn; the index says why.
+ * rid=RID). comm, throughput, memory and error are small multiples, one panel per plan,
+ * each panel's configs sorted by the chart's quantity (see "panels" below), so that a
+ * sweep of several hundred configs fits 1600 px. A chart with no rows is not drawn;
+ * the index says why.
+ *
+ * Capacity charts, from `shardbench plan`'s hardware, plan_runs and predictions tables
+ * (schema version 5; a DB without them, or without rows, gets none and the index says
+ * why): capacity_memory (each plan's chosen layout's peak per GPU against the GPU
+ * count, with the hardware's HBM capacity), capacity_throughput (its best fitting
+ * layout's tokens/s per GPU), capacity_breakdown (the newest plan run's top ranked
+ * layouts' step time, stacked) and, in the index, the ranked layouts and those that do
+ * not fit.
  *
  * gnuplot is found as $GNUPLOT or `gnuplot` on PATH; the scripts as --scripts,
  * $SHARDBENCH_SCRIPTS, $SHARDBENCH_DATADIR/scripts, ./scripts, or the installed
@@ -86,13 +97,18 @@ const char sb_report_usage[] =
     "                   each config over every run)\n"
     "\n"
     "Charts: comm (wire bytes per rank per step by plan and mesh, with one cross per\n"
-    "config: the frameworks' published formulas), throughput (tokens/s and MFU by mesh shape), memory (rank 0's\n"
+    "config: the frameworks' published formulas), throughput (tokens/s and MFU per config), memory (rank 0's\n"
     "weights, gradients, optimizer state and activations stacked, and the peak bytes per\n"
     "rank, by plan), error (max_rel_err against the tolerance), cp_memory (the peak per\n"
     "rank and rank 0's activations against cp, for a fixed global sequence), pp_bubble\n"
     "(pipelined configs: measured vs analytic bubble, per-stage activation peak and\n"
     "microbatches in flight) and pp_gantt_RID (a pipelined result's timeline, one row per\n"
-    "rank, one box per action). Redraw any chart by\n"
+    "rank, one box per action). comm, throughput, memory and error draw one panel per plan,\n"
+    "its configs sorted by the chart's quantity, the best and worst labelled, at most\n"
+    "1600 px wide. From `shardbench plan`'s tables (schema version 5): capacity_memory\n"
+    "(peak GB per GPU against the GPU count, per plan, with the HBM capacity),\n"
+    "capacity_throughput (tokens/s per GPU against the GPU count), capacity_breakdown (the\n"
+    "top ranked layouts' step time, stacked) and the ranked layouts in the index. Redraw any chart by\n"
     "hand: gnuplot -e \"datadir='report/data'; outdir='report'\" scripts/comm.gp\n"
     "(a Gantt chart: add rid=RID; scripts/pp_gantt.gp)\n"
     "Without gnuplot the data files and the index are still written (exit 0).\n"
@@ -280,18 +296,24 @@ static const char rp_rows_query_v3[] = RP_ROWS_QUERY("ru.peak_source", RP_SPLIT)
   (r->st.version >= 3 ? rp_rows_query_v3                                                       \
                       : r->st.version >= 2 ? rp_rows_query_v2 : rp_rows_query_v1)
 
-static void mesh_label(rp_row *w) {
-  const int dims[5] = {w->pp, w->dpr, w->dps, w->cp, w->tp};
+/* A mesh's name from its dims (pp, dp_replicate, dp_shard, cp, tp): "dpr2.tp4",
+ * "1rank" when all are 1. */
+static void mesh_text(const int dims[5], char *mesh, size_t cap) {
   static const char *const names[5] = {"pp", "dpr", "dps", "cp", "tp"};
   size_t k = 0;
-  w->mesh[0] = '\0';
+  mesh[0] = '\0';
   for (int i = 0; i < 5; i++) {
     if (dims[i] <= 1) continue;
-    int n = snprintf(w->mesh + k, sizeof w->mesh - k, "%s%s%d", k ? "." : "", names[i], dims[i]);
-    if (n < 0 || (size_t)n >= sizeof w->mesh - k) break;
+    int n = snprintf(mesh + k, cap - k, "%s%s%d", k ? "." : "", names[i], dims[i]);
+    if (n < 0 || (size_t)n >= cap - k) break;
     k += (size_t)n;
   }
-  if (!k) snprintf(w->mesh, sizeof w->mesh, "1rank");
+  if (!k) snprintf(mesh, cap, "1rank");
+}
+
+static void mesh_label(rp_row *w) {
+  const int dims[5] = {w->pp, w->dpr, w->dps, w->cp, w->tp};
+  mesh_text(dims, w->mesh, sizeof w->mesh);
 }
 
 /* Labels name the plan and mesh, plus whichever other fields differ between rows. */
@@ -425,6 +447,95 @@ static const rp_row **select_rows(const rp_report *r, bool (*keep)(const rp_row 
   return v;
 }
 
+/* ---- panels: the fixed charts draw one panel per plan (small multiples) ----
+ *
+ * A sweep of several hundred configs in one strip of bars is unreadable (a
+ * world-8 sweep's comm chart was 5380 px wide). So each chart draws one panel
+ * per plan, its bars sorted by the chart's quantity (the best first), and labels
+ * the best and worst bar of each panel. The .dat keeps every config; these columns,
+ * appended to each row, say where it goes: pid (the plan's panel, 1.., plans
+ * alphabetically), pos (0.. within the panel, by the quantity), npos (the panel's
+ * bars), mark (1 the panel's best, 2 its worst, 0 neither), panel (the plan) and
+ * short (the label less the plan). */
+typedef struct rp_place {
+  int pid, pos, npos, mark;
+} rp_place;
+
+typedef struct rp_keyed {
+  const rp_row *w;
+  double key; /* the quantity, negated where larger is better; NaN sorts last */
+} rp_keyed;
+
+static int by_plan_key(const void *pa, const void *pb) {
+  const rp_keyed *a = pa, *b = pb;
+  int c = strcmp(a->w->plan, b->w->plan);
+  if (c) return c;
+  const bool na = isnan(a->key), nb = isnan(b->key);
+  if (na != nb) return na ? 1 : -1;
+  if (!na && a->key != b->key) return a->key < b->key ? -1 : 1;
+  c = cmp_mesh(a->w, b->w);
+  return c ? c : strcmp(a->w->key, b->w->key);
+}
+
+/* Reorders v[0..n) by plan, then by key[i] (of v[i] as given; ascending, or
+ * descending when larger is better), and fills pl[0..n) for the new order. */
+static void order_panels(const rp_row **v, size_t n, const double *key, bool larger_better,
+                         rp_place *pl) {
+  rp_keyed *k = calloc(n ? n : 1, sizeof *k);
+  if (!k) {
+    fputs("shardbench report: out of memory\n", stderr);
+    exit(SB_EXIT_FAIL);
+  }
+  for (size_t i = 0; i < n; i++) k[i] = (rp_keyed){v[i], larger_better ? -key[i] : key[i]};
+  qsort(k, n, sizeof *k, by_plan_key);
+  int pid = 0;
+  for (size_t i = 0, start = 0; i < n; i++) {
+    v[i] = k[i].w;
+    if (i == 0 || strcmp(v[i]->plan, v[i - 1]->plan)) {
+      pid++;
+      start = i;
+    }
+    pl[i] = (rp_place){.pid = pid, .pos = (int)(i - start)};
+    if (i + 1 == n || strcmp(k[i].w->plan, k[i + 1].w->plan)) { /* the panel's last bar */
+      const int np = (int)(i - start + 1);
+      for (size_t j = start; j <= i; j++) {
+        pl[j].npos = np;
+        pl[j].mark = pl[j].pos == 0 ? 1 : (np > 1 && pl[j].pos == np - 1) ? 2 : 0;
+      }
+    }
+  }
+  free(k);
+}
+
+/* The place columns of a row: pid pos npos mark panel short. */
+static void dat_place(FILE *f, const rp_row *w, const rp_place *p) {
+  char plan[RP_LABEL];
+  snprintf(plan, sizeof plan, "%s", w->plan);
+  dat_token(plan);
+  const size_t l = strlen(plan);
+  /* the label begins "PLAN/" (make_labels) */
+  const char *s = !strncmp(w->label, plan, l) && w->label[l] == '/' ? w->label + l + 1 : w->label;
+  fprintf(f, " %d %d %d %d %s %s", p->pid, p->pos, p->npos, p->mark, plan, s);
+}
+
+static rp_place *new_places(size_t n) {
+  rp_place *p = calloc(n ? n : 1, sizeof *p);
+  if (!p) {
+    fputs("shardbench report: out of memory\n", stderr);
+    exit(SB_EXIT_FAIL);
+  }
+  return p;
+}
+
+static double *new_keys(size_t n) {
+  double *k = calloc(n ? n : 1, sizeof *k);
+  if (!k) {
+    fputs("shardbench report: out of memory\n", stderr);
+    exit(SB_EXIT_FAIL);
+  }
+  return k;
+}
+
 static bool keep_throughput(const rp_row *w) { return measured(w) && !isnan(w->tokens); }
 static bool keep_memory(const rp_row *w) { return measured(w) && !isnan(w->mem); }
 static bool keep_error(const rp_row *w) { return measured(w) && !isnan(w->rel_err); }
@@ -456,15 +567,16 @@ static const char rp_comm_query[] =
     "SELECT phase, op, sum(wire_bytes) FROM comm WHERE result_id = ?1 "
     "GROUP BY phase, op";
 
-/* Baselines of one quantity for the charted configs: idx label framework fid value unit. */
+/* Baselines of one quantity for the charted configs: idx label framework fid value unit
+ * pid pos (the config's panel and place in it, pl[i] for v[i]). */
 static size_t write_baselines(rp_report *r, const char *name, const char *quantity,
-                              const rp_row **v, size_t n) {
+                              const rp_row **v, const rp_place *pl, size_t n) {
   FILE *f = open_out(r, name);
   if (!f) return 0;
   static const char q[] =
       "SELECT framework, value, unit FROM baselines WHERE quantity = ?1 AND config_id = ?2 "
       "ORDER BY framework";
-  fprintf(f, "# idx label framework fid value unit\n");
+  fprintf(f, "# idx label framework fid value unit pid pos\n");
   fprintf(f, "# query: %s (?1 = '%s'; ?2 = each charted config; fid numbers the frameworks)\n",
           q, quantity);
   sqlite3_stmt *st = NULL;
@@ -493,7 +605,7 @@ static size_t write_baselines(rp_report *r, const char *name, const char *quanti
       if (fid == nfw && nfw < 32) snprintf(fw[nfw++], sizeof fw[0], "%s", fname);
       fprintf(f, "%zu %s %s %d", i, v[i]->label, fname, fid + 1);
       dat_num(f, sqlite3_column_double(st, 1));
-      fprintf(f, " %s\n", unit);
+      fprintf(f, " %s %d %d\n", unit, pl[i].pid, pl[i].pos);
       rows++;
     }
   }
@@ -507,6 +619,32 @@ static size_t write_baselines(rp_report *r, const char *name, const char *quanti
 static size_t write_comm(rp_report *r, size_t *nbase) {
   size_t n = 0;
   const rp_row **v = select_rows(r, measured, by_plan, &n);
+  /* Each config's total (the panels' order); a config without comm rows drops out. */
+  double *tot = new_keys(n);
+  {
+    static const char q[] = "SELECT sum(wire_bytes) FROM comm WHERE result_id = ?1";
+    sqlite3_stmt *t = NULL;
+    if (sqlite3_prepare_v2(r->db, q, -1, &t, NULL) != SQLITE_OK) {
+      fprintf(stderr, "shardbench report: cannot read comm: %s\n", sqlite3_errmsg(r->db));
+      r->write_failed = true;
+      free(v);
+      free(tot);
+      return 0;
+    }
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+      sqlite3_reset(t);
+      sqlite3_bind_int64(t, 1, v[i]->result_id);
+      if (sqlite3_step(t) != SQLITE_ROW || sqlite3_column_type(t, 0) == SQLITE_NULL) continue;
+      tot[k] = sqlite3_column_double(t, 0);
+      v[k++] = v[i];
+    }
+    sqlite3_finalize(t);
+    n = k;
+  }
+  rp_place *pl = new_places(n);
+  order_panels(v, n, tot, false, pl);
+  free(tot);
   sqlite3_stmt *st = NULL;
   rp_series *ser = NULL;
   size_t nser = 0, capser = 0;
@@ -514,6 +652,7 @@ static size_t write_comm(rp_report *r, size_t *nbase) {
     fprintf(stderr, "shardbench report: cannot read comm: %s\n", sqlite3_errmsg(r->db));
     r->write_failed = true;
     free(v);
+    free(pl);
     return 0;
   }
   /* Pass 1: the series, so each keeps one colour and one stack position. */
@@ -569,9 +708,12 @@ static size_t write_comm(rp_report *r, size_t *nbase) {
   size_t charted = 0;
   f = open_out(r, "data/comm.dat");
   if (f) {
-    fprintf(f, "# idx label series sid wire_bytes base top\n");
-    fprintf(f, "# query: %s (?1 = each ok/mismatch result, by plan then mesh; wire bytes per "
-               "rank per step; base/top stack the segments)\n", rp_comm_query);
+    fprintf(f, "# idx label series sid wire_bytes base top pid pos npos mark panel short\n");
+    fprintf(f, "# query: %s (?1 = each ok/mismatch result with comm rows, by plan then its "
+               "total; wire bytes per rank per step; base/top stack the segments; pid pos "
+               "npos mark panel short: the plan's panel, the config's place in it by total, "
+               "the panel's configs, 1 its least, 2 its most (on the config's top segment "
+               "only), the plan, the label less the plan)\n", rp_comm_query);
     double *bytes = calloc(nser ? nser : 1, sizeof *bytes);
     if (!bytes) exit(SB_EXIT_FAIL);
     for (size_t i = 0; i < n; i++) {
@@ -587,17 +729,23 @@ static size_t write_comm(rp_report *r, size_t *nbase) {
       }
       double base = 0;
       bool any = false;
+      size_t top = 0; /* the config's top segment: only it carries the mark */
+      for (size_t s = 0; s < nser; s++)
+        if (!isnan(bytes[s])) top = s;
       for (size_t s = 0; s < nser; s++) {
         if (isnan(bytes[s])) continue;
         fprintf(f, "%zu %s %s %zu", charted, v[i]->label, ser[s].name, s + 1);
         dat_num(f, bytes[s]);
         dat_num(f, base);
         dat_num(f, base + bytes[s]);
+        rp_place at = pl[i];
+        if (s != top) at.mark = 0;
+        dat_place(f, v[i], &at);
         fputc('\n', f);
         base += bytes[s];
         any = true;
       }
-      if (any) v[charted++] = v[i]; /* configs without comm rows drop out of the chart */
+      if (any) charted++; /* every config here has comm rows (its total above) */
     }
     free(bytes);
     close_out(r, f, "data/comm.dat");
@@ -609,8 +757,9 @@ static size_t write_comm(rp_report *r, size_t *nbase) {
    * `shardbench baselines --plan`. The per-framework comm_bytes_per_step rows and
    * the runtime's own closed form are not drawn. */
   *nbase = write_baselines(r, "data/comm_baselines.dat", "comm_bytes_per_step_combined", v,
-                           charted);
+                           pl, charted);
   free(v);
+  free(pl);
   return charted;
 }
 
@@ -643,13 +792,20 @@ static size_t write_throughput(rp_report *r) {
   size_t n = 0;
   const rp_row **v = select_rows(r, keep_throughput, by_mesh, &n);
   mfu_peak_label(r, v, n);
+  double *key = new_keys(n);
+  for (size_t i = 0; i < n; i++) key[i] = v[i]->tokens;
+  rp_place *pl = new_places(n);
+  order_panels(v, n, key, true, pl);
+  free(key);
   FILE *f = open_out(r, "data/throughput.dat");
   if (f) {
     fprintf(f, "# idx label mesh plan world tokens_per_s mfu_pct tflops step_time_s status "
-               "peak_tflops mfu_axis\n");
+               "peak_tflops pid pos npos mark panel short mfu_axis\n");
     fprintf(f, "# query: %s (?1 = the run; rows with status ok/mismatch and tokens_per_s, "
-               "by mesh then plan; mfu_pct = 100 * mfu; mfu_axis: the MFU axis label, the "
-               "same on every row)\n", rp_rows_query);
+               "by plan then tokens_per_s, the most first; mfu_pct = 100 * mfu; mfu_axis: the "
+               "MFU axis label, the same on every row; pid pos npos mark panel short: the "
+               "plan's panel, the config's place in it, the panel's configs, 1 its fastest, "
+               "2 its slowest, the plan, the label less the plan)\n", rp_rows_query);
     for (size_t i = 0; i < n; i++) {
       char plan[RP_LABEL];
       snprintf(plan, sizeof plan, "%s", v[i]->plan);
@@ -661,10 +817,12 @@ static size_t write_throughput(rp_report *r) {
       dat_num(f, v[i]->step_s);
       fprintf(f, " %s", v[i]->status);
       dat_num(f, v[i]->peak);
+      dat_place(f, v[i], &pl[i]);
       fprintf(f, " \"%s\"\n", r->mfu_axis); /* no '"' in it: a number and fixed words */
     }
     close_out(r, f, "data/throughput.dat");
   }
+  free(pl);
   free(v);
   return n;
 }
@@ -672,14 +830,22 @@ static size_t write_throughput(rp_report *r) {
 static size_t write_memory(rp_report *r, size_t *nbase) {
   size_t n = 0;
   const rp_row **v = select_rows(r, keep_memory, by_plan, &n);
+  double *key = new_keys(n);
+  for (size_t i = 0; i < n; i++) key[i] = v[i]->mem;
+  rp_place *pl = new_places(n);
+  order_panels(v, n, key, false, pl);
+  free(key);
   FILE *f = open_out(r, "data/memory.dat");
   if (f) {
     fprintf(f, "# idx label plan pid mesh peak_mem_bytes status params_bytes grads_bytes "
-               "optimizer_bytes activations_bytes\n");
+               "optimizer_bytes activations_bytes pid pos npos mark panel short\n");
     fprintf(f, "# query: %s (?1 = the run; rows with status ok/mismatch and peak_mem_bytes, "
-               "by plan then mesh; pid numbers the plans; peak_mem_bytes is the max over ranks "
-               "and the run; the last four are rank 0's split in the last timed step, "
-               "mem_params_bytes .. mem_activations_bytes, all NaN when one is NULL)\n",
+               "by plan then peak_mem_bytes; pid numbers the plans; peak_mem_bytes is the max "
+               "over ranks and the run; params_bytes .. activations_bytes are rank 0's split "
+               "in the last timed step, mem_params_bytes .. mem_activations_bytes, all NaN "
+               "when one is NULL; pid (again) pos npos mark panel short: the plan's panel, the "
+               "config's place in it by peak, the panel's configs, 1 its least, 2 its most, "
+               "the plan, the label less the plan)\n",
             rp_rows_query);
     int pid = 0;
     for (size_t i = 0; i < n; i++) {
@@ -694,11 +860,13 @@ static size_t write_memory(rp_report *r, size_t *nbase) {
       bool whole = true;
       for (int k = 0; k < 4; k++) whole &= !isnan(v[i]->split[k]);
       for (int k = 0; k < 4; k++) dat_num(f, whole ? v[i]->split[k] : NAN);
+      dat_place(f, v[i], &pl[i]);
       fputc('\n', f);
     }
     close_out(r, f, "data/memory.dat");
   }
-  *nbase = write_baselines(r, "data/memory_baselines.dat", "memory_bytes_per_rank", v, n);
+  *nbase = write_baselines(r, "data/memory_baselines.dat", "memory_bytes_per_rank", v, pl, n);
+  free(pl);
   free(v);
   return n;
 }
@@ -818,20 +986,31 @@ static size_t write_cp_memory(rp_report *r, size_t *nseries, const char **why) {
 static size_t write_error(rp_report *r) {
   size_t n = 0;
   const rp_row **v = select_rows(r, keep_error, by_plan, &n);
+  double *key = new_keys(n);
+  for (size_t i = 0; i < n; i++) key[i] = v[i]->rel_err;
+  rp_place *pl = new_places(n);
+  order_panels(v, n, key, false, pl);
+  free(key);
   FILE *f = open_out(r, "data/error.dat");
   if (f) {
-    fprintf(f, "# idx label status ok max_rel_err tolerance max_abs_err\n");
+    fprintf(f, "# idx label status ok max_rel_err tolerance max_abs_err pid pos npos mark "
+               "panel short\n");
     fprintf(f, "# query: %s (?1 = the run; rows with status ok/mismatch and max_rel_err, "
-               "by plan then mesh; ok = 1 for status ok)\n", rp_rows_query);
+               "by plan then max_rel_err; ok = 1 for status ok; pid pos npos mark panel "
+               "short: the plan's panel, the config's place in it by error, the panel's "
+               "configs, 1 its smallest error, 2 its largest, the plan, the label less the "
+               "plan)\n", rp_rows_query);
     for (size_t i = 0; i < n; i++) {
       fprintf(f, "%zu %s %s %d", i, v[i]->label, v[i]->status, !strcmp(v[i]->status, "ok"));
       dat_num(f, v[i]->rel_err);
       dat_num(f, v[i]->tol);
       dat_num(f, v[i]->abs_err);
+      dat_place(f, v[i], &pl[i]);
       fputc('\n', f);
     }
     close_out(r, f, "data/error.dat");
   }
+  free(pl);
   free(v);
   return n;
 }
@@ -911,7 +1090,7 @@ static size_t write_pp(rp_report *r, long long **rids, const rp_row ***rows, con
   size_t charted = 0;
   if (f) {
     fprintf(f, "# idx rid label schedule pp v m bubble_measured bubble_analytic span_ms status\n");
-    fprintf(f, "# query: %s (?1 = each ok/mismatch result with pp > 1, by plan then mesh; "
+    fprintf(f, "# query: %s (?1 = each ok/mismatch result with pp > 1, by plan then bubble_measured; "
                "rid = the result's id; v = virtual_stages, m = microbatches; span_ms = "
                "span_s in ms; the bubbles as results/schema.sql defines them)\n", rp_pp_query);
   }
@@ -928,6 +1107,20 @@ static size_t write_pp(rp_report *r, long long **rids, const rp_row ***rows, con
     fprintf(stderr, "shardbench report: cannot read the pipeline tables: %s\n",
             sqlite3_errmsg(r->db));
     r->write_failed = true;
+  }
+  /* Within each plan, the configs by measured bubble (the least first), as the
+   * other charts sort by their quantity; one without a pp_stats row sorts last. */
+  if (st && n) {
+    double *key = new_keys(n);
+    for (size_t i = 0; i < n; i++) {
+      sqlite3_reset(st);
+      sqlite3_bind_int64(st, 1, v[i]->result_id);
+      key[i] = sqlite3_step(st) == SQLITE_ROW ? col_real(st, 5) : NAN;
+    }
+    rp_place *pl = new_places(n);
+    order_panels(v, n, key, false, pl);
+    free(pl);
+    free(key);
   }
   for (size_t i = 0; st && sg && ev && i < n; i++) {
     sqlite3_reset(st);
@@ -963,6 +1156,347 @@ static size_t write_pp(rp_report *r, long long **rids, const rp_row ***rows, con
   close_out(r, f, "data/pp_bubble.dat");
   close_out(r, g, "data/pp_stages.dat");
   return charted;
+}
+
+/* ---- capacity charts (the plan_runs and predictions tables, schema version 5 on) ----
+ *
+ * `shardbench plan` writes one plan_runs row per GPU count it is given and its
+ * ranked layouts as predictions rows. The charts read one run's plan runs: the
+ * --run given, or (latest, all) the newest run that has plan runs. A GPU count
+ * planned twice in that run is read from its newest plan run. */
+
+/* What the capacity section found: the run, its newest plan run, and why nothing is drawn. */
+typedef struct rp_cap {
+  long long run;      /* the run read (0: none) */
+  long long newest;   /* its newest plan_runs row (capacity_breakdown, the ranked table) */
+  int gpus;           /* that plan run's GPU count */
+  double hbm_gb;      /* its hardware's hbm_gb (NaN: none in the file) */
+  double tokens;      /* its --tokens (NaN: none): the ranked table adds the training time */
+  char hw[128];       /* its hardware's name */
+  char desc[384];     /* model, seq, batch, dtype, features, hardware: the charts' subtitle */
+  size_t nmem, nthr, nbrk, nrank, nover, ngpus;
+  char why[256];      /* when not drawn */
+} rp_cap;
+
+static bool has_table(sqlite3 *db, const char *name) {
+  sqlite3_stmt *st = NULL;
+  bool found = false;
+  if (sqlite3_prepare_v2(db, "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?1",
+                         -1, &st, NULL) == SQLITE_OK) {
+    sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
+    found = sqlite3_step(st) == SQLITE_ROW;
+  }
+  sqlite3_finalize(st);
+  return found;
+}
+
+/* The HBM capacity in GB (1e9 bytes) from a hardware file's text ("key = value  #
+ * source" lines, results/hardware/README): hbm_gb = N is N GB; hbm_gib = N, the
+ * form the shipped files use (DRAM capacity is binary), is N x 2^30 bytes. NaN when
+ * no line sets either. */
+static double hw_hbm_gb(const char *text) {
+  for (const char *l = text; l && *l;) {
+    const char *p = l;
+    while (*p == ' ' || *p == '\t') p++;
+    const char *k = p;
+    while ((*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || *p == '_' || *p == '.') p++;
+    const size_t kl = (size_t)(p - k);
+    const double unit = kl == 6 && !strncmp(k, "hbm_gb", 6)    ? 1e9
+                        : kl == 7 && !strncmp(k, "hbm_gib", 7) ? 1073741824.0 /* 2^30 */
+                                                                : 0;
+    while (*p == ' ' || *p == '\t') p++;
+    if (unit > 0 && *p == '=') {
+      char *end;
+      double v = strtod(p + 1, &end);
+      if (end != p + 1 && v > 0) return v * unit / 1e9;
+    }
+    l = strchr(l, '\n');
+    if (l) l++;
+  }
+  return NAN;
+}
+
+static long long query_ll(sqlite3 *db, const char *q, long long a) {
+  sqlite3_stmt *st = NULL;
+  long long v = 0;
+  if (sqlite3_prepare_v2(db, q, -1, &st, NULL) == SQLITE_OK) {
+    sqlite3_bind_int64(st, 1, a);
+    if (sqlite3_step(st) == SQLITE_ROW && sqlite3_column_type(st, 0) != SQLITE_NULL)
+      v = sqlite3_column_int64(st, 0);
+  }
+  sqlite3_finalize(st);
+  return v;
+}
+
+/* Per plan and GPU count, the layouts in the order of choice: the newest plan run
+ * of that count first, then those that fit by rank (1 = fastest), then the rest by
+ * peak. The first row of each (plan, gpus) is what capacity_memory draws; the first
+ * that fits, what capacity_throughput draws. */
+static const char rp_cap_query[] =
+    "SELECT pr.id, pr.gpus, p.plan, p.pp, p.dp_replicate, p.dp_shard, p.cp, p.tp, p.fits, "
+    "p.rank, p.peak_bytes, p.over_bytes, p.tokens_per_s_per_gpu, p.mfu, p.step_s, p.ac, "
+    "p.local_batch, p.microbatches, h.text FROM predictions p "
+    "JOIN plan_runs pr ON pr.id = p.plan_run_id JOIN hardware h ON h.id = pr.hardware_id "
+    "WHERE pr.run_id = ?1 AND pr.id = (SELECT max(q.id) FROM plan_runs q WHERE "
+    "q.run_id = pr.run_id AND q.gpus = pr.gpus) "
+    "ORDER BY p.plan, pr.gpus, p.fits DESC, p.rank IS NULL, p.rank, p.peak_bytes, p.id";
+
+/* The newest plan run's layouts, ranked first (by rank), then those that do not fit
+ * (by how far over). */
+static const char rp_cap_ranked_query[] =
+    "SELECT rank, plan, pp, dp_replicate, dp_shard, cp, tp, ac, local_batch, accum_steps, "
+    "microbatches, coalesce(schedule, '-'), fits, peak_bytes, over_bytes, step_s, "
+    "tokens_per_s_per_gpu, mfu, coalesce(verdict, '-'), compute_s, recompute_s, bubble_s, "
+    "exposed_pp_s, exposed_dp_replicate_s, exposed_dp_shard_s, exposed_cp_s, exposed_tp_s, "
+    "train_s, gpu_hours FROM predictions WHERE plan_run_id = ?1 "
+    "ORDER BY rank IS NULL, rank, over_bytes, peak_bytes, id";
+
+/* The top of the ranked layouts that capacity_breakdown draws: about 20 bars stay
+ * readable with their labels at 1600 px. */
+enum { RP_CAP_TOP = 20 };
+
+static void cap_pred_mesh(sqlite3_stmt *st, int c0, char *mesh, size_t cap) {
+  const int dims[5] = {sqlite3_column_int(st, c0), sqlite3_column_int(st, c0 + 1),
+                       sqlite3_column_int(st, c0 + 2), sqlite3_column_int(st, c0 + 3),
+                       sqlite3_column_int(st, c0 + 4)};
+  mesh_text(dims, mesh, cap);
+}
+
+/* Writes data/capacity_memory.dat, capacity_throughput.dat, capacity_hw.dat,
+ * capacity_breakdown.dat and capacity_ranked.dat; fills *c. */
+static void write_capacity(rp_report *r, rp_cap *c) {
+  memset(c, 0, sizeof *c);
+  c->hbm_gb = NAN;
+  c->tokens = NAN;
+  static const char *const cap_files[5] = {
+      "data/capacity_memory.dat", "data/capacity_throughput.dat", "data/capacity_hw.dat",
+      "data/capacity_breakdown.dat", "data/capacity_ranked.dat"};
+  FILE *f[5];
+  for (int i = 0; i < 5; i++) f[i] = open_out(r, cap_files[i]);
+  if (f[0]) {
+    fprintf(f[0], "# gpus plan pid mesh peak_gb fits rank over_gb capacity_gb ac local_batch "
+                  "microbatches\n");
+    fprintf(f[0], "# query: %s (?1 = the run; per plan and gpus its first row: the best "
+                  "ranked layout that fits, else the smallest peak; pid numbers the plans; "
+                  "GB = 1e9 bytes; capacity_gb: the HBM of the plan run's hardware, hbm_gb or "
+                  "hbm_gib in GB)\n",
+            rp_cap_query);
+  }
+  if (f[1]) {
+    fprintf(f[1], "# gpus plan pid mesh tokens_per_s_per_gpu mfu_pct rank step_s best\n");
+    fprintf(f[1], "# query: %s (?1 = the run; per plan and gpus its first row that fits: "
+                  "rank 1 is the fastest; mfu_pct = 100 * mfu; best = 1 on the fastest "
+                  "row of its gpus over all plans)\n", rp_cap_query);
+  }
+  if (f[2]) {
+    fprintf(f[2], "# gpus capacity_gb hardware desc\n");
+    fprintf(f[2], "# query: SELECT pr.gpus, h.text, h.name FROM plan_runs pr JOIN hardware h "
+                  "ON h.id = pr.hardware_id WHERE pr.run_id = ?1 (the newest per gpus); "
+                  "capacity_gb: the hbm_gb (GB) or hbm_gib (GiB) line of the text, in GB = 1e9 "
+                  "bytes, NaN: none; desc: "
+                  "the newest plan run's model, seq, batch, dtype, features and hardware, "
+                  "the same on every row\n");
+  }
+  if (f[3]) {
+    fprintf(f[3], "# idx rank label mesh plan compute_s recompute_s bubble_s exposed_pp_s "
+                  "exposed_dp_replicate_s exposed_dp_shard_s exposed_cp_s exposed_tp_s step_s\n");
+    fprintf(f[3], "# query: %s (?1 = the newest plan run; its first %d ranked layouts)\n",
+            rp_cap_ranked_query, RP_CAP_TOP);
+  }
+  if (f[4]) {
+    fprintf(f[4], "# rank plan mesh ac local_batch accum_steps microbatches schedule fits "
+                  "peak_gb over_gb step_s tokens_per_s_per_gpu mfu_pct verdict train_s gpu_hours\n");
+    fprintf(f[4], "# query: %s (?1 = the newest plan run; rank NaN: does not fit; GB = 1e9 "
+                  "bytes)\n", rp_cap_ranked_query);
+  }
+  if (!has_table(r->db, "predictions") || !has_table(r->db, "plan_runs") ||
+      !has_table(r->db, "hardware")) {
+    snprintf(c->why, sizeof c->why, "this DB (schema version %d) has no plan_runs and "
+             "predictions tables (schema version 5 on; shardbench plan writes them)",
+             r->st.version);
+    goto done;
+  }
+  const bool pick_newest = r->run_latest || r->run == 0;
+  c->run = pick_newest ? query_ll(r->db, "SELECT max(run_id) FROM plan_runs WHERE ?1 = ?1", 0)
+                       : query_ll(r->db, "SELECT max(run_id) FROM plan_runs WHERE run_id = ?1",
+                                  r->run);
+  if (!c->run) {
+    if (pick_newest)
+      snprintf(c->why, sizeof c->why, "no plan_runs rows in this DB (shardbench plan writes "
+               "them)");
+    else
+      snprintf(c->why, sizeof c->why, "run %lld has no plan_runs rows (shardbench plan "
+               "writes them)", r->run);
+    goto done;
+  }
+  c->newest = query_ll(r->db, "SELECT max(id) FROM plan_runs WHERE run_id = ?1", c->run);
+  sqlite3_stmt *st = NULL;
+  /* the newest plan run: its description and hardware */
+  if (sqlite3_prepare_v2(r->db,
+                         "SELECT pr.model, pr.seq, pr.global_batch, pr.dtype, pr.features, "
+                         "pr.tokens, h.name, h.text, pr.gpus FROM plan_runs pr JOIN hardware h "
+                         "ON h.id = pr.hardware_id WHERE pr.id = ?1",
+                         -1, &st, NULL) == SQLITE_OK) {
+    sqlite3_bind_int64(st, 1, c->newest);
+    if (sqlite3_step(st) == SQLITE_ROW) {
+      snprintf(c->hw, sizeof c->hw, "%s", col_text(st, 6));
+      c->hbm_gb = hw_hbm_gb(col_text(st, 7));
+      c->gpus = sqlite3_column_int(st, 8);
+      c->tokens = col_real(st, 5);
+      const char *feat = col_text(st, 4);
+      char tok[48] = "";
+      if (!isnan(c->tokens)) snprintf(tok, sizeof tok, ", %.4g tokens", c->tokens);
+      snprintf(c->desc, sizeof c->desc, "model %s, seq %d, global batch %d, %s%s%s%s, on %s",
+               col_text(st, 0), sqlite3_column_int(st, 1), sqlite3_column_int(st, 2),
+               col_text(st, 3), *feat ? ", " : "", feat, tok, c->hw);
+      for (char *q = c->desc; *q; q++)
+        if (*q == '"') *q = '\''; /* the desc is a quoted .dat column */
+    }
+  }
+  sqlite3_finalize(st);
+  st = NULL;
+  /* capacity_hw.dat: the capacity at each GPU count */
+  if (f[2] && sqlite3_prepare_v2(r->db,
+                                 "SELECT pr.gpus, h.text, h.name FROM plan_runs pr JOIN hardware "
+                                 "h ON h.id = pr.hardware_id WHERE pr.run_id = ?1 AND pr.id = "
+                                 "(SELECT max(q.id) FROM plan_runs q WHERE q.run_id = pr.run_id "
+                                 "AND q.gpus = pr.gpus) ORDER BY pr.gpus",
+                                 -1, &st, NULL) == SQLITE_OK) {
+    sqlite3_bind_int64(st, 1, c->run);
+    while (sqlite3_step(st) == SQLITE_ROW) {
+      char name[128];
+      snprintf(name, sizeof name, "%s", col_text(st, 2));
+      dat_token(name);
+      fprintf(f[2], "%d", sqlite3_column_int(st, 0));
+      dat_num(f[2], hw_hbm_gb(col_text(st, 1)));
+      fprintf(f[2], " %s \"%s\"\n", name[0] ? name : "?", c->desc);
+      c->ngpus++;
+    }
+  }
+  sqlite3_finalize(st);
+  st = NULL;
+  /* capacity_memory.dat and capacity_throughput.dat */
+  if (sqlite3_prepare_v2(r->db, rp_cap_query, -1, &st, NULL) != SQLITE_OK) {
+    fprintf(stderr, "shardbench report: cannot read predictions: %s\n", sqlite3_errmsg(r->db));
+    r->write_failed = true;
+    goto done;
+  }
+  sqlite3_bind_int64(st, 1, c->run);
+  /* the fastest that fits at each GPU count, over all plans: capacity_throughput
+   * labels it (the newest plan run of each count, as rp_cap_query reads) */
+  enum { RP_CAP_GPUS = 64 }; /* GPU counts labelled; more go unlabelled */
+  int best_gpus[RP_CAP_GPUS];
+  double best_tok[RP_CAP_GPUS];
+  size_t nbest = 0;
+  {
+    sqlite3_stmt *b = NULL;
+    if (sqlite3_prepare_v2(r->db,
+                           "SELECT pr.gpus, max(p.tokens_per_s_per_gpu) FROM predictions p JOIN "
+                           "plan_runs pr ON pr.id = p.plan_run_id WHERE pr.run_id = ?1 AND p.fits "
+                           "AND pr.id = (SELECT max(q.id) FROM plan_runs q WHERE q.run_id = "
+                           "pr.run_id AND q.gpus = pr.gpus) GROUP BY pr.gpus",
+                           -1, &b, NULL) == SQLITE_OK) {
+      sqlite3_bind_int64(b, 1, c->run);
+      while (sqlite3_step(b) == SQLITE_ROW && nbest < RP_CAP_GPUS) {
+        best_gpus[nbest] = sqlite3_column_int(b, 0);
+        best_tok[nbest++] = sqlite3_column_double(b, 1);
+      }
+    }
+    sqlite3_finalize(b);
+  }
+  char last_plan[RP_LABEL] = "";
+  int last_gpus = -1, pid = 0;
+  bool have_mem = false, have_thr = false;
+  while (sqlite3_step(st) == SQLITE_ROW) {
+    const int gpus = sqlite3_column_int(st, 1);
+    char plan[RP_LABEL], mesh[RP_MESH], ac[64];
+    snprintf(plan, sizeof plan, "%s", col_text(st, 2));
+    dat_token(plan);
+    snprintf(ac, sizeof ac, "%s", col_text(st, 15));
+    dat_token(ac);
+    if (!ac[0]) snprintf(ac, sizeof ac, "?");
+    cap_pred_mesh(st, 3, mesh, sizeof mesh);
+    if (strcmp(plan, last_plan)) pid++;
+    if (strcmp(plan, last_plan) || gpus != last_gpus) have_mem = have_thr = false;
+    snprintf(last_plan, sizeof last_plan, "%s", plan);
+    last_gpus = gpus;
+    const bool fits = sqlite3_column_int(st, 8) != 0;
+    if (!have_mem && f[0]) {
+      have_mem = true;
+      fprintf(f[0], "%d %s %d %s", gpus, plan, pid, mesh);
+      dat_num(f[0], col_real(st, 10) / 1e9); /* bytes to GB */
+      fprintf(f[0], " %d", fits);
+      dat_num(f[0], col_real(st, 9));
+      dat_num(f[0], col_real(st, 11) / 1e9);
+      dat_num(f[0], hw_hbm_gb(col_text(st, 18)));
+      fprintf(f[0], " %s %d %d\n", ac, sqlite3_column_int(st, 16), sqlite3_column_int(st, 17));
+      c->nmem++;
+    }
+    if (fits && !have_thr && f[1]) {
+      have_thr = true;
+      fprintf(f[1], "%d %s %d %s", gpus, plan, pid, mesh);
+      dat_num(f[1], col_real(st, 12));
+      dat_num(f[1], 100.0 * col_real(st, 13)); /* fraction to percent */
+      dat_num(f[1], col_real(st, 9));
+      dat_num(f[1], col_real(st, 14));
+      bool best = false;
+      for (size_t b = 0; b < nbest; b++)
+        best |= best_gpus[b] == gpus && best_tok[b] == sqlite3_column_double(st, 12);
+      fprintf(f[1], " %d\n", best);
+      c->nthr++;
+    }
+  }
+  sqlite3_finalize(st);
+  st = NULL;
+  /* capacity_breakdown.dat and capacity_ranked.dat: the newest plan run */
+  if (sqlite3_prepare_v2(r->db, rp_cap_ranked_query, -1, &st, NULL) != SQLITE_OK) {
+    fprintf(stderr, "shardbench report: cannot read predictions: %s\n", sqlite3_errmsg(r->db));
+    r->write_failed = true;
+    goto done;
+  }
+  sqlite3_bind_int64(st, 1, c->newest);
+  while (sqlite3_step(st) == SQLITE_ROW) {
+    char plan[RP_LABEL], mesh[RP_MESH], ac[64], sched[64], verdict[32];
+    snprintf(plan, sizeof plan, "%s", col_text(st, 1));
+    dat_token(plan);
+    cap_pred_mesh(st, 2, mesh, sizeof mesh);
+    snprintf(ac, sizeof ac, "%s", col_text(st, 7));
+    snprintf(sched, sizeof sched, "%s", col_text(st, 11));
+    snprintf(verdict, sizeof verdict, "%s", col_text(st, 18));
+    dat_token(ac);
+    dat_token(sched);
+    dat_token(verdict);
+    const bool ranked = sqlite3_column_type(st, 0) != SQLITE_NULL;
+    const bool fits = sqlite3_column_int(st, 12) != 0;
+    if (f[4]) {
+      fprintf(f[4], "%s %s %s %s %d %d %d %s %d", ranked ? col_text(st, 0) : "NaN", plan, mesh,
+              ac[0] ? ac : "?", sqlite3_column_int(st, 8), sqlite3_column_int(st, 9),
+              sqlite3_column_int(st, 10), sched[0] ? sched : "-", fits);
+      dat_num(f[4], col_real(st, 13) / 1e9);
+      dat_num(f[4], col_real(st, 14) / 1e9);
+      dat_num(f[4], col_real(st, 15));
+      dat_num(f[4], col_real(st, 16));
+      dat_num(f[4], 100.0 * col_real(st, 17));
+      fprintf(f[4], " %s", verdict[0] ? verdict : "-");
+      dat_num(f[4], col_real(st, 27));
+      dat_num(f[4], col_real(st, 28));
+      fputc('\n', f[4]);
+    }
+    if (ranked) c->nrank++;
+    if (!fits) c->nover++;
+    if (ranked && c->nbrk < RP_CAP_TOP && f[3]) {
+      fprintf(f[3], "%zu %s %s/%s %s %s", c->nbrk, col_text(st, 0), mesh, plan, mesh, plan);
+      for (int k = 19; k <= 26; k++) dat_num(f[3], col_real(st, k)); /* compute_s .. exposed_tp_s */
+      dat_num(f[3], col_real(st, 15));
+      fputc('\n', f[3]);
+      c->nbrk++;
+    }
+  }
+  sqlite3_finalize(st);
+  if (!c->nmem)
+    snprintf(c->why, sizeof c->why, "run %lld's plan runs hold no predictions", c->run);
+done:
+  for (int i = 0; i < 5; i++) close_out(r, f[i], cap_files[i]);
 }
 
 /* ---- gnuplot ---- */
@@ -1096,7 +1630,69 @@ static void write_runs(rp_report *r, FILE *f) {
   sqlite3_finalize(st);
 }
 
-static void write_index(rp_report *r, rp_chart *charts, size_t ncharts, const char *note) {
+/* The ranked layouts of the newest plan run, from data/capacity_ranked.dat's query. */
+enum { RP_CAP_TABLE = 50 }; /* rows in each index table; the .dat holds them all */
+
+static void write_cap_tables(rp_report *r, FILE *f, const rp_cap *c) {
+  sqlite3_stmt *st = NULL;
+  if (!c->newest || sqlite3_prepare_v2(r->db, rp_cap_ranked_query, -1, &st, NULL) != SQLITE_OK)
+    return;
+  fprintf(f, "<h2 id=\"capacity_ranked\">Ranked layouts of plan run %lld (%d GPUs)</h2>\n<p>",
+          c->newest, c->gpus);
+  html_str(f, c->desc);
+  fprintf(f, ". %zu layout%s fit%s, %zu do%s not; all are in <a href=\"data/capacity_ranked.dat\">"
+          "data/capacity_ranked.dat</a>.</p>\n", c->nrank, c->nrank == 1 ? "" : "s",
+          c->nrank == 1 ? "s" : "", c->nover, c->nover == 1 ? "es" : "");
+  for (int pass = 0; pass < 2; pass++) {
+    size_t shown = 0, total = pass ? c->nover : c->nrank;
+    if (!total) continue;
+    if (pass) fputs("<h3>Layouts that do not fit</h3>\n", f);
+    fputs("<table>\n<tr>", f);
+    if (!pass) fputs("<th>rank</th>", f);
+    fputs("<th>mesh</th><th>plan</th><th>ac</th><th>local batch / microbatches</th>"
+          "<th>peak GB</th>", f);
+    if (pass) fputs("<th>over GB</th>", f);
+    fputs("<th>step s</th><th>tokens/s/GPU</th><th>MFU</th>", f);
+    const bool train = !pass && !isnan(c->tokens); /* --tokens: the training time of each */
+    if (train) fputs("<th>train days</th><th>GPU hours</th>", f);
+    fputs("<th>verdict</th></tr>\n", f);
+    sqlite3_reset(st);
+    sqlite3_bind_int64(st, 1, c->newest);
+    while (sqlite3_step(st) == SQLITE_ROW && shown < RP_CAP_TABLE) {
+      const bool ranked = sqlite3_column_type(st, 0) != SQLITE_NULL;
+      const bool fits = sqlite3_column_int(st, 12) != 0;
+      if (pass ? fits : !ranked) continue;
+      char mesh[RP_MESH];
+      cap_pred_mesh(st, 2, mesh, sizeof mesh);
+      fputs("<tr>", f);
+      if (!pass) fprintf(f, "<td>%lld</td>", sqlite3_column_int64(st, 0));
+      fprintf(f, "<td>%s</td><td>", mesh);
+      html_str(f, col_text(st, 1));
+      fputs("</td><td>", f);
+      html_str(f, col_text(st, 7));
+      fprintf(f, "</td><td>%d / %d</td><td>%.2f</td>", sqlite3_column_int(st, 8),
+              sqlite3_column_int(st, 10), sqlite3_column_double(st, 13) / 1e9);
+      if (pass) fprintf(f, "<td>%.2f</td>", sqlite3_column_double(st, 14) / 1e9);
+      fprintf(f, "<td>%.4g</td><td>%.4g</td><td>%.1f%%</td>", sqlite3_column_double(st, 15),
+              sqlite3_column_double(st, 16), 100.0 * sqlite3_column_double(st, 17));
+      if (train)
+        fprintf(f, "<td>%.3g</td><td>%.4g</td>", col_real(st, 27) / 86400.0, /* s per day */
+                col_real(st, 28));
+      fputs("<td>", f);
+      html_str(f, col_text(st, 18));
+      fputs("</td></tr>\n", f);
+      shown++;
+    }
+    fputs("</table>\n", f);
+    if (total > shown)
+      fprintf(f, "<p>%zu more in <a href=\"data/capacity_ranked.dat\">data/capacity_ranked.dat"
+              "</a>.</p>\n", total - shown);
+  }
+  sqlite3_finalize(st);
+}
+
+static void write_index(rp_report *r, rp_chart *charts, size_t ncharts, const char *note,
+                        const rp_cap *cap) {
   FILE *f = open_out(r, "index.html");
   if (!f) return;
   fputs("<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\">\n<title>shardbench report</title>\n"
@@ -1120,14 +1716,25 @@ static void write_index(rp_report *r, rp_chart *charts, size_t ncharts, const ch
     html_str(f, note);
     fputs("</p>\n", f);
   }
-  if (r->nrows == 0) {
+  if (r->nrows == 0 && cap->nmem) {
+    fputs("<p>This DB holds no measured results", f);
+    if (r->run > 0) fprintf(f, " for run %lld", r->run);
+    fputs(", only the predictions of <code>shardbench plan</code>: the capacity charts "
+          "below.</p>\n", f);
+  } else if (r->nrows == 0) {
     fputs("<p><b>This DB holds no results", f);
     if (r->run > 0) fprintf(f, " for run %lld", r->run);
     fputs(", so there is nothing to chart.</b> Run <code>shardbench sweep</code> or "
           "<code>shardbench run</code> with this <code>--db</code> first.</p>\n", f);
+    if (cap->why[0]) {
+      fputs("<p>Capacity charts: <i>Not drawn: ", f);
+      html_str(f, cap->why);
+      fputs(".</i></p>\n", f);
+    }
   }
-  for (size_t i = 0; i < ncharts && r->nrows; i++) {
+  for (size_t i = 0; i < ncharts && (r->nrows || cap->nmem); i++) {
     const rp_chart *c = &charts[i];
+    if (!r->nrows && strncmp(c->name, "capacity_", 9)) continue; /* only the capacity charts */
     fprintf(f, "<h2 id=\"%s\">%s</h2>\n", c->name, c->title);
     if (c->drawn) {
       const char *img = r->png ? "png" : "svg";
@@ -1136,7 +1743,8 @@ static void write_index(rp_report *r, rp_chart *charts, size_t ncharts, const ch
       if (r->svg) fprintf(f, "<a href=\"%s.svg\">SVG</a> ", c->name);
       const char *dat = c->data ? c->data : c->name;
       fprintf(f, "data: <a href=\"data/%s.dat\">data/%s.dat</a>", dat, dat);
-      fprintf(f, " (%zu config%s", c->rows, c->rows == 1 ? "" : "s");
+      const char *what = strncmp(c->name, "capacity_", 9) ? "config" : "layout";
+      fprintf(f, " (%zu %s%s", c->rows, what, c->rows == 1 ? "" : "s");
       if (c->series) fprintf(f, " in %zu series", c->series);
       if (c->baselines) fprintf(f, ", %zu baseline row%s", c->baselines, c->baselines == 1 ? "" : "s");
       fputs(")</p>\n", f);
@@ -1157,6 +1765,7 @@ static void write_index(rp_report *r, rp_chart *charts, size_t ncharts, const ch
     fprintf(f, "'; fmt='png'%s%s\" scripts/%s.gp</code></p>\n", c->extra[0] ? "; " : "",
             c->extra, c->script ? c->script : c->name);
   }
+  write_cap_tables(r, f, cap);
   /* The configs that were not measured, or did not match the reference. */
   size_t nbad = 0;
   for (size_t i = 0; i < r->nrows; i++) nbad += strcmp(r->rows[i].status, "ok") != 0;
@@ -1253,8 +1862,10 @@ static int parse_flags(rp_report *r, int argc, char **argv) {
 /* ---- the subcommand ---- */
 
 static const char rp_how_comm[] =
-    "One bar per config (plan/mesh), sorted by plan then mesh shape: the bytes one rank "
-    "(rank 0) puts on the wire per training step under the ring model, stacked by phase and "
+    "One panel per plan, all on one scale so that panels compare; in each, one bar per "
+    "config (labelled with its mesh), the least communication first, the least and the most "
+    "labelled with their totals (every bar is labelled where the panel has room): the bytes "
+    "one rank (rank 0) puts on the wire per training step under the ring model, stacked by phase and "
     "collective (forward:all_gather, backward:reduce_scatter, ...). The black cross is the "
     "frameworks' baseline for the same config: the sum of the published formulas its plan's "
     "settings select (Megatron-LM TP, arXiv:1909.08053 sec. 3, or TP + sequence parallel, "
@@ -1265,15 +1876,17 @@ static const char rp_how_comm[] =
     "below it moves less (e.g. a gathered block input kept for backward instead of gathered "
     "again).";
 static const char rp_how_throughput[] =
-    "Configs sorted by mesh shape (world size, then pp, dp_replicate, dp_shard, cp, tp). Top: "
-    "tokens per second over all ranks (the median timed step); bottom: MFU, achieved model "
-    "FLOP/s as a percentage of the peak recorded with the result (the axis label and the "
-    "line below name it). On the threads backend "
+    "One panel per plan, all on one scale; in each, one bar per config (labelled with its "
+    "mesh), the fastest first, the fastest and the slowest labelled. Bars: tokens per second "
+    "over all ranks (the median timed step, left axis); diamonds: MFU, achieved model "
+    "FLOP/s as a percentage of the peak recorded with the result (right axis; its label and "
+    "the line below name the peak). On the threads backend "
     "these compare plans with each other, not with GPU clusters. Red bars are mismatched "
     "results: fast but wrong.";
 static const char rp_how_memory[] =
-    "One bar per config, grouped by plan (dashed grey lines between plans), then by mesh "
-    "shape: rank 0's memory in the last timed step, stacked from the bottom: weights (blue; "
+    "One panel per plan, all on one scale; in each, one bar per config (labelled with its "
+    "mesh), the least peak first, the least and the most labelled: rank 0's memory in the "
+    "last timed step, stacked from the bottom: weights (blue; "
     "the rank's shard under FSDP), their gradients after the data-parallel reduction "
     "(orange), AdamW's two states (green), and the rest of that step's peak: activations, "
     "FSDP's gathered copies and communication buffers (grey). The dark red dash is the "
@@ -1284,8 +1897,9 @@ static const char rp_how_memory[] =
     "parts as the sharded mesh dims grow; a plan whose parts stay flat replicates what it "
     "claims to shard.";
 static const char rp_how_error[] =
-    "Largest relative error of the sharded result against the unsharded reference, one point "
-    "per config on a log scale; the short red line over each point is that config's "
+    "Largest relative error of the sharded result against the unsharded reference, one panel "
+    "per plan, one point per config on a log scale, the smallest first, the largest "
+    "labelled; the short red line over each point is that config's "
     "tolerance. Green points under their line passed (status ok); red points above it are "
     "mismatches. Exact results (error 0) are drawn at 1e-17, under the f64 epsilon.";
 static const char rp_how_cp_memory[] =
@@ -1303,7 +1917,9 @@ static const char rp_how_cp_memory[] =
     "mismatched results. A group measured at a single cp value is not drawn.";
 
 static const char rp_how_pp_bubble[] =
-    "Pipelined configs only (pp of 2 or more). Top: per config, the measured bubble "
+    "Pipelined configs only (pp of 2 or more), by plan, then by measured bubble (the least "
+    "first; where 1600 px leave too little room, only every few configs are labelled). Top: "
+    "per config, the measured bubble "
     "(filled bar): the share of the step a rank spends outside its forwards and "
     "backwards (sends, waits for receives, idling), 1 - its F and B seconds / the step's "
     "span from the first action's start to the last action's end, the mean over ranks and "
@@ -1327,6 +1943,28 @@ static const char rp_how_pp_gantt[] =
     "(grey) and the wait for a receive's data (red, just before the F or B that needs it). "
     "White space is idle time; the title gives the measured and analytic bubble of the "
     "result (the mean over its timed steps).";
+
+static const char rp_how_capacity_memory[] =
+    "Predicted peak memory per GPU (GB = 1e9 bytes: the worst role's peak plus the "
+    "allocator's overhead and reserve) against the GPU count on a log2 axis, one line per "
+    "plan: at each GPU count the plan's best ranked layout that fits (filled point), or "
+    "where none fits its smallest-peak layout (hollow point, above the line). The dashed "
+    "red line is the hardware's HBM capacity (hbm_gb or hbm_gib of its hardware file, "
+    "in GB): where a "
+    "plan's line crosses it, that plan stops fitting. From the plan_runs and predictions "
+    "tables that shardbench plan writes.";
+static const char rp_how_capacity_throughput[] =
+    "Predicted tokens per second per GPU against the GPU count (log2 axis), one line per "
+    "plan: at each GPU count the plan's best ranked layout that fits (rank 1 is the "
+    "fastest); no point where none of its layouts fits. A falling line is the cost of "
+    "scaling out: exposed communication and the pipeline bubble grow with the GPU count.";
+static const char rp_how_capacity_breakdown[] =
+    "The newest plan run's top ranked layouts (rank 1, the fastest that fits, on the "
+    "left), one stacked bar each, labelled mesh/plan: the predicted step time split into "
+    "compute, recompute (activation checkpointing), the pipeline bubble, and the "
+    "communication left exposed (not overlapped) per mesh dim. The black dash is the "
+    "predicted step time; where it is longer than the parts (the time model's step is the "
+    "slowest role's, with the optimizer once per step), an empty box shows the rest.";
 
 static void free_rows(rp_report *r) {
   for (size_t i = 0; i < r->nrows; i++) {
@@ -1375,12 +2013,12 @@ int sb_cmd_report(int argc, char **argv) {
   const char *pp_why = NULL;
   const size_t npp = write_pp(&r, &pp_rids, &pp_rows, &pp_why);
   /* the fixed charts, then a Gantt chart per pipelined result */
-  enum { NFIXED = 6 };
+  enum { NFIXED = 9 };
   rp_chart *charts = calloc(NFIXED + npp, sizeof *charts);
   if (!charts) exit(SB_EXIT_FAIL);
   const rp_chart fixed[NFIXED] = {
       {.name = "comm", .title = "Communication per step (wire bytes per rank)", .how = rp_how_comm},
-      {.name = "throughput", .title = "Throughput (tokens/s) and MFU by mesh shape",
+      {.name = "throughput", .title = "Throughput (tokens/s) and MFU per config, by plan",
        .how = rp_how_throughput},
       {.name = "memory", .title = "Memory per rank by plan: rank 0's split and the peak",
        .how = rp_how_memory},
@@ -1392,6 +2030,15 @@ int sb_cmd_report(int argc, char **argv) {
       {.name = "pp_bubble",
        .title = "Pipeline bubble: measured vs analytic, and activation memory per stage",
        .how = rp_how_pp_bubble},
+      {.name = "capacity_memory",
+       .title = "Capacity: predicted peak memory per GPU against the GPU count, per plan",
+       .how = rp_how_capacity_memory},
+      {.name = "capacity_throughput",
+       .title = "Capacity: predicted tokens/s per GPU against the GPU count, per plan",
+       .how = rp_how_capacity_throughput},
+      {.name = "capacity_breakdown",
+       .title = "Capacity: step-time breakdown of the top ranked layouts",
+       .how = rp_how_capacity_breakdown},
   };
   memcpy(charts, fixed, sizeof fixed);
   const size_t ncharts = NFIXED + npp;
@@ -1402,6 +2049,14 @@ int sb_cmd_report(int argc, char **argv) {
   charts[4].rows = write_cp_memory(&r, &charts[4].series, &charts[4].why_empty);
   charts[5].rows = npp;
   charts[5].why_empty = pp_why;
+  rp_cap cap;
+  write_capacity(&r, &cap);
+  charts[6].rows = cap.nmem;
+  charts[6].why_empty = cap.why;
+  charts[7].rows = cap.nmem ? cap.nthr : 0;
+  charts[7].why_empty = cap.nmem ? "no layout fits at any GPU count" : cap.why;
+  charts[8].rows = cap.nmem ? cap.nbrk : 0;
+  charts[8].why_empty = cap.nmem ? "no layout of the newest plan run fits" : cap.why;
   for (size_t i = 0; i < npp; i++) {
     rp_chart *c = &charts[NFIXED + i];
     snprintf(c->name_buf, sizeof c->name_buf, "pp_gantt_%lld", pp_rids[i]);
@@ -1452,10 +2107,10 @@ int sb_cmd_report(int argc, char **argv) {
     }
   }
   if (r.log) close_out(&r, r.log, "gnuplot.log");
-  write_index(&r, charts, ncharts, note);
+  write_index(&r, charts, ncharts, note, &cap);
   sb_store_close(&r.st);
 
-  if (note && r.nrows) fprintf(stderr, "shardbench report: %s\n", note);
+  if (note && (r.nrows || cap.nmem)) fprintf(stderr, "shardbench report: %s\n", note);
   size_t drawn = 0;
   for (size_t i = 0; i < ncharts; i++) drawn += charts[i].drawn;
   free(charts);
@@ -1464,6 +2119,6 @@ int sb_cmd_report(int argc, char **argv) {
   free_rows(&r);
   if (r.write_failed || gp_failed) return SB_EXIT_FAIL;
   /* Missing gnuplot is not an error (the data is written); missing scripts is. */
-  if (note && gp && r.nrows) return SB_EXIT_FAIL;
+  if (note && gp && (r.nrows || cap.nmem)) return SB_EXIT_FAIL;
   return SB_EXIT_OK;
 }
