@@ -125,6 +125,8 @@ coll_base_lat_us = $base  # measured: t_ar - 2 x intra_lat_us from the same runs
 inter_gbps = $bw  # assumption: one host, no inter-node link: equal to intra_gbps (unused while gpus_per_node covers the group)
 inter_lat_us = $lat  # assumption: one host: equal to intra_lat_us (unused, as inter_gbps)
 
+attn_f32_eff = 0.5  # assumption: attention's tiles are 256-row sgemms (lib/ops/attention.c sdpa blocks), near gemm_f32's rate at that size less the row kernels between them; calibrate with bench/shardbench-model-flops
+kernel_us = 1  # assumption: the runtime's per-op overhead, 0.3-0.9 us per cached op in bench/shardbench-dispatch
 alloc_overhead = 0  # assumption: host malloc, no caching allocator rounding modelled
 reserved_gib = 0  # assumption: no device runtime to reserve memory (the host's other users are not modelled)
 EOF

@@ -47,7 +47,7 @@ enum { PL_VERIFY_WORLD = 8 };
 const char sb_plan_usage[] =
     "usage: shardbench plan --model M --gpus N[,N..] --hardware H --global-batch B\n"
     "                       [--seq 8192] [--plans a,b] [--mesh pp:1,dp_shard:32,tp:8]...\n"
-    "                       [--ac none,selective:op,full] [--dtype bf16|fp8]\n"
+    "                       [--ac none,selective:op,full] [--dtype bf16|fp8|f32]\n"
     "                       [--features compile,async_tp] [--tokens 15e12]\n"
     "                       [--local-batch 1,2,4] [--top 20] [--json] [--db FILE]\n"
     "                       [--verify K] [--plans-dir DIR] [--max-cp 16] [--max-pp 16]\n"
@@ -63,7 +63,7 @@ const char sb_plan_usage[] =
     "               TorchTitan's production layouts, plans/capacity/tt-*.plan)\n"
     "  --mesh       only these meshes (repeatable; TorchTitan's dim names)\n"
     "  --ac         AC modes to try (default none,selective:op,full)\n"
-    "  --dtype      bf16, or fp8 (TorchTitan's Float8 linears; the run is bf16)\n"
+    "  --dtype      bf16, fp8 (TorchTitan's Float8 linears; the run is bf16), or f32\n"
     "  --features   compile (fused pointwise kernels), async_tp (overlapped TP)\n"
     "  --local-batch  local batches to try (default: every divisor, bisected)\n"
     "  --top        rows printed (default 20; --json prints all)\n"
@@ -94,6 +94,7 @@ typedef struct pl_args {
   dt_ac_config acs[PL_MAX_AC];
   int n_ac;
   bool fp8;
+  bool f32;                      /* --dtype f32: the shape-only run in f32 (a CPU's hardware file) */
   sb_tm_features feat;
   double tokens;
   int lbs[PL_MAX_LB], n_lb;
@@ -239,8 +240,9 @@ static int pl_parse(int argc, char **argv, pl_args *a) {
       case 'a': ac_s = optarg; break;
       case 'd':
         if (!strcmp(optarg, "fp8")) a->fp8 = true;
+        else if (!strcmp(optarg, "f32")) a->f32 = true;
         else if (strcmp(optarg, "bf16"))
-          return sb_usage_error(CMD, "--dtype", "expected bf16 or fp8, got '%s'", optarg);
+          return sb_usage_error(CMD, "--dtype", "expected bf16, fp8 or f32, got '%s'", optarg);
         break;
       case 'f': {
         char buf[256];
@@ -376,7 +378,7 @@ static void layout_opts(const pl_args *a, const pl_plan *pp, const int dims[SB_N
   snprintf(o->plan_path, sizeof o->plan_path, "%s", pp->path);
   int world = 1;
   for (int d = 0; d < SB_NDIMS; d++) o->dims[d] = dims[d], world *= dims[d];
-  snprintf(o->dtype, sizeof o->dtype, "bf16");
+  snprintf(o->dtype, sizeof o->dtype, "%s", a->f32 ? "f32" : "bf16");
   o->batch = lb * dims[1] * dims[2];
   o->seq = a->seq;
   o->steps = 1;
@@ -687,7 +689,7 @@ static void print_table(FILE *f, const pl_args *a, const sb_hw *hw, const pl_row
           a->model, G, hw->name, a->seq, a->global_batch, a->fp8 ? ", float8" : "",
           a->feat.compile ? ", compile" : "", a->feat.async_tp ? ", async TP" : "", fits, over);
   fprintf(f, "%4s %-30s %-14s %-12s %5s %7s %7s %7s %7s %7s | %7s %6s %6s %6s %6s %6s | %8s %5s",
-          "rank", "mesh", "plan", "ac", "lb/mb", "peakGiB", "params", "grads", "optim", "act",
+          "rank", "mesh", "plan", "ac", "lb", "peakGiB", "params", "grads", "optim", "act",
           "step_s", "comp", "recomp", "bubble", "x_comm", "x_tp", "tok/s/gpu", "mfu");
   if (isfinite(a->tokens)) fprintf(f, " %8s %10s", "days", "gpu_hours");
   if (a->verify) fprintf(f, " %s", "verify");
@@ -698,7 +700,8 @@ static void print_table(FILE *f, const pl_args *a, const sb_hw *hw, const pl_row
     char m[96], ac[32], lb[24];
     mesh_str(r->dims, m, sizeof m);
     dt_ac_str(&r->ac, ac, sizeof ac);
-    snprintf(lb, sizeof lb, "%d/%d", r->local_batch, r->dims[0] > 1 ? r->microbatches : r->accum);
+    if (r->dims[0] > 1) snprintf(lb, sizeof lb, "%dm%d", r->local_batch, r->microbatches);
+    else snprintf(lb, sizeof lb, "%dx%d", r->local_batch, r->accum);
     double xc = 0;
     for (int d = 0; d < 4; d++) xc += r->p.exposed_comm_s[d];
     fprintf(f, "%4d %-30s %-14s %-12s %5s %7.1f %7.1f %7.1f %7.1f %7.1f | %7.3f %6.3f %6.3f %6.3f "
@@ -833,7 +836,7 @@ static int store_rows(sb_store *st, int argc, char **argv, const pl_args *a, con
       sqlite3_bind_int(q, 4, a->gpus[g]);
       sqlite3_bind_int(q, 5, a->seq);
       sqlite3_bind_int(q, 6, a->global_batch);
-      sqlite3_bind_text(q, 7, a->fp8 ? "fp8" : "bf16", -1, SQLITE_STATIC);
+      sqlite3_bind_text(q, 7, a->fp8 ? "fp8" : a->f32 ? "f32" : "bf16", -1, SQLITE_STATIC);
       if (isfinite(a->tokens)) sqlite3_bind_double(q, 8, a->tokens);
       else sqlite3_bind_null(q, 8);
       sqlite3_bind_text(q, 9, feats, -1, SQLITE_STATIC);

@@ -411,7 +411,9 @@ int sb_predict(const sb_hw *hw, const sb_opts *o, const sb_result *meta,
     p->recompute_s *= A;
     p->bubble_s *= A;
     for (int d = 0; d < SB_NDIMS; d++) p->exposed_comm_s[d] *= A, p->comm_s[d] *= A;
-    const double peak = hw->peak_flops[SB_HW_BF16];
+    /* TorchTitan's MFU is over the bf16 peak (Float8 runs too); an f32 run's is f32's */
+    const int pdt = sb_hw_dtype(o->dtype) == SB_HW_F32 ? SB_HW_F32 : SB_HW_BF16;
+    const double peak = hw->peak_flops[pdt];
     p->mfu = peak > 0 ? sf->flops_per_token * p->tokens_per_s_per_gpu / peak : NAN;
     /* memory: the worst role's peak, the allocator's overhead and what the runtime reserves */
     double pk = 0;
