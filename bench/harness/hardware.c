@@ -35,7 +35,7 @@ typedef enum slot {
   S_HBM, S_HBM_BW, S_HBM_EFF, S_GPN, S_INTRA_BW, S_INTRA_LAT, S_INTER_BW, S_INTER_LAT,
   S_BASE_LAT, S_GEMM_BF16, S_GEMM_FP8, S_GEMM_F32, S_ALLOC, S_RESERVED, S_DESC,
   S_ATTN_BF16, S_ATTN_FP8, S_ATTN_F32, /* = SB_HW_* order */
-  S_KERNEL, S_NSLOTS
+  S_KERNEL, S_SHARED, S_NSLOTS
 } slot;
 
 /* How a value is checked: */
@@ -88,6 +88,7 @@ static const keydef KEYS[] = {
     {"attn_fp8_eff", S_ATTN_FP8, 1, R_EFF, false},
     {"attn_f32_eff", S_ATTN_F32, 1, R_EFF, false},
     {"kernel_us", S_KERNEL, 1e-6, R_NONNEG, false},
+    {"shared_cores", S_SHARED, 1, R_COUNT, false},
 };
 enum { NKEYS = sizeof KEYS / sizeof KEYS[0] };
 
@@ -224,6 +225,7 @@ static void set_value(sb_hw *hw, slot s, double v) {
     case S_RESERVED: hw->reserved_bytes = v; break;
     case S_ATTN_BF16: case S_ATTN_FP8: case S_ATTN_F32: hw->attn_eff[s - S_ATTN_BF16] = v; break;
     case S_KERNEL: hw->kernel_s = v; break;
+    case S_SHARED: hw->shared_cores = (int)v; break;
     default: break;
   }
 }

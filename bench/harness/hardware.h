@@ -45,6 +45,8 @@ typedef struct sb_hw {
   double attn_eff[SB_HW_NDTYPES];  /* fraction of peak a fused attention kernel reaches
                                     * (FlashAttention forward + backward); 0: not rated */
   double kernel_s;                 /* the least time of a kernel launch (0: none) */
+  int shared_cores;                /* a host's cores the ranks of a node share (the local
+                                    * file: threads ranks on a CPU); 0: each GPU its own */
   double alloc_overhead;           /* fraction of the peak the caching allocator adds */
   double reserved_bytes;           /* memory the runtime reserves (CUDA context, NCCL, workspace) */
   double coll_base_lat;            /* s added once per collective call (NCCL's baseLat) */

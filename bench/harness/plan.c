@@ -33,6 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -51,7 +52,7 @@ const char sb_plan_usage[] =
     "                       [--features compile,async_tp] [--tokens 15e12]\n"
     "                       [--local-batch 1,2,4] [--top 20] [--json] [--db FILE]\n"
     "                       [--verify K] [--plans-dir DIR] [--max-cp 16] [--max-pp 16]\n"
-    "                       [--max-local-batch 32]\n"
+    "                       [--max-local-batch 32] [--jobs N]\n"
     "  Every layout of the job (a plan x sizes of its dims x AC x local batch), run\n"
     "  shape-only (meta device, fake comm) and timed by the model on the hardware\n"
     "  file (results/hardware/H): fits or not (by how much), memory split, time\n"
@@ -69,6 +70,7 @@ const char sb_plan_usage[] =
     "  --top        rows printed (default 20; --json prints all)\n"
     "  --db         store the predictions (tables plan_runs, predictions, hardware)\n"
     "  --verify K   run the top K for real (threads, debugmodel, dims capped to 8 ranks)\n"
+    "  --jobs N     worker processes for the shape-only runs (default: the online CPUs)\n"
     "  --max-cp, --max-pp, --max-local-batch  the search's bounds (a ring of more than 16,\n"
     "               a pipeline of more than 16 stages, more than 32 sequences per rank)\n"
     "Exit: 0 done, 1 a shape-only run failed or a verified layout mismatched, 2 bad input.\n";
@@ -100,6 +102,7 @@ typedef struct pl_args {
   int lbs[PL_MAX_LB], n_lb;
   int top;
   int max_cp, max_pp, max_lb;
+  int jobs;                      /* worker processes (--jobs; default: online CPUs) */
   bool json;
   const char *db;
   int verify;
@@ -187,7 +190,7 @@ static int pl_parse(int argc, char **argv, pl_args *a) {
       {"db", required_argument, NULL, 'D'},      {"verify", required_argument, NULL, 'V'},
       {"plans-dir", required_argument, NULL, 'P'}, {"help", no_argument, NULL, 'h'},
       {"max-cp", required_argument, NULL, 'c'},  {"max-pp", required_argument, NULL, 'q'},
-      {"max-local-batch", required_argument, NULL, 'L'},
+      {"max-local-batch", required_argument, NULL, 'L'}, {"jobs", required_argument, NULL, 'J'},
       {NULL, 0, NULL, 0}};
   memset(a, 0, sizeof *a);
   snprintf(a->model, sizeof a->model, "70B");
@@ -196,6 +199,10 @@ static int pl_parse(int argc, char **argv, pl_args *a) {
   a->max_cp = 16;
   a->max_pp = 16;
   a->max_lb = 32;
+  {
+    const long c = sysconf(_SC_NPROCESSORS_ONLN);
+    a->jobs = c < 1 ? 1 : c > 64 ? 64 : (int)c;
+  }
   a->tokens = NAN;
   snprintf(a->plans_s, sizeof a->plans_s, "%s", DEFAULT_PLANS);
   static const char *const multi[] = {"mesh", NULL};
@@ -283,6 +290,11 @@ static int pl_parse(int argc, char **argv, pl_args *a) {
         a->verify = (int)v;
         break;
       case 'P': a->plans_dir = optarg; break;
+      case 'J':
+        if (sb_parse_long(optarg, 1, 64, &v, err, sizeof err) != DT_OK)
+          return sb_usage_error(CMD, "--jobs", "%s", err);
+        a->jobs = (int)v;
+        break;
       case 'c': case 'q': case 'L': {
         const char *fl = ch == 'c' ? "--max-cp" : ch == 'q' ? "--max-pp" : "--max-local-batch";
         if (sb_parse_long(optarg, 1, 1 << 20, &v, err, sizeof err) != DT_OK)
@@ -508,9 +520,11 @@ static void mesh_str(const int d[SB_NDIMS], char *buf, size_t n) {
   if (!k) snprintf(buf, n, "1");
 }
 
-/* Every layout of one GPU count into R. */
+/* Every layout of one GPU count into R: the (plan, mesh) tasks numbered from *task on,
+ * those with number % nshards == shard (a worker's share). */
 static void search(const pl_args *a, const sb_hw *hw, const pl_plan *P, int np,
-                   const dt_llama_config *cfg, int G, pl_rows *R) {
+                   const dt_llama_config *cfg, int G, int shard, int nshards, int *task,
+                   pl_rows *R) {
   static int meshes[4096][SB_NDIMS];
   for (int pi = 0; pi < np; pi++) {
     int nm = 0, cur[SB_NDIMS];
@@ -518,6 +532,7 @@ static void search(const pl_args *a, const sb_hw *hw, const pl_plan *P, int np,
     for (int mi = 0; mi < nm; mi++) {
       const int *d = meshes[mi];
       if (!mesh_allowed(a, d) || !dims_sane(cfg, a, d, hw)) continue;
+      if ((*task)++ % nshards != shard) continue;
       int lbs[256];
       const int nl = local_batches(a, d[1] * d[2], d[0], P[pi].mb_size, lbs, 256);
       if (!nl) continue;
@@ -606,6 +621,100 @@ static void search(const pl_args *a, const sb_hw *hw, const pl_plan *P, int np,
           break;
         }
       }
+    }
+  }
+}
+
+/* What a worker sends back: its counters, then n_rows rows (plain data). */
+typedef struct pl_wire {
+  size_t n_rows;
+  int shape_runs, dominated, failed;
+  char first_failure[512];
+} pl_wire;
+
+static bool read_all(int fd, void *buf, size_t n) {
+  char *p = buf;
+  while (n) {
+    ssize_t k = read(fd, p, n);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) return false;
+    p += k, n -= (size_t)k;
+  }
+  return true;
+}
+static bool write_all(int fd, const void *buf, size_t n) {
+  const char *p = buf;
+  while (n) {
+    ssize_t k = write(fd, p, n);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) return false;
+    p += k, n -= (size_t)k;
+  }
+  return true;
+}
+
+/* The whole search, over a->jobs worker processes (each runs its share of the
+ * tasks shape-only and pipes its rows back; one process when jobs is 1). */
+static void search_all(const pl_args *a, const sb_hw *hw, const pl_plan *P, int np,
+                       const dt_llama_config *cfg, pl_rows *R) {
+  const int W = a->jobs > 1 ? a->jobs : 1;
+  if (W == 1) {
+    int task = 0;
+    for (int g = 0; g < a->n_gpus; g++) search(a, hw, P, np, cfg, a->gpus[g], 0, 1, &task, R);
+    return;
+  }
+  pid_t pid[64];
+  int fd[64];
+  fflush(NULL);
+  for (int w = 0; w < W; w++) {
+    int p[2];
+    pid[w] = -1;
+    fd[w] = -1;
+    if (pipe(p) != 0) continue;
+    pid[w] = fork();
+    if (pid[w] == 0) {
+      close(p[0]);
+      for (int q = 0; q < w; q++) close(fd[q]);
+      pl_rows mine;
+      memset(&mine, 0, sizeof mine);
+      int task = 0;
+      for (int g = 0; g < a->n_gpus; g++) search(a, hw, P, np, cfg, a->gpus[g], w, W, &task, &mine);
+      pl_wire h;
+      memset(&h, 0, sizeof h);
+      h.n_rows = mine.n;
+      h.shape_runs = mine.shape_runs, h.dominated = mine.dominated, h.failed = mine.failed;
+      memcpy(h.first_failure, mine.first_failure, sizeof h.first_failure);
+      const bool ok = write_all(p[1], &h, sizeof h) &&
+                      (!mine.n || write_all(p[1], mine.v, mine.n * sizeof *mine.v));
+      _exit(ok ? 0 : 1);
+    }
+    close(p[1]);
+    if (pid[w] < 0) close(p[0]);
+    else fd[w] = p[0];
+  }
+  for (int w = 0; w < W; w++) {
+    if (fd[w] < 0) {
+      note_failure(R, "worker", "could not start a worker process");
+      continue;
+    }
+    pl_wire h;
+    bool ok = read_all(fd[w], &h, sizeof h);
+    for (size_t i = 0; ok && i < h.n_rows; i++) {
+      pl_row *r = rows_add(R);
+      ok = r && read_all(fd[w], r, sizeof *r);
+      if (!ok && r) R->n--;
+    }
+    close(fd[w]);
+    int st = 0;
+    waitpid(pid[w], &st, 0);
+    if (!ok || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+      note_failure(R, "worker", "a worker process died before it sent all its layouts");
+      continue;
+    }
+    R->shape_runs += h.shape_runs, R->dominated += h.dominated;
+    if (h.failed) {
+      if (!R->first_failure[0]) memcpy(R->first_failure, h.first_failure, sizeof R->first_failure);
+      R->failed += h.failed;
     }
   }
 }
@@ -945,7 +1054,7 @@ int sb_cmd_plan(int argc, char **argv) {
   }
   pl_rows R;
   memset(&R, 0, sizeof R);
-  for (int g = 0; g < a.n_gpus; g++) search(&a, &hw, P, np, &cfg, a.gpus[g], &R);
+  search_all(&a, &hw, P, np, &cfg, &R);
   qsort(R.v, R.n, sizeof *R.v, row_cmp);
   for (size_t i = 0, k = 0; i < R.n; i++) {
     if (i && R.v[i].gpus != R.v[i - 1].gpus) k = 0;

@@ -51,17 +51,28 @@ static const double COMPILE_BYTES = 0.5;
  * producer (3 bytes). torchao float8 training, "tensorwise" recipe. */
 static const double F8_SCALE_BYTES = 5.0, F8_SCALE_BYTES_COMPILED = 3.0;
 
-/* The mesh dims of a comm row's group name, as a mask over sb_dim_names
- * (pp dp_replicate dp_shard cp tp): the five, and the flattened ones of
- * TorchTitan's ParallelDims (dp, dp_shard_cp, dp_cp). 0: unknown. */
+/* The mesh dims of a comm row's group name, as a mask over sb_dim_names (pp
+ * dp_replicate dp_shard cp tp): a dim's name, or a flattened group's, its members'
+ * names joined by '_' in mesh order (dt_mesh_flatten; TorchTitan's ParallelDims
+ * names dp = dp_replicate x dp_shard and dp_shard_cp). 0: unknown. */
 static unsigned dim_mask(const char *name) {
-  static const struct { const char *n; unsigned m; } flat[] = {
-      {"dp", 2u | 4u}, {"dp_shard_cp", 4u | 8u}, {"dp_cp", 2u | 4u | 8u}};
-  for (int d = 0; d < SB_NDIMS; d++)
-    if (!strcmp(name, sb_dim_names[d])) return 1u << d;
-  for (size_t i = 0; i < sizeof flat / sizeof flat[0]; i++)
-    if (!strcmp(name, flat[i].n)) return flat[i].m;
-  return 0;
+  static const struct { const char *n; unsigned m; } part[] = {
+      {"dp_replicate", 2u}, {"dp_shard", 4u}, {"pp", 1u}, {"cp", 8u}, {"tp", 16u},
+      {"dp", 2u | 4u}};
+  unsigned mask = 0;
+  const char *c = name;
+  while (*c) {
+    size_t i = 0, n = 0;
+    for (; i < sizeof part / sizeof part[0]; i++) {
+      n = strlen(part[i].n);
+      if (!strncmp(c, part[i].n, n) && (c[n] == '\0' || c[n] == '_')) break;
+    }
+    if (i == sizeof part / sizeof part[0]) return 0;
+    mask |= part[i].m;
+    c += n;
+    if (*c == '_') c++;
+  }
+  return mask;
 }
 
 /* Group size and members per node of a group over the dims in mask: ranks are
@@ -168,6 +179,16 @@ static int role_costs(const sb_hw *hw, const sb_opts *o, const sb_result *meta,
     t->comp[p] += s * calls;
   }
 
+  /* ranks sharing a host's cores (threads ranks on a CPU) run at cores / ranks */
+  if (hw->shared_cores > 0) {
+    int world = 1;
+    for (int d = 0; d < SB_NDIMS; d++) world *= o->dims[d];
+    const int per = world < hw->gpus_per_node ? world : hw->gpus_per_node;
+    if (per > hw->shared_cores) {
+      const double x = (double)per / hw->shared_cores;
+      for (int p = 0; p < SB_ROLE_PHASES; p++) t->comp[p] *= x, t->attn[p] *= x, t->lin[p] *= x;
+    }
+  }
   for (int i = 0; i < ro->n_comm; i++) {
     const sb_comm_row *c = &ro->comm[i];
     if (!strcmp(c->op, "recv") || c->calls <= 0) continue;
