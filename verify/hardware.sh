@@ -27,9 +27,9 @@ check "calibrate-local exit" "$?" 0
 "$T" "$tmp/local" >"$tmp/t.out" 2>&1
 check "test_hardware loads the calibrated file" "$?" 0
 [ "$fails" -eq 0 ] || tail -5 "$tmp/t.out"
-# every numeric line (not a comment, description or source.) cites measured / assumption / a file
+# every numeric line (not a comment, description or source.) cites measured / calibrated / assumption / a file
 uncited=$(grep -v '^#\|^description\|^source\.\|^ *$' "$tmp/local" |
-  grep -v '# measured: \|# assumption\|# lib/' | head -1)
+  grep -v '# measured: \|# assumption\|# calibrated: \|# lib/' | head -1)
 check "every numeric line cites how it was got" "$uncited" ""
 
 # 2. the numbers against their claims
