@@ -13,9 +13,12 @@
  * degree dividing the global batch; x AC modes x local batches. Each layout runs
  * once shape-only (`run --device meta`: one rank per role, exact ledgers and
  * memory) and goes through the time model (bench/harness/timemodel.h) on the
- * hardware file. The largest local batch that fits is found by bisection (memory
- * grows with it); an AC mode heavier than one that already fits at the largest
- * local batch is dominated (the same work plus recompute) and is not run.
+ * hardware file. The largest local batch that fits comes from the line through the
+ * two smallest local batches' memory (memory is affine in it); that layout's time and
+ * memory are interpolated from the same two runs, and after the search the top rows
+ * of each GPU count run at their own local batch (--exact: every layout does). An AC
+ * mode heavier than one that already fits at the largest local batch is dominated
+ * (the same work plus recompute) and is not run.
  * Layouts that do not fit are listed with how far over they are. The rest are
  * ranked by predicted tokens/s per GPU.
  *
@@ -52,7 +55,7 @@ const char sb_plan_usage[] =
     "                       [--features compile,async_tp] [--tokens 15e12]\n"
     "                       [--local-batch 1,2,4] [--top 20] [--json] [--db FILE]\n"
     "                       [--verify K] [--plans-dir DIR] [--max-cp 16] [--max-pp 16]\n"
-    "                       [--max-local-batch 32] [--jobs N]\n"
+    "                       [--max-local-batch 32] [--jobs N] [--exact]\n"
     "  Every layout of the job (a plan x sizes of its dims x AC x local batch), run\n"
     "  shape-only (meta device, fake comm) and timed by the model on the hardware\n"
     "  file (results/hardware/H): fits or not (by how much), memory split, time\n"
@@ -71,6 +74,8 @@ const char sb_plan_usage[] =
     "  --db         store the predictions (tables plan_runs, predictions, hardware)\n"
     "  --verify K   run the top K for real (threads, debugmodel, dims capped to 8 ranks)\n"
     "  --jobs N     worker processes for the shape-only runs (default: the online CPUs)\n"
+    "  --exact      run every layout at its chosen local batch (default: the top rows run,\n"
+    "               the rest interpolated from their two smallest local batches' runs)\n"
     "  --max-cp, --max-pp, --max-local-batch  the search's bounds (a ring of more than 16,\n"
     "               a pipeline of more than 16 stages, more than 32 sequences per rank)\n"
     "Exit: 0 done, 1 a shape-only run failed or a verified layout mismatched, 2 bad input.\n";
@@ -103,6 +108,7 @@ typedef struct pl_args {
   int top;
   int max_cp, max_pp, max_lb;
   int jobs;                      /* worker processes (--jobs; default: online CPUs) */
+  bool exact;                    /* --exact: run every layout's local batch, estimate none */
   bool json;
   const char *db;
   int verify;
@@ -121,6 +127,10 @@ typedef struct pl_row {
   sb_prediction p;
   int rank;                      /* 1 = fastest that fits; 0: does not fit */
   char verdict[16], vreason[256];
+  bool estimated;                /* interpolated from two smaller local batches' runs, not
+                                  * run itself (the top rows are then run: refine) */
+  int pi;                        /* its plan's index in the plan list */
+  sb_prediction micro;           /* the same run predicted as one microstep (no accumulation) */
 } pl_row;
 
 typedef struct pl_rows {
@@ -191,6 +201,7 @@ static int pl_parse(int argc, char **argv, pl_args *a) {
       {"plans-dir", required_argument, NULL, 'P'}, {"help", no_argument, NULL, 'h'},
       {"max-cp", required_argument, NULL, 'c'},  {"max-pp", required_argument, NULL, 'q'},
       {"max-local-batch", required_argument, NULL, 'L'}, {"jobs", required_argument, NULL, 'J'},
+      {"exact", no_argument, NULL, 'E'},
       {NULL, 0, NULL, 0}};
   memset(a, 0, sizeof *a);
   snprintf(a->model, sizeof a->model, "70B");
@@ -290,6 +301,7 @@ static int pl_parse(int argc, char **argv, pl_args *a) {
         a->verify = (int)v;
         break;
       case 'P': a->plans_dir = optarg; break;
+      case 'E': a->exact = true; break;
       case 'J':
         if (sb_parse_long(optarg, 1, 64, &v, err, sizeof err) != DT_OK)
           return sb_usage_error(CMD, "--jobs", "%s", err);
@@ -424,7 +436,10 @@ static int predict_layout(const pl_args *a, const sb_hw *hw, const pl_plan *pp,
     sb_tm_features f = a->feat;
     f.accum_steps = a->global_batch / (lb * dp);
     char err[SB_ERR_LEN];
-    if (sb_predict(hw, &o, &r, &f, &row->p, err, sizeof err)) {
+    sb_tm_features f1 = f;
+    f1.accum_steps = 1;
+    if (sb_predict(hw, &o, &r, &f, &row->p, err, sizeof err) ||
+        sb_predict(hw, &o, &r, &f1, &row->micro, err, sizeof err)) {
       snprintf(why, whyn, "time model: %s", err);
       rc = -1;
     }
@@ -520,6 +535,41 @@ static void mesh_str(const int d[SB_NDIMS], char *buf, size_t n) {
   if (!k) snprintf(buf, n, "1");
 }
 
+/* The row of local batch l from the runs at r0's and r1's: a microstep's time and
+ * memory are affine in the local batch (per-sequence work and activations on top of
+ * fixed weights, optimizer and unit gathers), the step is the accumulation steps of
+ * microsteps plus the optimizer once. Marked estimated. */
+static void interpolate(const pl_args *a, const pl_row *r0, const pl_row *r1, int l, pl_row *out) {
+  *out = *r1;
+  const double u = (double)(l - r0->local_batch) / (double)(r1->local_batch - r0->local_batch);
+  const sb_prediction *p0 = &r0->micro, *p1 = &r1->micro;
+#define LIN(f) (p0->f + u * (p1->f - p0->f))
+  const int dp = r1->dims[1] * r1->dims[2];
+  const int A = a->global_batch / (l * dp);
+  sb_prediction *p = &out->p;
+  const double opt = LIN(opt_s);
+  p->step_s = A * (LIN(step_s) - opt) + opt;
+  p->opt_s = opt;
+  p->compute_s = A * LIN(compute_s);
+  p->recompute_s = A * LIN(recompute_s);
+  p->bubble_s = A * LIN(bubble_s);
+  for (int d = 0; d < SB_NDIMS; d++)
+    p->exposed_comm_s[d] = A * LIN(exposed_comm_s[d]), p->comm_s[d] = A * LIN(comm_s[d]);
+  for (int k = 0; k < 4; k++) p->mem_split[k] = LIN(mem_split[k]);
+  p->peak_bytes = LIN(peak_bytes);
+#undef LIN
+  int world = 1;
+  for (int d = 0; d < SB_NDIMS; d++) world *= r1->dims[d];
+  p->tokens_per_s_per_gpu = (double)a->global_batch * a->seq / p->step_s / world;
+  p->mfu = r1->p.mfu * p->tokens_per_s_per_gpu / r1->p.tokens_per_s_per_gpu;
+  p->fits = true; /* the memory line's pick */
+  p->over_bytes = 0;
+  out->local_batch = l;
+  out->accum = A;
+  out->microbatches = r1->dims[0] > 1 ? r1->microbatches / r1->local_batch * l : 1;
+  out->estimated = true;
+}
+
 /* Every layout of one GPU count into R: the (plan, mesh) tasks numbered from *task on,
  * those with number % nshards == shard (a worker's share). */
 static void search(const pl_args *a, const sb_hw *hw, const pl_plan *P, int np,
@@ -544,8 +594,10 @@ static void search(const pl_args *a, const sb_hw *hw, const pl_plan *P, int np,
          * runs exactly (then the next smaller, should the allocator's rounding push
          * it over). The two small runs cost little: a run's work grows with it. */
         int best = -1;
-        pl_row tmp, fit_row, small_row;
+        pl_row tmp, fit_row, small_row, row0, row1;
         memset(&small_row, 0, sizeof small_row);
+        memset(&row0, 0, sizeof row0);
+        memset(&row1, 0, sizeof row1);
         double peak0 = 0, peak1 = 0;
         int tried[256];
         memset(tried, 0, sizeof tried);
@@ -575,6 +627,12 @@ static void search(const pl_args *a, const sb_hw *hw, const pl_plan *P, int np,
               if (!over_above) break;
               at = k;
             }
+            if (!a->exact && at != best && !tried[at]) {
+              /* estimated from the two runs; the top layouts are run after the search */
+              interpolate(a, &row0, &row1, lbs[at], &fit_row);
+              best = at;
+              break;
+            }
           }
           char why[512];
           memset(&tmp, 0, sizeof tmp);
@@ -595,8 +653,9 @@ static void search(const pl_args *a, const sb_hw *hw, const pl_plan *P, int np,
             break;
           }
           const double pk = tmp.p.peak_bytes;
-          if (at == 0) peak0 = pk;
-          if (at == 1) peak1 = pk;
+          tmp.pi = pi;
+          if (at == 0) peak0 = pk, row0 = tmp;
+          if (at == 1) peak1 = pk, row1 = tmp;
           tried[at] = tmp.p.fits ? 1 : 2;
           if (tmp.p.fits && at > best) {
             best = at;
@@ -728,6 +787,15 @@ static int row_cmp(const void *x, const void *y) {
     return (u < v) - (u > v);
   }
   return (a->p.over_bytes > b->p.over_bytes) - (a->p.over_bytes < b->p.over_bytes);
+}
+
+/* Sorts R (by GPU count, fitting first, then tokens/s per GPU) and numbers the ranks. */
+static void rank_rows(pl_rows *R) {
+  qsort(R->v, R->n, sizeof *R->v, row_cmp);
+  for (size_t i = 0, k = 0; i < R->n; i++) {
+    if (i && R->v[i].gpus != R->v[i - 1].gpus) k = 0;
+    R->v[i].rank = R->v[i].p.fits ? (int)++k : 0;
+  }
 }
 
 /* ---- --verify: the layout on this machine, debugmodel, threads ---- */
@@ -888,6 +956,7 @@ static void print_json(FILE *f, const pl_args *a, const sb_hw *hw, const pl_rows
       const double s = a->tokens / (r->p.tokens_per_s_per_gpu * r->gpus);
       fprintf(f, ", \"train_s\": %.17g, \"gpu_hours\": %.17g", s, s * r->gpus / 3600);
     }
+    fprintf(f, ", \"estimated\": %s", r->estimated ? "true" : "false");
     if (r->verdict[0]) {
       fprintf(f, ", \"verdict\": \"%s\", \"verify_reason\": ", r->verdict);
       json_str(f, r->vreason);
@@ -1007,6 +1076,10 @@ static int store_rows(sb_store *st, int argc, char **argv, const pl_args *a, con
       if (r->verdict[0]) {
         sqlite3_bind_text(q, c++, r->verdict, -1, SQLITE_TRANSIENT);
         sqlite3_bind_text(q, c++, r->vreason, -1, SQLITE_TRANSIENT);
+      } else if (r->estimated) {
+        sqlite3_bind_null(q, c++);
+        sqlite3_bind_text(q, c++, "estimated: interpolated from the two smallest local batches' "
+                          "runs (not itself run)", -1, SQLITE_STATIC);
       } else {
         sqlite3_bind_null(q, c++);
         sqlite3_bind_null(q, c++);
@@ -1055,10 +1128,33 @@ int sb_cmd_plan(int argc, char **argv) {
   pl_rows R;
   memset(&R, 0, sizeof R);
   search_all(&a, &hw, P, np, &cfg, &R);
-  qsort(R.v, R.n, sizeof *R.v, row_cmp);
-  for (size_t i = 0, k = 0; i < R.n; i++) {
-    if (i && R.v[i].gpus != R.v[i - 1].gpus) k = 0;
-    R.v[i].rank = R.v[i].p.fits ? (int)++k : 0;
+  rank_rows(&R);
+  /* the estimated rows among each GPU count's top ones run exactly (then re-rank: an
+   * exact run may rank lower, or not fit after all) */
+  const int K = a.top > a.verify ? a.top : a.verify;
+  for (int round = 0; round < 64; round++) {
+    bool ran = false;
+    for (size_t i = 0; i < R.n; i++) {
+      pl_row *r = &R.v[i];
+      if (!r->estimated || r->rank < 1 || r->rank > K) continue;
+      pl_row e;
+      memset(&e, 0, sizeof e);
+      e.gpus = r->gpus;
+      char why[512];
+      const int erc = predict_layout(&a, &hw, &P[r->pi], r->dims, &r->ac, r->local_batch, &e, &R,
+                                     why, sizeof why);
+      if (erc != 0) {
+        note_failure(&R, r->plan, why);
+        r->estimated = false;
+        r->p.fits = false;
+        continue;
+      }
+      e.pi = r->pi;
+      *r = e;
+      ran = true;
+    }
+    if (!ran) break;
+    rank_rows(&R);
   }
   int bad_verify = 0;
   if (a.verify)
@@ -1076,8 +1172,11 @@ int sb_cmd_plan(int argc, char **argv) {
       if (g) fputc('\n', stdout);
       print_table(stdout, &a, &hw, &R, a.gpus[g]);
     }
-    printf("%d shape-only runs, %d (layout, AC) pairs dominated by a lighter AC that fits\n",
-           R.shape_runs, R.dominated);
+    int est = 0;
+    for (size_t i = 0; i < R.n; i++) est += R.v[i].estimated;
+    printf("%d shape-only runs, %d (layout, AC) pairs dominated by a lighter AC that fits, %d "
+           "layouts below the top %d estimated from two smaller local batches (--exact: run)\n",
+           R.shape_runs, R.dominated, est, K);
   }
   rc = SB_EXIT_OK;
   if (R.failed) {

@@ -411,6 +411,7 @@ int sb_predict(const sb_hw *hw, const sb_opts *o, const sb_result *meta,
                          t->other[3] + t->other[4];
       (void)fwd, (void)bwd;
       p->step_s = A * (makespan + worst - opt) + opt;
+      p->opt_s = opt;
     }
     p->bubble_s = P > 1 ? pos(makespan0 - busy) : 0;
     p->compute_s = t->comp[0] + t->comp[1] + t->comp[3] + t->comp[4];

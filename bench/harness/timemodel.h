@@ -37,6 +37,8 @@ typedef struct sb_tm_features {
 /* The predicted step of one config, per GPU (the slowest role). */
 typedef struct sb_prediction {
   double step_s;                 /* the whole step */
+  double opt_s;                  /* of which once per step, not per microstep: the optimizer's
+                                  * compute and its collectives (clipping's norm) */
   double compute_s;              /* forward + backward + optimizer compute, recompute excluded */
   double recompute_s;            /* the recompute phase's compute */
   double bubble_s;               /* pipeline idle time of the slowest rank (0 without pp) */
