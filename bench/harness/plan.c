@@ -535,11 +535,12 @@ static void mesh_str(const int d[SB_NDIMS], char *buf, size_t n) {
   if (!k) snprintf(buf, n, "1");
 }
 
-/* The row of local batch l from the runs at r0's and r1's: a microstep's time and
- * memory are affine in the local batch (per-sequence work and activations on top of
+/* The row of local batch l from the runs at r0's and r1's: a microstep's time is
+ * affine in the local batch, memory grows by mem_slope per sequence (per-sequence work and activations on top of
  * fixed weights, optimizer and unit gathers), the step is the accumulation steps of
  * microsteps plus the optimizer once. Marked estimated. */
-static void interpolate(const pl_args *a, const pl_row *r0, const pl_row *r1, int l, pl_row *out) {
+static void interpolate(const pl_args *a, const pl_row *r0, const pl_row *r1, int l,
+                        double mem_slope, pl_row *out) {
   *out = *r1;
   const double u = (double)(l - r0->local_batch) / (double)(r1->local_batch - r0->local_batch);
   const sb_prediction *p0 = &r0->micro, *p1 = &r1->micro;
@@ -555,8 +556,9 @@ static void interpolate(const pl_args *a, const pl_row *r0, const pl_row *r1, in
   p->bubble_s = A * LIN(bubble_s);
   for (int d = 0; d < SB_NDIMS; d++)
     p->exposed_comm_s[d] = A * LIN(exposed_comm_s[d]), p->comm_s[d] = A * LIN(comm_s[d]);
-  for (int k = 0; k < 4; k++) p->mem_split[k] = LIN(mem_split[k]);
-  p->peak_bytes = LIN(peak_bytes);
+  for (int k = 0; k < 3; k++) p->mem_split[k] = LIN(mem_split[k]);
+  p->peak_bytes = r1->p.peak_bytes + mem_slope * (l - r1->local_batch);
+  p->mem_split[3] = r1->p.mem_split[3] + mem_slope * (l - r1->local_batch);
 #undef LIN
   int world = 1;
   for (int d = 0; d < SB_NDIMS; d++) world *= r1->dims[d];
@@ -610,7 +612,11 @@ static void search(const pl_args *a, const sb_hw *hw, const pl_plan *P, int np,
             at = 1;
           } else {
             if (best < 1) break;
-            const double slope = (peak1 - peak0) / (double)(lbs[1] - lbs[0]);
+            /* the steeper of the line through the two and all of the second's
+             * activations per sequence (a peak can move to where more of them live) */
+            const double line = (peak1 - peak0) / (double)(lbs[1] - lbs[0]);
+            const double act = row1.p.mem_split[3] / (double)lbs[1];
+            const double slope = line > act ? line : act;
             at = best;
             for (int k = nl - 1; k > best; k--)
               if (!tried[k] && (slope <= 0 || peak0 + slope * (lbs[k] - lbs[0]) <= hw->hbm_bytes)) {
@@ -627,9 +633,11 @@ static void search(const pl_args *a, const sb_hw *hw, const pl_plan *P, int np,
               if (!over_above) break;
               at = k;
             }
-            if (!a->exact && at != best && !tried[at]) {
-              /* estimated from the two runs; the top layouts are run after the search */
-              interpolate(a, &row0, &row1, lbs[at], &fit_row);
+            if (!a->exact && at != best && !tried[at] && lbs[at] <= 4 * lbs[1]) {
+              /* estimated from the two runs (up to 4x the second's local batch: the
+               * peak can move to another phase further out); the top layouts are run
+               * after the search */
+              interpolate(a, &row0, &row1, lbs[at], slope, &fit_row);
               best = at;
               break;
             }
