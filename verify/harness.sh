@@ -242,7 +242,7 @@ refused_db "schema version 7" "$tmp/v7.db" "schema version 7, this shardbench re
 # ---- version 1 to 3 DBs (version 5 less what was added since) are upgraded in place ------
 # the split's columns and the ones version 2 added, in results/schema.sql's order
 cols() { q "$1" "SELECT group_concat(name, ' ') FROM pragma_table_info('results') WHERE cid >= 15"; }
-NEWCOLS="worst mem_params_bytes mem_grads_bytes mem_optimizer_bytes mem_activations_bytes"
+NEWCOLS="worst mem_params_bytes mem_grads_bytes mem_optimizer_bytes mem_activations_bytes grad_norm"
 V1="$tmp/v1.db"
 make_v1_db "$A" "$V1"
 "$SB" run --tp 2 --world 2 --plans-dir "$PLANS" --workload block --batch 2 --seq 4 --steps 1 --warmup 0 --db "$V1" >/dev/null 2>&1
@@ -281,7 +281,7 @@ make_v3_db "$A" "$V3"
 check "v3 upgraded by a pp run: exit" "$?" 0
 check "v3 upgraded: version, results, the new result's pp_stats row" \
   "$(q "$V3" 'SELECT group_concat(version) FROM schema_version') $(q "$V3" 'SELECT count(*) FROM results') $(q "$V3" 'SELECT count(*) FROM pp_stats WHERE result_id = (SELECT max(id) FROM results)')" \
-  "4 $((TOTAL + 1)) 1"
+  "5 $((TOTAL + 1)) 1"
 
 # ---- run --db appends to an existing DB ------------------------------------------------
 "$SB" run --tp 2 --world 2 --plans-dir "$PLANS" --workload block --batch 2 --seq 4 --steps 1 --warmup 0 --db "$A" >/dev/null 2>&1
