@@ -17,7 +17,8 @@
  *     dt_pp_schedule_generate: GPipe and 1F1B with m 8 give the makespan
  *     (m + p - 1)(t_f + t_b) and the bubble fraction (p - 1) / (m + p - 1) of
  *     Narayanan et al. 2021 (arXiv:2104.04473) sec. 2.2; interleaved 1F1B with
- *     v 2, (p - 1) / (v m + p - 1) (sec. 2.2.2);
+ *     v 2, (p - 1) / (v m + p - 1) (sec. 2.2.2); GPipe with stage-boundary sends
+ *     2 (p - 1) hops longer, the recvs free;
  *   - memory: the worst role's peak (1 + alloc_overhead) + reserved, fits, over;
  *   - planted bug: a row's calls doubled moves the step far outside the
  *     tolerance, so the step check can fail.
@@ -382,6 +383,24 @@ static void test_pipeline(const sb_hw *hw, dt_ctx *ctx) {
       CHECK_NEAR(p.bubble_s / p.step_s, frac, "%s pp %d v %d m %d: bubble fraction", name, P, v, M);
       CHECK_NEAR(frac, dt_pp_bubble_fraction(cases[c].k, P, v, M), "%s: library formula", name);
       TU_CHECK(p.exposed_comm_s[0] == 0, "%s: pp comm without send rows", name);
+      if (cases[c].k == DT_PP_GPIPE) {
+        /* the stage boundaries' sends: pp 4 in one node, a hop of base + intra latency
+         * + S / intra_bw; GPipe's critical path crosses p - 1 boundaries forward and
+         * p - 1 backward, each action still back to back behind its input, so the
+         * makespan grows by 2 (p - 1) hops; a recv is the far end of a send, free */
+        const double S = 5e7, hop = BASE_LAT + INTRA_LAT + S / INTRA_BW;
+        for (int i = 0; i < P; i++) {
+          comm(&t.meta.roles[i], "send", "pp", "forward", M, S);
+          comm(&t.meta.roles[i], "recv", "pp", "forward", M, S);
+        }
+        sb_prediction q;
+        if (!predict(hw, &t, &q, "pipeline hops")) {
+          CHECK_NEAR(q.step_s, span + 2 * (P - 1) * hop, "GPipe with hops: step_s");
+          CHECK_NEAR(q.exposed_comm_s[0], 2 * (P - 1) * hop, "GPipe with hops: exposed pp");
+          CHECK_NEAR(q.bubble_s, bubble, "GPipe with hops: bubble (the schedule's alone)");
+          CHECK_NEAR(q.comm_s[0], M * hop, "GPipe with hops: all pp comm (sends only)");
+        }
+      }
     }
     tc_free(&t);
   }
