@@ -48,7 +48,8 @@ typedef struct sb_prediction {
   double comm_s[SB_NDIMS];       /* all collective time per dim, hidden or not */
   double tokens_per_s_per_gpu;
   double mfu;                    /* TorchTitan's flops per token (6 N + 12 L H Q T, no causal
-                                  * halving) x tokens/s/GPU / the dtype's peak */
+                                  * halving) x tokens/s/GPU / the bf16 peak (Float8 runs too,
+                                  * as TorchTitan); an f32 run over the f32 peak */
   double peak_bytes;             /* the worst role's peak + the allocator overhead + reserved */
   double mem_split[4];           /* params, grads, optimizer, activations (worst role) */
   bool fits;                     /* peak_bytes <= the hardware's HBM */
