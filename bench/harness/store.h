@@ -131,7 +131,9 @@ typedef struct sb_shape_facts {
   dt_pp_action *pp_acts;         /* those actions, rank after rank, in execution order */
   double flops_per_token;        /* dt_llama_flops_per_token (TorchTitan's MFU count) */
   int64_t vocab, dim;            /* the model's vocabulary and hidden size */
-  int64_t tokens_per_step;       /* sequences per optimizer step x seq */
+  int64_t tokens_per_step;       /* the tokens the run itself stepped over (its --global-batch,
+                                  * else its batch, x seq); sb_tm_features.accum_steps counts
+                                  * the microsteps beyond it */
 } sb_shape_facts;
 
 /* A config's outcome (results columns; NaN / negative = NULL, see store.c). */
