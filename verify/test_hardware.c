@@ -32,19 +32,13 @@
 #include "../bench/harness/hardware.h"
 #include "testutil.h"
 
+/* the formulas of the test and of hardware.c in another order of operations: a few ulps */
 static const double TOL = 1e-12;
 static char tmpdir[256];
 
-static bool close_to(double got, double want) {
-  if (got == want) return true;
-  return fabs(got - want) <= TOL * fabs(want);
-}
-
-#define CHECK_NEAR(got, want, ...)                                                   \
-  do {                                                                               \
-    double g_ = (got), w_ = (want);                                                  \
-    TU_CHECK(close_to(g_, w_), "%s: got %.17g, want %.17g", __VA_ARGS__, g_, w_);    \
-  } while (0)
+#define close_to(got, want) tu_close((got), (want), TOL)
+/* CHECK_NEAR(got, want, printf format and arguments naming the check) */
+#define CHECK_NEAR(got, want, ...) TU_CHECK_REL((got), (want), TOL, __VA_ARGS__)
 
 /* Writes text to tmpdir/name; returns the path (static buffer per call site). */
 static const char *put_file(const char *name, const char *text, char *path, size_t n) {

@@ -46,21 +46,12 @@ const char *const sb_dim_names[SB_NDIMS] = {"pp", "dp_replicate", "dp_shard", "c
 const char *const sb_role_phases[SB_ROLE_PHASES] = {"forward", "backward", "recompute", "optimizer",
                                                     "other"};
 
+/* expectations written out here, the same sums in another order: a few ulps */
 static const double TOL = 1e-12;
 
-static bool close_to(double got, double want) {
-  if (got == want) return true;
-  return fabs(got - want) <= TOL * fabs(want);
-}
-
+#define close_to(got, want) tu_close((got), (want), TOL)
 /* CHECK_NEAR(got, want, printf format and arguments naming the check) */
-#define CHECK_NEAR(got, want, ...)                                                   \
-  do {                                                                               \
-    double g_ = (got), w_ = (want);                                                  \
-    char m_[256];                                                                    \
-    snprintf(m_, sizeof m_, __VA_ARGS__);                                            \
-    TU_CHECK(close_to(g_, w_), "%s: got %.17g, want %.17g", m_, g_, w_);             \
-  } while (0)
+#define CHECK_NEAR(got, want, ...) TU_CHECK_REL((got), (want), TOL, __VA_ARGS__)
 
 /* ---- the hardware: round numbers ------------------------------------------------------ */
 

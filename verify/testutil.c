@@ -76,6 +76,11 @@ char *tu_slurp(const char *path) {
   return b;
 }
 
+bool tu_close(double got, double want, double rtol) {
+  if (got == want) return true;
+  return fabs(got - want) <= rtol * fabs(want);
+}
+
 int tu_finish(const char *name) {
   long f = tu_failures(), n = tu_checks();
   if (f) {

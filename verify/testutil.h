@@ -3,6 +3,7 @@
 #ifndef SB_TESTUTIL_H
 #define SB_TESTUTIL_H
 
+#include <stdbool.h>
 #include <stdio.h>
 #include "dtensor.h"
 
@@ -21,6 +22,17 @@ long tu_checks(void);
   do {                                                                \
     tu_count();                                                       \
     if (!(cond)) tu_fail(__FILE__, __LINE__, __VA_ARGS__);            \
+  } while (0)
+/* |got - want| <= rtol |want| (equal values, infinities included, pass). */
+bool tu_close(double got, double want, double rtol);
+/* TU_CHECK of tu_close(got, want, rtol); the rest is a printf format naming the check. */
+#define TU_CHECK_REL(got, want, rtol, ...)                                             \
+  do {                                                                                 \
+    const double tu_g_ = (got), tu_w_ = (want);                                        \
+    char tu_m_[256];                                                                   \
+    snprintf(tu_m_, sizeof tu_m_, __VA_ARGS__);                                        \
+    TU_CHECK(tu_close(tu_g_, tu_w_, (rtol)), "%s: got %.17g, want %.17g", tu_m_, tu_g_, \
+             tu_w_);                                                                   \
   } while (0)
 /* Check a dt_status is DT_OK; print the rank's last error otherwise. */
 #define TU_OK(ctx, expr)                                                         \

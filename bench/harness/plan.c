@@ -572,6 +572,71 @@ static void interpolate(const pl_args *a, const pl_row *r0, const pl_row *r1, in
   out->estimated = true;
 }
 
+/* One shape-only run of a layout at local batch lb into *row (its gpus and plan
+ * index set). 0; 1: the plan does not apply to the layout; -1: the run failed
+ * (noted in R). */
+static int run_at(const pl_args *a, const sb_hw *hw, const pl_plan *pp, int pi,
+                  const int dims[SB_NDIMS], const dt_ac_config *ac, int lb, int G, pl_rows *R,
+                  pl_row *row) {
+  char why[512];
+  memset(row, 0, sizeof *row);
+  row->gpus = G;
+  const int rc = predict_layout(a, hw, pp, dims, ac, lb, row, R, why, sizeof why);
+  row->pi = pi;
+  if (rc < 0) {
+    char m[128], what[256];
+    mesh_str(dims, m, sizeof m);
+    snprintf(what, sizeof what, "%.63s %.96s lb %d", pp->name, m, lb);
+    note_failure(R, what, why);
+  }
+  return rc;
+}
+
+/* One (layout, AC mode): the row of the largest of its local batches lbs (nl,
+ * ascending) that fits, or of the smallest when none does, into *out; *top when it
+ * is the largest candidate. Memory is affine in the local batch (weights, gradients
+ * and optimizer state fixed, activations per sequence), so the two smallest give a
+ * line; the largest candidate under the HBM on it is interpolated from those two
+ * (up to 4x the second's local batch, and not with --exact: further out the peak can
+ * move to another phase) or run, and the next smaller one when a run says it is over
+ * after all. The two small runs cost little: a run's work grows with its local batch.
+ * 0, or run_at's 1 / -1. */
+static int best_local_batch(const pl_args *a, const sb_hw *hw, const pl_plan *pp, int pi,
+                            const int dims[SB_NDIMS], const dt_ac_config *ac, const int *lbs,
+                            int nl, int G, pl_rows *R, pl_row *out, bool *top) {
+  pl_row r0, r1, r;
+  int rc = run_at(a, hw, pp, pi, dims, ac, lbs[0], G, R, &r0);
+  if (rc) return rc;
+  *out = r0;
+  *top = nl == 1 && r0.p.fits;
+  if (!r0.p.fits || nl == 1) return 0;
+  if ((rc = run_at(a, hw, pp, pi, dims, ac, lbs[1], G, R, &r1))) return rc;
+  if (!r1.p.fits) return 0;
+  *out = r1;
+  int best = 1;
+  /* the steeper of the line through the two and all of the second's activations per
+   * sequence (a peak can move to where more of them live) */
+  const double line = (r1.p.peak_bytes - r0.p.peak_bytes) / (double)(lbs[1] - lbs[0]);
+  const double act = r1.p.mem_split[3] / (double)lbs[1];
+  const double slope = line > act ? line : act;
+  for (int k = nl - 1; k > 1; k--) {
+    if (slope > 0 && r0.p.peak_bytes + slope * (lbs[k] - lbs[0]) > hw->hbm_bytes) continue;
+    if (!a->exact && lbs[k] <= 4 * lbs[1]) {
+      interpolate(a, &r0, &r1, lbs[k], slope, out); /* the top rows run after the search */
+      best = k;
+      break;
+    }
+    if ((rc = run_at(a, hw, pp, pi, dims, ac, lbs[k], G, R, &r))) return rc;
+    if (r.p.fits) {
+      *out = r;
+      best = k;
+      break;
+    }
+  }
+  *top = best == nl - 1;
+  return 0;
+}
+
 /* Every layout of one GPU count into R: the (plan, mesh) tasks numbered from *task on,
  * those with number % nshards == shard (a worker's share). */
 static void search(const pl_args *a, const sb_hw *hw, const pl_plan *P, int np,
@@ -588,102 +653,15 @@ static void search(const pl_args *a, const sb_hw *hw, const pl_plan *P, int np,
       int lbs[256];
       const int nl = local_batches(a, d[1] * d[2], d[0], P[pi].mb_size, lbs, 256);
       if (!nl) continue;
-      bool applies = true;
-      for (int ai = 0; ai < a->n_ac && applies; ai++) {
-        /* The largest local batch that fits: memory is affine in it (the weights,
-         * gradients and optimizer state fixed, activations per sequence), so the
-         * two smallest give the line, and the largest candidate under the HBM on it
-         * runs exactly (then the next smaller, should the allocator's rounding push
-         * it over). The two small runs cost little: a run's work grows with it. */
-        int best = -1;
-        pl_row tmp, fit_row, small_row, row0, row1;
-        memset(&small_row, 0, sizeof small_row);
-        memset(&row0, 0, sizeof row0);
-        memset(&row1, 0, sizeof row1);
-        double peak0 = 0, peak1 = 0;
-        int tried[256];
-        memset(tried, 0, sizeof tried);
-        for (int step = 0; applies; step++) {
-          int at;
-          if (step == 0) {
-            at = 0;
-          } else if (step == 1) {
-            if (best < 0 || nl == 1) break;
-            at = 1;
-          } else {
-            if (best < 1) break;
-            /* the steeper of the line through the two and all of the second's
-             * activations per sequence (a peak can move to where more of them live) */
-            const double line = (peak1 - peak0) / (double)(lbs[1] - lbs[0]);
-            const double act = row1.p.mem_split[3] / (double)lbs[1];
-            const double slope = line > act ? line : act;
-            at = best;
-            for (int k = nl - 1; k > best; k--)
-              if (!tried[k] && (slope <= 0 || peak0 + slope * (lbs[k] - lbs[0]) <= hw->hbm_bytes)) {
-                at = k;
-                break;
-              }
-            if (at == best) { /* the line's pick is tried; one smaller if it did not fit */
-              int k = -1;
-              for (int q = nl - 1; q > best; q--)
-                if (!tried[q] && q < nl) { k = q; break; }
-              if (k < 0 || step > 8) break;
-              bool over_above = false;
-              for (int q = k + 1; q < nl; q++) over_above |= tried[q] == 2;
-              if (!over_above) break;
-              at = k;
-            }
-            if (!a->exact && at != best && !tried[at] && lbs[at] <= 4 * lbs[1]) {
-              /* estimated from the two runs (up to 4x the second's local batch: the
-               * peak can move to another phase further out); the top layouts are run
-               * after the search */
-              interpolate(a, &row0, &row1, lbs[at], slope, &fit_row);
-              best = at;
-              break;
-            }
-          }
-          char why[512];
-          memset(&tmp, 0, sizeof tmp);
-          tmp.gpus = G;
-          const int rc = predict_layout(a, hw, &P[pi], d, &a->acs[ai], lbs[at], &tmp, R, why,
-                                        sizeof why);
-          if (rc == 1) {
-            applies = false;
-            break;
-          }
-          if (rc < 0) {
-            char m[128];
-            mesh_str(d, m, sizeof m);
-            char what[256];
-            snprintf(what, sizeof what, "%.63s %.96s lb %d", P[pi].name, m, lbs[at]);
-            note_failure(R, what, why);
-            applies = false;
-            break;
-          }
-          const double pk = tmp.p.peak_bytes;
-          tmp.pi = pi;
-          if (at == 0) peak0 = pk, row0 = tmp;
-          if (at == 1) peak1 = pk, row1 = tmp;
-          tried[at] = tmp.p.fits ? 1 : 2;
-          if (tmp.p.fits && at > best) {
-            best = at;
-            fit_row = tmp;
-          } else if (!tmp.p.fits && at == 0) {
-            small_row = tmp;
-            break;
-          }
-        }
-        const int nl_top = nl - 1;
-        if (!applies) break;
-        pl_row *out = rows_add(R);
-        if (!out) return;
-        if (best >= 0) {
-          *out = fit_row;
-        } else {
-          *out = small_row; /* the smallest local batch tried: the least overrun */
-        }
+      for (int ai = 0; ai < a->n_ac; ai++) {
+        pl_row out;
+        bool top = false;
+        if (best_local_batch(a, hw, &P[pi], pi, d, &a->acs[ai], lbs, nl, G, R, &out, &top)) break;
+        pl_row *r = rows_add(R);
+        if (!r) return;
+        *r = out;
         /* heavier AC at the largest local batch that already fits: dominated */
-        if (best == nl_top) {
+        if (top) {
           R->dominated += a->n_ac - 1 - ai;
           break;
         }
@@ -808,8 +786,7 @@ static void rank_rows(pl_rows *R) {
 
 /* ---- --verify: the layout on this machine, debugmodel, threads ---- */
 
-static void verify_row(const pl_args *a, pl_row *row) {
-  (void)a;
+static void verify_row(pl_row *row) {
   sb_opts o;
   memset(&o, 0, sizeof o);
   snprintf(o.model, sizeof o.model, "debugmodel");
@@ -1146,18 +1123,11 @@ int sb_cmd_plan(int argc, char **argv) {
       pl_row *r = &R.v[i];
       if (!r->estimated || r->rank < 1 || r->rank > K) continue;
       pl_row e;
-      memset(&e, 0, sizeof e);
-      e.gpus = r->gpus;
-      char why[512];
-      const int erc = predict_layout(&a, &hw, &P[r->pi], r->dims, &r->ac, r->local_batch, &e, &R,
-                                     why, sizeof why);
-      if (erc != 0) {
-        note_failure(&R, r->plan, why);
-        r->estimated = false;
+      if (run_at(&a, &hw, &P[r->pi], r->pi, r->dims, &r->ac, r->local_batch, r->gpus, &R, &e)) {
+        r->estimated = false; /* noted in R: the plan exits 1 */
         r->p.fits = false;
         continue;
       }
-      e.pi = r->pi;
       *r = e;
       ran = true;
     }
@@ -1169,7 +1139,7 @@ int sb_cmd_plan(int argc, char **argv) {
     for (int g = 0; g < a.n_gpus; g++)
       for (size_t i = 0; i < R.n; i++)
         if (R.v[i].gpus == a.gpus[g] && R.v[i].rank >= 1 && R.v[i].rank <= a.verify) {
-          verify_row(&a, &R.v[i]);
+          verify_row(&R.v[i]);
           if (!strcmp(R.v[i].verdict, "mismatch") || !strcmp(R.v[i].verdict, "failed"))
             bad_verify++;
         }

@@ -159,7 +159,7 @@ static int role_costs(const sb_hw *hw, const sb_opts *o, const sb_result *meta,
       }
       t->lin[p] += s * calls;
     } else if (!strcmp(k->op, "attn_gemm")) {
-      const double eff = hw->attn_eff[dt] > 0 ? hw->attn_eff[dt] : 0;
+      const double eff = hw->attn_eff[dt];
       if (!(eff > 0) || !(hw->peak_flops[dt] > 0)) {
         snprintf(err, errn, "%s: no attention efficiency or peak for the run's dtype", hw->name);
         return -1;
@@ -246,6 +246,26 @@ static double exposed_cp(const role_time *t, int p) {
   return t->cp_other[p] + (r > 0 ? r : 0);
 }
 static double pos(double x) { return x > 0 ? x : 0; }
+
+/* What a role spends outside the pipelined span: FSDP's exposed gathers and
+ * reduce-scatters (the first gather and the last reduce, and what compute cannot
+ * hide), DDP's last bucket and the excess over backward, both per microstep; and
+ * once per step the optimizer's compute and collectives. */
+typedef struct outside_parts {
+  double fsdp, ddp, opt;
+} outside_parts;
+
+static outside_parts outside(const role_time *t) {
+  const double fwd = t->comp[0], bwd = t->comp[1] + t->comp[2];
+  outside_parts o;
+  o.fsdp = t->fsdp_first + pos(t->fsdp_ag[0] - fwd - t->fsdp_first) +
+           pos(t->fsdp_ag[1] + t->fsdp_ag[2] + t->fsdp_rs - t->fsdp_last - bwd) + t->fsdp_last +
+           t->fsdp_ag[3];
+  o.ddp = t->ddp_last + pos(t->ddp_ar - t->ddp_last - bwd);
+  o.opt = t->comp[3] + t->comp[4] + t->tp[3] + t->cp_other[3] + t->cp_ring[3] + t->other[3] +
+          t->other[4];
+  return o;
+}
 
 /* The pipelined makespan of the F / B actions with per-pp-rank times (tf, tb), a
  * cross-rank boundary costing hop; busy of the slowest rank into *busy. */
@@ -385,43 +405,26 @@ int sb_predict(const sb_hw *hw, const sb_opts *o, const sb_result *meta,
   }
   if (!rc) {
     /* the slowest role's whole step: the pipelined span plus what lies outside it */
-    double worst = -1;
+    outside_parts worst = {.fsdp = -1};
     int wi = 0;
     for (int i = 0; i < nr; i++) {
-      const role_time *t = &rt[i];
-      const double fwd = t->comp[0], bwd = t->comp[1] + t->comp[2];
-      const double fsdp = t->fsdp_first + pos(t->fsdp_ag[0] - fwd - t->fsdp_first) +
-                          pos(t->fsdp_ag[1] + t->fsdp_ag[2] + t->fsdp_rs - t->fsdp_last - bwd) +
-                          t->fsdp_last + t->fsdp_ag[3];
-      const double ddp = t->ddp_last + pos(t->ddp_ar - t->ddp_last - bwd);
-      const double opt = t->comp[3] + t->comp[4] + t->tp[3] + t->cp_other[3] + t->cp_ring[3] +
-                         t->other[3] + t->other[4];
-      const double outside = fsdp + ddp + opt;
-      if (outside > worst) {
-        worst = outside;
+      const outside_parts o_ = outside(&rt[i]);
+      if (i == 0 || o_.fsdp + o_.ddp + o_.opt > worst.fsdp + worst.ddp + worst.opt) {
+        worst = o_;
         wi = i;
       }
     }
     const role_time *t = &rt[wi];
     p->worst_role = wi;
     const double A = f->accum_steps > 1 ? f->accum_steps : 1;
-    {
-      const double fwd = t->comp[0], bwd = t->comp[1] + t->comp[2];
-      const double opt = t->comp[3] + t->comp[4] + t->tp[3] + t->cp_other[3] + t->cp_ring[3] +
-                         t->other[3] + t->other[4];
-      (void)fwd, (void)bwd;
-      p->step_s = A * (makespan + worst - opt) + opt;
-      p->opt_s = opt;
-    }
+    p->step_s = A * (makespan + worst.fsdp + worst.ddp) + worst.opt;
+    p->opt_s = worst.opt;
     p->bubble_s = P > 1 ? pos(makespan0 - busy) : 0;
     p->compute_s = t->comp[0] + t->comp[1] + t->comp[3] + t->comp[4];
     p->recompute_s = t->comp[2];
     for (int d = 0; d < SB_NDIMS; d++) p->comm_s[d] = t->comm_dim[d];
-    const double fwd = t->comp[0], bwd = t->comp[1] + t->comp[2];
-    p->exposed_comm_s[2] = t->fsdp_first + pos(t->fsdp_ag[0] - fwd - t->fsdp_first) +
-                           pos(t->fsdp_ag[1] + t->fsdp_ag[2] + t->fsdp_rs - t->fsdp_last - bwd) +
-                           t->fsdp_last + t->fsdp_ag[3];
-    p->exposed_comm_s[1] = t->ddp_last + pos(t->ddp_ar - t->ddp_last - bwd);
+    p->exposed_comm_s[2] = worst.fsdp;
+    p->exposed_comm_s[1] = worst.ddp;
     for (int q = 0; q < 3; q++) {
       p->exposed_comm_s[4] += exposed_tp(t, q, o, f);
       p->exposed_comm_s[3] += exposed_cp(t, q);
