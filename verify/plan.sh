@@ -7,7 +7,11 @@
 #  3. the memory a layout is given equals, by the hardware file's formula, the peak of
 #     the same config's `run --device meta` (an independent run) times (1 +
 #     alloc_overhead) plus reserved_gib, and tokens/s per GPU = tokens per step / step /
-#     GPUs; a planted wrong peak fails that check.
+#     GPUs; a planted wrong peak fails that check;
+#  4. the workers draw their tasks from a shared queue, in whatever order they come
+#     free: --jobs 1 and --jobs 3 print the same table, byte for byte (the ranking and
+#     its ties follow the search's order, not the workers'); --top 1 prints another
+#     (the comparison sees a difference).
 NAME=plan
 . "${srcdir:-.}/verify/harness-common.sh"
 command -v python3 >/dev/null || { echo "SKIP: $NAME: no python3 (scripts/install-deps installs it)"; exit 77; }
@@ -96,4 +100,19 @@ checks=$((checks + $(grep -c '^ok:\|^FAIL:' "$tmp/f")))
 fails=$((fails + $(grep -c '^FAIL:' "$tmp/f")))
 formula "$tmp/p.json" "$tmp/meta.json" "${srcdir:-.}/results/hardware/$HW" 1.01 >"$tmp/f2"
 grep -q '^FAIL: peak' "$tmp/f2" && pass "a planted 1% larger peak fails the memory formula" || bad "planted peak not caught: $(cat "$tmp/f2")"
+
+# 4. the same table from any number of workers
+for j in 1 3; do
+  # shellcheck disable=SC2086
+  "$SB" plan --model debugmodel --gpus 8,16 --hardware $HW --seq 64 --global-batch 16 --top 4 --jobs $j >"$tmp/j$j" 2>"$tmp/e" || bad "plan --jobs $j: $(cat "$tmp/e")"
+done
+# shellcheck disable=SC2086
+"$SB" plan --model debugmodel --gpus 8,16 --hardware $HW --seq 64 --global-batch 16 --top 1 --jobs 3 >"$tmp/jt" 2>/dev/null
+if cmp -s "$tmp/j1" "$tmp/j3" && [ -s "$tmp/j1" ]; then
+  pass "--jobs 1 and --jobs 3: the same table ($(wc -l <"$tmp/j1") lines)"
+else
+  bad "--jobs 1 and --jobs 3 differ: $(diff "$tmp/j1" "$tmp/j3" | head -5)"
+fi
+cmp -s "$tmp/j3" "$tmp/jt" && bad "--top 4 and --top 1 print the same table: the comparison cannot fail" ||
+  pass "--top 1's table differs from --top 4's (the comparison can fail)"
 finish

@@ -36,6 +36,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -130,6 +131,8 @@ typedef struct pl_row {
   bool estimated;                /* interpolated from two smaller local batches' runs, not
                                   * run itself (the top rows are then run: refine) */
   int pi;                        /* its plan's index in the plan list */
+  int task;                      /* the search's order (task x AC): ties rank by it */
+  bool run_failed;               /* a refinement's run failed (noted in the rows' counts) */
   sb_prediction micro;           /* the same run predicted as one microstep (no accumulation) */
 } pl_row;
 
@@ -637,38 +640,88 @@ static int best_local_batch(const pl_args *a, const sb_hw *hw, const pl_plan *pp
   return 0;
 }
 
-/* Every layout of one GPU count into R: the (plan, mesh) tasks numbered from *task on,
- * those with number % nshards == shard (a worker's share). */
-static void search(const pl_args *a, const sb_hw *hw, const pl_plan *P, int np,
-                   const dt_llama_config *cfg, int G, int shard, int nshards, int *task,
-                   pl_rows *R) {
+/* One task of the search: a (GPU count, plan, mesh) whose local batch and AC the
+ * task picks. */
+typedef struct pl_task {
+  int gpus, pi;
+  int dims[SB_NDIMS];
+} pl_task;
+
+/* Every (GPU count, plan, mesh) the search covers, in a fixed order; NULL when out of
+ * memory. */
+static pl_task *search_tasks(const pl_args *a, const sb_hw *hw, const pl_plan *P, int np,
+                             const dt_llama_config *cfg, int *n) {
   static int meshes[4096][SB_NDIMS];
-  for (int pi = 0; pi < np; pi++) {
-    int nm = 0, cur[SB_NDIMS];
-    meshes_of(&P[pi], G, 0, G, cur, meshes, &nm, 4096);
-    for (int mi = 0; mi < nm; mi++) {
-      const int *d = meshes[mi];
-      if (!mesh_allowed(a, d) || !dims_sane(cfg, a, d, hw)) continue;
-      if ((*task)++ % nshards != shard) continue;
-      int lbs[256];
-      const int nl = local_batches(a, d[1] * d[2], d[0], P[pi].mb_size, lbs, 256);
-      if (!nl) continue;
-      for (int ai = 0; ai < a->n_ac; ai++) {
-        pl_row out;
-        bool top = false;
-        if (best_local_batch(a, hw, &P[pi], pi, d, &a->acs[ai], lbs, nl, G, R, &out, &top)) break;
-        pl_row *r = rows_add(R);
-        if (!r) return;
-        *r = out;
-        /* heavier AC at the largest local batch that already fits: dominated */
-        if (top) {
-          R->dominated += a->n_ac - 1 - ai;
-          break;
+  size_t cap = 256;
+  pl_task *T = malloc(cap * sizeof *T);
+  *n = 0;
+  for (int g = 0; T && g < a->n_gpus; g++)
+    for (int pi = 0; T && pi < np; pi++) {
+      int nm = 0, cur[SB_NDIMS];
+      meshes_of(&P[pi], a->gpus[g], 0, a->gpus[g], cur, meshes, &nm, 4096);
+      for (int mi = 0; mi < nm; mi++) {
+        if (!mesh_allowed(a, meshes[mi]) || !dims_sane(cfg, a, meshes[mi], hw)) continue;
+        if ((size_t)*n == cap) {
+          pl_task *g2 = realloc(T, 2 * cap * sizeof *T);
+          if (!g2) {
+            free(T);
+            return NULL;
+          }
+          T = g2, cap *= 2;
         }
+        pl_task *t = &T[(*n)++];
+        t->gpus = a->gpus[g], t->pi = pi;
+        memcpy(t->dims, meshes[mi], sizeof t->dims);
       }
+    }
+  return T;
+}
+
+typedef struct search_env {
+  const sb_hw *hw;
+  const pl_plan *P;
+  const pl_task *T;
+  pl_row *refine;                /* the refinement's rows (refine_task) */
+} search_env;
+
+/* Task i of the search: its layout's row per AC mode, lightest first, until one fits
+ * at its largest local batch (the heavier ones are then dominated). */
+static void search_task(const pl_args *a, const search_env *e, int i, pl_rows *R) {
+  const pl_task *t = &e->T[i];
+  const int *d = t->dims;
+  int lbs[256];
+  const int nl = local_batches(a, d[1] * d[2], d[0], e->P[t->pi].mb_size, lbs, 256);
+  if (!nl) return;
+  for (int ai = 0; ai < a->n_ac; ai++) {
+    pl_row out;
+    bool top = false;
+    if (best_local_batch(a, e->hw, &e->P[t->pi], t->pi, d, &a->acs[ai], lbs, nl, t->gpus, R, &out,
+                         &top))
+      break;
+    pl_row *r = rows_add(R);
+    if (!r) return;
+    *r = out;
+    r->task = i * PL_MAX_AC + ai;
+    if (top) { /* heavier AC at the largest local batch that already fits: dominated */
+      R->dominated += a->n_ac - 1 - ai;
+      break;
     }
   }
 }
+
+/* Refinement task i: e->refine[i] run exactly at its local batch; the row replaces it. */
+static void refine_task(const pl_args *a, const search_env *e, int i, pl_rows *R) {
+  const pl_row *r = &e->refine[i];
+  pl_row *o = rows_add(R);
+  if (!o) return;
+  if (run_at(a, e->hw, &e->P[r->pi], r->pi, r->dims, &r->ac, r->local_batch, r->gpus, R, o)) {
+    *o = *r; /* noted in R: the plan exits 1 */
+    o->run_failed = true;
+  }
+  o->task = i; /* the refinement's index; the caller restores the search's order */
+}
+
+typedef void (*pl_task_fn)(const pl_args *a, const search_env *e, int i, pl_rows *R);
 
 /* What a worker sends back: its counters, then n_rows rows (plain data). */
 typedef struct pl_wire {
@@ -687,6 +740,7 @@ static bool read_all(int fd, void *buf, size_t n) {
   }
   return true;
 }
+
 static bool write_all(int fd, const void *buf, size_t n) {
   const char *p = buf;
   while (n) {
@@ -698,14 +752,18 @@ static bool write_all(int fd, const void *buf, size_t n) {
   return true;
 }
 
-/* The whole search, over a->jobs worker processes (each runs its share of the
- * tasks shape-only and pipes its rows back; one process when jobs is 1). */
-static void search_all(const pl_args *a, const sb_hw *hw, const pl_plan *P, int np,
-                       const dt_llama_config *cfg, pl_rows *R) {
-  const int W = a->jobs > 1 ? a->jobs : 1;
-  if (W == 1) {
-    int task = 0;
-    for (int g = 0; g < a->n_gpus; g++) search(a, hw, P, np, cfg, a->gpus[g], 0, 1, &task, R);
+/* Tasks 0..n-1 of fn into R over a->jobs worker processes: each reads the next
+ * task's number from a shared pipe (reads of an int are atomic: POSIX's PIPE_BUF),
+ * so a worker that drew short tasks takes more (shape-only runs differ a
+ * hundredfold in cost), and pipes its rows back when the tasks run out; in this
+ * process when jobs is 1 or the pipe cannot be made. */
+static void run_pool(const pl_args *a, const search_env *e, int n, pl_task_fn fn, pl_rows *R) {
+  int W = a->jobs > 1 ? a->jobs : 1;
+  if (W > n) W = n;
+  if (W > 64) W = 64;
+  int q[2] = {-1, -1};
+  if (W <= 1 || pipe(q) != 0) {
+    for (int i = 0; i < n; i++) fn(a, e, i, R);
     return;
   }
   pid_t pid[64];
@@ -719,11 +777,11 @@ static void search_all(const pl_args *a, const sb_hw *hw, const pl_plan *P, int 
     pid[w] = fork();
     if (pid[w] == 0) {
       close(p[0]);
-      for (int q = 0; q < w; q++) close(fd[q]);
+      for (int k = 0; k < w; k++) close(fd[k]);
+      close(q[1]);
       pl_rows mine;
       memset(&mine, 0, sizeof mine);
-      int task = 0;
-      for (int g = 0; g < a->n_gpus; g++) search(a, hw, P, np, cfg, a->gpus[g], w, W, &task, &mine);
+      for (int i; read_all(q[0], &i, sizeof i);) fn(a, e, i, &mine);
       pl_wire h;
       memset(&h, 0, sizeof h);
       h.n_rows = mine.n;
@@ -737,6 +795,19 @@ static void search_all(const pl_args *a, const sb_hw *hw, const pl_plan *P, int 
     if (pid[w] < 0) close(p[0]);
     else fd[w] = p[0];
   }
+  close(q[0]);
+  /* the tasks in order (a full pipe waits for the workers); the end of the pipe ends them */
+  bool any = false;
+  for (int w = 0; w < W; w++) any |= fd[w] >= 0;
+  struct sigaction ign, old;
+  memset(&ign, 0, sizeof ign);
+  ign.sa_handler = SIG_IGN;
+  sigemptyset(&ign.sa_mask);
+  const bool quiet = sigaction(SIGPIPE, &ign, &old) == 0; /* every worker gone: EPIPE, not death */
+  for (int i = 0; any && i < n; i++)
+    if (!write_all(q[1], &i, sizeof i)) break;
+  close(q[1]);
+  if (quiet) sigaction(SIGPIPE, &old, NULL);
   for (int w = 0; w < W; w++) {
     if (fd[w] < 0) {
       note_failure(R, "worker", "could not start a worker process");
@@ -770,9 +841,11 @@ static int row_cmp(const void *x, const void *y) {
   if (a->p.fits != b->p.fits) return a->p.fits ? -1 : 1;
   if (a->p.fits) {
     const double u = a->p.tokens_per_s_per_gpu, v = b->p.tokens_per_s_per_gpu;
-    return (u < v) - (u > v);
+    if (u != v) return (u < v) - (u > v);
+  } else if (a->p.over_bytes != b->p.over_bytes) {
+    return (a->p.over_bytes > b->p.over_bytes) - (a->p.over_bytes < b->p.over_bytes);
   }
-  return (a->p.over_bytes > b->p.over_bytes) - (a->p.over_bytes < b->p.over_bytes);
+  return a->task - b->task; /* the search's order: the same ranking from any worker count */
 }
 
 /* Sorts R (by GPU count, fitting first, then tokens/s per GPU) and numbers the ranks. */
@@ -1112,28 +1185,61 @@ int sb_cmd_plan(int argc, char **argv) {
   }
   pl_rows R;
   memset(&R, 0, sizeof R);
-  search_all(&a, &hw, P, np, &cfg, &R);
+  int nt = 0;
+  pl_task *T = search_tasks(&a, &hw, P, np, &cfg, &nt);
+  if (!T) note_failure(&R, "search", "no memory for the layouts");
+  search_env env = {&hw, P, T, NULL};
+  run_pool(&a, &env, nt, search_task, &R);
   rank_rows(&R);
-  /* the estimated rows among each GPU count's top ones run exactly (then re-rank: an
-   * exact run may rank lower, or not fit after all) */
+  /* the estimated rows among each GPU count's top ones run exactly, in the workers
+   * (then re-rank: an exact run may rank lower, or not fit after all) */
   const int K = a.top > a.verify ? a.top : a.verify;
   for (int round = 0; round < 64; round++) {
-    bool ran = false;
-    for (size_t i = 0; i < R.n; i++) {
-      pl_row *r = &R.v[i];
-      if (!r->estimated || r->rank < 1 || r->rank > K) continue;
-      pl_row e;
-      if (run_at(&a, &hw, &P[r->pi], r->pi, r->dims, &r->ac, r->local_batch, r->gpus, &R, &e)) {
-        r->estimated = false; /* noted in R: the plan exits 1 */
-        r->p.fits = false;
-        continue;
-      }
-      *r = e;
-      ran = true;
+    size_t nr = 0;
+    for (size_t i = 0; i < R.n; i++) nr += R.v[i].estimated && R.v[i].rank >= 1 && R.v[i].rank <= K;
+    if (!nr) break;
+    pl_row *todo = malloc(nr * sizeof *todo);
+    size_t *at = malloc(nr * sizeof *at);
+    if (!todo || !at) {
+      free(todo), free(at);
+      note_failure(&R, "refine", "no memory");
+      break;
     }
-    if (!ran) break;
+    nr = 0;
+    for (size_t i = 0; i < R.n; i++)
+      if (R.v[i].estimated && R.v[i].rank >= 1 && R.v[i].rank <= K) todo[nr] = R.v[i], at[nr++] = i;
+    pl_rows E;
+    memset(&E, 0, sizeof E);
+    env.refine = todo;
+    run_pool(&a, &env, (int)nr, refine_task, &E);
+    R.shape_runs += E.shape_runs;
+    if (E.failed) {
+      if (!R.first_failure[0]) memcpy(R.first_failure, E.first_failure, sizeof R.first_failure);
+      R.failed += E.failed;
+    }
+    for (size_t i = 0; i < E.n; i++) {
+      pl_row *r = &R.v[at[E.v[i].task]];
+      const int task = r->task;
+      if (E.v[i].run_failed) {
+        r->estimated = false;
+        r->p.fits = false;
+      } else {
+        *r = E.v[i];
+      }
+      r->task = task;
+      r->run_failed = false;
+    }
+    /* a row a worker lost stays estimated: counted as failed above, never rerun */
+    for (size_t i = 0; i < nr; i++)
+      if (R.v[at[i]].estimated) {
+        bool back = false;
+        for (size_t k = 0; k < E.n && !back; k++) back = E.v[k].task == (int)i;
+        if (!back) R.v[at[i]].estimated = false, R.v[at[i]].p.fits = false;
+      }
+    free(E.v), free(todo), free(at);
     rank_rows(&R);
   }
+  free(T);
   int bad_verify = 0;
   if (a.verify)
     for (int g = 0; g < a.n_gpus; g++)

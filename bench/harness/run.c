@@ -1194,7 +1194,9 @@ static dt_status meta_train(dt_ctx *ctx, void *arg) {
   dt_trainer_opts to;
   trainer_opts(ctx, j, &rj, &to);
   to.device_memory = true;
-  int64_t *ids = malloc(sizeof *ids * (size_t)(2 * (n ? n : 1)));
+  /* token 0 throughout: meta reads no ids, and zeroed pages cost only what the
+   * rank's slice touches (the global batch is batch x seq ids on every role) */
+  int64_t *ids = calloc((size_t)(2 * (n ? n : 1)), sizeof *ids);
   dt_trainer *t = NULL;
   dt_status s = ids ? DT_OK : dt_error(ctx, DT_ERR_NOMEM, "shape-only", "no memory");
   if (s == DT_OK) s = dt_trainer_create(ctx, &j->cfg, &j->dims, j->plan, &to, &t);
@@ -1202,8 +1204,6 @@ static dt_status meta_train(dt_ctx *ctx, void *arg) {
   memset(&st, 0, sizeof st);
   if (s == DT_OK) {
     dt_ledger_clear(ctx);
-    sb_token_ids(0, 0, n, j->cfg.vocab, ids);
-    sb_token_ids(0, 1, n, j->cfg.vocab, ids + n);
     dt_var *loss = NULL;
     s = dt_trainer_forward_backward(ctx, t, 0, ids, ids + n, true, &loss, &st);
     if (s == DT_OK) s = dt_trainer_optimizer_step(ctx, t, true, &st);

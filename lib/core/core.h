@@ -144,6 +144,7 @@ struct dt_ctx {
   dt_dev_mem dev_mem;        /* see dt_dev_mem */
   char phase[16];            /* what the rank is doing ("forward", ...); comm copies */
   char scope[DT_LABEL_LEN];  /* both labels into every ledger row */
+  uint64_t label_gen;        /* bumped by every dt_ctx_set_phase / _scope (ledger caches) */
   dt_status last_status;
   char last_error[DT_ERRMSG_LEN]; /* "rank R: call: detail" */
   void *user;                /* free for the program */
@@ -233,6 +234,9 @@ typedef struct dt_kledger {
   uint64_t dropped_calls;    /* calls of rows a failed allocation could not append */
   size_t *index;             /* open-addressing index of rows by content (row + 1; 0: empty) */
   size_t index_cap;          /* a power of two, over twice n */
+  uint64_t *hash;            /* hash[i]: rows[i]'s content hash (checked before comparing) */
+  uint64_t label_gen;        /* the ctx->label_gen label_hash is of (0: none yet) */
+  uint64_t label_hash;       /* hash of ctx's phase and scope at label_gen */
 } dt_kledger;
 
 /* The rank's compute ledger (read only; never NULL; empty before the rank has

@@ -11,13 +11,14 @@
 #include "core/core.h"
 
 static const char kledger_key;
-static const dt_kledger no_kledger = {NULL, 0, 0, false, 0, NULL, 0};
+static const dt_kledger no_kledger = {0};
 
 static void kledger_free(dt_ctx *ctx, void *data) {
   (void)ctx;
   dt_kledger *l = data;
   free(l->rows);
   free(l->index);
+  free(l->hash);
   free(l);
 }
 
@@ -52,34 +53,73 @@ void dt_kledger_clear(dt_ctx *ctx) {
   }
 }
 
-static bool same(const dt_kledger_row *a, const dt_kledger_row *b) {
-  return !strcmp(a->op, b->op) && !strcmp(a->phase, b->phase) && !strcmp(a->scope, b->scope) &&
-         a->dtype == b->dtype && a->m == b->m && a->n == b->n && a->k == b->k &&
-         a->batch == b->batch && a->flops == b->flops && a->bytes_read == b->bytes_read &&
-         a->bytes_written == b->bytes_written;
+/* Whether row a is the call r (op zero past its NUL) made under ctx's labels
+ * (zero past theirs, as every stored row's): all but calls. The numbers first
+ * (they differ most often). */
+static bool same(const dt_kledger_row *a, const dt_kledger_row *r, const char *op,
+                 const dt_ctx *ctx) {
+  return a->dtype == r->dtype && a->m == r->m && a->n == r->n && a->k == r->k &&
+         a->batch == r->batch && a->flops == r->flops && a->bytes_read == r->bytes_read &&
+         a->bytes_written == r->bytes_written && !memcmp(a->op, op, sizeof a->op) &&
+         !memcmp(a->phase, ctx->phase, sizeof a->phase) &&
+         !memcmp(a->scope, ctx->scope, sizeof a->scope);
 }
 
-/* FNV-1a over what `same` compares. */
-static size_t row_hash(const dt_kledger_row *r) {
-  uint64_t h = 1469598103934665603ull;
-  const char *strs[3] = {r->op, r->phase, r->scope};
-  for (int i = 0; i < 3; i++)
-    for (const char *c = strs[i]; *c; c++) h = (h ^ (unsigned char)*c) * 1099511628211ull;
-  uint64_t w[8];
-  memcpy(&w[0], &r->flops, 8);
-  w[1] = (uint64_t)r->m, w[2] = (uint64_t)r->n, w[3] = (uint64_t)r->k, w[4] = (uint64_t)r->batch;
-  w[5] = r->bytes_read, w[6] = r->bytes_written, w[7] = (uint64_t)r->dtype;
-  for (int i = 0; i < 8; i++) h = (h ^ w[i]) * 1099511628211ull, h ^= h >> 29;
-  return (size_t)h;
+/* A multiply-xorshift mix (the finaliser of MurmurHash3's 64-bit variant). */
+static uint64_t mix(uint64_t h) {
+  h ^= h >> 33;
+  h *= 0xff51afd7ed558ccdull;
+  h ^= h >> 33;
+  h *= 0xc4ceb9fe1a85ec53ull;
+  return h ^ (h >> 33);
+}
+
+/* A hash of n words: each word times its own odd constant, summed (independent
+ * products), then mixed. For the index only: `same` decides equality. */
+static uint64_t words_hash(uint64_t seed, const uint64_t *w, int n) {
+  static const uint64_t K[11] = {
+      0x9e3779b97f4a7c15ull, 0xbf58476d1ce4e5b9ull, 0x94d049bb133111ebull, 0xd6e8feb86659fd93ull,
+      0xa0761d6478bd642full, 0xe7037ed1a0b428dbull, 0x8ebc6af09c88c6e3ull, 0x589965cc75374cc3ull,
+      0x1d8e4e27c47d124full, 0xc2b2ae3d27d4eb4full, 0x165667b19e3779f9ull};
+  uint64_t h = seed;
+  for (int i = 0; i < n; i++) h += (w[i] ^ (w[i] >> 31)) * K[i % 11];
+  return mix(h);
+}
+
+/* Over what `same` compares: op (24 bytes, zero past its NUL), the numbers and
+ * label, the hash of the phase and scope. */
+static uint64_t row_hash(const dt_kledger_row *r, const char *op, uint64_t label) {
+  uint64_t w[11];
+  memcpy(&w[0], op, 24); /* 3 words */
+  memcpy(&w[3], &r->flops, 8);
+  w[4] = (uint64_t)r->m, w[5] = (uint64_t)r->n, w[6] = (uint64_t)r->k, w[7] = (uint64_t)r->batch;
+  w[8] = r->bytes_read, w[9] = r->bytes_written, w[10] = (uint64_t)r->dtype;
+  return words_hash(label, w, 11);
+}
+
+_Static_assert(sizeof(((dt_ctx *)0)->phase) == 16 && sizeof(((dt_ctx *)0)->scope) == 64 &&
+                   sizeof(((dt_kledger_row *)0)->op) == 24,
+               "label_hash and row_hash read these sizes");
+static uint64_t label_hash(const char *phase, const char *scope) {
+  uint64_t w[10];
+  memcpy(&w[0], phase, 16);
+  memcpy(&w[2], scope, 64);
+  return words_hash(0x243f6a8885a308d3ull, w, 10);
 }
 
 /* Rebuilds the index at twice the capacity; false when out of memory. */
 static bool grow_index(dt_kledger *l) {
   const size_t cap = l->index_cap ? 2 * l->index_cap : 1024;
   size_t *x = calloc(cap, sizeof *x);
-  if (!x) return false;
+  uint64_t *hs = realloc(l->hash, cap / 2 * sizeof *hs); /* n < cap / 2 rows */
+  if (!x || !hs) {
+    free(x);
+    if (hs) l->hash = hs;
+    return false;
+  }
+  l->hash = hs;
   for (size_t i = 0; i < l->n; i++) {
-    size_t h = row_hash(&l->rows[i]) & (cap - 1);
+    size_t h = (size_t)hs[i] & (cap - 1);
     while (x[h]) h = (h + 1) & (cap - 1);
     x[h] = i + 1;
   }
@@ -92,36 +132,49 @@ static bool grow_index(dt_kledger *l) {
 void dt_kledger_add(dt_ctx *ctx, const dt_kledger_row *row) {
   dt_kledger *l = get(ctx);
   if (!l || !l->enabled || !row) return;
-  dt_kledger_row r = *row;
-  memcpy(r.phase, ctx->phase, sizeof r.phase);
-  memcpy(r.scope, ctx->scope, sizeof r.scope);
-  if (r.calls == 0) r.calls = 1;
-  if (l->n > 0 && same(&l->rows[l->n - 1], &r)) { /* the common case: a run of calls */
-    l->rows[l->n - 1].calls += r.calls;
+  char op[sizeof row->op] = {0}; /* the op zero past its NUL: `same` and the hash read it all */
+  memcpy(op, row->op, strnlen(row->op, sizeof op - 1));
+  const uint64_t calls = row->calls ? row->calls : 1;
+  if (l->label_gen != ctx->label_gen) { /* the labels changed since the last row */
+    l->label_gen = ctx->label_gen;
+    l->label_hash = label_hash(ctx->phase, ctx->scope);
+  }
+  const uint64_t hv = row_hash(row, op, l->label_hash);
+  /* the common case: a run of calls */
+  if (l->n > 0 && l->hash[l->n - 1] == hv && same(&l->rows[l->n - 1], row, op, ctx)) {
+    l->rows[l->n - 1].calls += calls;
     return;
   }
   if ((l->n + 1) * 2 > l->index_cap && !grow_index(l)) {
-    l->dropped_calls += r.calls;
+    l->dropped_calls += calls;
     return;
   }
-  size_t h = row_hash(&r) & (l->index_cap - 1);
-  for (; l->index[h]; h = (h + 1) & (l->index_cap - 1))
-    if (same(&l->rows[l->index[h] - 1], &r)) {
-      l->rows[l->index[h] - 1].calls += r.calls;
+  size_t h = (size_t)hv & (l->index_cap - 1);
+  for (; l->index[h]; h = (h + 1) & (l->index_cap - 1)) {
+    const size_t i = l->index[h] - 1;
+    if (l->hash[i] == hv && same(&l->rows[i], row, op, ctx)) {
+      l->rows[i].calls += calls;
       return;
     }
+  }
   if (l->n == l->cap) {
     size_t cap = l->cap ? 2 * l->cap : 256;
     dt_kledger_row *g = realloc(l->rows, cap * sizeof *g);
     if (!g) {
-      l->dropped_calls += r.calls;
+      l->dropped_calls += calls;
       return;
     }
     l->rows = g;
     l->cap = cap;
   }
+  dt_kledger_row *r = &l->rows[l->n];
+  *r = *row;
+  memcpy(r->op, op, sizeof r->op);
+  memcpy(r->phase, ctx->phase, sizeof r->phase);
+  memcpy(r->scope, ctx->scope, sizeof r->scope);
+  r->calls = calls;
   l->index[h] = l->n + 1;
-  l->rows[l->n++] = r;
+  l->hash[l->n++] = hv;
 }
 
 void dt_kledger_kernel(dt_ctx *ctx, const char *op, dt_dtype t, double flops, uint64_t bytes_read,
@@ -130,7 +183,8 @@ void dt_kledger_kernel(dt_ctx *ctx, const char *op, dt_dtype t, double flops, ui
   if (!l || !l->enabled) return;
   dt_kledger_row r;
   memset(&r, 0, sizeof r);
-  snprintf(r.op, sizeof r.op, "%s", op ? op : "?");
+  if (!op) op = "?";
+  memcpy(r.op, op, strnlen(op, sizeof r.op - 1)); /* r is zeroed: NUL-terminated */
   r.dtype = (int)t;
   r.flops = flops;
   r.bytes_read = bytes_read;

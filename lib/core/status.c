@@ -30,6 +30,7 @@ void dt_ctx_init(dt_ctx *ctx, int rank, int world_size) {
   memset(ctx, 0, sizeof *ctx);
   ctx->rank = rank;
   ctx->world_size = world_size;
+  ctx->label_gen = 1; /* the ledgers' caches start at 0: none */
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
   ctx->mem_cache.limit = 0; /* reuse would hide use-after-free from the sanitizer */
 #else
@@ -113,15 +114,17 @@ static void copy_label(char *dst, size_t n, const char *src) {
   size_t l = strlen(src);
   if (l >= n) l = n - 1;
   memcpy(dst, src, l);
-  dst[l] = '\0';
+  memset(dst + l, 0, n - l); /* zero to the end: the ledgers compare and hash whole labels */
 }
 
 void dt_ctx_set_phase(dt_ctx *ctx, const char *phase) {
   copy_label(ctx->phase, sizeof ctx->phase, phase);
+  ctx->label_gen++;
 }
 
 void dt_ctx_set_scope(dt_ctx *ctx, const char *scope) {
   copy_label(ctx->scope, sizeof ctx->scope, scope);
+  ctx->label_gen++;
 }
 
 double dt_now(void) {

@@ -91,6 +91,19 @@ static dt_status parse_eq(dt_ctx *ctx, const char *call, const char *s, eqn *e) 
   return DT_OK;
 }
 
+/* The parts one after another in buf (n > 0 bytes), cut to fit, NUL-terminated:
+ * snprintf's "%s%s..." without its format parsing (these run on every call). */
+static void join(char *buf, size_t n, const char *const *parts, int np) {
+  size_t u = 0;
+  for (int i = 0; i < np && u + 1 < n; i++) {
+    size_t l = strlen(parts[i]);
+    if (l > n - 1 - u) l = n - 1 - u;
+    memcpy(buf + u, parts[i], l);
+    u += l;
+  }
+  buf[u] = '\0';
+}
+
 /* The einsum equation an op computes, in buf (size 32 as dt_op_attrs.eq). */
 typedef enum { K_EINSUM, K_MATMUL, K_LINEAR } op_kind;
 
@@ -99,7 +112,7 @@ static dt_status op_eq(dt_ctx *ctx, op_kind kind, const dt_op_attrs *a, const dt
   if (kind == K_EINSUM) {
     if (memchr(a->eq, '\0', sizeof a->eq) == NULL)
       return dt_error(ctx, DT_ERR_INVALID, "einsum", "equation not NUL-terminated");
-    snprintf(buf, bn, "%s", a->eq);
+    join(buf, bn, (const char *const[]){a->eq}, 1);
     return DT_OK;
   }
   if (kind == K_MATMUL) {
@@ -112,7 +125,7 @@ static dt_status op_eq(dt_ctx *ctx, op_kind kind, const dt_op_attrs *a, const dt
     char b[DT_MAX_DIMS + 1];
     for (int i = 0; i < r - 2; i++) b[i] = (char)('a' + i);
     b[r - 2] = '\0';
-    snprintf(buf, bn, "%smk,%skn->%smn", b, b, b);
+    join(buf, bn, (const char *const[]){b, "mk,", b, "kn->", b, "mn"}, 6);
     return DT_OK;
   }
   int r = in[0].ndim;
@@ -123,7 +136,7 @@ static dt_status op_eq(dt_ctx *ctx, op_kind kind, const dt_op_attrs *a, const dt
   char b[DT_MAX_DIMS + 1];
   for (int i = 0; i < r - 1; i++) b[i] = (char)('a' + i);
   b[r - 1] = '\0';
-  snprintf(buf, bn, "%sk,nk->%sn", b, b);
+  join(buf, bn, (const char *const[]){b, "k,nk->", b, "n"}, 4);
   return DT_OK;
 }
 
@@ -301,7 +314,7 @@ static dt_status naive_einsum(dt_ctx *ctx, dt_kdev *kd, const char *call, const 
 }
 
 static void cat3(char *d, const char *x, const char *y, const char *z) {
-  snprintf(d, DT_MAX_DIMS + 1, "%s%s%s", x, y, z);
+  join(d, DT_MAX_DIMS + 1, (const char *const[]){x, y, z}, 3);
 }
 
 static dt_status kernel_common(dt_ctx *ctx, op_kind kind, const char *call, const dt_op_attrs *a,
@@ -451,7 +464,7 @@ static dt_status zeros_like(dt_ctx *ctx, const dt_tensor *t, dt_tensor *out) {
 static dt_status sub_einsum(dt_ctx *ctx, const char *x, const char *y, const char *z,
                             const dt_tensor *p, const dt_tensor *q, dt_tensor *out) {
   dt_op_attrs at = DT_OP_ATTRS_INIT;
-  snprintf(at.eq, sizeof at.eq, "%s,%s->%s", x, y, z);
+  join(at.eq, sizeof at.eq, (const char *const[]){x, ",", y, "->", z}, 5);
   const dt_tensor *ins[2] = {p, q};
   dt_tensor *outs[1] = {out};
   return dt_op_call(ctx, &dt_op_einsum, &at, ins, outs, NULL);

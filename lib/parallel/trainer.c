@@ -141,17 +141,22 @@ static dt_status place_batch(dt_ctx *ctx, dt_trainer *t, int64_t rows, int64_t *
  * shard on the data-parallel dims is that rank's k-th chunk of its local batch (the
  * schedule splits each rank's batch: split_args_kwargs_into_chunks). */
 static dt_status microbatch(dt_ctx *ctx, dt_trainer *t, const int64_t *all, int k, dt_tensor *out) {
-  int ndp = 1;
+  /* the rank's block d of the nested Shard(0) over the dp dims, outermost first */
+  int ndp = 1, d = 0;
   for (int i = 0; i < dt_mesh_ndim(t->mesh); i++)
-    if (t->dims.dp & (1u << i)) ndp *= dt_mesh_size(t->mesh, i);
+    if (t->dims.dp & (1u << i)) {
+      ndp *= dt_mesh_size(t->mesh, i);
+      d = d * dt_mesh_size(t->mesh, i) + dt_mesh_coord(t->mesh, i);
+    }
   const int nm = t->pipe->n_microbatches;
   const int64_t B = t->opts.batch, S = t->opts.seq, local = B / ndp, mb = local / nm;
   const int64_t n = B / nm * S;
-  int64_t *ids = malloc(sizeof *ids * (size_t)(n > 0 ? n : 1));
+  /* only the rank's rows are read (the placing takes its shard); the rest stay
+   * zero, valid ids, in pages a large calloc never touches */
+  int64_t *ids = calloc((size_t)(n > 0 ? n : 1), sizeof *ids);
   if (!ids) return dt_error(ctx, DT_ERR_NOMEM, "dt_trainer", "no memory");
-  for (int d = 0; d < ndp; d++)
-    memcpy(ids + (size_t)(d * mb * S), all + (size_t)((d * local + k * mb) * S),
-           sizeof *ids * (size_t)(mb * S));
+  memcpy(ids + (size_t)(d * mb * S), all + (size_t)((d * local + k * mb) * S),
+         sizeof *ids * (size_t)(mb * S));
   dt_status s = place_batch(ctx, t, B / nm, ids, out);
   free(ids);
   return s;
