@@ -16,9 +16,10 @@
 #      dims it is Replicate on (SHARDBENCH_FAULT=norm-replicated:norm.weight), and
 #      pp rank 1's stages left out (norm-drop-stage:1), are each a mismatch naming
 #      "grad_norm step 0";
-#   4. gradient accumulation (--global-batch) under TP + SP, FSDP, HSDP, FSDP x TP
-#      and DDP x CP: two microsteps of 4 give one step of 8's norm (the oracle), and
-#      the data-parallel reductions run per microstep;
+#   4. gradient accumulation (--global-batch) under TP + SP, FSDP, HSDP, FSDP x TP,
+#      DDP x CP, PP x DDP and PP x FSDP (each microstep one pipeline step of the
+#      schedule's microbatches): two microsteps of 4 give one step of 8's norm (the
+#      oracle), and the data-parallel reductions run per microstep;
 #   5. TorchTitan's lr schedule over 8 steps with clipping (and accumulation) under
 #      TP + SP, FSDP, HSDP, FSDP x TP, CP and PP x TP verifies against the reference;
 #   6. the plan setting max_norm clips as --max-norm does (the same norm), and bad
@@ -191,13 +192,15 @@ fsdp|--plan fsdp --dp-shard 2
 hsdp|--plan hsdp --dp-replicate 2 --dp-shard 2
 fsdp-tp|--plan fsdp-tp-sp --dp-shard 2 --tp 2
 dp-cp|--plan dp-cp --dp-replicate 2 --cp 2
+pp-ddp|--plan pp --pp 2 --dp-replicate 2
+pp-fsdp|--plan pp-fsdp --pp 2 --dp-shard 2
 EOF2
 refused "--global-batch 6 --batch 4" "^shardbench run: --global-batch: 6 is not a multiple" \
   "$SB" run --plans-dir "$PLANS" --batch 4 --global-batch 6
-refused "--global-batch with pp" "^shardbench run: --global-batch: " \
-  "$SB" run --plans-dir "$PLANS" --plan pp --pp 2 --batch 4 --global-batch 8
+refused "--global-batch with a block workload" "^shardbench run: --global-batch: " \
+  "$SB" run --plans-dir "$PLANS" --workload block --batch 4 --global-batch 8
 
-# ---- the lr schedule over 8 steps, with clipping (and accumulation but under pp) ----
+# ---- the lr schedule over 8 steps, with clipping (and accumulation) ----
 # Consistency with the reference, which runs the same schedule, at every step's loss,
 # gradients and norm; the schedule's own values are verify/test_lr_schedule's.
 SCHED="--steps 8 --warmup 0 --lr-warmup-steps 2 --lr-decay-ratio 0.5 --lr-decay-type cosine --lr-min-factor 0.1 --max-norm $MAXN"
@@ -211,6 +214,7 @@ while IFS='|' read -r name flags; do
   fi
 done <<'EOF2'
 tp-sp|--tp 2 --batch 2 --global-batch 4
+pp-fsdp|--plan pp-fsdp --pp 2 --dp-shard 2 --batch 4 --global-batch 8
 fsdp|--plan fsdp --dp-shard 2 --batch 2 --global-batch 4
 hsdp|--plan hsdp --dp-replicate 2 --dp-shard 2 --batch 4 --global-batch 8
 fsdp-tp|--plan fsdp-tp-sp --dp-shard 2 --tp 2 --batch 2 --global-batch 4

@@ -352,7 +352,8 @@ const char sb_run_usage[] =
     "  --global-batch N gradient accumulation (TorchTitan's training.global_batch_size):\n"
     "                   N / --batch microsteps of --batch sequences each, every one\n"
     "                   reduced after its backward (gradient sync on), the loss scaled by\n"
-    "                   1 / microsteps; N a multiple of --batch; no pp; both jobs\n"
+    "                   1 / microsteps; N a multiple of --batch; under pp each microstep\n"
+    "                   is a pipeline step of the schedule's microbatches; both jobs\n"
     "  --pin-ranks      threads backend: pin rank r to the r-th CPU when the ranks are\n"
     "                   no more than the CPUs (default: the scheduler places them,\n"
     "                   faster on a shared machine; bench/shardbench-pinning measures it)\n"
@@ -584,9 +585,8 @@ static int run_parse(int argc, char **argv, run_args *a) {
   if (o->global_batch && o->global_batch % o->batch)
     return sb_usage_error("run", "--global-batch", "%d is not a multiple of --batch %d (the "
                           "local batch x the data-parallel degree)", o->global_batch, o->batch);
-  if (o->global_batch > o->batch && (o->dims[0] > 1 || strcmp(o->workload, "model")))
-    return sb_usage_error("run", "--global-batch", "gradient accumulation runs the model workload "
-                          "without pp (the pipeline's microbatches are its own)");
+  if (o->global_batch > o->batch && strcmp(o->workload, "model"))
+    return sb_usage_error("run", "--global-batch", "gradient accumulation runs the model workload");
   return 0;
 }
 

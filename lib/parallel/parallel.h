@@ -254,6 +254,15 @@ dt_status dt_pipeline_step(dt_ctx *ctx, dt_model *m, int pp_dim, const dt_pp_lay
                            const dt_pp_schedule *S, const dt_tensor *tokens,
                            const dt_tensor *targets, double *loss, dt_pp_event *events,
                            int max_events, int *n_events);
+/* dt_pipeline_step as one of a step's `accum` gradient-accumulation steps (TorchTitan's
+ * train_step calls pp_schedule.step once per step of gradient_accumulation_steps):
+ * each microbatch's loss is divided by n_microbatches x accum (rescale_accumulated_loss
+ * over the whole step), and the gradients add to those already there (FSDP: to the
+ * sharded ones). dt_pipeline_step is accum = 1. */
+dt_status dt_pipeline_step_accum(dt_ctx *ctx, dt_model *m, int pp_dim, const dt_pp_layout *L,
+                                 const dt_pp_schedule *S, int accum, const dt_tensor *tokens,
+                                 const dt_tensor *targets, double *loss, dt_pp_event *events,
+                                 int max_events, int *n_events);
 
 /* The stage of layout L holding module i's weight (tok_embeddings: the first stage,
  * layers.N: the stage with layer N, norm and output: the last), -1 when none. */

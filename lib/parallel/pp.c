@@ -67,6 +67,7 @@ typedef struct pp_run {
   const dt_pp_layout *L;
   const dt_pp_schedule *S;
   int pp_dim, rank, m_mb;
+  int accum;        /* the step's gradient-accumulation steps (a microbatch's loss / m_mb accum) */
   dt_comm *comm;
   cell *cells;      /* [n_stages][m] */
   int *n_b;         /* [n_stages]: backwards run; the m-th ends the stage's step (FSDP) */
@@ -192,7 +193,7 @@ static dt_status do_forward(pp_run *r, int s, int k, const dt_tensor *tokens,
     dt_var *loss = NULL;
     rc = dt_model_loss(ctx, m, h, &targets[k], &loss);
     dt_op_attrs a = DT_OP_ATTRS_INIT;
-    a.scalar = 1.0 / r->m_mb; /* rescale_accumulated_loss */
+    a.scalar = 1.0 / ((double)r->m_mb * r->accum); /* rescale_accumulated_loss */
     dt_var *in1[1] = {loss};
     if (rc == DT_OK) rc = dt_ad_op(c->tape, &dt_op_scale, &a, in1, &h);
   }
@@ -320,8 +321,17 @@ dt_status dt_pipeline_step(dt_ctx *ctx, dt_model *m, int pp_dim, const dt_pp_lay
                            const dt_pp_schedule *S, const dt_tensor *tokens,
                            const dt_tensor *targets, double *loss, dt_pp_event *events,
                            int max_events, int *n_events) {
+  return dt_pipeline_step_accum(ctx, m, pp_dim, L, S, 1, tokens, targets, loss, events, max_events,
+                                n_events);
+}
+
+dt_status dt_pipeline_step_accum(dt_ctx *ctx, dt_model *m, int pp_dim, const dt_pp_layout *L,
+                                 const dt_pp_schedule *S, int accum, const dt_tensor *tokens,
+                                 const dt_tensor *targets, double *loss, dt_pp_event *events,
+                                 int max_events, int *n_events) {
   if (!ctx || !m || !L || !S || !tokens || !targets || !loss)
     return dt_error(ctx, DT_ERR_INVALID, WHO, "NULL argument");
+  if (accum < 1) return dt_error(ctx, DT_ERR_INVALID, WHO, "accum %d: at least 1", accum);
   if (n_events) *n_events = 0;
   *loss = 0;
   if (!m->tape) return dt_error(ctx, DT_ERR_INVALID, WHO, "call dt_model_materialize first");
@@ -334,7 +344,7 @@ dt_status dt_pipeline_step(dt_ctx *ctx, dt_model *m, int pp_dim, const dt_pp_lay
                     "%d stages, the model %d layers", L->n_stages, L->n_layers, S->n_stages,
                     m->cfg.n_layers);
   pp_run r = {.ctx = ctx, .m = m, .L = L, .S = S, .pp_dim = pp_dim,
-              .rank = dt_mesh_coord(m->mesh, pp_dim), .m_mb = S->n_microbatches,
+              .rank = dt_mesh_coord(m->mesh, pp_dim), .m_mb = S->n_microbatches, .accum = accum,
               .comm = dt_mesh_comm(m->mesh, pp_dim), .mb_tokens = tokens, .ev = events, .max_ev = max_events,
               .n_ev = n_events};
   r.cells = calloc((size_t)S->n_stages * (size_t)r.m_mb, sizeof *r.cells);

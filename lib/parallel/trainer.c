@@ -177,7 +177,7 @@ static dt_status whole_batch(dt_ctx *ctx, dt_trainer *t, const int64_t *ids, dt_
 /* The pipelined forward and backward: every microbatch through the schedule (the
  * microbatches placed with the ledger off, before a barrier); rec's events. */
 static dt_status pipe_step(dt_ctx *ctx, dt_trainer *t, const int64_t *tokens,
-                           const int64_t *targets, bool record, dt_trainer_step *rec) {
+                           const int64_t *targets, int accum, bool record, dt_trainer_step *rec) {
   dt_pipeline *P = t->pipe;
   const int nm = P->n_microbatches, ppd = t->dims.dim[DT_PDIM_PP];
   dt_status s = DT_OK;
@@ -203,8 +203,9 @@ static dt_status pipe_step(dt_ctx *ctx, dt_trainer *t, const int64_t *tokens,
   *mem_peak(ctx, t) = base;
   int n_ev = 0;
   if (s == DT_OK)
-    s = dt_pipeline_step(ctx, t->model, ppd, &P->layout, &P->schedule, t->mb, t->mb + nm,
-                         &t->pp_loss, record ? t->ev : NULL, record ? t->ev_cap : 0, &n_ev);
+    s = dt_pipeline_step_accum(ctx, t->model, ppd, &P->layout, &P->schedule, accum, t->mb,
+                               t->mb + nm, &t->pp_loss, record ? t->ev : NULL,
+                               record ? t->ev_cap : 0, &n_ev);
   const size_t peak = *mem_peak(ctx, t);
   if (run_peak > *mem_peak(ctx, t)) *mem_peak(ctx, t) = run_peak;
   if (rec) {
@@ -325,7 +326,7 @@ dt_status dt_trainer_forward_backward(dt_ctx *ctx, dt_trainer *t, int step, cons
   *mem_peak(ctx, t) = *mem_cur(ctx, t);
   dt_ledger_enable(ctx, false);
   dt_status s = DT_OK;
-  const int nacc = !t->pipe && t->opts.grad_accum_steps > 1 ? t->opts.grad_accum_steps : 1;
+  const int nacc = t->opts.grad_accum_steps > 1 ? t->opts.grad_accum_steps : 1;
   if (nacc > 1 && h->inputs)
     s = dt_error(ctx, DT_ERR_UNSUPPORTED, "dt_trainer", "gradient accumulation with the "
                  "program's own inputs (hooks.inputs)");
@@ -336,9 +337,19 @@ dt_status dt_trainer_forward_backward(dt_ctx *ctx, dt_trainer *t, int step, cons
   dt_ctx_set_phase(ctx, "forward");
   const double t0 = dt_now();
   double acc_loss = 0;
-  if (t->pipe) { /* the microbatches through the pipeline */
-    if (s == DT_OK) s = pipe_step(ctx, t, tokens, targets, record, rec);
+  /* the microbatches through the pipeline, once per accumulation step (TorchTitan's
+   * train_step runs pp_schedule.step per step of gradient_accumulation_steps; FSDP in
+   * the stages gathers and reduce-scatters per pipeline step, into the sharded
+   * gradients); rec keeps the last pipeline step's timeline */
+  for (int a = 0; t->pipe && a < nacc && s == DT_OK; a++) {
+    const size_t off = (size_t)a * (size_t)t->opts.batch * (size_t)t->opts.seq;
+    s = pipe_step(ctx, t, tokens + off, targets + off, nacc, record, rec);
+    acc_loss += t->pp_loss;
+    if (s == DT_OK && a < nacc - 1) s = reduce_grads(ctx, t);
+    if (s == DT_OK && a < nacc - 1 && t->dims.dp_cp && !t->fsdp) s = ddp_reopen(ctx, t);
+    if (s == DT_OK && a < nacc - 1) dt_ctx_set_phase(ctx, "forward");
   }
+  if (t->pipe) t->pp_loss = acc_loss; /* the step's: the sum of the rescaled losses */
   /* gradient accumulation (train_step's loop over gradient_accumulation_steps): each
    * microstep's loss scaled by 1 / nacc (rescale_accumulated_loss) and its gradients
    * reduced after its backward, as FSDP2 and replicate() do with gradient sync on
@@ -372,7 +383,7 @@ dt_status dt_trainer_forward_backward(dt_ctx *ctx, dt_trainer *t, int step, cons
     if (s == DT_OK && a < nacc - 1 && t->dims.dp_cp && !t->fsdp) s = ddp_reopen(ctx, t);
   }
   if (s == DT_OK) s = reduce_grads(ctx, t);
-  if (s == DT_OK && nacc > 1) s = accumulated_loss(ctx, t, acc_loss, loss);
+  if (s == DT_OK && nacc > 1 && !t->pipe) s = accumulated_loss(ctx, t, acc_loss, loss);
   if (s == DT_OK && h->after_reduce) h->after_reduce(ctx, t, h->user);
   rec->forward_backward_s = dt_now() - t0;
   for (int k = 0; k < 2; k++) dt_tensor_free(ctx, &t->tok[k]);

@@ -248,11 +248,13 @@ typedef struct dt_trainer_opts {
   dt_ac_config ac;
   dt_clip_opts clip;            /* clip.max_norm > 0: clip_grad_norm_ before AdamW */
   dt_lr_schedule lr_schedule;   /* training_steps > 0: adamw.lr times dt_lr_factor */
-  int grad_accum_steps;         /* > 1 (no pp): gradient accumulation, TorchTitan's
+  int grad_accum_steps;         /* > 1: gradient accumulation, TorchTitan's
                                  * global_batch_size / (local_batch_size x dp): a
                                  * step's tokens and targets hold grad_accum_steps x
                                  * batch rows, microstep a its rows [a batch, (a + 1)
-                                 * batch), each placed and reduced as a step's batch */
+                                 * batch), each placed and reduced as a step's batch
+                                 * (under pp: one pipeline step each, its microbatches
+                                 * the schedule's) */
 } dt_trainer_opts;
 
 /* What one step did on this rank. */
@@ -310,11 +312,12 @@ const dt_pipeline *dt_trainer_pipeline(const dt_trainer *t);  /* NULL: no pp */
  * this part when record is true (phases forward / backward), never the input
  * placement. *loss: the loss on the step tape (NULL under pp: the schedule keeps
  * it; dt_trainer_share_stages makes one); it lives until dt_trainer_optimizer_step.
- * rec (may be NULL) gets the times and, under pp, the events. With
- * opts.grad_accum_steps = k > 1 (no pp), tokens and targets hold k x batch rows:
+ * rec (may be NULL) gets the times and, under pp, the events (of the last pipeline
+ * step). With opts.grad_accum_steps = k > 1, tokens and targets hold k x batch rows:
  * k microsteps, each placed, run with its loss scaled by 1 / k and reduced as
  * above, the graph dropped between them; *loss is then a leaf holding the step's
- * loss (the sum of the scaled ones). */
+ * loss (the sum of the scaled ones). Under pp each microstep is a pipeline step
+ * (dt_pipeline_step_accum) and the schedule keeps the summed loss. */
 dt_status dt_trainer_forward_backward(dt_ctx *ctx, dt_trainer *t, int step, const int64_t *tokens,
                                       const int64_t *targets, bool record, dt_var **loss,
                                       dt_trainer_step *rec);
