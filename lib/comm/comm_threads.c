@@ -27,7 +27,11 @@
  * rank syncs its device before each barrier, so a peer reads a buffer only
  * after the work that produced it has finished (ranks of one GPU run on
  * separate streams), and no buffer is released while a copy from it is queued.
- * Point to point on device buffers stages the eager message in host memory.
+ * Point to point on device buffers keeps the eager message in device memory
+ * (the hook's scratch_alloc, freed by the receiver): a device-to-device copy
+ * on each side and nothing through the host; without the scratch slots (or
+ * with the test switch p2p_via_host) the message is staged in host memory and
+ * dt_ledger.staged_bytes counts both copies.
  *
  * This is not a network transport: it only joins threads of one process.
  */
@@ -48,8 +52,17 @@ typedef struct tmsg {
   struct tmsg *next;
   int src, tag;
   size_t bytes;
+  /* a device message: the payload in the sender's scratch (ddev: its device,
+   * dfree: its hook's scratch_free); else the payload is data */
+  void *dpay, *ddev;
+  void (*dfree)(void *dev, void *p, size_t bytes);
   char data[];
 } tmsg;
+
+static void msg_free(tmsg *m) {
+  if (m->dpay) m->dfree(m->ddev, m->dpay, m->bytes);
+  free(m);
+}
 
 typedef struct tgroup {
   struct dt_threads_job *job;
@@ -105,7 +118,7 @@ static void group_free(tgroup *g) {
     tmsg *q = g->inbox[m];
     while (q) {
       tmsg *n = q->next;
-      free(q);
+      msg_free(q);
       q = n;
     }
   }
@@ -540,17 +553,34 @@ static dt_status th_send(dt_comm *c, const void *buf, size_t count, dt_dtype t, 
   tgroup *g = c->impl;
   size_t bytes = count * dt_dtype_size(t);
   if (atomic_load(&g->job->failed)) return aborted(c, "send");
-  tmsg *m = malloc(sizeof *m + bytes);
+  const bool dev = bytes && on_dev(c, buf, buf);
+  const bool d2d = dev && c->mem.scratch_alloc && c->mem.scratch_free && !c->mem.p2p_via_host;
+  tmsg *m = malloc(sizeof *m + (d2d ? 0 : bytes));
   if (!m) return dt_error(c->ctx, DT_ERR_NOMEM, "send", "cannot buffer %zu bytes", bytes);
   m->next = NULL;
   m->src = c->rank;
   m->tag = tag;
   m->bytes = bytes;
-  if (bytes && on_dev(c, buf, buf)) {
+  m->dpay = m->ddev = NULL;
+  m->dfree = NULL;
+  if (dev) {
+    /* the work that wrote buf is done before the copy; the copy is done before
+     * the message is posted (the receiver's stream is another) */
     dt_status s = dsync(c);
-    if (s == DT_OK) s = c->mem.copy(c->mem.dev, m->data, buf, bytes, DT_COMM_D2H);
+    if (s == DT_OK && d2d) {
+      s = c->mem.scratch_alloc(c->mem.dev, bytes, &m->dpay);
+      if (s == DT_OK) {
+        m->ddev = c->mem.dev;
+        m->dfree = c->mem.scratch_free;
+        s = c->mem.copy(c->mem.dev, m->dpay, buf, bytes, DT_COMM_D2D);
+      }
+      if (s == DT_OK) s = dsync(c);
+    } else if (s == DT_OK) {
+      dt_ledger_add_staged(c->ctx, bytes);
+      s = c->mem.copy(c->mem.dev, m->data, buf, bytes, DT_COMM_D2H);
+    }
     if (s != DT_OK) {
-      free(m);
+      msg_free(m);
       return s;
     }
   } else if (bytes) {
@@ -581,15 +611,26 @@ static dt_status th_recv(dt_comm *c, void *buf, size_t count, dt_dtype t, int pe
       *p = m->next;
       pthread_mutex_unlock(&g->mu);
       dt_status s = DT_OK;
-      if (m->bytes != bytes)
+      const bool dev = bytes && on_dev(c, buf, buf);
+      if (m->bytes != bytes) {
         s = dt_error(c->ctx, DT_ERR_INVALID, "recv",
                      "message from rank %d tag %d has %zu bytes, expected %zu", peer, tag,
                      m->bytes, bytes);
-      else if (bytes && on_dev(c, buf, buf))
+      } else if (m->dpay && !c->mem.copy) {
+        s = dt_error(c->ctx, DT_ERR_INVALID, "recv",
+                     "a device message from rank %d on a rank without a device", peer);
+      } else if (m->dpay) {
+        /* device to device, done before the message's memory goes */
+        if (!dev) dt_ledger_add_staged(c->ctx, bytes);
+        s = c->mem.copy(c->mem.dev, buf, m->dpay, bytes, dev ? DT_COMM_D2D : DT_COMM_D2H);
+        if (s == DT_OK && dev) s = dsync(c);
+      } else if (dev) {
+        dt_ledger_add_staged(c->ctx, bytes);
         s = c->mem.copy(c->mem.dev, buf, m->data, bytes, DT_COMM_H2D);
-      else if (bytes)
+      } else if (bytes) {
         memcpy(buf, m->data, bytes);
-      free(m);
+      }
+      msg_free(m);
       return s;
     }
     int rc = pthread_cond_timedwait(&g->cv, &g->mu, &dl);
