@@ -7,7 +7,10 @@
  * Oracles, all written here in double:
  *  (a) attn.softmax and attn.online against a direct row softmax / online
  *      step, key counts 1, 7, 300 (more than a block of threads) and 1000,
- *      masks partial and none, f32, f64 and bf16;
+ *      masks partial and none, f32, f64 and bf16; attn.softmax_bwd and
+ *      attn.lse_bwd likewise (f32, f64; a softmax_bwd reference without the
+ *      row sum is refused), attn.rowdot at head dims 64 and 300 (f32, f64,
+ *      bf16);
  *  (b) sdpa forward (out) and backward (dq, dk, dv) against a naive causal
  *      attention over the whole S x S (and its gradients from the softmax
  *      Jacobian), GQA with Hq = 4 Hkv and Hq = Hkv, S = 1, 7, 130 (with 48
@@ -20,7 +23,7 @@
  *      differences of the device forward (loss = sum(out G)), f64, tiny;
  *  (e) the comparisons can fail: the naive reference without the causal mask
  *      is refused by the same check;
- *  (f) on cuda-emu, (a) again with the row kernels built at CUDA's block
+ *  (f) on cuda-emu, (a) again, every row kernel, with them built at CUDA's block
  *      sizes (dt_kemu_attn_cuda_blocks: 256 threads per score row, 128 per
  *      head-dim row; the device's own table runs 32), so the launch shape the
  *      GPU runs, with idle threads (7 keys) and strided rounds (300, 1000), is
@@ -187,6 +190,150 @@ static void test_rows(kt_dev *T) {
     free(q1), free(q2);
   }
   printf("attn.online, attn.finish: f32, f64, two key blocks\n");
+}
+
+/* softmax_bwd, rowdot and lse_bwd against direct loops in double: key counts
+ * 1, 7, 300, 1000 (masks partial and none), f32 and f64 (rowdot bf16 too: the
+ * ops call it on bf16 out and dout); head dims 64 and 300 for rowdot. */
+static void test_rows_bwd(kt_dev *T) {
+  static const int64_t nks[] = {1, 7, 300, 1000};
+  static const dt_dtype ts[] = {DT_F32, DT_F64, DT_BF16};
+  for (int ti = 0; ti < 2; ti++)
+    for (int ki = 0; ki < 4; ki++)
+      for (int causal = 0; causal < 2; causal++) {
+        dt_dtype t = ts[ti], st = dt_kern_attn_stat(T->K->attn, t);
+        size_t es = dt_dtype_size(t), ss = dt_dtype_size(st);
+        int64_t nk = nks[ki], rows = 5, batch = 3, ld = nk + 3, stride = rows * ld + 2;
+        int64_t n = batch * stride, vis0 = causal ? nk - rows + 1 : nk, sld = 2, sstride = rows * sld + 1;
+        int64_t ns = batch * sstride;
+        double *S = malloc(n * sizeof *S), *dP = malloc(n * sizeof *dP), *P = malloc(n * sizeof *P);
+        double *lse = calloc(ns, sizeof *lse), *D = malloc(ns * sizeof *D);
+        double *wP = malloc(n * sizeof *wP), *wS = malloc(n * sizeof *wS), *got = malloc(n * sizeof *got);
+        uint64_t sd = (uint64_t)(100 + ti * 8 + ki * 2 + causal);
+        kt_uniform(S, n, 61, sd, -8, 8);
+        kt_uniform(dP, n, 62, sd, -1, 1);
+        kt_uniform(D, ns, 63, sd, -1, 1);
+        void *h = kt_pack(t, S, n);
+        kt_unpack(t, h, S, n);
+        free(h);
+        h = kt_pack(t, dP, n);
+        kt_unpack(t, h, dP, n);
+        free(h);
+        h = kt_pack(st, D, ns);
+        kt_unpack(st, h, D, ns);
+        free(h);
+        /* P: the rows' softmax (rounded to t), lse: their log-sum-exp (rounded) */
+        memcpy(P, S, n * sizeof *P);
+        for (int64_t b = 0; b < batch; b++)
+          for (int64_t r = 0; r < rows; r++) {
+            double *s = S + b * stride + r * ld, *p = P + b * stride + r * ld, mx = -INFINITY, z = 0;
+            int64_t cnt = vis0 + r < 0 ? 0 : vis0 + r < nk ? vis0 + r : nk;
+            for (int64_t j = 0; j < cnt; j++) mx = fmax(mx, s[j]);
+            for (int64_t j = 0; j < cnt; j++) z += exp(s[j] - mx);
+            for (int64_t j = 0; j < nk; j++) p[j] = j < cnt ? exp(s[j] - mx) / z : 0;
+            lse[b * sstride + r * sld] = cnt ? mx + log(z) : 0;
+          }
+        h = kt_pack(t, P, n);
+        kt_unpack(t, h, P, n);
+        free(h);
+        h = kt_pack(t, lse, ns);
+        kt_unpack(t, h, lse, ns);
+        free(h);
+        memcpy(wS, dP, n * sizeof *wS);
+        memcpy(wP, S, n * sizeof *wP);
+        double *wL = malloc(n * sizeof *wL);
+        memcpy(wL, dP, n * sizeof *wL);
+        for (int64_t b = 0; b < batch; b++)
+          for (int64_t r = 0; r < rows; r++) {
+            int64_t o = b * stride + r * ld, cnt = vis0 + r < 0 ? 0 : vis0 + r < nk ? vis0 + r : nk;
+            double rs = 0, ls = lse[b * sstride + r * sld], di = D[b * sstride + r * sld];
+            for (int64_t j = 0; j < cnt; j++) rs += P[o + j] * dP[o + j];
+            for (int64_t j = 0; j < nk; j++) {
+              wS[o + j] = j < cnt ? P[o + j] * (dP[o + j] - rs) : 0;
+              double e = exp(S[o + j] - ls);
+              wP[o + j] = j < cnt ? e : 0;
+              wL[o + j] = j < cnt ? e * (dP[o + j] - di) : 0;
+            }
+          }
+        dt_attn_rows g = {.batch = batch, .rows = rows, .nk = nk, .vis0 = vis0, .ld = ld,
+                          .stride = stride, .sld = sld, .sstride = sstride};
+        char what[96];
+        /* softmax_bwd: the row sum (a tree of <= 1000 terms of |P dP| <= 1,
+         * summing to at most 1: log2 levels), the subtract and multiply in the
+         * arithmetic type, then the store in t; padding untouched */
+        const double ua = kt_unit(t == DT_F64 ? DT_F64 : DT_F32), tol = 16 * ua + kt_unit(t);
+        void *hP = kt_pack(t, P, n), *hd = kt_pack(t, dP, n), *hy = malloc(n * es);
+        void *dPp = kt_up(T, hP, n * es), *ddP = kt_up(T, hd, n * es);
+        TU_OK(T->ctx, T->K->attn->softmax_bwd(T->dev, t, &g, dPp, ddP));
+        kt_down(T, hy, ddP, n * es);
+        kt_unpack(t, hy, got, n);
+        snprintf(what, sizeof what, "attn.softmax_bwd %s nk=%lld %s", dt_dtype_name(t), (long long)nk,
+                 causal ? "causal" : "full");
+        kt_close_to(what, got, wS, n, tol);
+        /* the check can fail: a reference without the row sum is refused */
+        for (int64_t i = 0; i < n; i++) wP[i] = P[i] * dP[i];
+        TU_CHECK(kt_mismatch(got, wP, n, tol) >= 0, "%s: P dP without the row sum passes", what);
+        memcpy(wP, S, n * sizeof *wP);
+        for (int64_t b = 0; b < batch; b++)
+          for (int64_t r = 0; r < rows; r++) {
+            int64_t o = b * stride + r * ld, cnt = vis0 + r < 0 ? 0 : vis0 + r < nk ? vis0 + r : nk;
+            for (int64_t j = 0; j < nk; j++)
+              wP[o + j] = j < cnt ? exp(S[o + j] - lse[b * sstride + r * sld]) : 0;
+          }
+        kt_free(T, dPp, n * es), kt_free(T, ddP, n * es);
+        free(hP), free(hd);
+        /* lse_bwd: s - lse (|lse| < 16: 16 ua of absolute error in exp's
+         * argument, relative in P), the exp, then one subtract and multiply */
+        void *hS = kt_pack(t, S, n), *hl = kt_pack(t, lse, ns), *hD = kt_pack(st, D, ns);
+        hd = kt_pack(t, dP, n);
+        void *dS_ = kt_up(T, hS, n * es), *ddS = kt_up(T, hd, n * es);
+        void *dl = kt_up(T, hl, ns * es), *dD = kt_up(T, hD, ns * ss);
+        TU_OK(T->ctx, T->K->attn->lse_bwd(T->dev, t, &g, dS_, ddS, dl, dD));
+        kt_down(T, hy, dS_, n * es);
+        kt_unpack(t, hy, got, n);
+        snprintf(what, sizeof what, "attn.lse_bwd P %s nk=%lld %s", dt_dtype_name(t), (long long)nk,
+                 causal ? "causal" : "full");
+        kt_close_to(what, got, wP, n, 2 * tol);
+        kt_down(T, hy, ddS, n * es);
+        kt_unpack(t, hy, got, n);
+        snprintf(what, sizeof what, "attn.lse_bwd dS %s nk=%lld %s", dt_dtype_name(t), (long long)nk,
+                 causal ? "causal" : "full");
+        kt_close_to(what, got, wL, n, 4 * tol);
+        kt_free(T, dS_, n * es), kt_free(T, ddS, n * es), kt_free(T, dl, ns * es), kt_free(T, dD, ns * ss);
+        free(hS), free(hl), free(hD), free(hd), free(hy);
+        free(S), free(dP), free(P), free(lse), free(D), free(wP), free(wS), free(wL), free(got);
+      }
+  printf("attn.softmax_bwd, attn.lse_bwd: f32, f64 x nk 1, 7, 300, 1000, causal and full\n");
+  /* rowdot: n rows of hd, D in the statistics' type; a tree over hd products of
+   * inputs in [-1, 1] (|D| <= hd): log2(hd) levels of ua |D|-scaled error */
+  static const int64_t hds[] = {64, 300};
+  for (int ti = 0; ti < 3; ti++)
+    for (int hi = 0; hi < 2; hi++) {
+      dt_dtype t = ts[ti], st = dt_kern_attn_stat(T->K->attn, t);
+      size_t es = dt_dtype_size(t), ss = dt_dtype_size(st);
+      int64_t rows = 9, hd = hds[hi], n = rows * hd;
+      double *a = malloc(n * sizeof *a), *b = malloc(n * sizeof *b), want[9], got[9];
+      kt_uniform(a, n, 71, (uint64_t)(ti * 2 + hi), -1, 1);
+      kt_uniform(b, n, 72, (uint64_t)(ti * 2 + hi), -1, 1);
+      void *ha = kt_pack(t, a, n), *hb = kt_pack(t, b, n);
+      kt_unpack(t, ha, a, n);
+      kt_unpack(t, hb, b, n);
+      for (int64_t r = 0; r < rows; r++) {
+        want[r] = 0;
+        for (int64_t c = 0; c < hd; c++) want[r] += a[r * hd + c] * b[r * hd + c];
+      }
+      void *da = kt_up(T, ha, n * es), *db = kt_up(T, hb, n * es), *dD = kt_up(T, NULL, rows * ss);
+      TU_OK(T->ctx, T->K->attn->rowdot(T->dev, t, rows, hd, da, db, dD));
+      void *hD = malloc(rows * ss);
+      kt_down(T, hD, dD, rows * ss);
+      kt_unpack(st, hD, got, rows);
+      char what[64];
+      snprintf(what, sizeof what, "attn.rowdot %s hd=%lld", dt_dtype_name(t), (long long)hd);
+      kt_close_to(what, got, want, rows, 16 * (double)hd * kt_unit(t == DT_F64 ? DT_F64 : DT_F32));
+      kt_free(T, da, n * es), kt_free(T, db, n * es), kt_free(T, dD, rows * ss);
+      free(a), free(b), free(ha), free(hb), free(hD);
+    }
+  printf("attn.rowdot: f32, f64, bf16 x head dim 64, 300\n");
 }
 
 /* The largest error of the op checks as a fraction of their tolerance, per
@@ -800,6 +947,7 @@ static dt_status body(dt_ctx *ctx, void *arg) {
   (void)arg;
   kt_dev T = {.ctx = ctx, .dev = ctx->device, .K = ctx->device->ops->kern, .name = ON_CUDA ? "cuda" : "cuda-emu"};
   test_rows(&T);
+  test_rows_bwd(&T);
   if (!ON_CUDA) { /* (f) */
     dt_kernels k256 = *T.K;
     k256.attn = &dt_kemu_attn_cuda_blocks;
@@ -807,6 +955,7 @@ static dt_status body(dt_ctx *ctx, void *arg) {
     kt_dev T256 = T;
     T256.K = &k256;
     test_rows(&T256);
+    test_rows_bwd(&T256);
     printf("row kernels at CUDA's block sizes (256 / 128 threads) on cuda-emu\n");
   }
   dt_mesh *mesh = NULL;
