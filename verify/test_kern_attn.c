@@ -32,7 +32,7 @@
  *      point is eager (the sender reuses its buffer at once) and stages 0
  *      bytes through the host (dt_ledger.staged_bytes), 2 x the payload with
  *      the planted p2p_via_host; then sdpa_cp in bf16 over a cp ring of 2 (S
- *      128 in 4 head-tail chunks, GQA 4:1, logits of several units) and over
+ *      128 in 4 head-tail chunks, GQA 2:1, logits of several units) and over
  *      allgather: out, lse (f32), dq, dk, dv against the double oracle (its D
  *      from the stored out, as FlashAttention-2's backward reads it), with
  *      per-element bounds from the oracle's term magnitudes (ring_tol); the
@@ -852,10 +852,11 @@ static dt_status body_ring(dt_ctx *ctx, void *arg) {
   (void)arg;
   check_p2p(ctx, false);
   check_p2p(ctx, true); /* planted: the host staging the device path replaced */
-  /* B 1, 4 query heads on 1 kv head, S 128 in 4 chunks (each rank holds two
-   * units of L = 32 rows, one early and one late: full, diagonal and skipped
-   * pairs and both ring steps run), head dim 64, [b, s, h, hd] */
-  ring_case R = {.c = {.B = 1, .H = 4, .KVH = 1, .S = 128, .HD = 64, .lay = 1}, .chunks = 4};
+  /* B 1, 4 query heads on 2 kv heads (GQA 2:1; the device's GEMMs batch both
+   * kv heads), S 128 in 4 chunks (each rank holds two units of L = 32 rows, one
+   * early and one late: full, diagonal and skipped pairs and both ring steps
+   * run), head dim 64, [b, s, h, hd] */
+  ring_case R = {.c = {.B = 1, .H = 4, .KVH = 2, .S = 128, .HD = 64, .lay = 1}, .chunks = 4};
   acase *c = &R.c;
   int64_t pos[128];
   for (int64_t i = 0; i < c->S; i++) pos[i] = dt_seq_position(i, c->S, R.chunks);
