@@ -52,15 +52,18 @@ typedef struct tmsg {
   struct tmsg *next;
   int src, tag;
   size_t bytes;
-  /* a device message: the payload in the sender's scratch (ddev: its device,
-   * dfree: its hook's scratch_free); else the payload is data */
-  void *dpay, *ddev;
-  void (*dfree)(void *dev, void *p, size_t bytes);
+  /* a device message: the payload in device scratch the sender allocated
+   * (dt_comm_mem.scratch_alloc), freed by whoever drops the message with a
+   * live rank's hook; else the payload is data */
+  void *dpay;
   char data[];
 } tmsg;
 
-static void msg_free(tmsg *m) {
-  if (m->dpay) m->dfree(m->ddev, m->dpay, m->bytes);
+/* mem: a live rank's hook (the receiver's, or the last member's at the group's
+ * end); NULL (the job's end, every device gone): a device payload is left to
+ * the process's end. */
+static void msg_free(tmsg *m, const dt_comm_mem *mem) {
+  if (m->dpay && mem && mem->scratch_free) mem->scratch_free(mem->dev, m->dpay, m->bytes);
   free(m);
 }
 
@@ -113,12 +116,13 @@ static const dt_comm_ops threads_ops;
 
 /* ---- groups ---- */
 
-static void group_free(tgroup *g) {
+/* mem: see msg_free (messages never received). */
+static void group_free(tgroup *g, const dt_comm_mem *mem) {
   for (int m = 0; m < g->size; m++) {
     tmsg *q = g->inbox[m];
     while (q) {
       tmsg *n = q->next;
-      msg_free(q);
+      msg_free(q, mem);
       q = n;
     }
   }
@@ -175,8 +179,9 @@ static tgroup *group_new(dt_threads_job *job, int size, const int *world_ranks, 
   return g;
 }
 
-/* Drops one reference; the last one unlinks and frees the group. */
-static void group_unref(tgroup *g) {
+/* Drops one reference; the last one unlinks and frees the group (mem: the
+ * dropping rank's hook, or NULL; see msg_free). */
+static void group_unref(tgroup *g, const dt_comm_mem *mem) {
   dt_threads_job *job = g->job;
   pthread_mutex_lock(&job->mu);
   bool last = --g->refs == 0;
@@ -186,7 +191,7 @@ static void group_unref(tgroup *g) {
     if (job->world_group == g) job->world_group = NULL;
   }
   pthread_mutex_unlock(&job->mu);
-  if (last) group_free(g);
+  if (last) group_free(g, mem);
 }
 
 /* ---- the job ---- */
@@ -227,13 +232,13 @@ dt_status dt_threads_job_create(int world, double timeout_s, dt_threads_job **ou
 
 void dt_threads_job_destroy(dt_threads_job *job) {
   if (!job) return;
-  if (job->world_group) group_unref(job->world_group);
+  if (job->world_group) group_unref(job->world_group, NULL);
   /* Groups still referenced belong to comms their owners did not destroy
    * (e.g. after an abort): free them now, no thread uses them any more. */
   tgroup *g = job->groups;
   while (g) {
     tgroup *n = g->next;
-    group_free(g);
+    group_free(g, NULL);
     g = n;
   }
   pthread_mutex_destroy(&job->mu);
@@ -561,26 +566,21 @@ static dt_status th_send(dt_comm *c, const void *buf, size_t count, dt_dtype t, 
   m->src = c->rank;
   m->tag = tag;
   m->bytes = bytes;
-  m->dpay = m->ddev = NULL;
-  m->dfree = NULL;
+  m->dpay = NULL;
   if (dev) {
     /* the work that wrote buf is done before the copy; the copy is done before
      * the message is posted (the receiver's stream is another) */
     dt_status s = dsync(c);
     if (s == DT_OK && d2d) {
       s = c->mem.scratch_alloc(c->mem.dev, bytes, &m->dpay);
-      if (s == DT_OK) {
-        m->ddev = c->mem.dev;
-        m->dfree = c->mem.scratch_free;
-        s = c->mem.copy(c->mem.dev, m->dpay, buf, bytes, DT_COMM_D2D);
-      }
+      if (s == DT_OK) s = c->mem.copy(c->mem.dev, m->dpay, buf, bytes, DT_COMM_D2D);
       if (s == DT_OK) s = dsync(c);
     } else if (s == DT_OK) {
       dt_ledger_add_staged(c->ctx, bytes);
       s = c->mem.copy(c->mem.dev, m->data, buf, bytes, DT_COMM_D2H);
     }
     if (s != DT_OK) {
-      msg_free(m);
+      msg_free(m, &c->mem);
       return s;
     }
   } else if (bytes) {
@@ -630,7 +630,7 @@ static dt_status th_recv(dt_comm *c, void *buf, size_t count, dt_dtype t, int pe
       } else if (bytes) {
         memcpy(buf, m->data, bytes);
       }
-      msg_free(m);
+      msg_free(m, &c->mem);
       return s;
     }
     int rc = pthread_cond_timedwait(&g->cv, &g->mu, &dl);
@@ -703,7 +703,7 @@ static dt_status th_split(dt_comm *c, int color, int key, dt_comm **out) {
       for (int i = 0; i < ng->size; i++)
         if (ng->world_ranks[i] == g->world_ranks[me]) r = i;
       s = make_comm(c->ctx, ng, r, NULL, out);
-      if (s != DT_OK) group_unref(ng);
+      if (s != DT_OK) group_unref(ng, &c->mem);
     }
   }
   /* Keep newg[] stable until every member has read its entry. */
@@ -719,9 +719,10 @@ static dt_status th_split(dt_comm *c, int color, int key, dt_comm **out) {
 static void th_destroy(dt_comm *c) {
   if (!c) return;
   tgroup *g = c->impl;
+  const dt_comm_mem mem = c->mem; /* this rank's device outlives its comms */
   dt_comm_free_base(c);
   free(c);
-  if (g) group_unref(g);
+  if (g) group_unref(g, &mem);
 }
 
 static const dt_comm_ops threads_ops = {
@@ -746,6 +747,6 @@ dt_status dt_threads_comm_world(dt_threads_job *job, dt_ctx *ctx, dt_comm **out)
   g->refs++;
   pthread_mutex_unlock(&job->mu);
   dt_status s = make_comm(ctx, g, ctx->rank, "world", out);
-  if (s != DT_OK) group_unref(g);
+  if (s != DT_OK) group_unref(g, NULL);
   return s;
 }
