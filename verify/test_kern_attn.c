@@ -32,8 +32,9 @@
  *      point is eager (the sender reuses its buffer at once) and stages 0
  *      bytes through the host (dt_ledger.staged_bytes), 2 x the payload with
  *      the planted p2p_via_host; then sdpa_cp in bf16 over a cp ring of 2 (S
- *      128 in 4 head-tail chunks, GQA 2:1, logits of several units) and over
- *      allgather: out, lse (f32), dq, dk, dv against the double oracle (its D
+ *      128 in 4 head-tail chunks, GQA 2:1, logits of several units; once more
+ *      with the ops' row kernels at CUDA's block sizes, 256 / 128 threads) and
+ *      over allgather: out, lse (f32), dq, dk, dv against the double oracle (its D
  *      from the stored out, as FlashAttention-2's backward reads it), with
  *      per-element bounds from the oracle's term magnitudes (ring_tol); the
  *      ring's cp sends equal the derivation (bf16 [K | V], f32 [dK | dV]), 0
@@ -894,6 +895,22 @@ static dt_status body_ring(dt_ctx *ctx, void *arg) {
            ctx->rank, n_f32, C);
   TU_CHECK(staged == 0, "ring: rank %d staged %llu bytes through the host", ctx->rank,
            (unsigned long long)staged);
+  /* the same ring with the row kernels at CUDA's block sizes (256 / 128
+   * threads, dt_kemu_attn_cuda_blocks) in the ops themselves: this rank's
+   * device handle on a copy of its slots whose kernel table has that attn */
+  {
+    dt_device *dev = ctx->device;
+    const dt_device_ops *keep = dev->ops;
+    dt_device_ops o256 = *keep;
+    dt_kernels k256 = *keep->kern;
+    k256.attn = &dt_kemu_attn_cuda_blocks;
+    o256.kern = &k256;
+    dev->ops = &o256;
+    uint64_t st256 = run_ring(ctx, mesh, &R, true, "sdpa_cp bf16 ring, 256-thread rows", &sent, &n_f32);
+    dev->ops = keep;
+    TU_CHECK(st256 == 0 && sent == want, "ring (256): rank %d staged %llu, sent %llu", ctx->rank,
+             (unsigned long long)st256, (unsigned long long)sent);
+  }
   /* allgather: the same values (dk, dv's bf16 Partials reduce-scattered) */
   staged = run_ring(ctx, mesh, &R, false, "sdpa_cp bf16 allgather", &sent, &n_f32);
   TU_CHECK(staged == 0 && sent == 0, "allgather: rank %d staged %llu bytes, sent %llu", ctx->rank,
