@@ -20,6 +20,16 @@
 #      dp_shard x cp), FSDP inside pipeline stages, bf16 (TP and FSDP: the bf16
 #      tolerance) and all five dims at once (pp x dp_replicate x dp_shard x cp x
 #      tp, 32 ranks, torchtitan-5d) verify on cuda-emu as on the CPU.
+#   4. Point to point on device buffers stays on the device (the threads backend's
+#      device-to-device messages, lib/comm/comm_threads.c): pipeline (pp 2, 1F1B)
+#      and ring attention (cp 2, pass-KV) traffic stage host_staged_bytes 0 in
+#      --json. It can fail: SHARDBENCH_FAULT=host-staging sends the same messages
+#      through host memory, a D2H copy at each send and an H2D copy at each
+#      receive, so the count is the sum over ranks of (bytes sent + bytes
+#      received); every rank of these runs moves what rank 0 does (pp 2: one
+#      stage's sends are the other's receives, equal in size; cp: the ring is
+#      symmetric), so it is world x rank 0's send and recv payload bytes, with
+#      the verdict still ok.
 # Every op has a device kernel, so any verdict but ok fails (a missing kernel
 # says "unsupported"; a host dereference of device memory is a segfault).
 NAME=emu-run
@@ -86,6 +96,32 @@ case "$(head -n 1 "$tmp/out")" in
 *) check "cpu key has no device" yes yes ;;
 esac
 check "cpu verdict" "$(sed -n 's/^  status: //p' "$tmp/out")" ok
+
+# 4. host staging of point to point: none, unless planted
+if command -v python3 >/dev/null 2>&1; then
+  for c in "pp 2 --pp 2 --plan pp" "cp 2 --cp 2 --plan dp-cp"; do
+    set -- $c
+    label="$1 $2" world=$2
+    shift 2
+    for fault in "" host-staging; do
+      SHARDBENCH_FAULT=$fault "$SB" run --device cuda-emu --model "$MODEL" --batch "$BATCH" \
+        --seq "$SEQ" --steps 1 --warmup 1 --json "$@" >"$tmp/j" 2>"$tmp/err"
+      got=$(python3 - "$tmp/j" "$world" "$fault" <<'EOF'
+import json, sys
+r = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
+p2p = sum(c["payload_bytes"] for c in r["comm"] if c["op"] in ("send", "recv"))
+want = int(sys.argv[2]) * p2p if sys.argv[3] else 0
+ok = r["status"] == "ok" and p2p > 0 and r["host_staged_bytes"] == want
+print("ok" if ok else "status %s, p2p %d bytes, staged %s, want %d"
+      % (r["status"], p2p, r["host_staged_bytes"], want))
+EOF
+)
+      check "$label${fault:+ $fault}: host-staged bytes" "$got" ok
+    done
+  done
+else
+  echo "note: python3 is missing: the host-staging checks are skipped"
+fi
 
 # 2. bad input
 refused "run --device gpu" "^shardbench run: --device: expected cpu, cuda, cuda-emu or meta, got 'gpu'$" \

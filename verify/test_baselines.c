@@ -413,6 +413,44 @@ static void paper_diff(const sb_plan_traits *tr, int L, int t, double *extra, do
   if (tr->loss_parallel) *extra += 3 * ar * BATCH * SEQ * 8;
 }
 
+/* The runtime model's cp bytes for the pass-KV ring (dp-cp: ring) in f32 and bf16,
+ * derived here: X = b (S/c) h_kv hd elements of one rank's K per layer; forward
+ * c - 1 sends of [K | V] (2X), backward c - 1 again plus c of the travelling
+ * [dK | dV] (2X), which is f32 for bf16 data (lib/ops/attention_cp.c; PyTorch's
+ * accum_dtype). So bf16 moves 2X (2 (c - 1) 2 + 4c) bytes a layer, not the
+ * 2X (3c - 2) 2 a bf16 accumulator would. */
+static void cp_ring_bytes_checks(void) {
+  sb_plan_traits tr;
+  if (shipped_traits("dp-cp", 2, &tr)) return;
+  TU_CHECK(tr.cp_rotate == DT_CP_RING, "dp-cp.plan is not the ring");
+  static const int cps[2] = {2, 4};
+  for (int ci = 0; ci < 2; ci++)
+    for (int e = 2; e <= 4; e += 2) {
+      sb_baseline_in in = tiny_in(2, 1, 1, 1);
+      const int c = cps[ci];
+      in.cp = c;
+      in.elem_bytes = e;
+      sb_runtime_comm a;
+      TU_CHECK(sb_runtime_comm_compute(&in, &tr, &a) == 0, "dp-cp cp %d: no runtime model", c);
+      const double X = (double)BATCH * (SEQ / c) * 4 /* kv heads */ * (DIM / 8) /* head dim */;
+      const double want = 2 /* layers */ * 2 * X * (2.0 * (c - 1) * e + 4.0 * c);
+      TU_CHECK(a.cp == want, "dp-cp cp %d elem %d bytes: cp traffic %.17g, derived %.17g", c, e,
+               a.cp, want);
+      TU_CHECK(a.n_cp_send == 2 * (3 * c - 2), "dp-cp cp %d: %d sends, derived %d", c,
+               a.n_cp_send, 2 * (3 * c - 2));
+    }
+  /* the check can fail: the bf16 accumulator's count differs */
+  sb_baseline_in in = tiny_in(2, 1, 1, 1);
+  in.cp = 2;
+  in.elem_bytes = 2;
+  sb_runtime_comm a;
+  if (sb_runtime_comm_compute(&in, &tr, &a) == 0) {
+    const double X = (double)BATCH * (SEQ / 2) * 4 * (DIM / 8);
+    TU_CHECK(a.cp != 2 * 2 * X * (3 * 2 - 2) * 2, "cp ring bf16: the bf16-accumulator count passes");
+  }
+  printf("cp ring bytes (runtime model): f32 and bf16 ([dK | dV] in f32), cp 2 and 4\n");
+}
+
 int main(int argc, char **argv) {
   tu_opts o;
   tu_parse(argc, argv, &o);
@@ -421,6 +459,7 @@ int main(int argc, char **argv) {
   framework_checks();
   printf("framework selection follows the plan's settings, not its name:\n");
   name_checks();
+  cp_ring_bytes_checks();
 
   static const char *const plans[3] = {"megatron-tp", "torchtitan-tp-sp", "tp-no-loss-parallel"};
   static const int tps[2] = {2, 4};

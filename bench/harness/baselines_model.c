@@ -283,10 +283,14 @@ static double fsdp2_dp_bytes(const sb_baseline_in *in, const sb_plan_traits *tr,
  * rank's K (or V) of each layer: b (S/c) h_kv/t hd elements (kv heads split by TP;
  * no repeat to the query heads). Per layer:
  *   ring (pass-KV): forward c-1 sends of [K | V] (2X), backward c-1 again plus c
- *     sends of the travelling [dK | dV]: 2X (3c - 2), in both;
+ *     sends of the travelling [dK | dV]: 2X (3c - 2) elements, in both; the
+ *     travelling accumulator is f32 for bf16 (PyTorch's accum_dtype under
+ *     _cp_options.convert_to_f32, the default; this runtime likewise), so its 2Xc
+ *     elements take 4 bytes where the data take 2;
  *   allgather: PyTorch all-gathers [K | V] forward and again backward (each 2X(c-1)
- *     wire) and rotates [dK | dV] c times (2Xc); this runtime all-gathers K and V
- *     in forward and backward and reduce-scatters dK, dV: 6X(c-1). */
+ *     wire) and rotates [dK | dV] c times (2Xc, f32 for bf16); this runtime
+ *     all-gathers K and V in forward and backward and reduce-scatters dK, dV in
+ *     the data's dtype: 6X(c-1). */
 static double cp_bytes(const sb_baseline_in *in, const sb_plan_traits *tr, bool framework,
                        int *sends, int *ags, int *rss) {
   const int c = in->cp, t = in->tp, L = tr->layers;
@@ -294,13 +298,15 @@ static double cp_bytes(const sb_baseline_in *in, const sb_plan_traits *tr, bool 
   const double b = (double)(in->batch / ((int64_t)in->dp_replicate * in->dp_shard));
   const double X = b * (double)(in->seq / c) * (double)(m->n_kv_heads / t) *
                    (double)(m->dim / m->n_heads) * in->elem_bytes;
+  /* the [dK | dV] accumulator's element over the data's: f32 for a narrower dtype */
+  const double acc = in->elem_bytes < 4 ? 4.0 / in->elem_bytes : 1.0;
   if (sends) *sends = *ags = *rss = 0;
   if (c <= 1) return 0;
   if (tr->cp_rotate == DT_CP_RING) {
     if (sends) *sends = L * (3 * c - 2);
-    return L * 2 * X * (3 * c - 2);
+    return L * 2 * X * (2 * (c - 1) + acc * c);
   }
-  if (framework) return L * (2 * ring_ag(2 * X * c, c) + 2 * X * c);
+  if (framework) return L * (2 * ring_ag(2 * X * c, c) + acc * 2 * X * c);
   if (sends) {
     *ags = L * 4;
     *rss = L * 2;

@@ -209,6 +209,10 @@ void sb_config_fill(const sb_opts *o, sb_config *c) {
  *                            replicated norm weight counted tp times).
  *   norm-drop-stage:K        clip_grad_norm_ leaves pp rank K's stages out of the
  *                            total norm.
+ *   host-staging             point to point on device buffers goes through host
+ *                            memory (dt_comm_mem.p2p_via_host on the world, so on
+ *                            every communicator split from it): the verdict stays
+ *                            ok, but host_staged_bytes in --json is no longer 0.
  *                            (The norm faults act only on a run that clips, --max-norm.)
  * Items join with ';' ("hang:2@plan=dp;crash:1@plan=fsdp "); an item followed by
  * @MATCH applies only to configs whose key contains MATCH. At most one
@@ -223,6 +227,7 @@ typedef struct fault {
   char param[SB_PARAM_NAME_LEN];
   int rank;
   int hang_rank, crash_rank; /* -1: none */
+  bool host_staging;
 } fault;
 static const double FAULT_PERTURB = 1e-3;
 
@@ -238,6 +243,10 @@ static int fault_item(const char *s, fault *f, char *err, size_t errn) {
     }
     f->kind = FAULT_AC_ZERO;
     f->rank = (int)k; /* K */
+    return 0;
+  }
+  if (!strcmp(s, "host-staging")) {
+    f->host_staging = true;
     return 0;
   }
   if (param && ((size_t)(param - s) == 4 && !strncmp(s, "hang", 4))) {
@@ -272,8 +281,8 @@ static int fault_item(const char *s, fault *f, char *err, size_t errn) {
       (pl == 0 && kind != FAULT_NORM_DROP_STAGE) || pl >= sizeof f->param ||
       (pl && memchr(param + 1, ':', pl))) {
     snprintf(err, errn, "expected skip-reduce:PARAM, perturb-grad:PARAM:RANK, ac-zero:K, "
-                        "norm-replicated:PARAM, norm-drop-stage:K, hang:RANK or crash:RANK "
-                        "(joined by ';', each with an optional @MATCH), got '%s'", s);
+                        "norm-replicated:PARAM, norm-drop-stage:K, hang:RANK, crash:RANK or "
+                        "host-staging (joined by ';', each with an optional @MATCH), got '%s'", s);
     return -1;
   }
   long r = 0;
@@ -317,6 +326,7 @@ static int fault_parse(const char *s, const char *key, fault *f, char *err, size
     if (!key || !at || strstr(key, at)) {
       if (one.hang_rank >= 0) f->hang_rank = one.hang_rank;
       if (one.crash_rank >= 0) f->crash_rank = one.crash_rank;
+      f->host_staging = f->host_staging || one.host_staging;
       if (one.kind != FAULT_NONE) {
         if (f->kind != FAULT_NONE && key) {
           snprintf(err, errn, "more than one skip-reduce / perturb-grad item applies");
@@ -341,7 +351,7 @@ int sb_fault_check(const char *cmd, bool warn) {
   char err[SB_ERR_LEN];
   if (fault_parse(s, NULL, &f, err, sizeof err))
     return sb_usage_error(cmd, "SHARDBENCH_FAULT", "%s", err);
-  if ((f.kind != FAULT_NONE || f.hang_rank >= 0 || f.crash_rank >= 0) && warn)
+  if ((f.kind != FAULT_NONE || f.hang_rank >= 0 || f.crash_rank >= 0 || f.host_staging) && warn)
     fprintf(stderr, "shardbench %s: warning: SHARDBENCH_FAULT=%s: a fault is injected on purpose "
                     "(test switch); the verdict should fail\n", cmd, s);
   return SB_EXIT_OK;
@@ -456,6 +466,7 @@ typedef struct job {
   sb_snap out;                  /* reference job: what it computed */
   double step_time_s;
   int64_t peak_mem;
+  int64_t staged;               /* host-staged comm bytes per step, summed over the ranks */
   sb_cmp cmp;                   /* sharded job: the verdict, worst over every rank */
   bool weights_saved;           /* sharded job: o->save_weights written */
   double grad_norm;             /* rank 0, last timed step: the total gradient norm */
@@ -858,9 +869,12 @@ static dt_status measures(dt_ctx *ctx, job *j, double *times, int total) {
   DT_CHECK(dt_comm_all_reduce(ctx->world, times, times, (size_t)total, DT_F64, DT_RED_MAX));
   double mem = (double)*mem_peak(ctx);
   DT_CHECK(dt_comm_all_reduce(ctx->world, &mem, &mem, 1, DT_F64, DT_RED_MAX));
+  double staged = (double)dt_ledger_of(ctx)->staged_bytes; /* exact below 2^53 */
+  DT_CHECK(dt_comm_all_reduce(ctx->world, &staged, &staged, 1, DT_F64, DT_RED_SUM));
   if (ctx->rank != 0) return DT_OK;
   j->step_time_s = o->steps > 0 ? sb_median(times + o->warmup, o->steps) : NAN;
   j->peak_mem = (int64_t)mem;
+  j->staged = o->steps > 0 ? (int64_t)staged / o->steps : -1;
   for (size_t i = 0; i < dt_ledger_of(ctx)->n; i++) add_comm(j, &dt_ledger_of(ctx)->rows[i]);
   for (int i = 0; i < j->n_comm; i++) { /* per step */
     sb_comm_row *c = &j->comm[i];
@@ -931,6 +945,12 @@ static dt_status train(dt_ctx *ctx, job *j) {
   rank_job rj;
   memset(&rj, 0, sizeof rj);
   rj.j = j;
+  if (ctx->world->mem.dev) {
+    /* TEST SWITCH: before the meshes split the world (and off again for the next job) */
+    dt_comm_mem hm = ctx->world->mem;
+    hm.p2p_via_host = !j->reference && j->fault.host_staging;
+    dt_comm_set_mem(ctx->world, &hm);
+  }
   dt_trainer_opts to;
   trainer_opts(ctx, j, &rj, &to);
   double *times = calloc((size_t)total, sizeof *times);
@@ -1409,6 +1429,7 @@ static void result_of(const sb_opts *o, const job *j, sb_result *r) {
   r->mfu = r->tflops / r->peak_tflops;
   snprintf(r->peak_source, sizeof r->peak_source, "%s", o->peak_source);
   r->peak_mem_bytes = j->peak_mem;
+  r->host_staged_bytes = j->staged;
   r->weights_saved = j->weights_saved;
   r->mem_params_bytes = j->mem[0];
   r->mem_grads_bytes = j->mem[1];
@@ -1639,6 +1660,9 @@ void sb_print_result(FILE *f, const sb_config *c, const sb_result *r, bool json)
     else fputs("null", f);
     if (r->peak_mem_bytes >= 0) fprintf(f, ", \"peak_mem_bytes\": %lld", (long long)r->peak_mem_bytes);
     else fputs(", \"peak_mem_bytes\": null", f);
+    if (r->host_staged_bytes >= 0)
+      fprintf(f, ", \"host_staged_bytes\": %lld", (long long)r->host_staged_bytes);
+    else fputs(", \"host_staged_bytes\": null", f);
     const int64_t mem[4] = {r->mem_params_bytes, r->mem_grads_bytes, r->mem_optimizer_bytes,
                             r->mem_activations_bytes};
     static const char *const mem_k[4] = {"mem_params_bytes", "mem_grads_bytes",

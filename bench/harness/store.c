@@ -71,6 +71,7 @@ void sb_result_init(sb_result *r) {
   r->max_abs_err = r->max_rel_err = r->tolerance = r->grad_norm = NAN;
   r->est_mem_bytes = r->est_need_bytes = NAN;
   r->peak_mem_bytes = -1;
+  r->host_staged_bytes = -1;
   r->mem_params_bytes = r->mem_grads_bytes = r->mem_optimizer_bytes = -1;
   r->mem_activations_bytes = -1;
 }

@@ -146,6 +146,10 @@ typedef struct sb_result {
   double step_time_s, tokens_per_s, tflops, mfu, peak_tflops;
   char peak_source[96];          /* where peak_tflops came from (sb_opts.peak_source) */
   int64_t peak_mem_bytes;        /* < 0: NULL */
+  /* bytes of device buffers the comm layer copied through host memory per timed
+   * step, summed over the ranks (dt_ledger.staged_bytes; --json only, not
+   * stored); < 0: not measured */
+  int64_t host_staged_bytes;
   /* rank 0's memory split (< 0: NULL; results.mem_*_bytes), measured from the tensors in the last timed
    * step: its weights (the sharded master under FSDP), their gradients after the
    * data-parallel reduction, AdamW's two states; and the rest of that step's peak

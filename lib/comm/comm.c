@@ -66,7 +66,7 @@ uint64_t dt_coll_elems(dt_coll c, uint64_t count, int n) {
  * ledger_key, and is freed by dt_ctx_release. */
 
 static const char ledger_key;
-static const dt_ledger no_ledger = {NULL, 0, 0, true};
+static const dt_ledger no_ledger = {NULL, 0, 0, true, 0};
 
 static void ledger_free(dt_ctx *ctx, void *data) {
   (void)ctx;
@@ -101,8 +101,13 @@ dt_status dt_ledger_init(dt_ctx *ctx, bool enabled) {
 
 void dt_ledger_clear(dt_ctx *ctx) {
   dt_ledger *l = ledger_get(ctx);
-  if (l) l->n = 0;
+  if (l) l->n = 0, l->staged_bytes = 0;
   dt_kledger_clear(ctx);
+}
+
+void dt_ledger_add_staged(dt_ctx *ctx, uint64_t bytes) {
+  dt_ledger *l = ctx ? ledger_get(ctx) : NULL;
+  if (l && l->enabled) l->staged_bytes += bytes;
 }
 
 void dt_ledger_enable(dt_ctx *ctx, bool on) { (void)dt_ledger_init(ctx, on); }
@@ -226,11 +231,13 @@ static dt_status st_alloc(stage *S, int i, size_t bytes, void **out) {
 static dt_status st_down(stage *S, void *h, const void *d, size_t bytes) {
   dt_comm_mem *m = &S->c->mem;
   if (m->sync) DT_CHECK(m->sync(m->dev));
+  dt_ledger_add_staged(S->c->ctx, bytes);
   return bytes ? m->copy(m->dev, h, d, bytes, DT_COMM_D2H) : DT_OK;
 }
 
 static dt_status st_up(stage *S, void *d, const void *h, size_t bytes) {
   dt_comm_mem *m = &S->c->mem;
+  dt_ledger_add_staged(S->c->ctx, bytes);
   return bytes ? m->copy(m->dev, d, h, bytes, DT_COMM_H2D) : DT_OK;
 }
 

@@ -83,6 +83,13 @@ typedef struct dt_ledger {
   dt_ledger_row *rows;       /* rows[0..n), oldest first */
   size_t n, cap;
   bool enabled;              /* false: calls are not recorded */
+  /* Bytes of device buffers the comm layer copied through host memory while
+   * recording (each device-to-host and host-to-device copy counted on the rank
+   * that made it): the front's staging for a backend without device buffers
+   * (mpi), and the threads backend's point to point where it has no device
+   * scratch (or its test switch p2p_via_host is on). 0 where every transfer
+   * stays on the device. */
+  uint64_t staged_bytes;
 } dt_ledger;
 
 /* The calling rank's ledger (read only; never NULL). Before the rank has one
@@ -99,6 +106,8 @@ void dt_ledger_clear(dt_ctx *ctx);
 void dt_ledger_enable(dt_ctx *ctx, bool on);
 /* Appends a row (used by the front; exposed for tests of reporters). */
 dt_status dt_ledger_append(dt_ctx *ctx, const dt_ledger_row *row);
+/* Adds to staged_bytes while recording (for the front and the backends). */
+void dt_ledger_add_staged(dt_ctx *ctx, uint64_t bytes);
 
 /* ---- backends and the front ---------------------------------------------- */
 
@@ -123,6 +132,17 @@ typedef struct dt_comm_mem {
                       const void *const *in, void *out, double divisor);
   /* waits until the work queued on the device is done */
   dt_status (*sync)(void *dev);
+  /* Comm scratch in device memory, outside the rank's memory counters: the
+   * threads backend's eager messages of device buffers, allocated by the
+   * sender and freed by the receiver (any rank's handle of the same memory
+   * frees what another's allocated: threads ranks share one GPU). NULL: point
+   * to point stages through host memory. */
+  dt_status (*scratch_alloc)(void *dev, size_t bytes, void **out);
+  void (*scratch_free)(void *dev, void *p, size_t bytes);
+  /* TEST SWITCH: point to point stages through host memory even with
+   * scratch_alloc (the path before device-to-device messages), so a test sees
+   * dt_ledger.staged_bytes count it. Never set in normal use. */
+  bool p2p_via_host;
 } dt_comm_mem;
 
 typedef struct dt_comm_ops {

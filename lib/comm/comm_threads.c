@@ -27,7 +27,11 @@
  * rank syncs its device before each barrier, so a peer reads a buffer only
  * after the work that produced it has finished (ranks of one GPU run on
  * separate streams), and no buffer is released while a copy from it is queued.
- * Point to point on device buffers stages the eager message in host memory.
+ * Point to point on device buffers keeps the eager message in device memory
+ * (the hook's scratch_alloc, freed by the receiver): a device-to-device copy
+ * on each side and nothing through the host; without the scratch slots (or
+ * with the test switch p2p_via_host) the message is staged in host memory and
+ * dt_ledger.staged_bytes counts both copies.
  *
  * This is not a network transport: it only joins threads of one process.
  */
@@ -48,8 +52,20 @@ typedef struct tmsg {
   struct tmsg *next;
   int src, tag;
   size_t bytes;
+  /* a device message: the payload in device scratch the sender allocated
+   * (dt_comm_mem.scratch_alloc), freed by whoever drops the message with a
+   * live rank's hook; else the payload is data */
+  void *dpay;
   char data[];
 } tmsg;
+
+/* mem: a live rank's hook (the receiver's, or the last member's at the group's
+ * end); NULL (the job's end, every device gone): a device payload is left to
+ * the process's end. */
+static void msg_free(tmsg *m, const dt_comm_mem *mem) {
+  if (m->dpay && mem && mem->scratch_free) mem->scratch_free(mem->dev, m->dpay, m->bytes);
+  free(m);
+}
 
 typedef struct tgroup {
   struct dt_threads_job *job;
@@ -100,12 +116,13 @@ static const dt_comm_ops threads_ops;
 
 /* ---- groups ---- */
 
-static void group_free(tgroup *g) {
+/* mem: see msg_free (messages never received). */
+static void group_free(tgroup *g, const dt_comm_mem *mem) {
   for (int m = 0; m < g->size; m++) {
     tmsg *q = g->inbox[m];
     while (q) {
       tmsg *n = q->next;
-      free(q);
+      msg_free(q, mem);
       q = n;
     }
   }
@@ -162,8 +179,9 @@ static tgroup *group_new(dt_threads_job *job, int size, const int *world_ranks, 
   return g;
 }
 
-/* Drops one reference; the last one unlinks and frees the group. */
-static void group_unref(tgroup *g) {
+/* Drops one reference; the last one unlinks and frees the group (mem: the
+ * dropping rank's hook, or NULL; see msg_free). */
+static void group_unref(tgroup *g, const dt_comm_mem *mem) {
   dt_threads_job *job = g->job;
   pthread_mutex_lock(&job->mu);
   bool last = --g->refs == 0;
@@ -173,7 +191,7 @@ static void group_unref(tgroup *g) {
     if (job->world_group == g) job->world_group = NULL;
   }
   pthread_mutex_unlock(&job->mu);
-  if (last) group_free(g);
+  if (last) group_free(g, mem);
 }
 
 /* ---- the job ---- */
@@ -214,13 +232,13 @@ dt_status dt_threads_job_create(int world, double timeout_s, dt_threads_job **ou
 
 void dt_threads_job_destroy(dt_threads_job *job) {
   if (!job) return;
-  if (job->world_group) group_unref(job->world_group);
+  if (job->world_group) group_unref(job->world_group, NULL);
   /* Groups still referenced belong to comms their owners did not destroy
    * (e.g. after an abort): free them now, no thread uses them any more. */
   tgroup *g = job->groups;
   while (g) {
     tgroup *n = g->next;
-    group_free(g);
+    group_free(g, NULL);
     g = n;
   }
   pthread_mutex_destroy(&job->mu);
@@ -540,17 +558,29 @@ static dt_status th_send(dt_comm *c, const void *buf, size_t count, dt_dtype t, 
   tgroup *g = c->impl;
   size_t bytes = count * dt_dtype_size(t);
   if (atomic_load(&g->job->failed)) return aborted(c, "send");
-  tmsg *m = malloc(sizeof *m + bytes);
+  const bool dev = bytes && on_dev(c, buf, buf);
+  const bool d2d = dev && c->mem.scratch_alloc && c->mem.scratch_free && !c->mem.p2p_via_host;
+  tmsg *m = malloc(sizeof *m + (d2d ? 0 : bytes));
   if (!m) return dt_error(c->ctx, DT_ERR_NOMEM, "send", "cannot buffer %zu bytes", bytes);
   m->next = NULL;
   m->src = c->rank;
   m->tag = tag;
   m->bytes = bytes;
-  if (bytes && on_dev(c, buf, buf)) {
+  m->dpay = NULL;
+  if (dev) {
+    /* the work that wrote buf is done before the copy; the copy is done before
+     * the message is posted (the receiver's stream is another) */
     dt_status s = dsync(c);
-    if (s == DT_OK) s = c->mem.copy(c->mem.dev, m->data, buf, bytes, DT_COMM_D2H);
+    if (s == DT_OK && d2d) {
+      s = c->mem.scratch_alloc(c->mem.dev, bytes, &m->dpay);
+      if (s == DT_OK) s = c->mem.copy(c->mem.dev, m->dpay, buf, bytes, DT_COMM_D2D);
+      if (s == DT_OK) s = dsync(c);
+    } else if (s == DT_OK) {
+      dt_ledger_add_staged(c->ctx, bytes);
+      s = c->mem.copy(c->mem.dev, m->data, buf, bytes, DT_COMM_D2H);
+    }
     if (s != DT_OK) {
-      free(m);
+      msg_free(m, &c->mem);
       return s;
     }
   } else if (bytes) {
@@ -581,15 +611,26 @@ static dt_status th_recv(dt_comm *c, void *buf, size_t count, dt_dtype t, int pe
       *p = m->next;
       pthread_mutex_unlock(&g->mu);
       dt_status s = DT_OK;
-      if (m->bytes != bytes)
+      const bool dev = bytes && on_dev(c, buf, buf);
+      if (m->bytes != bytes) {
         s = dt_error(c->ctx, DT_ERR_INVALID, "recv",
                      "message from rank %d tag %d has %zu bytes, expected %zu", peer, tag,
                      m->bytes, bytes);
-      else if (bytes && on_dev(c, buf, buf))
+      } else if (m->dpay && !c->mem.copy) {
+        s = dt_error(c->ctx, DT_ERR_INVALID, "recv",
+                     "a device message from rank %d on a rank without a device", peer);
+      } else if (m->dpay) {
+        /* device to device, done before the message's memory goes */
+        if (!dev) dt_ledger_add_staged(c->ctx, bytes);
+        s = c->mem.copy(c->mem.dev, buf, m->dpay, bytes, dev ? DT_COMM_D2D : DT_COMM_D2H);
+        if (s == DT_OK && dev) s = dsync(c);
+      } else if (dev) {
+        dt_ledger_add_staged(c->ctx, bytes);
         s = c->mem.copy(c->mem.dev, buf, m->data, bytes, DT_COMM_H2D);
-      else if (bytes)
+      } else if (bytes) {
         memcpy(buf, m->data, bytes);
-      free(m);
+      }
+      msg_free(m, &c->mem);
       return s;
     }
     int rc = pthread_cond_timedwait(&g->cv, &g->mu, &dl);
@@ -662,7 +703,7 @@ static dt_status th_split(dt_comm *c, int color, int key, dt_comm **out) {
       for (int i = 0; i < ng->size; i++)
         if (ng->world_ranks[i] == g->world_ranks[me]) r = i;
       s = make_comm(c->ctx, ng, r, NULL, out);
-      if (s != DT_OK) group_unref(ng);
+      if (s != DT_OK) group_unref(ng, &c->mem);
     }
   }
   /* Keep newg[] stable until every member has read its entry. */
@@ -678,9 +719,10 @@ static dt_status th_split(dt_comm *c, int color, int key, dt_comm **out) {
 static void th_destroy(dt_comm *c) {
   if (!c) return;
   tgroup *g = c->impl;
+  const dt_comm_mem mem = c->mem; /* this rank's device outlives its comms */
   dt_comm_free_base(c);
   free(c);
-  if (g) group_unref(g);
+  if (g) group_unref(g, &mem);
 }
 
 static const dt_comm_ops threads_ops = {
@@ -705,6 +747,6 @@ dt_status dt_threads_comm_world(dt_threads_job *job, dt_ctx *ctx, dt_comm **out)
   g->refs++;
   pthread_mutex_unlock(&job->mu);
   dt_status s = make_comm(ctx, g, ctx->rank, "world", out);
-  if (s != DT_OK) group_unref(g);
+  if (s != DT_OK) group_unref(g, NULL);
   return s;
 }

@@ -165,7 +165,8 @@ _Static_assert((int)DT_RED_SUM == (int)DT_KRED_SUM && (int)DT_RED_AVG == (int)DT
 static bool mem_is_device(void *dev, const void *p) {
   dt_device *d = dev;
   if (d->kind == DT_DEV_META) return ((uintptr_t)p & DT_META_TAG) == DT_META_TAG;
-  if (d->ops->kern == &dt_kernels_emu) return ((uintptr_t)p & DT_EMU_TAG) != 0;
+  /* by name: a test may run the emulator on a copy of its slots (another kernel table) */
+  if (!strcmp(d->ops->name, "cuda-emu")) return ((uintptr_t)p & DT_EMU_TAG) != 0;
 #ifdef HAVE_CUDA
   struct cudaPointerAttributes a;
   if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
@@ -192,6 +193,24 @@ static dt_status mem_reduce(void *dev, dt_dtype t, dt_reduce_op op, size_t n, in
 
 static dt_status mem_sync(void *dev) { return dt_device_sync(dev); }
 
+/* Comm scratch: device memory through a handle with no rank, so the rank's
+ * device-memory counters (which the owning rank alone updates) never see it;
+ * the host staging it replaces was malloc'd, outside them too. */
+static dt_status mem_scratch_alloc(void *dev, size_t bytes, void **out) {
+  dt_device *d = dev, h = *d;
+  h.ctx = NULL;
+  dt_status s = dt_device_alloc(&h, bytes, out);
+  if (s != DT_OK)
+    return dt_error(d->ctx, s, "dt_comm_send", "no device memory for a %zu-byte message", bytes);
+  return DT_OK;
+}
+
+static void mem_scratch_free(void *dev, void *p, size_t bytes) {
+  dt_device h = *(dt_device *)dev;
+  h.ctx = NULL;
+  dt_device_free(&h, p, bytes);
+}
+
 dt_status dt_launch_install_comm_mem(dt_comm *world, dt_device *dev) {
   if (!world || !dev || dev->kind == DT_DEV_CPU) return DT_OK;
   const dt_kernels *K = dev->ops->kern;
@@ -200,6 +219,10 @@ dt_status dt_launch_install_comm_mem(dt_comm *world, dt_device *dev) {
                     "device '%s' has no reduce kernel for the collectives", dev->ops->name);
   dt_comm_mem m = {.dev = dev, .is_device = mem_is_device, .copy = mem_copy,
                    .reduce = mem_reduce, .sync = mem_sync};
+  if (!dt_device_is_meta(dev)) { /* (the meta device's memory is counted, never stored) */
+    m.scratch_alloc = mem_scratch_alloc;
+    m.scratch_free = mem_scratch_free;
+  }
   dt_comm_set_mem(world, &m);
   return DT_OK;
 }

@@ -19,7 +19,7 @@
  *   1 [b, s, h, hd]), causal over POSITIONS (dt_seq_position of the stored
  *   index, attrs.i1 = n_chunks), GQA (query head i reads kv head i / (h / kvh)),
  *   scale 1 / sqrt(hd); lse [b, h, s] / [b, s, h]: log sum_{j visible} exp(scale
- *   q_i . k_j). attrs.dim = the cp mesh dim, the only mesh dim sharding the
+ *   q_i . k_j), f32 for bf16 q (cp_lse_dtype), else q's dtype. attrs.dim = the cp mesh dim, the only mesh dim sharding the
  *   sequence: cp rank c holds stored rows [c S / C, (c + 1) S / C).
  *   attrs.i2 = dt_cp_rotate:
  *   - allgather: the cp mesh dim's option takes k and v Replicate, so the
@@ -37,8 +37,8 @@
  *   rows; a (query unit, key unit) pair at positions pq, pk is full (pk < pq),
  *   diagonal (pk == pq: causal inside, rows are consecutive positions) or
  *   skipped (pk > pq: never computed), as PyTorch's _is_causal_behavior
- *   splits its ring steps. A pair runs per (batch, head) in blocks of at most
- *   BQ query rows (the device's attn.block_rows: 64 on the CPU, 256 on CUDA)
+ *   splits its ring steps. A pair runs over every (batch, head) at once, as
+ *   strided-batched GEMMs (see cp_dev), in blocks of at most BQ query rows (the device's attn.block_rows: 64 on the CPU, 256 on CUDA)
  *   against the unit's keys (a diagonal block only up to its last row): GEMMs
  *   on the strided heads in place (dt_device_gemm), then the online softmax of
  *   FlashAttention-2 per row (attn.online: running max and sum, the output
@@ -60,7 +60,8 @@
  *   S - lse) masked, dV += P^T dO, dP = dO V^T, dS = P (dP - D), dQ += scale dS
  *   K, dK += scale dS^T Q (dK, dV summed over a group's query heads). Ring:
  *   C - 1 rotations of [K | V] as in the forward, and C rotations of a
- *   travelling [dK | dV] accumulator in the tensors' dtype: at step i rank c
+ *   travelling [dK | dV] accumulator in the accumulators' dtype (f32 for bf16,
+ *   as PyTorch's accum_dtype; else the tensors'): at step i rank c
  *   computes its contributions to the held block, adds them to that block's
  *   accumulator received from rank c - 1 (step 0: its own, fresh) and sends it
  *   on to rank c + 1; after the C-th transfer each rank holds its own block's
@@ -76,8 +77,11 @@
  *   dt_device_kernels): the pairs and blocks through dt_device_gemm and the
  *   device's attn kernels (lib/device/kernels.h), scratch and the [K | V] and
  *   [dK | dV] buffers in the arrays' memory (the comm front moves them). f32
- *   and f64 everywhere; bf16 on CUDA as far as its GEMM takes it (host bf16
- *   arrays reach the kernel as f32, through the dispatcher). What it is not:
+ *   and f64 everywhere; bf16 on CUDA (and cuda-emu) with f32 scores,
+ *   statistics and accumulators across the ring steps (see cp_dev); host bf16
+ *   arrays reach the kernel as f32, through the dispatcher. Under allgather a
+ *   bf16 rank's Partial dk, dv leave the kernel rounded to bf16, and their
+ *   reduce_scatter sums bf16 (the ring sums in f32). What it is not:
  *   non-causal or document masks, dropout.
  */
 #include "config.h"
@@ -146,6 +150,12 @@ static dt_status counts_add(dt_ctx *ctx, const dt_cp_counts *add) {
 enum { CP_TAG_FWD_KV = 0x4350, CP_TAG_BWD_KV = 0x4351, CP_TAG_BWD_DKV = 0x4352 };
 
 
+/* lse's dtype for q's: f32 for bf16 (a bf16 lse would be off by up to
+ * 2^-9 |lse|, an error of that size in every probability the backward
+ * recomputes from it; the flash kernels' logsumexp is f32 for bf16 inputs
+ * too), else q's. */
+static dt_dtype cp_lse_dtype(dt_dtype t) { return t == DT_BF16 ? DT_F32 : t; }
+
 /* Checks the inputs (q, k, v; with bwd also out, lse, dout) and the attrs
  * against the mesh sizes in the specs; sets *units (U) and *cp (C). */
 static dt_status cp_check(dt_ctx *ctx, const char *name, const dt_op_attrs *a, const dt_spec *in,
@@ -157,7 +167,11 @@ static dt_status cp_check(dt_ctx *ctx, const char *name, const dt_op_attrs *a, c
     if (in[j].dtype != DT_F32 && in[j].dtype != DT_F64 && in[j].dtype != DT_BF16)
       return dt_error(ctx, DT_ERR_UNSUPPORTED, name, "%s is %s; only f32, f64 and bf16 are supported",
                       NM[j], dt_dtype_name(in[j].dtype));
-    if (in[j].dtype != in[0].dtype)
+    if (j == 4 && in[j].dtype != cp_lse_dtype(in[0].dtype))
+      return dt_error(ctx, DT_ERR_INVALID, name, "lse is %s; for %s q it is %s",
+                      dt_dtype_name(in[j].dtype), dt_dtype_name(in[0].dtype),
+                      dt_dtype_name(cp_lse_dtype(in[0].dtype)));
+    if (j != 4 && in[j].dtype != in[0].dtype)
       return dt_error(ctx, DT_ERR_INVALID, name, "q and %s differ in dtype", NM[j]);
     int want = j == 4 ? 3 : 4;
     if (in[j].ndim != want)
@@ -209,6 +223,7 @@ static dt_status cp_infer(dt_ctx *ctx, const dt_op_attrs *a, const dt_spec *in, 
   DT_CHECK(cp_check(ctx, "sdpa_cp", a, in, false, &U, &C));
   out[0] = in[0];
   out[1] = in[0];
+  out[1].dtype = cp_lse_dtype(in[0].dtype);
   out[1].ndim = 3;
   out[1].gshape[3] = 0;
   return DT_OK;
@@ -382,8 +397,9 @@ static pair_kind pair_of(const cp_geo *g, int64_t a, int s, int64_t bu, dt_cp_co
   return PAIR_SKIP;
 }
 
-/* A key block in use: K and V at its first element, strides kb, kh, kld (the
- * gradient block dK, dV, when there is one, has the same strides). */
+/* A key block in use: K and V at its first element (the tensors' dtype),
+ * strides kb, kh, kld; the gradient block dK, dV, when there is one, has the
+ * same strides in the accumulators' dtype (cp_dev.at). */
 typedef struct kv_view {
   const char *K, *V;
   char *dK, *dV;
@@ -391,30 +407,31 @@ typedef struct kv_view {
 } kv_view;
 
 /* The view of cp rank s's block: in the ring's held buffer [K | V] (and the
- * gradient scratch [dK | dV]), or rows [s Sq, (s + 1) Sq) of the local
- * (gathered) k, v (and dk, dv). */
-static void view_of(const cp_geo *g, bool held, const char *buf, char *gbuf, const dt_array *k,
-                    const dt_array *v, dt_array *dk, dt_array *dv, int s, kv_view *w) {
-  size_t nk = (size_t)(g->B * g->KVH * g->Sq * g->HD) * g->es;
+ * gradient scratch [dK | dV], aes bytes per element), or rows [s Sq, (s + 1)
+ * Sq) of the local (gathered) k, v (and the accumulators dk, dv of the local
+ * gradients, laid out like k). */
+static void view_of(const cp_geo *g, size_t aes, bool held, const char *buf, char *gbuf,
+                    const dt_array *k, const dt_array *v, char *dk, char *dv, int s, kv_view *w) {
+  const int64_t nk = g->B * g->KVH * g->Sq * g->HD;
   memset(w, 0, sizeof *w);
   if (held) {
     w->K = buf;
-    w->V = buf + nk;
+    w->V = buf + (size_t)nk * g->es;
     if (gbuf) {
       w->dK = gbuf;
-      w->dV = gbuf + nk;
+      w->dV = gbuf + (size_t)nk * aes;
     }
     w->kb = g->kb;
     w->kh = g->kh;
     w->kld = g->kld;
     return;
   }
-  size_t off = (size_t)((int64_t)s * g->Sq * g->fkld) * g->es;
-  w->K = (const char *)k->data + off;
-  w->V = (const char *)v->data + off;
+  const int64_t off = (int64_t)s * g->Sq * g->fkld;
+  w->K = (const char *)k->data + (size_t)off * g->es;
+  w->V = (const char *)v->data + (size_t)off * g->es;
   if (dk) {
-    w->dK = (char *)dk->data + off;
-    w->dV = (char *)dv->data + off;
+    w->dK = dk + (size_t)off * aes;
+    w->dV = dv + (size_t)off * aes;
   }
   w->kb = g->fkb;
   w->kh = g->fkh;
@@ -430,65 +447,149 @@ static void view_of(const cp_geo *g, bool held, const char *buf, char *gbuf, con
  * dtype (dt_kern_attn_stat), indexed like lse, so that finish and rowdot take
  * every local row at once; the online step rescales the output rows itself.
  * Query rows per block: the device's attn.block_rows (scores of that many rows
- * x L per block), at most L. */
+ * x L per block), at most L, fewer when the scores of one block over the heads
+ * a GEMM batches would pass attn.block_bytes.
+ *
+ * Batching, as sdpa's (attention.c, sdpa_blk): a pair's GEMMs and row kernels
+ * run per (group member j, block of query rows, run of attn.gemm_heads kv
+ * heads) as strided-batched GEMMs, the query head kvh * group + j of
+ * consecutive kv heads sitting at a constant stride (in [b, h, s, hd] across
+ * batches too: nouter 1, nbat B KVH; in [b, s, h, hd] per batch: nouter B,
+ * nbat KVH). A kv head's dK, dV then sum its group's members j in turn, each
+ * over the blocks in order, as the per-head loop did; with one head per GEMM
+ * (the CPU's table) the calls are the per-head ones.
+ *
+ * bf16 (mixed: a device whose kernels take bf16; the CPU's get f32 copies from
+ * the dispatcher) keeps in f32 what FlashAttention-2 (Dao 2023, sec. 3.1) and
+ * PyTorch's ring attention keep in f32 (_templated_ring_attention merges out
+ * and lse in f32 under _cp_options.convert_to_f32, the default;
+ * _templated_ring_attention_backward's accum_dtype): the scores (bf16 GEMMs
+ * with an f32 C), the online statistics, the output accumulator over every key
+ * block and ring step, lse (an f32 output), dP and dS, and the dQ, dK, dV
+ * accumulators, the travelling [dK | dV] included (it is sent in f32: 4 bytes
+ * an element, twice the bf16 tensors'). P and dS are rounded to bf16 only as
+ * the A operand of the next GEMM; out, dq, dk, dv are rounded to bf16 once, at
+ * the end. */
 typedef struct cp_dev {
   dt_device *dev;
   const dt_kern_attn *ka;
-  dt_dtype st; /* m, l, D */
+  const dt_kern_pw *kp;     /* cast (mixed) */
+  bool mixed;
+  dt_dtype at;              /* scores, lse and accumulators: f32 when mixed, else t */
+  size_t aes;
+  dt_dtype st;              /* m, l, D */
   size_t ss;
   int64_t bq;
+  int64_t nouter, nbat, nb; /* outer loop (b in [b, s, h, hd]) x kv heads, per GEMM */
+  int64_t sq, sl;           /* q (and out, dq) and lse strides between consecutive kv heads */
 } cp_dev;
 
+static bool cp_mixed(dt_dtype t) { return t == DT_BF16; }
+
+/* score_bytes: bytes of scratch per score element over all the block's buffers. */
 static dt_status cp_dev_get(dt_ctx *ctx, const char *name, const cp_geo *g, const dt_kdev *kd,
-                            cp_dev *D) {
+                            size_t score_bytes, cp_dev *D) {
   const dt_kern_attn *ka = kd->k->attn;
   DT_OP_KSLOT(ctx, name, ka, online);
   DT_OP_KSLOT(ctx, name, ka, finish);
   DT_OP_KSLOT(ctx, name, ka, rowdot);
   DT_OP_KSLOT(ctx, name, ka, lse_bwd);
+  D->mixed = cp_mixed(g->t);
+  if (D->mixed) DT_OP_KSLOT(ctx, name, kd->k->pw, cast);
   D->dev = kd->dev;
   D->ka = ka;
+  D->kp = kd->k->pw;
+  D->at = D->mixed ? DT_F32 : g->t;
+  D->aes = dt_dtype_size(D->at);
   D->st = dt_kern_attn_stat(ka, g->t);
   D->ss = dt_dtype_size(D->st);
+  const bool bhsd = g->layout == DT_ATTN_BHSD;
+  D->nouter = bhsd ? 1 : g->B;
+  D->nbat = bhsd ? g->B * g->KVH : g->KVH;
+  D->nb = ka->gemm_heads > 0 && ka->gemm_heads < D->nbat ? ka->gemm_heads : D->nbat;
+  if (D->nb < 1) D->nb = 1;
+  D->sq = g->group * g->qh;
+  D->sl = g->group * g->lh;
   int64_t bq = ka->block_rows > 0 ? ka->block_rows : 1;
-  D->bq = g->L < bq ? g->L : bq;
+  if (ka->block_bytes && D->nb * g->L > 0) {
+    int64_t cap = (int64_t)(ka->block_bytes / (score_bytes * (size_t)(D->nb * g->L)));
+    bq = cap < bq ? cap : bq;
+  }
+  if (bq > g->L) bq = g->L;
+  D->bq = bq < 1 ? 1 : bq;
   return DT_OK;
 }
 
-/* The scores of rows [r0, r1) of a pair (rb x nk, row i sees its first
- * diag ? i + 1 : nk keys), for the attn kernels. */
-static dt_attn_rows pair_rows(const cp_geo *g, int64_t r0, int64_t r1, int64_t nk, bool diag) {
-  dt_attn_rows rg = {.batch = 1, .rows = r1 - r0, .nk = nk, .vis0 = diag ? r0 + 1 : nk, .ld = g->L,
-                     .sld = g->lld};
+/* One strided-batched GEMM of a pair; mixed: bf16 A and B, f32 C (c_f32). */
+static dt_status pair_gemm(const cp_dev *D, dt_dtype t, bool ta, bool tb, int64_t m, int64_t n,
+                           int64_t k, double alpha, const void *A, int64_t lda, int64_t sa,
+                           const void *B, int64_t ldb, int64_t sb, double beta, void *C,
+                           int64_t ldc, int64_t sc, int64_t batch) {
+  dt_gemm_desc d = {.dtype = t, .c_f32 = D->mixed, .trans_a = ta, .trans_b = tb, .m = m, .n = n,
+                    .k = k, .alpha = alpha, .beta = beta, .a = A, .lda = lda, .stride_a = sa,
+                    .b = B, .ldb = ldb, .stride_b = sb, .c = C, .ldc = ldc, .stride_c = sc,
+                    .batch = batch, .op = "attn_gemm"};
+  return dt_device_gemm(D->dev, &d);
+}
+
+/* mixed: n f32 scores at src rounded to bf16 at dst (the next GEMM's A). */
+static dt_status to_bf16(const cp_dev *D, const char *op, const void *src, void *dst, int64_t n) {
+  if (!D->mixed) return DT_OK;
+  dt_kledger_kernel(D->dev->ctx, op, DT_BF16, 0, 4 * (uint64_t)n, 2 * (uint64_t)n);
+  return D->kp->cast(D->dev, DT_F32, src, DT_BF16, dst, n);
+}
+
+/* The scores of rows [r0, r1) of a pair for nh heads (rb x nk each, row i sees
+ * its first diag ? i + 1 : nk keys), for the attn kernels. */
+static dt_attn_rows pair_rows(const cp_geo *g, const cp_dev *D, int64_t nh, int64_t r0, int64_t r1,
+                              int64_t nk, bool diag) {
+  dt_attn_rows rg = {.batch = nh, .rows = r1 - r0, .nk = nk, .vis0 = diag ? r0 + 1 : nk, .ld = g->L,
+                     .stride = D->bq * g->L, .sld = g->lld, .sstride = D->sl};
   return rg;
+}
+
+/* One run of a pair: outer index ob, kv heads [h0, h0 + nh), group member j,
+ * query unit a against key unit bu of block w; element offsets of its first
+ * query row (q, out, dout, dq), key row (k, v, dk, dv) and statistic. */
+typedef struct pair_run {
+  int64_t nh, qo, ko, lo;
+} pair_run;
+
+static pair_run run_of(const cp_geo *g, const cp_dev *D, const kv_view *w, int64_t ob, int64_t h0,
+                       int64_t nh, int64_t j, int64_t a, int64_t bu) {
+  pair_run r = {.nh = nh,
+                .qo = ob * g->qb + j * g->qh + h0 * D->sq + a * g->L * g->qld,
+                .ko = ob * w->kb + h0 * w->kh + bu * g->L * w->kld,
+                .lo = ob * g->lb + j * g->lh + h0 * D->sl + a * g->L * g->lld};
+  return r;
 }
 
 /* ---- forward -------------------------------------------------------------------------- */
 
-/* Query unit a, head (b, h), against key unit bu of block w: per block of rows
- * the scores, the online softmax step (which rescales the output rows), and
- * out += P V. m, l: the statistics (indexed like lse). */
-static dt_status fwd_pair(const cp_geo *g, const cp_dev *D, const kv_view *w, int64_t b, int64_t h,
-                          int64_t a, int64_t bu, bool diag, const dt_array *q, dt_array *o, char *m,
-                          char *l, void *P) {
-  const size_t es = g->es;
-  const int64_t L = g->L, bq = D->bq;
-  size_t qo = (size_t)(b * g->qb + h * g->qh + a * L * g->qld) * es;
-  size_t ko = (size_t)(b * w->kb + h / g->group * w->kh + bu * L * w->kld) * es;
-  const int64_t l0 = b * g->lb + h * g->lh + a * L * g->lld;
-  const char *Q = (const char *)q->data + qo, *K = w->K + ko, *V = w->V + ko;
-  char *O = (char *)o->data + qo;
+/* One run of a pair: per block of rows the scores, the online softmax step
+ * (which rescales the output rows), and O += P V. O: the output accumulator
+ * (at, laid out like out); m, l: the statistics (indexed like lse); Ps: the
+ * scores scratch (at), Pb its bf16 copy (mixed). */
+static dt_status fwd_run(const cp_geo *g, const cp_dev *D, const kv_view *w, const pair_run *p,
+                         bool diag, const dt_array *q, char *O, char *m, char *l, void *Ps,
+                         void *Pb) {
+  const size_t es = g->es, aes = D->aes;
+  const int64_t L = g->L, bq = D->bq, st = bq * L;
+  const char *Q = (const char *)q->data + (size_t)p->qo * es;
+  const char *K = w->K + (size_t)p->ko * es, *V = w->V + (size_t)p->ko * es;
   for (int64_t r0 = 0; r0 < L; r0 += bq) {
-    int64_t r1 = r0 + bq < L ? r0 + bq : L, nk = diag ? r1 : L;
-    size_t ro = (size_t)(r0 * g->qld) * es, so = (size_t)(l0 + r0 * g->lld) * D->ss;
-    DT_CHECK(dt_attn_gemm(D->dev, g->t, false, true, r1 - r0, nk, g->HD, g->scale, Q + ro, g->qld, K,
-                          w->kld, 0.0, P, L));
-    dt_attn_rows rg = pair_rows(g, r0, r1, nk, diag);
+    int64_t r1 = r0 + bq < L ? r0 + bq : L, nk = diag ? r1 : L, rb = r1 - r0;
+    size_t so = (size_t)(p->lo + r0 * g->lld) * D->ss;
+    char *Or = O + (size_t)(p->qo + r0 * g->qld) * aes;
+    DT_CHECK(pair_gemm(D, g->t, false, true, rb, nk, g->HD, g->scale, Q + (size_t)(r0 * g->qld) * es,
+                       g->qld, D->sq, K, w->kld, w->kh, 0.0, Ps, L, st, p->nh));
+    dt_attn_rows rg = pair_rows(g, D, p->nh, r0, r1, nk, diag);
     /* online softmax: max, exp, sum, rescale per score; O rescaled per row */
-    dt_attn_rows_kledger(D->dev, "attn_online", g->t, &rg, 5, 1, 1);
-    DT_CHECK(D->ka->online(D->dev, g->t, &rg, P, m + so, l + so, O + ro, g->qld, 0, g->HD));
-    DT_CHECK(dt_attn_gemm(D->dev, g->t, false, false, r1 - r0, g->HD, nk, 1.0, P, L, V, w->kld, 1.0,
-                          O + ro, g->qld));
+    dt_attn_rows_kledger(D->dev, "attn_online", D->at, &rg, 5, 1, 1);
+    DT_CHECK(D->ka->online(D->dev, D->at, &rg, Ps, m + so, l + so, Or, g->qld, D->sq, g->HD));
+    DT_CHECK(to_bf16(D, "attn_cast", Ps, Pb, p->nh * st));
+    DT_CHECK(pair_gemm(D, g->t, false, false, rb, g->HD, nk, 1.0, D->mixed ? Pb : Ps, L, st, V,
+                       w->kld, w->kh, 1.0, Or, g->qld, D->sq, p->nh));
   }
   return DT_OK;
 }
@@ -507,17 +608,22 @@ static void buf_put(dt_ctx *ctx, dt_array *b) {
   memset(b, 0, sizeof *b);
 }
 
-/* Every pair of this rank's query units with cp rank s's key units. */
+/* Every pair of this rank's query units with cp rank s's key units, each over
+ * all the heads in runs. */
 static dt_status fwd_block(const cp_geo *g, const cp_dev *D, const kv_view *w, int s,
-                           const dt_array *q, dt_array *o, char *m, char *l, void *P,
+                           const dt_array *q, char *O, char *m, char *l, void *Ps, void *Pb,
                            dt_cp_counts *n) {
   for (int64_t a = 0; a < g->u; a++)
     for (int64_t bu = 0; bu < g->u; bu++) {
       pair_kind k = pair_of(g, a, s, bu, n);
       if (k == PAIR_SKIP) continue;
-      for (int64_t b = 0; b < g->B; b++)
-        for (int64_t h = 0; h < g->H; h++)
-          DT_CHECK(fwd_pair(g, D, w, b, h, a, bu, k == PAIR_DIAG, q, o, m, l, P));
+      for (int64_t ob = 0; ob < D->nouter; ob++)
+        for (int64_t h0 = 0; h0 < D->nbat; h0 += D->nb)
+          for (int64_t j = 0; j < g->group; j++) {
+            int64_t nh = D->nbat - h0 < D->nb ? D->nbat - h0 : D->nb;
+            pair_run p = run_of(g, D, w, ob, h0, nh, j, a, bu);
+            DT_CHECK(fwd_run(g, D, w, &p, k == PAIR_DIAG, q, O, m, l, Ps, Pb));
+          }
     }
   return DT_OK;
 }
@@ -527,6 +633,13 @@ static dt_status pack_kv(const cp_dev *D, const dt_array *k, const dt_array *v, 
   size_t nb = dt_array_bytes(k);
   DT_CHECK(dt_device_copy(D->dev, buf, k->data, nb, DT_COPY_D2D));
   return dt_device_copy(D->dev, buf + nb, v->data, nb, DT_COPY_D2D);
+}
+
+/* mixed: the f32 accumulator acc (n elements) rounded into the bf16 result. */
+static dt_status acc_out(const cp_dev *D, const void *acc, void *out, int64_t n) {
+  if (!D->mixed) return DT_OK;
+  dt_kledger_kernel(D->dev->ctx, "cast", DT_BF16, 0, 4 * (uint64_t)n, 2 * (uint64_t)n);
+  return D->kp->cast(D->dev, DT_F32, acc, DT_BF16, out, n);
 }
 
 static dt_status cp_kernel(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor *const *in,
@@ -539,22 +652,28 @@ static dt_status cp_kernel(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor *c
   dt_kdev kd;
   cp_dev D;
   DT_CHECK(dt_attn_kernels(ctx, name, q->dev, &kd));
-  DT_CHECK(cp_dev_get(ctx, name, &g, &kd, &D));
+  const bool mixed = cp_mixed(g.t);
+  DT_CHECK(cp_dev_get(ctx, name, &g, &kd, mixed ? 6 : g.es, &D));
+  if (lse->dtype != D.at)
+    return dt_error(ctx, DT_ERR_INTERNAL, name, "lse is %s, not %s", dt_dtype_name(lse->dtype),
+                    dt_dtype_name(D.at));
   const bool rotate = g.ring && g.C > 1;
   const size_t kvbytes = 2 * dt_array_bytes(k);
-  const int64_t rows = g.B * g.H * g.Sq;
-  dt_array bml = {0}, bP = {0}, bbuf = {0};
-  DT_CHECK(dt_device_fill(D.dev, g.t, o->data, o->numel, 0.0));
+  const int64_t rows = g.B * g.H * g.Sq, pn = D.nb * D.bq * g.L;
+  dt_array bml = {0}, bP = {0}, bPb = {0}, bO = {0}, bbuf = {0};
   char *m = buf_get(ctx, &bml, q->dev, D.st, 2 * rows);
-  void *P = buf_get(ctx, &bP, q->dev, g.t, D.bq * g.L);
+  void *Ps = buf_get(ctx, &bP, q->dev, D.at, pn);
+  void *Pb = mixed ? buf_get(ctx, &bPb, q->dev, g.t, pn) : NULL;
+  char *O = mixed ? buf_get(ctx, &bO, q->dev, D.at, o->numel) : o->data;
   char *buf = rotate ? buf_get(ctx, &bbuf, q->dev, g.t, 2 * (int64_t)(kvbytes / g.es)) : NULL;
   dt_status s = DT_OK;
-  if (!m || !P || (rotate && !buf)) {
+  if (!m || !Ps || (mixed && (!Pb || !O)) || (rotate && !buf)) {
     s = dt_error(ctx, DT_ERR_NOMEM, name, "scratch");
     goto done;
   }
   char *l = m + (size_t)rows * D.ss;
-  s = dt_device_fill(D.dev, D.st, m, rows, -INFINITY);
+  s = dt_device_fill(D.dev, D.at, O, o->numel, 0.0);
+  if (s == DT_OK) s = dt_device_fill(D.dev, D.st, m, rows, -INFINITY);
   if (s == DT_OK) s = dt_device_fill(D.dev, D.st, l, rows, 0.0);
   char *cur = buf, *nxt = buf ? buf + kvbytes : NULL;
   if (rotate && s == DT_OK) s = pack_kv(&D, k, v, cur);
@@ -567,8 +686,8 @@ static dt_status cp_kernel(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor *c
       if (s != DT_OK) break;
     }
     kv_view w;
-    view_of(&g, rotate, cur, NULL, k, v, NULL, NULL, src, &w);
-    s = fwd_block(&g, &D, &w, src, q, o, m, l, P, &n);
+    view_of(&g, D.aes, rotate, cur, NULL, k, v, NULL, NULL, src, &w);
+    s = fwd_block(&g, &D, &w, src, q, O, m, l, Ps, Pb, &n);
     if (s == DT_OK && rotate && i < g.C - 1) {
       s = dt_comm_recv(g.comm, nxt, kvbytes / g.es, g.t, prev, CP_TAG_FWD_KV);
       char *t = cur;
@@ -578,61 +697,76 @@ static dt_status cp_kernel(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor *c
   }
   if (s == DT_OK) s = counts_add(ctx, &n);
   /* normalise, and lse = max + log(sum): every row sees at least its own key */
-  dt_op_kledger(ctx, "attn_finish", g.t, 1, rows * g.HD, rows * g.HD, rows * g.HD);
-  if (s == DT_OK) s = D.ka->finish(D.dev, g.t, rows, g.HD, o->data, m, l, lse->data);
+  dt_op_kledger(ctx, "attn_finish", D.at, 1, rows * g.HD, rows * g.HD, rows * g.HD);
+  if (s == DT_OK) s = D.ka->finish(D.dev, D.at, rows, g.HD, O, m, l, lse->data);
+  if (s == DT_OK) s = acc_out(&D, O, o->data, o->numel);
 done:
   buf_put(ctx, &bml);
   buf_put(ctx, &bP);
+  buf_put(ctx, &bPb);
+  buf_put(ctx, &bO);
   buf_put(ctx, &bbuf);
   return s;
 }
 
 /* ---- backward ------------------------------------------------------------------------- */
 
-/* Query unit a, head (b, h), against key unit bu of block w: dq rows +=, and
- * the block's dK, dV (w->dK, w->dV) +=. D: the rowdot statistics (indexed
- * like lse). */
-static dt_status bwd_pair(const cp_geo *g, const cp_dev *Dv, const kv_view *w, int64_t b, int64_t h,
-                          int64_t a, int64_t bu, bool diag, const dt_tensor *const *in, dt_array *dq,
-                          const char *D, char *P, char *dS) {
-  const size_t es = g->es;
-  const int64_t L = g->L, bq = Dv->bq;
+/* One run of a pair: dQ rows +=, and the block's dK, dV (w->dK, w->dV) +=;
+ * DQ: the dq accumulator (at, laid out like q); Dr: the rowdot statistics
+ * (indexed like lse); Ps, dSs: the scores scratch (at), Pb, dSb their bf16
+ * copies (mixed). */
+static dt_status bwd_run(const cp_geo *g, const cp_dev *Dv, const kv_view *w, const pair_run *p,
+                         bool diag, const dt_tensor *const *in, char *DQ, const char *Dr, char *Ps,
+                         char *dSs, char *Pb, char *dSb) {
+  const size_t es = g->es, aes = Dv->aes;
+  const int64_t L = g->L, bq = Dv->bq, st = bq * L, nh = p->nh;
   const dt_array *q = &in[0]->local, *lse = &in[4]->local, *dO = &in[5]->local;
-  size_t qo = (size_t)(b * g->qb + h * g->qh + a * L * g->qld) * es;
-  size_t ko = (size_t)(b * w->kb + h / g->group * w->kh + bu * L * w->kld) * es;
-  const char *Q = (const char *)q->data + qo, *DO = (const char *)dO->data + qo;
-  const char *K = w->K + ko, *V = w->V + ko;
-  char *DQ = (char *)dq->data + qo, *DK = w->dK + ko, *DV = w->dV + ko;
-  const int64_t l0 = b * g->lb + h * g->lh + a * L * g->lld;
-  dt_device *d = Dv->dev;
+  const size_t les = dt_dtype_size(lse->dtype);
+  const char *Q = (const char *)q->data + (size_t)p->qo * es;
+  const char *DO = (const char *)dO->data + (size_t)p->qo * es;
+  const char *K = w->K + (size_t)p->ko * es, *V = w->V + (size_t)p->ko * es;
+  char *DK = w->dK + (size_t)p->ko * aes, *DV = w->dV + (size_t)p->ko * aes;
+  const char *P = Dv->mixed ? Pb : Ps, *dS = Dv->mixed ? dSb : dSs;
+  const dt_dtype t = g->t;
   for (int64_t r0 = 0; r0 < L; r0 += bq) {
     int64_t r1 = r0 + bq < L ? r0 + bq : L, rb = r1 - r0, nk = diag ? r1 : L;
     size_t ro = (size_t)(r0 * g->qld) * es;
-    int64_t si = l0 + r0 * g->lld;
-    DT_CHECK(dt_attn_gemm(d, g->t, false, true, rb, nk, g->HD, g->scale, Q + ro, g->qld, K, w->kld, 0.0, P, L));
-    DT_CHECK(dt_attn_gemm(d, g->t, false, true, rb, nk, g->HD, 1.0, DO + ro, g->qld, V, w->kld, 0.0, dS, L));
-    dt_attn_rows rg = pair_rows(g, r0, r1, nk, diag);
+    int64_t si = p->lo + r0 * g->lld;
+    DT_CHECK(pair_gemm(Dv, t, false, true, rb, nk, g->HD, g->scale, Q + ro, g->qld, Dv->sq, K,
+                       w->kld, w->kh, 0.0, Ps, L, st, nh));
+    DT_CHECK(pair_gemm(Dv, t, false, true, rb, nk, g->HD, 1.0, DO + ro, g->qld, Dv->sq, V, w->kld,
+                       w->kh, 0.0, dSs, L, st, nh));
+    dt_attn_rows rg = pair_rows(g, Dv, nh, r0, r1, nk, diag);
     /* P = exp(S - lse), dS = P (dP - D): subtract, exp, subtract, multiply per score */
-    dt_attn_rows_kledger(d, "attn_lse_bwd", g->t, &rg, 4, 2, 2);
-    DT_CHECK(Dv->ka->lse_bwd(d, g->t, &rg, P, dS, (const char *)lse->data + (size_t)si * es,
-                             D + (size_t)si * Dv->ss));
-    DT_CHECK(dt_attn_gemm(d, g->t, false, false, rb, g->HD, nk, g->scale, dS, L, K, w->kld, 1.0, DQ + ro, g->qld));
-    DT_CHECK(dt_attn_gemm(d, g->t, true, false, nk, g->HD, rb, g->scale, dS, L, Q + ro, g->qld, 1.0, DK, w->kld));
-    DT_CHECK(dt_attn_gemm(d, g->t, true, false, nk, g->HD, rb, 1.0, P, L, DO + ro, g->qld, 1.0, DV, w->kld));
+    dt_attn_rows_kledger(Dv->dev, "attn_lse_bwd", Dv->at, &rg, 4, 2, 2);
+    DT_CHECK(Dv->ka->lse_bwd(Dv->dev, Dv->at, &rg, Ps, dSs, (const char *)lse->data + (size_t)si * les,
+                             Dr + (size_t)si * Dv->ss));
+    DT_CHECK(to_bf16(Dv, "attn_cast", Ps, Pb, nh * st));
+    DT_CHECK(to_bf16(Dv, "attn_cast", dSs, dSb, nh * st));
+    DT_CHECK(pair_gemm(Dv, t, false, false, rb, g->HD, nk, g->scale, dS, L, st, K, w->kld, w->kh,
+                       1.0, DQ + (size_t)(p->qo + r0 * g->qld) * aes, g->qld, Dv->sq, nh));
+    DT_CHECK(pair_gemm(Dv, t, true, false, nk, g->HD, rb, g->scale, dS, L, st, Q + ro, g->qld,
+                       Dv->sq, 1.0, DK, w->kld, w->kh, nh));
+    DT_CHECK(pair_gemm(Dv, t, true, false, nk, g->HD, rb, 1.0, P, L, st, DO + ro, g->qld, Dv->sq,
+                       1.0, DV, w->kld, w->kh, nh));
   }
   return DT_OK;
 }
 
 static dt_status bwd_block(const cp_geo *g, const cp_dev *Dv, const kv_view *w, int s,
-                           const dt_tensor *const *in, dt_array *dq, const char *D, char *P, char *dS,
-                           dt_cp_counts *n) {
+                           const dt_tensor *const *in, char *DQ, const char *Dr, char *Ps,
+                           char *dSs, char *Pb, char *dSb, dt_cp_counts *n) {
   for (int64_t a = 0; a < g->u; a++)
     for (int64_t bu = 0; bu < g->u; bu++) {
       pair_kind k = pair_of(g, a, s, bu, n);
       if (k == PAIR_SKIP) continue;
-      for (int64_t b = 0; b < g->B; b++)
-        for (int64_t h = 0; h < g->H; h++)
-          DT_CHECK(bwd_pair(g, Dv, w, b, h, a, bu, k == PAIR_DIAG, in, dq, D, P, dS));
+      for (int64_t ob = 0; ob < Dv->nouter; ob++)
+        for (int64_t h0 = 0; h0 < Dv->nbat; h0 += Dv->nb)
+          for (int64_t j = 0; j < g->group; j++) {
+            int64_t nh = Dv->nbat - h0 < Dv->nb ? Dv->nbat - h0 : Dv->nb;
+            pair_run p = run_of(g, Dv, w, ob, h0, nh, j, a, bu);
+            DT_CHECK(bwd_run(g, Dv, w, &p, k == PAIR_DIAG, in, DQ, Dr, Ps, dSs, Pb, dSb));
+          }
     }
   return DT_OK;
 }
@@ -650,32 +784,44 @@ static dt_status cp_bwd_kernel(dt_ctx *ctx, const dt_op_attrs *a, const dt_tenso
   dt_kdev kd;
   cp_dev Dv;
   DT_CHECK(dt_attn_kernels(ctx, name, O->dev, &kd));
-  DT_CHECK(cp_dev_get(ctx, name, &g, &kd, &Dv));
+  const bool mixed = cp_mixed(g.t);
+  DT_CHECK(cp_dev_get(ctx, name, &g, &kd, mixed ? 12 : 2 * g.es, &Dv));
+  if (in[4]->local.dtype != Dv.at)
+    return dt_error(ctx, DT_ERR_INTERNAL, name, "lse is %s, not %s",
+                    dt_dtype_name(in[4]->local.dtype), dt_dtype_name(Dv.at));
   dt_device *d = Dv.dev;
   const bool rotate = g.ring && g.C > 1;
-  const size_t es = g.es, kvbytes = 2 * dt_array_bytes(k);
+  const dt_dtype at = Dv.at;
+  const size_t es = g.es, aes = Dv.aes, kvbytes = 2 * dt_array_bytes(k);
   const size_t kvn = kvbytes / es;
-  const int64_t rows = g.B * g.H * g.Sq;
-  DT_CHECK(dt_device_fill(d, g.t, dq->data, dq->numel, 0.0));
-  DT_CHECK(dt_device_fill(d, g.t, dk->data, dk->numel, 0.0));
-  DT_CHECK(dt_device_fill(d, g.t, dv->data, dv->numel, 0.0));
-  dt_array bD = {0}, bP = {0}, bbuf = {0};
-  char *D = buf_get(ctx, &bD, O->dev, Dv.st, rows);
-  char *P = buf_get(ctx, &bP, O->dev, g.t, 2 * Dv.bq * g.L);
-  /* ring: the held [K | V] and the next, the travelling [dK | dV] and this
-   * step's contributions */
-  char *buf = rotate ? buf_get(ctx, &bbuf, O->dev, g.t, 4 * (int64_t)kvn) : NULL;
+  const int64_t rows = g.B * g.H * g.Sq, pn = Dv.nb * Dv.bq * g.L;
+  dt_array bD = {0}, bP = {0}, bPb = {0}, bbuf = {0}, bg = {0}, bdq = {0};
+  char *Dr = buf_get(ctx, &bD, O->dev, Dv.st, rows);
+  char *Ps = buf_get(ctx, &bP, O->dev, at, 2 * pn);
+  char *Pb = mixed ? buf_get(ctx, &bPb, O->dev, g.t, 2 * pn) : NULL;
+  /* ring: the held [K | V] and the next (t); the travelling [dK | dV] and this
+   * step's contributions (at). Else, mixed: the f32 accumulators of dk, dv. */
+  char *buf = rotate ? buf_get(ctx, &bbuf, O->dev, g.t, 2 * (int64_t)kvn) : NULL;
+  char *gbuf = rotate || mixed ? buf_get(ctx, &bg, O->dev, at, 2 * (int64_t)kvn) : NULL;
+  char *DQ = mixed ? buf_get(ctx, &bdq, O->dev, at, dq->numel) : dq->data;
   dt_status s = DT_OK;
-  if (!D || !P || (rotate && !buf)) {
+  if (!Dr || !Ps || (mixed && (!Pb || !DQ)) || (rotate && !buf) || ((rotate || mixed) && !gbuf)) {
     s = dt_error(ctx, DT_ERR_NOMEM, name, "scratch");
     goto done;
   }
-  char *dS = P + (size_t)(Dv.bq * g.L) * es;
-  /* D_i = rowsum(dO_i * O_i) for every local row at once, indexed like lse */
+  char *dSs = Ps + (size_t)pn * aes, *dSb = Pb ? Pb + (size_t)pn * es : NULL;
+  char *DK = mixed && !rotate ? gbuf : dk->data;
+  char *DV = mixed && !rotate ? gbuf + (size_t)kvn / 2 * aes : dv->data;
+  /* (the ring's dk, dv come whole from the last transfer) */
+  s = dt_device_fill(d, at, DQ, dq->numel, 0.0);
+  if (s == DT_OK && !rotate) s = dt_device_fill(d, at, DK, dk->numel, 0.0);
+  if (s == DT_OK && !rotate) s = dt_device_fill(d, at, DV, dv->numel, 0.0);
+  /* D_i = rowsum(dO_i * O_i) for every local row at once, indexed like lse
+   * (from the rounded out, as FlashAttention-2's Alg. 2 line 4 reads O) */
   dt_op_kledger(ctx, "attn_rowdot", g.t, 2, rows * g.HD, 2 * rows * g.HD, rows);
-  s = Dv.ka->rowdot(d, g.t, rows, g.HD, dO->data, O->data, D);
+  if (s == DT_OK) s = Dv.ka->rowdot(d, g.t, rows, g.HD, dO->data, O->data, Dr);
   char *cur = buf, *nxt = buf ? buf + kvbytes : NULL;
-  char *acc = buf ? buf + 2 * kvbytes : NULL, *part = buf ? buf + 3 * kvbytes : NULL;
+  char *acc = rotate ? gbuf : NULL, *part = rotate ? gbuf + kvn * aes : NULL;
   if (rotate && s == DT_OK) s = pack_kv(&Dv, k, v, cur);
   const int next = (g.c + 1) % g.C, prev = (g.c - 1 + g.C) % g.C;
   dt_cp_counts n = {0, 0, 0};
@@ -685,11 +831,11 @@ static dt_status cp_bwd_kernel(dt_ctx *ctx, const dt_op_attrs *a, const dt_tenso
       s = dt_comm_send(g.comm, cur, kvn, g.t, next, CP_TAG_BWD_KV);
       if (s != DT_OK) break;
     }
-    if (rotate) s = dt_device_fill(d, g.t, part, (int64_t)kvn, 0.0);
+    if (rotate) s = dt_device_fill(d, at, part, (int64_t)kvn, 0.0);
     if (s != DT_OK) break;
     kv_view w;
-    view_of(&g, rotate, cur, part, k, v, dk, dv, src, &w);
-    s = bwd_block(&g, &Dv, &w, src, in, dq, D, P, dS, &n);
+    view_of(&g, aes, rotate, cur, part, k, v, DK, DV, src, &w);
+    s = bwd_block(&g, &Dv, &w, src, in, DQ, Dr, Ps, dSs, Pb, dSb, &n);
     if (s != DT_OK || !rotate) continue;
     /* the held block's accumulator: fresh at step 0, else from rank c - 1 */
     if (i == 0) {
@@ -697,12 +843,12 @@ static dt_status cp_bwd_kernel(dt_ctx *ctx, const dt_op_attrs *a, const dt_tenso
       acc = part;
       part = t;
     } else {
-      s = dt_comm_recv(g.comm, acc, kvn, g.t, prev, CP_TAG_BWD_DKV);
+      s = dt_comm_recv(g.comm, acc, kvn, at, prev, CP_TAG_BWD_DKV);
       if (s != DT_OK) break;
-      s = dt_device_axpy(d, g.t, (int64_t)kvn, 1.0, part, acc);
+      s = dt_device_axpy(d, at, (int64_t)kvn, 1.0, part, acc);
       if (s != DT_OK) break;
     }
-    s = dt_comm_send(g.comm, acc, kvn, g.t, next, CP_TAG_BWD_DKV);
+    s = dt_comm_send(g.comm, acc, kvn, at, next, CP_TAG_BWD_DKV);
     if (s == DT_OK && i < g.C - 1) {
       s = dt_comm_recv(g.comm, nxt, kvn, g.t, prev, CP_TAG_BWD_KV);
       char *t = cur;
@@ -712,15 +858,26 @@ static dt_status cp_bwd_kernel(dt_ctx *ctx, const dt_op_attrs *a, const dt_tenso
   }
   /* the C-th transfer brings this rank's own block, summed over every rank */
   if (s == DT_OK && rotate) {
-    s = dt_comm_recv(g.comm, acc, kvn, g.t, prev, CP_TAG_BWD_DKV);
-    if (s == DT_OK) s = dt_device_copy(d, dk->data, acc, kvbytes / 2, DT_COPY_D2D);
-    if (s == DT_OK) s = dt_device_copy(d, dv->data, acc + kvbytes / 2, kvbytes / 2, DT_COPY_D2D);
+    s = dt_comm_recv(g.comm, acc, kvn, at, prev, CP_TAG_BWD_DKV);
+    if (s == DT_OK && mixed) {
+      DK = acc;
+      DV = acc + kvn / 2 * aes;
+    } else {
+      if (s == DT_OK) s = dt_device_copy(d, dk->data, acc, kvbytes / 2, DT_COPY_D2D);
+      if (s == DT_OK) s = dt_device_copy(d, dv->data, acc + kvbytes / 2, kvbytes / 2, DT_COPY_D2D);
+    }
   }
+  if (s == DT_OK) s = acc_out(&Dv, DQ, dq->data, dq->numel);
+  if (s == DT_OK) s = acc_out(&Dv, DK, dk->data, dk->numel);
+  if (s == DT_OK) s = acc_out(&Dv, DV, dv->data, dv->numel);
   if (s == DT_OK) s = counts_add(ctx, &n);
 done:
   buf_put(ctx, &bD);
   buf_put(ctx, &bP);
+  buf_put(ctx, &bPb);
   buf_put(ctx, &bbuf);
+  buf_put(ctx, &bg);
+  buf_put(ctx, &bdq);
   return s;
 }
 
