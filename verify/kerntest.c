@@ -103,6 +103,12 @@ void kt_unpack(dt_dtype t, const void *p, double *v, int64_t n) {
   }
 }
 
+void kt_round(dt_dtype t, double *v, int64_t n) {
+  void *h = kt_pack(t, v, n);
+  kt_unpack(t, h, v, n);
+  free(h);
+}
+
 double kt_nearest_bf16(float f) {
   uint32_t u;
   memcpy(&u, &f, 4);

@@ -38,6 +38,8 @@ void kt_uniform(double *v, int64_t n, uint64_t seed, uint64_t stream, double lo,
 void *kt_pack(dt_dtype t, const double *v, int64_t n);
 /* v[i] = element i of buffer p of dtype t (f32, f64, bf16, i64). */
 void kt_unpack(dt_dtype t, const void *p, double *v, int64_t n);
+/* v rounded to dtype t in place (kt_pack then kt_unpack). */
+void kt_round(dt_dtype t, double *v, int64_t n);
 /* The bf16 nearest to f, ties to even, found by comparing the two neighbours
  * (an oracle independent of the library's conversion). */
 double kt_nearest_bf16(float f);

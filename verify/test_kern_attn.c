@@ -214,15 +214,9 @@ static void test_rows_bwd(kt_dev *T) {
         kt_uniform(S, n, 61, sd, -8, 8);
         kt_uniform(dP, n, 62, sd, -1, 1);
         kt_uniform(D, ns, 63, sd, -1, 1);
-        void *h = kt_pack(t, S, n);
-        kt_unpack(t, h, S, n);
-        free(h);
-        h = kt_pack(t, dP, n);
-        kt_unpack(t, h, dP, n);
-        free(h);
-        h = kt_pack(st, D, ns);
-        kt_unpack(st, h, D, ns);
-        free(h);
+        kt_round(t, S, n);
+        kt_round(t, dP, n);
+        kt_round(st, D, ns);
         /* P: the rows' softmax (rounded to t), lse: their log-sum-exp (rounded) */
         memcpy(P, S, n * sizeof *P);
         for (int64_t b = 0; b < batch; b++)
@@ -234,12 +228,8 @@ static void test_rows_bwd(kt_dev *T) {
             for (int64_t j = 0; j < nk; j++) p[j] = j < cnt ? exp(s[j] - mx) / z : 0;
             lse[b * sstride + r * sld] = cnt ? mx + log(z) : 0;
           }
-        h = kt_pack(t, P, n);
-        kt_unpack(t, h, P, n);
-        free(h);
-        h = kt_pack(t, lse, ns);
-        kt_unpack(t, h, lse, ns);
-        free(h);
+        kt_round(t, P, n);
+        kt_round(t, lse, ns);
         memcpy(wS, dP, n * sizeof *wS);
         memcpy(wP, S, n * sizeof *wP);
         double *wL = malloc(n * sizeof *wL);
@@ -484,9 +474,7 @@ static void dev_read(dt_ctx *ctx, const dt_tensor *x, double *v) {
 static double *rounded(dt_dtype t, int64_t n, uint64_t stream) {
   double *v = malloc(n * sizeof *v);
   kt_uniform(v, n, 41, stream, -1, 1);
-  void *h = kt_pack(t, v, n);
-  kt_unpack(t, h, v, n);
-  free(h);
+  kt_round(t, v, n);
   return v;
 }
 

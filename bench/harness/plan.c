@@ -132,7 +132,6 @@ typedef struct pl_row {
                                   * run itself (the top rows are then run: refine) */
   int pi;                        /* its plan's index in the plan list */
   int task;                      /* the search's order (task x AC): ties rank by it */
-  bool run_failed;               /* a refinement's run failed (noted in the rows' counts) */
   sb_prediction micro;           /* the same run predicted as one microstep (no accumulation) */
 } pl_row;
 
@@ -709,16 +708,16 @@ static void search_task(const pl_args *a, const search_env *e, int i, pl_rows *R
   }
 }
 
-/* Refinement task i: e->refine[i] run exactly at its local batch; the row replaces it. */
+/* Refinement task i: e->refine[i] run exactly at its local batch, the row that
+ * replaces it into R; none when the run fails (noted in R: the plan exits 1). */
 static void refine_task(const pl_args *a, const search_env *e, int i, pl_rows *R) {
   const pl_row *r = &e->refine[i];
   pl_row *o = rows_add(R);
   if (!o) return;
-  if (run_at(a, e->hw, &e->P[r->pi], r->pi, r->dims, &r->ac, r->local_batch, r->gpus, R, o)) {
-    *o = *r; /* noted in R: the plan exits 1 */
-    o->run_failed = true;
-  }
-  o->task = i; /* the refinement's index; the caller restores the search's order */
+  if (run_at(a, e->hw, &e->P[r->pi], r->pi, r->dims, &r->ac, r->local_batch, r->gpus, R, o))
+    R->n--;
+  else
+    o->task = i; /* the refinement's index; the caller restores the search's order */
 }
 
 typedef void (*pl_task_fn)(const pl_args *a, const search_env *e, int i, pl_rows *R);
@@ -1217,25 +1216,15 @@ int sb_cmd_plan(int argc, char **argv) {
       if (!R.first_failure[0]) memcpy(R.first_failure, E.first_failure, sizeof R.first_failure);
       R.failed += E.failed;
     }
+    /* a row whose run failed or whose worker died does not fit (counted as failed
+     * above, never rerun); the others take their exact run */
+    for (size_t i = 0; i < nr; i++) R.v[at[i]].estimated = false, R.v[at[i]].p.fits = false;
     for (size_t i = 0; i < E.n; i++) {
       pl_row *r = &R.v[at[E.v[i].task]];
       const int task = r->task;
-      if (E.v[i].run_failed) {
-        r->estimated = false;
-        r->p.fits = false;
-      } else {
-        *r = E.v[i];
-      }
+      *r = E.v[i];
       r->task = task;
-      r->run_failed = false;
     }
-    /* a row a worker lost stays estimated: counted as failed above, never rerun */
-    for (size_t i = 0; i < nr; i++)
-      if (R.v[at[i]].estimated) {
-        bool back = false;
-        for (size_t k = 0; k < E.n && !back; k++) back = E.v[k].task == (int)i;
-        if (!back) R.v[at[i]].estimated = false, R.v[at[i]].p.fits = false;
-      }
     free(E.v), free(todo), free(at);
     rank_rows(&R);
   }
