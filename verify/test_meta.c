@@ -222,19 +222,27 @@ typedef struct cfg_case {
   const char *name, *plan;
   int deg[DT_PDIM_COUNT]; /* pp, dp_replicate, dp_shard, cp, tp */
   const char *ac;         /* activation checkpointing mode (NULL: none) */
+  const char *model;      /* NULL: MODEL */
 } cfg_case;
 
 static const cfg_case CASES[] = {
-    {"fsdp 8", "fsdp.plan", {1, 1, 8, 1, 1}, NULL},
-    {"dp 8 (ddp)", "dp.plan", {1, 8, 1, 1, 1}, NULL},
-    {"fsdp 4 x tp 2 (sp)", "fsdp-tp-sp.plan", {1, 1, 4, 1, 2}, NULL},
-    {"hsdp 4 x 2", "hsdp.plan", {1, 4, 2, 1, 1}, NULL},
-    {"fsdp 4 x cp 2", "fsdp-cp.plan", {1, 1, 4, 2, 1}, NULL},
-    {"fsdp 2 x cp 2 x tp 2", "fsdp-tp-cp.plan", {1, 1, 2, 2, 2}, NULL},
-    {"pp 2 x fsdp 4", "pp-fsdp.plan", {2, 1, 4, 1, 1}, NULL},
-    {"pp 2 x fsdp 2 x tp 2", "pp-fsdp-tp-sp.plan", {2, 1, 2, 1, 2}, NULL},
-    {"fsdp 4 x tp 2, full AC", "fsdp-tp-sp.plan", {1, 1, 4, 1, 2}, "full"},
-    {"pp 2 x fsdp 4, selective AC", "pp-fsdp.plan", {2, 1, 4, 1, 1}, "selective"},
+    {"fsdp 8", "fsdp.plan", {1, 1, 8, 1, 1}, NULL, NULL},
+    {"dp 8 (ddp)", "dp.plan", {1, 8, 1, 1, 1}, NULL, NULL},
+    {"fsdp 4 x tp 2 (sp)", "fsdp-tp-sp.plan", {1, 1, 4, 1, 2}, NULL, NULL},
+    {"hsdp 4 x 2", "hsdp.plan", {1, 4, 2, 1, 1}, NULL, NULL},
+    {"fsdp 4 x cp 2", "fsdp-cp.plan", {1, 1, 4, 2, 1}, NULL, NULL},
+    {"fsdp 2 x cp 2 x tp 2", "fsdp-tp-cp.plan", {1, 1, 2, 2, 2}, NULL, NULL},
+    {"pp 2 x fsdp 4", "pp-fsdp.plan", {2, 1, 4, 1, 1}, NULL, NULL},
+    {"pp 2 x fsdp 2 x tp 2", "pp-fsdp-tp-sp.plan", {2, 1, 2, 1, 2}, NULL, NULL},
+    {"fsdp 4 x tp 2, full AC", "fsdp-tp-sp.plan", {1, 1, 4, 1, 2}, "full", NULL},
+    {"pp 2 x fsdp 4, selective AC", "pp-fsdp.plan", {2, 1, 4, 1, 1}, "selective", NULL},
+    /* grouped-query attention (2 and 4 query heads per kv head) with
+     * local batch 8 in [b, s, h, hd]: the meta device runs one pass of sdpa's and
+     * sdpa_cp's loops over batch rows and group members and counts it for all
+     * (dt_kernels.shape_only), which must leave the real run's ledger */
+    {"tp 8, GQA", "torchtitan-tp-sp.plan", {1, 1, 1, 1, 8}, NULL, "debugmodel:n_layers=2:n_kv_heads=8"},
+    {"cp 4 x tp 2, GQA, full AC", "fsdp-tp-cp.plan", {1, 1, 1, 4, 2}, "full",
+     "debugmodel:n_layers=2:n_kv_heads=4"},
 };
 
 static int check_case(dt_ctx *hc, const cfg_case *c, bool plant_done) {
@@ -243,7 +251,7 @@ static int check_case(dt_ctx *hc, const cfg_case *c, bool plant_done) {
   static job real, meta;
   char path[512];
   memset(&real, 0, sizeof real);
-  TU_OK(hc, dt_llama_config_get(hc, MODEL, &real.cfg));
+  TU_OK(hc, dt_llama_config_get(hc, c->model ? c->model : MODEL, &real.cfg));
   if (dt_plan_load(hc, tu_plan_path(c->plan, path, sizeof path), &plan) != DT_OK ||
       dt_parallel_plan_resolve(hc, &plan, c->deg, &real.cfg, BATCH, SEQ, &rp) != DT_OK ||
       dt_parallel_dims_init(hc, c->deg, WORLD, &real.dims) != DT_OK) {

@@ -237,6 +237,7 @@ typedef struct dt_kledger {
   uint64_t *hash;            /* hash[i]: rows[i]'s content hash (checked before comparing) */
   uint64_t label_gen;        /* the ctx->label_gen label_hash is of (0: none yet) */
   uint64_t label_hash;       /* hash of ctx's phase and scope at label_gen */
+  uint64_t repeat;           /* every add counts its calls this many times (0 read as 1) */
 } dt_kledger;
 
 /* The rank's compute ledger (read only; never NULL; empty before the rank has
@@ -253,6 +254,11 @@ void dt_kledger_clear(dt_ctx *ctx);
  * the rank has no ledger or it is off; a failed allocation drops the row and
  * counts its calls in dropped_calls (the kernel itself never fails for the ledger). */
 void dt_kledger_add(dt_ctx *ctx, const dt_kledger_row *row);
+/* Sets how many times every following add counts its calls (r >= 1) and
+ * returns the previous factor, to be set back. For a loop of calls that differ
+ * only in their addresses on a device that does no arithmetic (dt_kernels.
+ * shape_only): one pass recorded r times leaves the rows r passes would. */
+uint64_t dt_kledger_set_repeat(dt_ctx *ctx, uint64_t r);
 /* A non-GEMM kernel's row: op, dtype, FLOPs and bytes read / written. */
 void dt_kledger_kernel(dt_ctx *ctx, const char *op, dt_dtype t, double flops, uint64_t bytes_read,
                        uint64_t bytes_written);

@@ -134,7 +134,7 @@ void dt_kledger_add(dt_ctx *ctx, const dt_kledger_row *row) {
   if (!l || !l->enabled || !row) return;
   char op[sizeof row->op] = {0}; /* the op zero past its NUL: `same` and the hash read it all */
   memcpy(op, row->op, strnlen(row->op, sizeof op - 1));
-  const uint64_t calls = row->calls ? row->calls : 1;
+  const uint64_t calls = (row->calls ? row->calls : 1) * (l->repeat ? l->repeat : 1);
   if (l->label_gen != ctx->label_gen) { /* the labels changed since the last row */
     l->label_gen = ctx->label_gen;
     l->label_hash = label_hash(ctx->phase, ctx->scope);
@@ -175,6 +175,14 @@ void dt_kledger_add(dt_ctx *ctx, const dt_kledger_row *row) {
   r->calls = calls;
   l->index[h] = l->n + 1;
   l->hash[l->n++] = hv;
+}
+
+uint64_t dt_kledger_set_repeat(dt_ctx *ctx, uint64_t r) {
+  dt_kledger *l = get(ctx);
+  if (!l) return 1;
+  const uint64_t prev = l->repeat ? l->repeat : 1;
+  l->repeat = r ? r : 1;
+  return prev;
 }
 
 void dt_kledger_kernel(dt_ctx *ctx, const char *op, dt_dtype t, double flops, uint64_t bytes_read,

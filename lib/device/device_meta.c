@@ -177,7 +177,8 @@ dt_status dt_device_meta_create(dt_ctx *ctx, dt_device **out) {
   im->attn.rowdot = k_a_rowdot;
   im->attn.lse_bwd = k_a_lse_bwd;
   im->kern = (dt_kernels){.name = "meta", .pw = &meta_pw, .rows = &meta_rows, .attn = &im->attn,
-                          .layout = &meta_layout, .optim = &meta_optim, .bf16_as_f32 = false};
+                          .layout = &meta_layout, .optim = &meta_optim, .bf16_as_f32 = false,
+                          .shape_only = true};
   im->ops = meta_ops_base;
   im->ops.kern = &im->kern;
   d->ops = &im->ops;

@@ -357,6 +357,11 @@ typedef struct dt_kernels {
    * its bf16 outputs back (to nearest even): the device kernels' arithmetic
    * (f32 for bf16), one rounding per output. The CPU's table sets it. */
   bool bf16_as_f32;
+  /* No slot reads or writes data (the meta device): a loop of calls that differ
+   * only in their addresses may run one pass and record it in the compute
+   * ledger once per pass it stands for (dt_kledger_set_repeat), leaving the
+   * rows the whole loop would. */
+  bool shape_only;
 } dt_kernels;
 
 /* The emulated device's pointers are host addresses plus this: the sum is

@@ -483,10 +483,12 @@ static dt_status sdpa_kernel(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor 
   const int64_t pn = D.nb * D.bq * g.S;
   DT_CHECK(dt_array_create(ctx, o->dev, t, 1, &pn, &P));
   dt_status s = mixed ? dt_array_create(ctx, o->dev, DT_F32, 1, &pn, &Ps) : DT_OK;
-  for (int64_t ob = 0; ob < D.nouter && s == DT_OK; ob++)
+  int64_t n_ob = D.nouter, n_j = g.group;
+  const uint64_t rep = dt_attn_passes(ctx, kd.k, &n_ob, &n_j);
+  for (int64_t ob = 0; ob < n_ob && s == DT_OK; ob++)
     for (int64_t h0 = 0; h0 < D.nbat && s == DT_OK; h0 += D.nb) {
       int64_t nh = D.nbat - h0 < D.nb ? D.nbat - h0 : D.nb;
-      for (int64_t j = 0; j < g.group && s == DT_OK; j++) {
+      for (int64_t j = 0; j < n_j && s == DT_OK; j++) {
         size_t qo = (size_t)(ob * D.oq + j * g.qh + h0 * D.sq) * D.es;
         size_t ko = (size_t)(ob * D.ok + h0 * D.sk) * D.es;
         const char *Q = (const char *)q->data + qo, *K = (const char *)k->data + ko;
@@ -501,6 +503,7 @@ static dt_status sdpa_kernel(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor 
         }
       }
     }
+  dt_kledger_set_repeat(ctx, rep);
   dt_array_free(ctx, &P);
   if (mixed) dt_array_free(ctx, &Ps);
   return s;
@@ -549,13 +552,15 @@ static dt_status bwd_kernel(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor *
   }
   if (s == DT_OK) s = dt_device_fill(D.dev, at, dk_acc, dk->numel, 0.0);
   if (s == DT_OK) s = dt_device_fill(D.dev, at, dv_acc, dv->numel, 0.0);
-  for (int64_t ob = 0; ob < D.nouter && s == DT_OK; ob++)
+  int64_t n_ob = D.nouter, n_j = g.group;
+  const uint64_t rep = dt_attn_passes(ctx, kd.k, &n_ob, &n_j);
+  for (int64_t ob = 0; ob < n_ob && s == DT_OK; ob++)
     for (int64_t h0 = 0; h0 < D.nbat && s == DT_OK; h0 += D.nb) {
       int64_t nh = D.nbat - h0 < D.nb ? D.nbat - h0 : D.nb, nbk = nh * D.bq * g.S;
       size_t ko = (size_t)(ob * D.ok + h0 * D.sk) * D.es, kao = (size_t)(ob * D.ok + h0 * D.sk) * aes;
       const char *K = (const char *)k->data + ko, *V = (const char *)v->data + ko;
       char *DK = dk_acc + kao, *DV = dv_acc + kao;
-      for (int64_t j = 0; j < g.group && s == DT_OK; j++) {
+      for (int64_t j = 0; j < n_j && s == DT_OK; j++) {
         size_t qo = (size_t)(ob * D.oq + j * g.qh + h0 * D.sq) * D.es;
         const char *Q = (const char *)q->data + qo, *DO = (const char *)dO->data + qo;
         for (int64_t r0 = 0; r0 < g.S && s == DT_OK; r0 += D.bq) {
@@ -585,6 +590,7 @@ static dt_status bwd_kernel(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor *
         }
       }
     }
+  dt_kledger_set_repeat(ctx, rep);
   if (mixed) {
     dt_kledger_kernel(ctx, "cast", DT_BF16, 0, 4 * (uint64_t)dk->numel, 2 * (uint64_t)dk->numel);
     dt_kledger_kernel(ctx, "cast", DT_BF16, 0, 4 * (uint64_t)dv->numel, 2 * (uint64_t)dv->numel);

@@ -480,6 +480,7 @@ typedef struct cp_dev {
   dt_dtype st;              /* m, l, D */
   size_t ss;
   int64_t bq;
+  const dt_kernels *k;      /* the device's table (shape_only: dt_attn_passes) */
   int64_t nouter, nbat, nb; /* outer loop (b in [b, s, h, hd]) x kv heads, per GEMM */
   int64_t sq, sl;           /* q (and out, dq) and lse strides between consecutive kv heads */
 } cp_dev;
@@ -497,6 +498,7 @@ static dt_status cp_dev_get(dt_ctx *ctx, const char *name, const cp_geo *g, cons
   D->mixed = cp_mixed(g->t);
   if (D->mixed) DT_OP_KSLOT(ctx, name, kd->k->pw, cast);
   D->dev = kd->dev;
+  D->k = kd->k;
   D->ka = ka;
   D->kp = kd->k->pw;
   D->at = D->mixed ? DT_F32 : g->t;
@@ -613,19 +615,23 @@ static void buf_put(dt_ctx *ctx, dt_array *b) {
 static dt_status fwd_block(const cp_geo *g, const cp_dev *D, const kv_view *w, int s,
                            const dt_array *q, char *O, char *m, char *l, void *Ps, void *Pb,
                            dt_cp_counts *n) {
-  for (int64_t a = 0; a < g->u; a++)
-    for (int64_t bu = 0; bu < g->u; bu++) {
+  int64_t n_ob = D->nouter, n_j = g->group;
+  const uint64_t rep = dt_attn_passes(D->dev->ctx, D->k, &n_ob, &n_j);
+  dt_status st = DT_OK;
+  for (int64_t a = 0; a < g->u && st == DT_OK; a++)
+    for (int64_t bu = 0; bu < g->u && st == DT_OK; bu++) {
       pair_kind k = pair_of(g, a, s, bu, n);
       if (k == PAIR_SKIP) continue;
-      for (int64_t ob = 0; ob < D->nouter; ob++)
-        for (int64_t h0 = 0; h0 < D->nbat; h0 += D->nb)
-          for (int64_t j = 0; j < g->group; j++) {
+      for (int64_t ob = 0; ob < n_ob && st == DT_OK; ob++)
+        for (int64_t h0 = 0; h0 < D->nbat && st == DT_OK; h0 += D->nb)
+          for (int64_t j = 0; j < n_j && st == DT_OK; j++) {
             int64_t nh = D->nbat - h0 < D->nb ? D->nbat - h0 : D->nb;
             pair_run p = run_of(g, D, w, ob, h0, nh, j, a, bu);
-            DT_CHECK(fwd_run(g, D, w, &p, k == PAIR_DIAG, q, O, m, l, Ps, Pb));
+            st = fwd_run(g, D, w, &p, k == PAIR_DIAG, q, O, m, l, Ps, Pb);
           }
     }
-  return DT_OK;
+  dt_kledger_set_repeat(D->dev->ctx, rep);
+  return st;
 }
 
 /* [K | V] of the local k, v into buf (one flat buffer, K then V). */
@@ -756,19 +762,23 @@ static dt_status bwd_run(const cp_geo *g, const cp_dev *Dv, const kv_view *w, co
 static dt_status bwd_block(const cp_geo *g, const cp_dev *Dv, const kv_view *w, int s,
                            const dt_tensor *const *in, char *DQ, const char *Dr, char *Ps,
                            char *dSs, char *Pb, char *dSb, dt_cp_counts *n) {
-  for (int64_t a = 0; a < g->u; a++)
-    for (int64_t bu = 0; bu < g->u; bu++) {
+  int64_t n_ob = Dv->nouter, n_j = g->group;
+  const uint64_t rep = dt_attn_passes(Dv->dev->ctx, Dv->k, &n_ob, &n_j);
+  dt_status st = DT_OK;
+  for (int64_t a = 0; a < g->u && st == DT_OK; a++)
+    for (int64_t bu = 0; bu < g->u && st == DT_OK; bu++) {
       pair_kind k = pair_of(g, a, s, bu, n);
       if (k == PAIR_SKIP) continue;
-      for (int64_t ob = 0; ob < Dv->nouter; ob++)
-        for (int64_t h0 = 0; h0 < Dv->nbat; h0 += Dv->nb)
-          for (int64_t j = 0; j < g->group; j++) {
+      for (int64_t ob = 0; ob < n_ob && st == DT_OK; ob++)
+        for (int64_t h0 = 0; h0 < Dv->nbat && st == DT_OK; h0 += Dv->nb)
+          for (int64_t j = 0; j < n_j && st == DT_OK; j++) {
             int64_t nh = Dv->nbat - h0 < Dv->nb ? Dv->nbat - h0 : Dv->nb;
             pair_run p = run_of(g, Dv, w, ob, h0, nh, j, a, bu);
-            DT_CHECK(bwd_run(g, Dv, w, &p, k == PAIR_DIAG, in, DQ, Dr, Ps, dSs, Pb, dSb));
+            st = bwd_run(g, Dv, w, &p, k == PAIR_DIAG, in, DQ, Dr, Ps, dSs, Pb, dSb);
           }
     }
-  return DT_OK;
+  dt_kledger_set_repeat(Dv->dev->ctx, rep);
+  return st;
 }
 
 static dt_status cp_bwd_kernel(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor *const *in,

@@ -31,6 +31,21 @@ static inline void dt_attn_rows_kledger(dt_device *d, const char *op, dt_dtype t
                 writes * g->batch * g->rows * g->nk);
 }
 
+/* The passes a block loop makes over its runs of one shape, n_outer outer
+ * indices x group members (runs that differ only in their addresses): all of
+ * them, or on a shape-only device (dt_kernels.shape_only) one of each, which
+ * the compute ledger counts n_outer x group times. Returns the ledger's repeat
+ * factor to set back after the loop (dt_kledger_set_repeat). */
+static inline uint64_t dt_attn_passes(dt_ctx *ctx, const dt_kernels *k, int64_t *n_outer,
+                                      int64_t *group) {
+  if (!k->shape_only) return dt_kledger_set_repeat(ctx, dt_kledger_of(ctx)->repeat);
+  const uint64_t prev = dt_kledger_set_repeat(ctx, 1);
+  dt_kledger_set_repeat(ctx, prev * (uint64_t)*n_outer * (uint64_t)*group);
+  *n_outer = *n_outer > 0 ? 1 : 0;
+  *group = *group > 0 ? 1 : 0;
+  return prev;
+}
+
 /* out = x * 0 (a gradient of x's shape and placements that is all zeros). */
 dt_status dt_attn_zeros_like(dt_ctx *ctx, const dt_tensor *x, dt_tensor *out);
 /* Drops the candidates whose head shards N (the product of the mesh sizes sharding

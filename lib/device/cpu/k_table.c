@@ -14,4 +14,4 @@ extern const dt_kern_optim dt_cpu_optim;
 
 /* bf16_as_f32: the host loops are written for f32 and f64. */
 const dt_kernels dt_kernels_cpu = {"cpu", &dt_cpu_pw, &dt_cpu_rows, &dt_cpu_attn, &dt_cpu_layout,
-                                   &dt_cpu_optim, true};
+                                   &dt_cpu_optim, true, false};

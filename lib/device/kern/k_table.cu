@@ -12,8 +12,8 @@ extern const dt_kern_optim SBK(optim);
 
 #ifdef SB_KERN_EMU
 extern "C" const dt_kernels dt_kernels_emu = {"cuda-emu", &SBK(pw), &SBK(rows), &SBK(attn),
-                                      &SBK(layout), &SBK(optim), false};
+                                      &SBK(layout), &SBK(optim), false, false};
 #else
 extern "C" const dt_kernels dt_kernels_cuda = {"cuda", &SBK(pw), &SBK(rows), &SBK(attn),
-                                      &SBK(layout), &SBK(optim), false};
+                                      &SBK(layout), &SBK(optim), false, false};
 #endif
