@@ -7,7 +7,10 @@
  *    fake comm, each rank alone. Per rank the two must agree exactly: the comm
  *    ledger row for row (op, reduce, group, group size, elements, dtype, payload
  *    and wire bytes, phase, scope; not seconds), the compute ledger row for row,
- *    the memory split (params, grads, optimizer, activations) and the peak.
+ *    the memory split (params, grads, optimizer, activations), the peak and where
+ *    the step reached it (phase, module, FSDP's unsharded parameters and the
+ *    collectives' buffers then); and in both every noted buffer is given back by
+ *    the step's end.
  *    The oracle is the real run; the planted case adds one all_reduce to the
  *    real run's ledger and must fail the comparison.
  * 2. The compute ledger of a world-1 debugmodel step on meta against FLOPs derived
@@ -45,6 +48,8 @@ typedef struct rank_out {
   size_t n_kern;
   int64_t mem[4];
   size_t peak;
+  dt_mem_peak_at peak_at;       /* where the step peaked, and FSDP's / the collectives' bytes then */
+  size_t notes_after[DT_MEM_NOTES]; /* the noted bytes still in use after the step (none) */
   bool done;
 } rank_out;
 
@@ -108,6 +113,8 @@ static dt_status train_rank(dt_ctx *ctx, void *arg) {
       r->mem[2] = rec.mem_optimizer;
       r->mem[3] = rec.mem_activations;
       r->peak = rec.peak_bytes;
+      r->peak_at = rec.peak_at;
+      memcpy(r->notes_after, ctx->mem.note[1], sizeof r->notes_after);
       r->done = true;
     }
   }
@@ -212,6 +219,30 @@ static int compare(const char *name, const job *ref, const job *meta, bool quiet
       }
     if (a->peak != b->peak) {
       if (!quiet) fprintf(stderr, "  %s: peak real %zu, meta %zu\n", where, a->peak, b->peak);
+      bad++;
+    }
+    const dt_mem_peak_at *pa = &a->peak_at, *pb = &b->peak_at;
+    if (pa->bytes != pb->bytes || strcmp(pa->phase, pb->phase) || strcmp(pa->where, pb->where) ||
+        memcmp(pa->note, pb->note, sizeof pa->note)) {
+      if (!quiet)
+        fprintf(stderr, "  %s: peak at real %s %s (%zu B, fsdp %zu, comm %zu), meta %s %s (%zu B, "
+                        "fsdp %zu, comm %zu)\n", where, pa->phase, pa->where, pa->bytes,
+                pa->note[0], pa->note[1], pb->phase, pb->where, pb->bytes, pb->note[0], pb->note[1]);
+      bad++;
+    }
+    /* every noted buffer is returned by the step's end (an independent invariant: the
+     * owners note a buffer's bytes beside its allocation and take them back at its free) */
+    for (int k = 0; k < DT_MEM_NOTES; k++)
+      if (a->notes_after[k] || b->notes_after[k]) {
+        if (!quiet)
+          fprintf(stderr, "  %s: note %d after the step: real %zu, meta %zu bytes\n", where, k,
+                  a->notes_after[k], b->notes_after[k]);
+        bad++;
+      }
+    /* the step peaks inside it, never above the peak it reports */
+    if (!pa->phase[0] || pa->bytes != a->peak) {
+      if (!quiet) fprintf(stderr, "  %s: peak at '%s' of %zu B, the step's peak %zu B\n", where,
+                          pa->phase, pa->bytes, a->peak);
       bad++;
     }
   }

@@ -1238,6 +1238,7 @@ static dt_status meta_train(dt_ctx *ctx, void *arg) {
     ro->mem[2] = st.mem_optimizer;
     ro->mem[3] = st.mem_activations;
     ro->peak = (int64_t)st.peak_bytes;
+    ro->peak_at = st.peak_at;
     const dt_ledger *L = dt_ledger_of(ctx);
     for (size_t i = 0; i < L->n; i++) role_comm(ro, &L->rows[i]);
     const dt_kledger *K = dt_kledger_of(ctx);
@@ -1572,6 +1573,11 @@ static void print_roles_text(FILE *f, const sb_result *r) {
                "and buffers %.2f MiB; peak %.2f MiB\n", ro->mem[0] / 1048576.0,
             ro->mem[1] / 1048576.0, ro->mem[2] / 1048576.0, ro->mem[3] / 1048576.0,
             ro->peak / 1048576.0);
+    fprintf(f, "    peak reached in %s%s%s; then FSDP's unsharded parameters %.2f MiB, "
+               "collective buffers %.2f MiB\n", ro->peak_at.phase[0] ? ro->peak_at.phase : "(setup)",
+            ro->peak_at.where[0] ? " in " : "", ro->peak_at.where,
+            ro->peak_at.note[DT_MEM_NOTE_FSDP_PARAMS] / 1048576.0,
+            ro->peak_at.note[DT_MEM_NOTE_COMM] / 1048576.0);
     fprintf(f, "    compute:");
     for (int p = 0; p < SB_ROLE_PHASES; p++)
       if (ro->flops[p] > 0 || ro->bytes[p] > 0)
@@ -1597,6 +1603,12 @@ static void print_roles_json(FILE *f, const sb_result *r) {
     fprintf(f, "%s{\"rank\": %d, \"count\": %d, \"peak_mem_bytes\": %lld", i ? ", " : "",
             ro->rank, ro->count, (long long)ro->peak);
     for (int k = 0; k < 4; k++) fprintf(f, ", \"mem_%s_bytes\": %lld", MEM_NAMES[k], (long long)ro->mem[k]);
+    fputs(", \"peak_at\": {\"phase\": ", f);
+    sb_json_str(f, ro->peak_at.phase);
+    fputs(", \"module\": ", f);
+    sb_json_str(f, ro->peak_at.where);
+    fprintf(f, ", \"fsdp_unsharded_params_bytes\": %zu, \"collective_buffers_bytes\": %zu}",
+            ro->peak_at.note[DT_MEM_NOTE_FSDP_PARAMS], ro->peak_at.note[DT_MEM_NOTE_COMM]);
     fputs(", \"compute\": {", f);
     for (int p = 0; p < SB_ROLE_PHASES; p++)
       fprintf(f, "%s\"%s\": {\"flops\": %.17g, \"bytes\": %.17g}", p ? ", " : "",

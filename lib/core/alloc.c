@@ -14,13 +14,52 @@ typedef struct { size_t bytes, cap; uint64_t magic; } dt_alloc_hdr;
 _Static_assert(sizeof(dt_alloc_hdr) <= DT_ALIGN, "header fits in the alignment pad");
 #define DT_ALLOC_MAGIC 0x6474616c6c6f6321ull /* "dtalloc!" catches foreign frees */
 
-static void track(size_t *cur, size_t *peak, size_t bytes, bool add) {
+/* Where the counters of space sp (0 host, 1 device) stand now, as a peak's record. */
+static void snap(dt_ctx *ctx, int sp, size_t bytes) {
+  dt_mem_peak_at *a = &ctx->mem.at[sp];
+  a->bytes = bytes;
+  memcpy(a->note, ctx->mem.note[sp], sizeof a->note);
+  memcpy(a->phase, ctx->phase, sizeof a->phase);
+  memcpy(a->where, ctx->where, sizeof a->where);
+}
+
+static void track(dt_ctx *ctx, int sp, size_t bytes, bool add) {
+  size_t *cur = sp ? &ctx->mem.dev_cur : &ctx->mem.host_cur;
+  size_t *peak = sp ? &ctx->mem.dev_peak : &ctx->mem.host_peak;
   if (add) {
     *cur += bytes;
-    if (*cur > *peak) *peak = *cur;
+    if (*cur > *peak) {
+      *peak = *cur;
+      snap(ctx, sp, *cur);
+    }
   } else {
     *cur = bytes > *cur ? 0 : *cur - bytes;
   }
+}
+
+void dt_mem_note(dt_ctx *ctx, bool device, int note, size_t bytes, bool add) {
+  if (!ctx || note < 0 || note >= DT_MEM_NOTES) return;
+  size_t *n = &ctx->mem.note[device ? 1 : 0][note];
+  *n = add ? *n + bytes : bytes > *n ? 0 : *n - bytes;
+}
+
+void dt_mem_peak_get(const dt_ctx *ctx, bool device, dt_mem_peak *out) {
+  const int sp = device ? 1 : 0;
+  out->peak = sp ? ctx->mem.dev_peak : ctx->mem.host_peak;
+  out->at = ctx->mem.at[sp];
+}
+
+void dt_mem_peak_set(dt_ctx *ctx, bool device, const dt_mem_peak *p) {
+  const int sp = device ? 1 : 0;
+  *(sp ? &ctx->mem.dev_peak : &ctx->mem.host_peak) = p->peak;
+  ctx->mem.at[sp] = p->at;
+}
+
+void dt_mem_peak_restart(dt_ctx *ctx, bool device) {
+  const int sp = device ? 1 : 0;
+  size_t *peak = sp ? &ctx->mem.dev_peak : &ctx->mem.host_peak;
+  *peak = sp ? ctx->mem.dev_cur : ctx->mem.host_cur;
+  snap(ctx, sp, *peak);
 }
 
 /* Blocks below this go straight back to malloc, which recycles them well; the
@@ -87,7 +126,7 @@ void *dt_host_alloc(dt_ctx *ctx, size_t bytes) {
   if (hit) {
     hit->bytes = bytes;
     hit->magic = DT_ALLOC_MAGIC;
-    track(&ctx->mem.host_cur, &ctx->mem.host_peak, bytes, true);
+    track(ctx, 0, bytes, true);
     ctx->mem.n_alloc++;
     return (char *)hit + DT_ALIGN;
   }
@@ -105,7 +144,7 @@ void *dt_host_alloc(dt_ctx *ctx, size_t bytes) {
   h->cap = bytes;
   h->magic = DT_ALLOC_MAGIC;
   if (ctx) {
-    track(&ctx->mem.host_cur, &ctx->mem.host_peak, bytes, true);
+    track(ctx, 0, bytes, true);
     ctx->mem.n_alloc++;
   }
   return (char *)p + DT_ALIGN;
@@ -123,7 +162,7 @@ void dt_host_free(dt_ctx *ctx, void *p) {
   if (h->magic != DT_ALLOC_MAGIC) abort(); /* not ours: a broken invariant */
   h->magic = 0;
   if (ctx) {
-    track(&ctx->mem.host_cur, &ctx->mem.host_peak, h->bytes, false);
+    track(ctx, 0, h->bytes, false);
     ctx->mem.n_free++;
     if (cache_put(ctx, h)) return;
   }
@@ -132,7 +171,7 @@ void dt_host_free(dt_ctx *ctx, void *p) {
 
 void dt_mem_track_device(dt_ctx *ctx, size_t bytes, bool add) {
   if (!ctx) return;
-  track(&ctx->mem.dev_cur, &ctx->mem.dev_peak, bytes, add);
+  track(ctx, 1, bytes, add);
   if (add) ctx->mem.n_alloc++;
   else ctx->mem.n_free++;
 }

@@ -83,12 +83,31 @@ enum { DT_ERRMSG_LEN = 1024, DT_LABEL_LEN = 64 };
 /* DT_DEV_META: shapes without storage (lib/device/device_meta.c), for shape-only runs. */
 typedef enum dt_device_kind { DT_DEV_CPU = 0, DT_DEV_CUDA = 1, DT_DEV_META = 2 } dt_device_kind;
 
+/* What part of the bytes in use the code that owns them has noted (dt_mem_note):
+ * the layers above core say what their buffers are, so a peak can be split. */
+enum {
+  DT_MEM_NOTE_FSDP_PARAMS = 0, /* FSDP's unsharded parameters (its all-gathers' results) */
+  DT_MEM_NOTE_COMM = 1,        /* flat send / receive buffers of collectives */
+  DT_MEM_NOTES = 2
+};
+
+/* Where a high-water mark was reached: its bytes, ctx's phase and module at the
+ * allocation that reached it, and the noted bytes in use then. */
+typedef struct dt_mem_peak_at {
+  size_t bytes;
+  size_t note[DT_MEM_NOTES];
+  char phase[16];
+  char where[DT_LABEL_LEN];     /* ctx->where */
+} dt_mem_peak_at;
+
 /* Bytes in use and the high-water mark, per memory kind. */
 typedef struct dt_mem_stats {
   size_t host_cur, host_peak;   /* live bytes requested by the program, and the high-water mark */
   size_t host_cached;           /* freed blocks kept for reuse (not counted in host_cur) */
   size_t dev_cur, dev_peak;     /* device bytes, as the device backends report them */
   uint64_t n_alloc, n_free;
+  size_t note[2][DT_MEM_NOTES]; /* [0] host, [1] device: the noted bytes in use */
+  dt_mem_peak_at at[2];         /* [0] host, [1] device: where the peak was reached */
 } dt_mem_stats;
 
 /* Freed large host blocks kept per rank for reuse, like PyTorch's caching
@@ -145,6 +164,8 @@ struct dt_ctx {
   char phase[16];            /* what the rank is doing ("forward", ...); comm copies */
   char scope[DT_LABEL_LEN];  /* both labels into every ledger row */
   uint64_t label_gen;        /* bumped by every dt_ctx_set_phase / _scope (ledger caches) */
+  char where[DT_LABEL_LEN];  /* the module the rank computes in (forward, and its tape nodes'
+                              * backward): a memory peak's place, in no ledger row */
   dt_status last_status;
   char last_error[DT_ERRMSG_LEN]; /* "rank R: call: detail" */
   void *user;                /* free for the program */
@@ -182,6 +203,8 @@ void dt_error_clear(dt_ctx *ctx);
 
 void dt_ctx_set_phase(dt_ctx *ctx, const char *phase);
 void dt_ctx_set_scope(dt_ctx *ctx, const char *scope);
+/* Names the module the rank computes in (ctx->where; NULL: none). */
+void dt_ctx_set_where(dt_ctx *ctx, const char *where);
 
 /* Check macros: evaluate once; on failure propagate (DT_CHECK) or jump (DT_CHECK_GOTO). */
 #define DT_CHECK(expr)                   \
@@ -207,6 +230,20 @@ void dt_host_cache_release(dt_ctx *ctx);
 /* For device backends: account `bytes` more (or fewer) device bytes in ctx->mem
  * (current, peak and the call counts). */
 void dt_mem_track_device(dt_ctx *ctx, size_t bytes, bool add);
+/* Notes that `bytes` more (add) or fewer of the memory in use (device or host)
+ * are of kind `note` (DT_MEM_NOTE_*): called by the buffer's owner beside its
+ * allocation and its free. */
+void dt_mem_note(dt_ctx *ctx, bool device, int note, size_t bytes, bool add);
+/* The high-water mark of the device (or host) counters and where it was reached:
+ * read, set back (a saved one), and restarted at the bytes in use now (a step's
+ * own peak apart from the run's). */
+typedef struct dt_mem_peak {
+  size_t peak;
+  dt_mem_peak_at at;
+} dt_mem_peak;
+void dt_mem_peak_get(const dt_ctx *ctx, bool device, dt_mem_peak *out);
+void dt_mem_peak_set(dt_ctx *ctx, bool device, const dt_mem_peak *p);
+void dt_mem_peak_restart(dt_ctx *ctx, bool device);
 
 /* ---- the compute ledger: every kernel the rank ran ------------------------- */
 

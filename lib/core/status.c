@@ -127,6 +127,10 @@ void dt_ctx_set_scope(dt_ctx *ctx, const char *scope) {
   ctx->label_gen++;
 }
 
+void dt_ctx_set_where(dt_ctx *ctx, const char *where) {
+  copy_label(ctx->where, sizeof ctx->where, where);
+}
+
 double dt_now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);

@@ -212,6 +212,33 @@ static dt_status fbuf(dt_ctx *ctx, const fdev *D, dt_dtype t, int64_t n, bool ze
   return s;
 }
 
+/* A collective's flat buffer (fbuf), noted as communication memory until
+ * cfree (dt_mem_note: a peak's split). */
+static dt_status cbuf(dt_ctx *ctx, const fdev *D, dt_dtype t, int64_t n, bool zero, dt_array *a) {
+  DT_CHECK(fbuf(ctx, D, t, n, zero, a));
+  dt_mem_note(ctx, D->kind != DT_DEV_CPU, DT_MEM_NOTE_COMM, dt_array_bytes(a), true);
+  return DT_OK;
+}
+
+static void cfree(dt_ctx *ctx, dt_array *a) {
+  if (a->data) dt_mem_note(ctx, a->dev != DT_DEV_CPU, DT_MEM_NOTE_COMM, dt_array_bytes(a), false);
+  dt_array_free(ctx, a);
+}
+
+/* An unsharded value's memory, noted as FSDP's unsharded parameters until ufree. */
+static dt_status ualloc(dt_ctx *ctx, dt_device_kind dev, dt_dtype t, int nd, const int64_t *shape,
+                        dt_array *a) {
+  DT_CHECK(dt_array_create(ctx, dev, t, nd, shape, a));
+  dt_mem_note(ctx, dev != DT_DEV_CPU, DT_MEM_NOTE_FSDP_PARAMS, dt_array_bytes(a), true);
+  return DT_OK;
+}
+
+static void ufree(dt_ctx *ctx, dt_array *a) {
+  if (a->data && a->owns)
+    dt_mem_note(ctx, a->dev != DT_DEV_CPU, DT_MEM_NOTE_FSDP_PARAMS, dt_array_bytes(a), false);
+  dt_array_free(ctx, a);
+}
+
 /* n elements from src (ts) to dst (td), converted; a plain copy when equal. */
 static dt_status convert(const fdev *D, void *dst, dt_dtype td, const void *src, dt_dtype ts,
                          int64_t n) {
@@ -297,8 +324,8 @@ static dt_status gather_into(dt_ctx *ctx, fsdp_unit *u, dt_tensor *const *vals) 
   fdev D;
   DT_CHECK(on_dev(ctx, unit_dev(u), &D));
   dt_array send = {0}, recv = {0};
-  dt_status s = fbuf(ctx, &D, pd, u->P, true, &send);
-  if (s == DT_OK) s = fbuf(ctx, &D, pd, u->P * f->W, false, &recv);
+  dt_status s = cbuf(ctx, &D, pd, u->P, true, &send);
+  if (s == DT_OK) s = cbuf(ctx, &D, pd, u->P * f->W, false, &recv);
   for (int k = 0; s == DT_OK && k < u->n; k++) {
     const fsdp_member *mb = &u->mem[k];
     const dt_tensor *w = dt_var_value(f->m->mods[mb->mod].weight);
@@ -308,8 +335,8 @@ static dt_status gather_into(dt_ctx *ctx, fsdp_unit *u, dt_tensor *const *vals) 
   if (s == DT_OK) s = dt_comm_all_gather(f->comm, send.data, recv.data, (size_t)u->P, pd);
   for (int k = 0; s == DT_OK && k < u->n; k++)
     s = unpack(ctx, &D, u, k, recv.data, pd, vals[k]->local.data, md);
-  dt_array_free(ctx, &send);
-  dt_array_free(ctx, &recv);
+  cfree(ctx, &send);
+  cfree(ctx, &recv);
   return s;
 }
 
@@ -318,7 +345,7 @@ static dt_tensor *value_of(dt_var *v) { return (dt_tensor *)dt_var_value(v); } /
 /* Frees the unit's unsharded data (the variables and their shapes stay). */
 static void reshard(dt_ctx *ctx, fsdp_unit *u) {
   for (int k = 0; k < u->n; k++)
-    if (u->mem[k].unsharded) dt_array_free(ctx, &value_of(u->mem[k].unsharded)->local);
+    if (u->mem[k].unsharded) ufree(ctx, &value_of(u->mem[k].unsharded)->local);
 }
 
 /* Gathers the unit again into its variables (freed by reshard). */
@@ -329,7 +356,7 @@ static dt_status regather(dt_ctx *ctx, fsdp_unit *u) {
     dt_tensor *v = value_of(u->mem[k].unsharded);
     if (!v->local.data) { /* memory of the same shape where it lived */
       dt_array a;
-      s = dt_array_create(ctx, v->local.dev, v->local.dtype, v->local.ndim, v->local.shape, &a);
+      s = ualloc(ctx, v->local.dev, v->local.dtype, v->local.ndim, v->local.shape, &a);
       if (s == DT_OK) {
         v->local.data = a.data;
         v->local.owns = true;
@@ -364,8 +391,8 @@ static dt_status reduce_unit(dt_ctx *ctx, fsdp_unit *u, const dt_tensor *const *
   fdev D;
   dt_array sb = {0}, rb = {0};
   dt_status s = on_dev(ctx, unit_dev(u), &D);
-  if (s == DT_OK) s = fbuf(ctx, &D, rt, u->P * f->W, true, &sb);
-  if (s == DT_OK) s = fbuf(ctx, &D, rt, u->P, false, &rb);
+  if (s == DT_OK) s = cbuf(ctx, &D, rt, u->P * f->W, true, &sb);
+  if (s == DT_OK) s = cbuf(ctx, &D, rt, u->P, false, &rb);
   char *send = sb.data, *recv = rb.data;
   dt_tensor *g = dt_host_calloc(ctx, sizeof *g * (size_t)u->n); /* each gradient, redistributed */
   bool *partial_rep = dt_host_calloc(ctx, sizeof *partial_rep * (size_t)u->n);
@@ -450,8 +477,8 @@ static dt_status reduce_unit(dt_ctx *ctx, fsdp_unit *u, const dt_tensor *const *
   for (int k = 0; g && k < u->n; k++) dt_tensor_free(ctx, &g[k]);
   dt_host_free(ctx, g);
   dt_host_free(ctx, partial_rep);
-  dt_array_free(ctx, &sb);
-  dt_array_free(ctx, &rb);
+  cfree(ctx, &sb);
+  cfree(ctx, &rb);
   return s;
 }
 
@@ -483,11 +510,14 @@ static dt_status gather_new(dt_ctx *ctx, fsdp_unit *u, dt_tensor *vals) {
     int64_t ls[DT_MAX_DIMS];
     if (s == DT_OK) dt_tensor_local_shape(&vals[k], ls);
     if (s == DT_OK) /* where the sharded weight lives */
-      s = dt_array_create(ctx, dt_var_value(md->weight)->local.dev, m->dtype, md->wndim, ls,
-                          &vals[k].local);
+      s = ualloc(ctx, dt_var_value(md->weight)->local.dev, m->dtype, md->wndim, ls,
+                 &vals[k].local);
   }
   if (s == DT_OK) s = gather_into(ctx, u, vp);
-  for (int k = 0; s != DT_OK && k < u->n; k++) dt_tensor_free(ctx, &vals[k]);
+  for (int k = 0; s != DT_OK && k < u->n; k++) {
+    ufree(ctx, &vals[k].local);
+    dt_tensor_free(ctx, &vals[k]);
+  }
   dt_host_free(ctx, vp);
   return s;
 }
@@ -622,7 +652,7 @@ static dt_status pipe_reduce(dt_ctx *ctx, fsdp *f, int i) {
   }
   for (int k = 0; k < v->n; k++) { /* reshard after backward */
     (void)dt_var_set_grad(f->ptape, v->mem[k].unsharded, NULL); /* a drop cannot fail */
-    dt_array_free(ctx, &value_of(v->mem[k].unsharded)->local);
+    ufree(ctx, &value_of(v->mem[k].unsharded)->local);
     m->mods[v->mem[k].mod].compute = NULL;
   }
   dt_host_free(ctx, gout);
@@ -932,7 +962,7 @@ static dt_status zero1_reduce(dt_ctx *ctx, fsdp *f, fsdp_unit *u, dt_comm *c, co
   fdev D;
   DT_CHECK(on_dev(ctx, unit_dev(u), &D));
   dt_array db;
-  DT_CHECK(fbuf(ctx, &D, rt, total, true, &db));
+  DT_CHECK(cbuf(ctx, &D, rt, total, true, &db));
   char *buf = db.data;
   bool any = false;
   int64_t at = 0;
@@ -982,7 +1012,7 @@ static dt_status zero1_reduce(dt_ctx *ctx, fsdp *f, fsdp_unit *u, dt_comm *c, co
     for (int q = 0; g && q < n_dims; q++) g->pl[dims[q]] = dt_replicate();
     at += n;
   }
-  dt_array_free(ctx, &db);
+  cfree(ctx, &db);
   return s;
 }
 
@@ -1018,8 +1048,8 @@ dt_status dt_fsdp_after_step(dt_ctx *ctx, dt_model *m) {
     fdev D;
     dt_array sb = {0}, rb = {0};
     s = on_dev(ctx, unit_dev(u), &D);
-    if (s == DT_OK) s = fbuf(ctx, &D, md, u->P, true, &sb);
-    if (s == DT_OK) s = fbuf(ctx, &D, md, u->P * f->W, false, &rb);
+    if (s == DT_OK) s = cbuf(ctx, &D, md, u->P, true, &sb);
+    if (s == DT_OK) s = cbuf(ctx, &D, md, u->P * f->W, false, &rb);
     char *send = sb.data, *recv = rb.data;
     for (int k = 0; s == DT_OK && k < u->n; k++) { /* this rank's updated rows */
       const fsdp_member *mb = &u->mem[k];
@@ -1031,8 +1061,8 @@ dt_status dt_fsdp_after_step(dt_ctx *ctx, dt_model *m) {
       void *dst = value_of(m->mods[u->mem[k].mod].weight)->local.data;
       s = unpack(ctx, &D, u, k, recv, md, dst, md);
     }
-    dt_array_free(ctx, &sb);
-    dt_array_free(ctx, &rb);
+    cfree(ctx, &sb);
+    cfree(ctx, &rb);
   }
   return s;
 }

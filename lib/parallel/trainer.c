@@ -34,15 +34,14 @@ struct dt_trainer {
   double pp_loss;                /* pp: the schedule's loss (the last stage's rank) */
   dt_tape *loss_tape;            /* pp: holds the shared loss for checks */
   /* the step's memory bookkeeping between its halves */
-  size_t run_peak, grad_peak;
+  dt_mem_peak run_peak, grad_peak;
   dt_model_mem grads;
 };
 
-static size_t *mem_peak(dt_ctx *ctx, const dt_trainer *t) {
-  return t->opts.device_memory ? &ctx->mem.dev_peak : &ctx->mem.host_peak;
-}
-static size_t *mem_cur(dt_ctx *ctx, const dt_trainer *t) {
-  return t->opts.device_memory ? &ctx->mem.dev_cur : &ctx->mem.host_cur;
+/* The counters the step's memory is read from (opts.device_memory). */
+static bool mem_dev(const dt_trainer *t) { return t->opts.device_memory; }
+static size_t mem_cur(const dt_ctx *ctx, const dt_trainer *t) {
+  return mem_dev(t) ? ctx->mem.dev_cur : ctx->mem.host_cur;
 }
 
 dt_model *dt_trainer_model(const dt_trainer *t) { return t->model; }
@@ -108,7 +107,7 @@ dt_status dt_trainer_create(dt_ctx *ctx, const dt_llama_config *cfg, const dt_pa
     s = dt_pipeline_release_foreign(ctx, t->model, dims->dim[DT_PDIM_PP], &t->pipe->layout);
     /* the peak restarts: generating every stage's weights from the one seed is setup
      * (TorchTitan initializes only its stages' modules) */
-    *mem_peak(ctx, t) = *mem_cur(ctx, t);
+    dt_mem_peak_restart(ctx, mem_dev(t));
   }
   if (s != DT_OK) {
     dt_trainer_free(ctx, t);
@@ -199,15 +198,18 @@ static dt_status pipe_step(dt_ctx *ctx, dt_trainer *t, const int64_t *tokens,
   dt_ledger_enable(ctx, was);
   const double zero = dt_now();
   /* the step's own peak above its start (restored to the larger one after) */
-  const size_t run_peak = *mem_peak(ctx, t), base = *mem_cur(ctx, t);
-  *mem_peak(ctx, t) = base;
+  dt_mem_peak run_peak, pk;
+  dt_mem_peak_get(ctx, mem_dev(t), &run_peak);
+  const size_t base = mem_cur(ctx, t);
+  dt_mem_peak_restart(ctx, mem_dev(t));
   int n_ev = 0;
   if (s == DT_OK)
     s = dt_pipeline_step_accum(ctx, t->model, ppd, &P->layout, &P->schedule, accum, t->mb,
                                t->mb + nm, &t->pp_loss, record ? t->ev : NULL,
                                record ? t->ev_cap : 0, &n_ev);
-  const size_t peak = *mem_peak(ctx, t);
-  if (run_peak > *mem_peak(ctx, t)) *mem_peak(ctx, t) = run_peak;
+  dt_mem_peak_get(ctx, mem_dev(t), &pk);
+  const size_t peak = pk.peak;
+  if (run_peak.peak > peak) dt_mem_peak_set(ctx, mem_dev(t), &run_peak);
   if (rec) {
     int pipe_id = 0;
     for (int d = 0; d < dt_mesh_ndim(t->mesh); d++)
@@ -322,8 +324,8 @@ dt_status dt_trainer_forward_backward(dt_ctx *ctx, dt_trainer *t, int step, cons
   dt_model *m = t->model;
   const dt_trainer_hooks *h = &t->opts.hooks;
   /* the step's own peak, apart from the run's */
-  t->run_peak = *mem_peak(ctx, t);
-  *mem_peak(ctx, t) = *mem_cur(ctx, t);
+  dt_mem_peak_get(ctx, mem_dev(t), &t->run_peak);
+  dt_mem_peak_restart(ctx, mem_dev(t));
   dt_ledger_enable(ctx, false);
   dt_status s = DT_OK;
   const int nacc = t->opts.grad_accum_steps > 1 ? t->opts.grad_accum_steps : 1;
@@ -389,7 +391,7 @@ dt_status dt_trainer_forward_backward(dt_ctx *ctx, dt_trainer *t, int step, cons
   for (int k = 0; k < 2; k++) dt_tensor_free(ctx, &t->tok[k]);
   if (!t->pipe && h->free_inputs) h->free_inputs(ctx, t, h->user);
   dt_model_state_bytes(m, &t->grads);
-  t->grad_peak = *mem_peak(ctx, t);
+  dt_mem_peak_get(ctx, mem_dev(t), &t->grad_peak);
   return s;
 }
 
@@ -400,7 +402,7 @@ dt_status dt_trainer_optimizer_step(dt_ctx *ctx, dt_trainer *t, bool record, dt_
     rec = &dummy;
   }
   dt_model *m = t->model;
-  *mem_peak(ctx, t) = *mem_cur(ctx, t); /* not what ran between the halves (checks) */
+  dt_mem_peak_restart(ctx, mem_dev(t)); /* not what ran between the halves (checks) */
   dt_ledger_enable(ctx, record);
   dt_ctx_set_phase(ctx, "optimizer");
   const double t0 = dt_now();
@@ -419,8 +421,12 @@ dt_status dt_trainer_optimizer_step(dt_ctx *ctx, dt_trainer *t, bool record, dt_
   dt_ctx_set_phase(ctx, "");
   dt_model_mem after;
   dt_model_state_bytes(m, &after);
-  const size_t step_peak = *mem_peak(ctx, t) > t->grad_peak ? *mem_peak(ctx, t) : t->grad_peak;
-  *mem_peak(ctx, t) = t->run_peak > step_peak ? t->run_peak : step_peak;
+  dt_mem_peak opt_peak;
+  dt_mem_peak_get(ctx, mem_dev(t), &opt_peak);
+  const dt_mem_peak *sp = opt_peak.peak > t->grad_peak.peak ? &opt_peak : &t->grad_peak;
+  const size_t step_peak = sp->peak;
+  rec->peak_at = sp->at;
+  dt_mem_peak_set(ctx, mem_dev(t), t->run_peak.peak > step_peak ? &t->run_peak : sp);
   const int64_t persistent = after.params + t->grads.grads + after.optimizer;
   rec->mem_params = after.params;
   rec->mem_grads = t->grads.grads;

@@ -271,6 +271,9 @@ typedef struct dt_trainer_step {
   int64_t mem_params, mem_grads, mem_optimizer, mem_activations;
   size_t peak_bytes;            /* the step's peak (the forward_backward half's and the
                                  * optimizer's, not what ran between them) */
+  dt_mem_peak_at peak_at;       /* where in the step it was reached (phase, module scope)
+                                 * and what of it FSDP's unsharded parameters and the
+                                 * collectives' flat buffers held (dt_mem_note) */
   /* a pipelined step: this rank's actions as they ran (borrowed, valid until the
    * next step), its pp coordinate, its pipeline (its coordinates off the pp dim),
    * the step's zero (dt_now after the barrier before the schedule) and the step's
