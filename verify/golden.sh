@@ -101,23 +101,19 @@ fi
 # the recipe and AC runs can fail: the first recipe run with twice its max_norm (it still
 # clips, by another factor: step 0 and its norm agree, every later quantity moves), and
 # the first AC run with its recomputed blocks wrong (SHARDBENCH_FAULT=ac-zero:3)
-recipe=$(grep -m1 -e '--max-norm' "$tmp/runs")
-if [ -n "$recipe" ]; then
-  checks=$((checks + 1))
-  # shellcheck disable=SC2086 # the line's words
-  set -- $recipe
-  i=$1 model=$2 dtype=$3 batch=$4 seq=$5 steps=$6
-  shift 6
-  flags='' doubled=''
-  while [ $# -gt 0 ]; do
-    if [ "$1" = --max-norm ]; then
-      doubled=$(awk -v x="$2" 'BEGIN { printf "%.17g", 2 * x }')
-      flags="$flags --max-norm $doubled"
-      shift 2
-    else
-      flags="$flags $1"
-      shift
+first_run() { # first_run PATTERN: i model dtype batch seq steps rest of the first golden run
+  # whose line has PATTERN (rest: its flags); 1 when none has
+  grep -m1 -e "$1" "$tmp/runs" >"$tmp/line" && read -r i model dtype batch seq steps rest <"$tmp/line"
+}
+checks=$((checks + 1))
+if first_run --max-norm; then
+  flags='' doubled='' prev=''
+  for w in $rest; do
+    if [ "$prev" = --max-norm ]; then
+      doubled=$(awk -v x="$w" 'BEGIN { printf "%.17g", 2 * x }')
+      w=$doubled
     fi
+    flags="$flags $w" prev=$w
   done
   # shellcheck disable=SC2086
   if trace "$tmp/tm.st" "$model" "$dtype" "$batch" "$seq" "$steps" $flags; then
@@ -131,16 +127,12 @@ if [ -n "$recipe" ]; then
 else
   fail "the golden file has no recipe run (--max-norm)"
 fi
-ac=$(grep -m1 -e '--ac' "$tmp/runs")
-if [ -n "$ac" ]; then
-  checks=$((checks + 1))
-  # shellcheck disable=SC2086 # the line's words
-  set -- $ac
-  i=$1 model=$2 dtype=$3 batch=$4 seq=$5 steps=$6
-  shift 6
+checks=$((checks + 1))
+if first_run --ac; then
   # a subshell: a shell may keep an assignment made before a function call
+  # shellcheck disable=SC2086
   (SHARDBENCH_FAULT='ac-zero:3' && export SHARDBENCH_FAULT &&
-    trace "$tmp/ta.st" "$model" "$dtype" "$batch" "$seq" "$steps" --json "$@")
+    trace "$tmp/ta.st" "$model" "$dtype" "$batch" "$seq" "$steps" --json $rest)
   "$GC" job "$GOLDEN" "$i" "$tmp/run.out" >"$tmp/gc.out" 2>&1
   rc=$?
   [ $rc -eq 1 ] || fail "run $i with ac-zero:3: golden_check job exit $rc, expected 1: $(cat "$tmp/gc.out")"
