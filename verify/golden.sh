@@ -24,6 +24,8 @@
 #      row's pytorch_calls_per_reduction where PyTorch repeats one reduction; the
 #      row's note says why); megatron-tp's ledger against torchtitan-tp-sp's rows
 #      must be off.
+#   4. bad input: a golden run with a setting golden_check does not know, or a
+#      newer format version, is refused by golden_check list (exit 2, one line).
 # Regenerating the golden file (needs torch): make check-torch GOLDEN=1.
 NAME=golden
 . "${srcdir:-.}/verify/harness-common.sh"
@@ -35,6 +37,11 @@ GOLDEN="${srcdir:-.}/verify/golden/debugmodel.json"
 
 "$GC" list "$GOLDEN" >"$tmp/runs" || { echo "$NAME: cannot read $GOLDEN" >&2; exit 99; }
 [ -s "$tmp/runs" ] || fail "the golden file has no runs"
+# a golden run with a setting this golden_check cannot pass on, or a newer format: refused
+sed 's/"ac": "full"/"ac": "full", "fsdp": 2/' "$GOLDEN" >"$tmp/bad.json"
+refused "a golden run with an unknown setting" "setting 'fsdp' unknown" "$GC" list "$tmp/bad.json"
+sed 's/"version": 2,/"version": 99,/' "$GOLDEN" >"$tmp/bad.json"
+refused "a newer golden format" "format version 99" "$GC" list "$tmp/bad.json"
 
 trace() { # trace OUT MODEL DTYPE BATCH SEQ STEPS [extra run flags]
   out=$1 model=$2 dtype=$3 batch=$4 seq=$5 steps=$6
