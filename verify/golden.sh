@@ -73,16 +73,19 @@ while read -r i model dtype batch seq steps flags; do
 done <"$tmp/runs"
 
 # 2. the check can fail: a planted wrong weight, a wrong RoPE base (golden run 0)
+off() { # off WHAT I TRACE: golden run I against TRACE must be off (golden_check exit 1)
+  "$GC" check "$GOLDEN" "$2" "$3" >"$tmp/gc.out" 2>&1
+  rc=$?
+  [ $rc -eq 1 ] || fail "$1: golden_check exit $rc, expected 1: $(cat "$tmp/gc.out")"
+  echo "  $1: $(tail -1 "$tmp/gc.out")"
+}
 read -r i model dtype batch seq steps flags <"$tmp/runs"
 [ -z "$flags" ] || fail "golden run 0 has settings ($flags): the planted cases below want a plain run"
 if [ -s "$tmp/w0.st" ]; then
   checks=$((checks + 1))
   if "$GC" perturb "$tmp/w0.st" "$tmp/wp.st" layers.0.attention.wq.weight 0 1.01 &&
     trace "$tmp/tp.st" "$model" "$dtype" "$batch" "$seq" "$steps" --load-weights "$tmp/wp.st"; then
-    "$GC" check "$GOLDEN" 0 "$tmp/tp.st" >"$tmp/gc.out" 2>&1
-    rc=$?
-    [ $rc -eq 1 ] || fail "a perturbed wq weight: golden_check exit $rc, expected 1: $(cat "$tmp/gc.out")"
-    echo "  perturbed weight: $(tail -1 "$tmp/gc.out")"
+    off "perturbed weight" 0 "$tmp/tp.st"
     # given the perturbed weights file too, it is told apart: the inputs changed (stale)
     checks=$((checks + 1))
     "$GC" check "$GOLDEN" 0 "$tmp/tp.st" "$tmp/wp.st" >"$tmp/gc.out" 2>&1
@@ -97,10 +100,7 @@ else
 fi
 checks=$((checks + 1))
 if trace "$tmp/tr.st" "$model:rope_theta=10000" "$dtype" "$batch" "$seq" "$steps"; then
-  "$GC" check "$GOLDEN" 0 "$tmp/tr.st" >"$tmp/gc.out" 2>&1
-  rc=$?
-  [ $rc -eq 1 ] || fail "RoPE base 10000: golden_check exit $rc, expected 1: $(cat "$tmp/gc.out")"
-  echo "  RoPE base 10000: $(tail -1 "$tmp/gc.out")"
+  off "RoPE base 10000" 0 "$tmp/tr.st"
 else
   fail "could not run with rope_theta=10000: $(run_tail)"
 fi
@@ -124,10 +124,7 @@ if first_run --max-norm; then
   done
   # shellcheck disable=SC2086
   if trace "$tmp/tm.st" "$model" "$dtype" "$batch" "$seq" "$steps" $flags; then
-    "$GC" check "$GOLDEN" "$i" "$tmp/tm.st" >"$tmp/gc.out" 2>&1
-    rc=$?
-    [ $rc -eq 1 ] || fail "run $i at --max-norm $doubled: golden_check exit $rc, expected 1: $(cat "$tmp/gc.out")"
-    echo "  recipe run $i at --max-norm $doubled: $(tail -1 "$tmp/gc.out")"
+    off "recipe run $i at --max-norm $doubled" "$i" "$tmp/tm.st"
   else
     fail "could not run run $i at --max-norm $doubled: $(run_tail)"
   fi
