@@ -8,8 +8,9 @@
 #
 # OLD_BUILD and NEW_BUILD are build trees (each with bench/shardbench and
 # plans/). Checks:
-#   1. the golden runs (verify/golden/debugmodel.json's list: world 1, every step's
-#      loss and gradients, the final weights) written by both builds with
+#   1. the golden runs (verify/golden/debugmodel.json's list, with each run's recipe
+#      and AC settings as flags: world 1, every step's loss, gradients and norm, the
+#      final weights) written by both builds with
 #      --save-trace / --save-weights are byte-identical files;
 #   2. a sweep at --world N (default 8) over --dtypes (default f64) with each
 #      build: every config has the same status and reason, bitwise the same
@@ -50,23 +51,36 @@ GOLDEN="$SRC/verify/golden/debugmodel.json"
 python3 - "$GOLDEN" >"$tmp/runs" <<'EOF'
 import json, sys
 g = json.load(open(sys.argv[1]))
-for i, r in enumerate(g["runs"]):
-    print(i, r["model"], r["dtype"], r["batch"], r["seq"], r["steps"])
+for i, r in enumerate(g["runs"]):  # the flags as verify/golden_check.c's run_flags gives them
+    f = []
+    if "ac" in r:
+        f += ["--ac", r["ac"]]
+    if "max_norm" in r:
+        f += ["--max-norm", repr(r["max_norm"])]
+    if "global_batch" in r:
+        f += ["--global-batch", str(r["global_batch"])]
+    if "lr" in r:
+        lr = r["lr"]
+        f += ["--lr-warmup-steps", str(lr["warmup_steps"]), "--lr-decay-ratio",
+              "none" if lr["decay_ratio"] is None else repr(lr["decay_ratio"]),
+              "--lr-decay-type", lr["decay_type"], "--lr-min-factor", repr(lr["min_lr_factor"])]
+    print(i, r["model"], r["dtype"], r["batch"], r["seq"], r["steps"], *f)
 EOF
 [ -s "$tmp/runs" ] || { echo "compare-builds: no golden runs in $GOLDEN" >&2; exit 2; }
-while read -r i model dtype batch seq steps; do
+while read -r i model dtype batch seq steps flags; do
   for side in old new; do
     b=$OLD; [ $side = new ] && b=$NEW
+    # shellcheck disable=SC2086 # the flags' words
     "$b/bench/shardbench" run --world 1 --plans-dir "$SRC/plans" --model "$model" --dtype "$dtype" \
       --batch "$batch" --seq "$seq" --warmup 0 --steps "$steps" --save-trace "$tmp/$side-t$i.st" \
-      --save-weights "$tmp/$side-w$i.st" >"$tmp/$side-run$i.out" 2>&1 ||
+      --save-weights "$tmp/$side-w$i.st" $flags >"$tmp/$side-run$i.out" 2>&1 ||
       differ "golden run $i ($model $dtype) failed on $side: $(tail -1 "$tmp/$side-run$i.out")"
   done
   for f in t w; do
     cmp -s "$tmp/old-$f$i.st" "$tmp/new-$f$i.st" ||
       differ "golden run $i ($model $dtype): the $( [ $f = t ] && echo trace || echo weights) files differ"
   done
-  echo "golden run $i ($model $dtype batch $batch seq $seq steps $steps): compared"
+  echo "golden run $i ($model $dtype batch $batch seq $seq steps $steps${flags:+ $flags}): compared"
 done <"$tmp/runs"
 
 # 2. a sweep with each build

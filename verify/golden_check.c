@@ -2,18 +2,27 @@
  *
  * The golden file (verify/golden/debugmodel.json, written by verify/torch/oracle.py
  * with the torch version it names) holds, for a few runs (model, dtype, batch,
- * seq, steps), checksums of what PyTorch computed from shardbench's initial
- * weights and token batches: each step's loss, each weight's gradient at each
- * step and each weight after the last AdamW update, as numel, sum, sum |x|,
+ * seq, steps; from version 2 also TorchTitan's recipe, max_norm, global_batch
+ * and lr, and activation checkpointing, ac), checksums of what PyTorch computed
+ * from shardbench's initial weights and token batches: each step's loss (and
+ * clip_grad_norm_'s total norm, "grad_norm step S"), each weight's gradient at
+ * each step and each weight after the last AdamW update, as numel, sum, sum |x|,
  * sum x^2, max |x| and sampled elements. This program recomputes the same
  * checksums from a `shardbench run --save-trace` file and compares them: the
  * oracle is PyTorch, not this library.
  *
- *   golden_check list GOLDEN                  one line per run: "I MODEL DTYPE BATCH SEQ STEPS"
+ *   golden_check list GOLDEN                  one line per run: "I MODEL DTYPE BATCH SEQ STEPS
+ *                                             [FLAGS]", FLAGS the run's settings as
+ *                                             `shardbench run` flags (--ac, --max-norm,
+ *                                             --global-batch, --lr-*)
  *   golden_check comm-list GOLDEN             one line per (plan, tp) of the comm rows
  *   golden_check check GOLDEN I TRACE [W]     run I against TRACE (and its --save-weights
  *                                             file W); exit 0 ok, 1 off, 3 stale (the
  *                                             inputs are not the golden's)
+ *   golden_check job GOLDEN I RUNJSON         run I's `shardbench run --json` verdict: ok,
+ *                                             with tensors compared; a run with ac: its
+ *                                             key says ac=MODE and its AC'd job is bitwise
+ *                                             the reference the trace is of; exit 0 or 1
  *   golden_check perturb IN OUT NAME INDEX F  OUT = IN with element INDEX of NAME times F
  *   golden_check comm GOLDEN PLAN TP RUNJSON  PyTorch's collective counts per op and
  *                                             phase against `shardbench run --json`'s
@@ -26,6 +35,7 @@
  */
 #include "config.h"
 
+#include <ctype.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -45,7 +55,15 @@
  * near zero into a +-lr step whose sign rounding decides, so f32 grows 20x.
  * Each tolerance is 8x the measured value rounded up to a power of two: room
  * for another BLAS or torch build, far below what a real bug moves (one weight
- * element scaled by 1.01, or RoPE base 10000: golden.sh). */
+ * element scaled by 1.01, or RoPE base 10000: golden.sh). The recipe runs (2
+ * layers, 2 microsteps of batch 2 x seq 16, clipped at max_norm 0.5, the lr
+ * schedule, 3 steps) and the AC runs (2 layers, batch 2 x seq 16, 2 steps) stay
+ * within them: largest f64 2.1e-14 before, 3.5e-14 after; f32 5.8e-7 before,
+ * 4.4e-6 after (the clipped gradients, 4x smaller, enter AdamW's m / sqrt(v)
+ * scale-free). A step's total norm ("grad_norm step S", clip_grad_norm_'s,
+ * before clipping) takes that step's gradients' tolerance: a 2-norm is
+ * 1-Lipschitz, | |g'| - |g| | <= |g' - g|, so its relative error is at most the
+ * gradients' (measured f64 9.4e-15, f32 1.8e-8 by verify/torch/oracle.py). */
 typedef struct tol {
   double before, after;
 } tol;
@@ -54,7 +72,8 @@ static const tol TOL_F32 = {0x1p-17 /* 7.6e-6 */, 0x1p-13 /* 1.2e-4 */};
 
 static int usage(void) {
   fprintf(stderr, "usage: golden_check list GOLDEN | comm-list GOLDEN | check GOLDEN I TRACE [W] | "
-                  "perturb IN OUT NAME INDEX FACTOR | comm GOLDEN PLAN TP RUNJSON\n");
+                  "job GOLDEN I RUNJSON | perturb IN OUT NAME INDEX FACTOR | "
+                  "comm GOLDEN PLAN TP RUNJSON\n");
   return 2;
 }
 
@@ -65,6 +84,10 @@ static json_t *load_json(const char *path) {
   return j;
 }
 
+/* The golden format versions this program reads: 1 (plain runs), 2 (runs with
+ * settings and grad_norm quantities). */
+enum { GOLDEN_VERSION_MAX = 2 };
+
 static json_t *golden_runs(json_t *g, const char *path) {
   json_t *runs = json_object_get(g, "runs");
   const char *fmt = json_string_value(json_object_get(g, "format"));
@@ -72,7 +95,92 @@ static json_t *golden_runs(json_t *g, const char *path) {
     fprintf(stderr, "golden_check: %s: not a shardbench-golden file with runs\n", path);
     return NULL;
   }
+  json_t *v = json_object_get(g, "version");
+  if (!json_is_integer(v) || json_integer_value(v) < 1 ||
+      json_integer_value(v) > GOLDEN_VERSION_MAX) {
+    if (json_is_integer(v))
+      fprintf(stderr, "golden_check: %s: format version %lld, this golden_check reads 1 to %d\n",
+              path, (long long)json_integer_value(v), GOLDEN_VERSION_MAX);
+    else
+      fprintf(stderr, "golden_check: %s: no format version (an integer)\n", path);
+    return NULL;
+  }
   return runs;
+}
+
+/* A word safe to pass through the shell's field splitting (golden.sh). */
+static bool plain_word(const char *s) {
+  if (!s || !*s) return false;
+  for (; *s; s++)
+    if (!(isalnum((unsigned char)*s) || strchr(":._-=", *s))) return false;
+  return true;
+}
+
+/* x in the fewest digits that read back as x (0.1, not 0.10000000000000001). */
+static const char *shortest(double x, char *buf, size_t n) {
+  for (int p = 1; p <= 17; p++) {
+    snprintf(buf, n, "%.*g", p, x);
+    if (strtod(buf, NULL) == x) break;
+  }
+  return buf;
+}
+
+/* The run's settings beyond its shape as `shardbench run` flags into buf (""
+ * for a plain run). A key this program does not know, a warmup other than 0 or
+ * a malformed value is an error (printed, -1): a setting left out would make
+ * the run another run than the golden's. */
+static int run_flags(const char *path, size_t idx, json_t *r, char *buf, size_t n) {
+  static const char *const known[] = {"model", "dtype", "batch", "seq", "warmup", "steps",
+                                      "inputs", "quantities", "ac", "max_norm", "global_batch",
+                                      "lr"};
+  const char *k;
+  json_t *v;
+  size_t len = 0;
+  char d1[32], d2[32];
+  buf[0] = '\0';
+#define ADD(...) (len += (size_t)snprintf(buf + len, len < n ? n - len : 0, __VA_ARGS__))
+  json_object_foreach(r, k, v) {
+    size_t i = 0;
+    while (i < sizeof known / sizeof *known && strcmp(known[i], k)) i++;
+    if (i == sizeof known / sizeof *known) {
+      fprintf(stderr, "golden_check: %s: run %zu: setting '%s' unknown to this golden_check\n",
+              path, idx, k);
+      return -1;
+    }
+  }
+  json_t *wu = json_object_get(r, "warmup");
+  if (wu && !(json_is_integer(wu) && json_integer_value(wu) == 0)) {
+    fprintf(stderr, "golden_check: %s: run %zu: warmup must be 0 (golden.sh runs --warmup 0)\n",
+            path, idx);
+    return -1;
+  }
+  json_t *ac = json_object_get(r, "ac"), *mn = json_object_get(r, "max_norm");
+  json_t *gb = json_object_get(r, "global_batch"), *lr = json_object_get(r, "lr");
+  bool ok = (!ac || plain_word(json_string_value(ac))) && (!mn || json_is_number(mn)) &&
+            (!gb || json_is_integer(gb)) && (!lr || json_is_object(lr));
+  if (ok && ac) ADD(" --ac %s", json_string_value(ac));
+  if (ok && mn) ADD(" --max-norm %s", shortest(json_number_value(mn), d1, sizeof d1));
+  if (ok && gb) ADD(" --global-batch %lld", (long long)json_integer_value(gb));
+  if (ok && lr) {
+    json_t *ws = json_object_get(lr, "warmup_steps"), *dr = json_object_get(lr, "decay_ratio");
+    json_t *dt = json_object_get(lr, "decay_type"), *mf = json_object_get(lr, "min_lr_factor");
+    ok = json_is_integer(ws) && (json_is_null(dr) || json_is_number(dr)) &&
+         plain_word(json_string_value(dt)) && json_is_number(mf) && json_object_size(lr) == 4;
+    if (ok) {
+      ADD(" --lr-warmup-steps %lld --lr-decay-ratio ", (long long)json_integer_value(ws));
+      if (json_is_null(dr)) ADD("none");
+      else ADD("%s", shortest(json_number_value(dr), d1, sizeof d1));
+      ADD(" --lr-decay-type %s --lr-min-factor %s", json_string_value(dt),
+          shortest(json_number_value(mf), d2, sizeof d2));
+    }
+  }
+#undef ADD
+  if (!ok || len >= n) {
+    fprintf(stderr, "golden_check: %s: run %zu: malformed settings (ac, max_norm, global_batch, "
+            "lr: warmup_steps, decay_ratio, decay_type, min_lr_factor)\n", path, idx);
+    return -1;
+  }
+  return 0;
 }
 
 static int cmd_list(const char *path) {
@@ -80,20 +188,29 @@ static int cmd_list(const char *path) {
   if (!runs) return 2;
   size_t i;
   json_t *r;
+  char flags[512];
+  json_array_foreach(runs, i, r) { /* every run's settings read before any line */
+    if (run_flags(path, i, r, flags, sizeof flags)) {
+      json_decref(g);
+      return 2;
+    }
+  }
   json_array_foreach(runs, i, r) {
-    printf("%zu %s %s %lld %lld %lld\n", i, json_string_value(json_object_get(r, "model")),
+    run_flags(path, i, r, flags, sizeof flags);
+    printf("%zu %s %s %lld %lld %lld%s\n", i, json_string_value(json_object_get(r, "model")),
            json_string_value(json_object_get(r, "dtype")),
            (long long)json_integer_value(json_object_get(r, "batch")),
            (long long)json_integer_value(json_object_get(r, "seq")),
-           (long long)json_integer_value(json_object_get(r, "steps")));
+           (long long)json_integer_value(json_object_get(r, "steps")), flags);
   }
   json_decref(g);
   return 0;
 }
 
 /* The trace tensor behind a golden quantity name: "loss step S" (one element of
- * "loss"), "NAME grad step S" -> grad.stepS.NAME, "NAME param after step S" ->
- * param.final.NAME. Returns the tensor, *elem = the loss element or -1. */
+ * "loss"), "grad_norm step S" (one element of "grad_norm"), "NAME grad step S"
+ * -> grad.stepS.NAME, "NAME param after step S" -> param.final.NAME. Returns the
+ * tensor, *elem = the loss or norm element or -1. */
 static const dt_st_tensor *trace_tensor(const dt_st_file *f, const char *q, int64_t *elem) {
   char name[DT_ST_NAME_LEN], buf[DT_ST_NAME_LEN + 32];
   int s, k = 0;
@@ -101,6 +218,10 @@ static const dt_st_tensor *trace_tensor(const dt_st_file *f, const char *q, int6
   if (sscanf(q, "loss step %d%n", &s, &k) == 1 && !q[k]) {
     *elem = s;
     return dt_st_find(f, "loss");
+  }
+  if (sscanf(q, "grad_norm step %d%n", &s, &k) == 1 && !q[k]) {
+    *elem = s;
+    return dt_st_find(f, "grad_norm");
   }
   const char *g = strstr(q, " grad step "), *p = strstr(q, " param after step ");
   if (g && (size_t)(g - q) < sizeof name && sscanf(g, " grad step %d%n", &s, &k) == 1 && !g[k]) {
@@ -306,6 +427,46 @@ static int cmd_check(const char *path, const char *idx_s, const char *trace, con
   return n > 0 && over == 0 && missing == 0 ? 0 : 1;
 }
 
+/* Run I's `shardbench run --world 1 --json` verdict (its job against its
+ * unsharded reference, every step's loss, gradients and norm and the final
+ * weights). The trace `check` compares is the reference's, which runs without
+ * AC; so for a run with ac the AC'd job must be bitwise that reference
+ * (max_abs_err 0: at world 1 both compute the same sums in the same order, and
+ * recomputing a block's forward gives the same bits, verify/test_ac.c), which
+ * makes PyTorch's torch.utils.checkpoint numbers shardbench's AC job's too. */
+static int cmd_job(const char *path, const char *idx_s, const char *runjson) {
+  json_t *g = load_json(path), *runs = g ? golden_runs(g, path) : NULL;
+  json_t *run = runs ? json_array_get(runs, (size_t)atoi(idx_s)) : NULL;
+  json_t *r = run ? load_json(runjson) : NULL;
+  if (!r || !json_is_object(r)) {
+    if (run && r) fprintf(stderr, "golden_check: %s: not a JSON object\n", runjson);
+    if (g && runs && !run) fprintf(stderr, "golden_check: %s: no run %s\n", path, idx_s);
+    json_decref(g);
+    json_decref(r);
+    return 2;
+  }
+  const char *ac = json_string_value(json_object_get(run, "ac"));
+  const char *st = json_string_value(json_object_get(r, "status"));
+  const char *key = json_string_value(json_object_get(r, "key"));
+  const char *reason = json_string_value(json_object_get(r, "reason"));
+  json_t *cmp = json_object_get(r, "compared"), *mae = json_object_get(r, "max_abs_err");
+  char want[64] = "";
+  if (ac) snprintf(want, sizeof want, " ac=%s", ac);
+  const char *at = ac && key ? strstr(key, want) : NULL;
+  const bool key_ok = !ac || (at && (at[strlen(want)] == ' ' || !at[strlen(want)]));
+  const bool ok = st && !strcmp(st, "ok") && json_is_integer(cmp) && json_integer_value(cmp) > 0 &&
+                  key_ok && (!ac || (json_is_number(mae) && json_number_value(mae) == 0));
+  printf("golden run %s job%s: %s, %lld tensors compared against the reference, max abs error "
+         "%.3g%s%s%s\n", idx_s, want, st ? st : "no status",
+         (long long)json_integer_value(cmp), json_is_number(mae) ? json_number_value(mae) : NAN,
+         !key_ok ? "; the key does not say" : "", !key_ok ? want : "",
+         ok ? "" : ac ? ": OFF (an AC job must be ok and bitwise its reference)" : ": OFF");
+  if (!ok && reason) printf("  reason: %s\n", reason);
+  json_decref(g);
+  json_decref(r);
+  return ok ? 0 : 1;
+}
+
 /* OUT = IN with one element scaled: the test's way to plant a wrong weight. */
 static int cmd_perturb(const char *in, const char *out, const char *name, const char *idx_s,
                        const char *fac_s) {
@@ -454,6 +615,7 @@ int main(int argc, char **argv) {
   if (argc == 3 && !strcmp(argv[1], "comm-list")) return cmd_comm_list(argv[2]);
   if ((argc == 5 || argc == 6) && !strcmp(argv[1], "check"))
     return cmd_check(argv[2], argv[3], argv[4], argc == 6 ? argv[5] : NULL);
+  if (argc == 5 && !strcmp(argv[1], "job")) return cmd_job(argv[2], argv[3], argv[4]);
   if (argc == 7 && !strcmp(argv[1], "perturb"))
     return cmd_perturb(argv[2], argv[3], argv[4], argv[5], argv[6]);
   if (argc == 6 && !strcmp(argv[1], "comm")) return cmd_comm(argv[2], argv[3], argv[4], argv[5]);

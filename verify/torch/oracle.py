@@ -5,11 +5,14 @@ distribution checked against TorchTitan's spec; PyTorch's collective counts for 
 shipped tensor-parallel plans next to shardbench's; and the golden file that
 `make check` compares shardbench against without PyTorch.
 
-For each run in RUNS: `shardbench run --world 1 ... --save-weights W --save-trace T`,
-then load W into the model of llama.py (TorchTitan v0.2.0's Llama 3, transcribed) in
-the run's dtype, run the same steps (cross-entropy, backward, torch.optim.AdamW with the
-trace's hyper-parameters) on the trace's tokens, and compare every step's loss, every
-gradient of every step and every final weight with the trace. Error = normwise
+For each run in RUNS, RECIPE_RUNS and AC_RUNS: `shardbench run --world 1 ... --save-weights
+W --save-trace T` (with the run's --max-norm, --global-batch, --lr-*, --ac), then load W
+into the model of llama.py (TorchTitan v0.2.0's Llama 3, transcribed) in the run's dtype,
+run the same steps (cross-entropy, backward, torch.optim.AdamW with the trace's
+hyper-parameters; accumulation, clip_grad_norm_, the lr schedule; torch.utils.checkpoint
+with TorchTitan's AC policy) on the trace's tokens, and compare every step's loss (and
+total grad norm), every gradient of every step and every final weight with the trace.
+Every run goes into the golden file, with its settings. Error = normwise
 max|shardbench - pytorch| / max|pytorch| per tensor; the table shows the worst per kind.
 When TorchTitan's own model imports, the f32 runs also go through it.
 Exit: 0 all within tolerance, 1 a mismatch or a failed run, 2 bad input, 77 no torch.
@@ -51,10 +54,10 @@ RUNS = [
      "warmup": 0, "steps": 2},
 ]
 
-# TorchTitan's training recipe (not in the golden file): clip_grad_norm_ at a max_norm
-# below the norm (every step clips), gradient accumulation over 2 microsteps of 2
-# sequences, and the lr schedule (warm-up 1, decay_ratio 0.5, cosine, min 0.1) over 3
-# steps; compared as the runs above, plus every step's total norm ("grad_norm").
+# TorchTitan's training recipe: clip_grad_norm_ at a max_norm below the norm (every step
+# clips; the norm is about 2), gradient accumulation over 2 microsteps of 2 sequences, and
+# the lr schedule (warm-up 1, decay_ratio 0.5, cosine, min 0.1) over 3 steps; compared as
+# the runs above, plus every step's total norm ("grad_norm step S"), and in the golden file.
 RECIPE_RUNS = [
     {"model": "debugmodel:n_layers=2", "dtype": "f64", "batch": 2, "seq": 16, "warmup": 0,
      "steps": 3, "max_norm": 0.5, "global_batch": 4,
@@ -64,10 +67,30 @@ RECIPE_RUNS = [
      "lr": {"warmup_steps": 1, "decay_ratio": 0.5, "decay_type": "cosine", "min_lr_factor": 0.1}},
 ]
 
+# Activation checkpointing (AC_MODES below), in the golden file: PyTorch runs the steps
+# through torch.utils.checkpoint with TorchTitan's policy, shardbench `run --world 1 --ac
+# MODE`. The trace is shardbench's reference (which runs without AC) and the run's verdict
+# compares its AC'd job with that reference tensor by tensor: verify/golden.sh asks that to
+# be bitwise (golden_check job), so that PyTorch's AC numbers meet shardbench's AC job.
+# Two layers, batch 2 x seq 16: selective:2 checkpoints one of the two blocks, and the
+# four runs cost golden.sh seconds.
+AC_RUNS = [
+    {"model": "debugmodel:n_layers=2", "dtype": "f64", "batch": 2, "seq": 16, "warmup": 0,
+     "steps": 2, "ac": "full"},
+    {"model": "debugmodel:n_layers=2", "dtype": "f64", "batch": 2, "seq": 16, "warmup": 0,
+     "steps": 2, "ac": "selective:2"},
+    {"model": "debugmodel:n_layers=2", "dtype": "f64", "batch": 2, "seq": 16, "warmup": 0,
+     "steps": 2, "ac": "selective:op"},
+    {"model": "debugmodel:n_layers=2", "dtype": "f32", "batch": 2, "seq": 16, "warmup": 0,
+     "steps": 2, "ac": "selective:op"},
+]
+
 
 def recipe_flags(run):
-    """shardbench run's flags for a recipe run ([] for the plain ones)."""
+    """shardbench run's flags for the run's settings beyond the shape ([] for RUNS)."""
     f = []
+    if "ac" in run:
+        f += ["--ac", run["ac"]]
     if "max_norm" in run:
         f += ["--max-norm", repr(run["max_norm"])]
     if "global_batch" in run:
@@ -116,6 +139,7 @@ COMM_CFG = {"model": "debugmodel", "batch": 8, "seq": 32}
 #   becomes up to 8e4 times larger in that weight, and the next step's gradients inherit it.
 #   Measured <= 7.2e3 u (f64), 3.9e3 u (f32) for gradients: 2^15 u; <= 4.3e4 u (f64),
 #   3.4e4 u (f32) for the weights after 3 updates: 2^17 u.
+GOLDEN_VERSION = 2  # 2: runs may carry settings (ac, max_norm, global_batch, lr) and grad_norm
 TOL_U = {"loss": 2.0 ** 5, "grad step 0": 2.0 ** 8, "grad later": 2.0 ** 15, "param": 2.0 ** 17}
 UNIT = {"f64": 2.0 ** -53, "f32": 2.0 ** -24}
 
@@ -147,11 +171,23 @@ def run_shardbench(sb, run, out_dir, tag):
            "--batch", str(run["batch"]), "--seq", str(run["seq"]), "--warmup", str(run["warmup"]),
            "--steps", str(run["steps"]), "--save-weights", w, "--save-trace", t, "--no-mem-check",
            "--plans-dir", os.path.join(REPO, "plans")] + recipe_flags(run)
+    if "ac" in run:
+        cmd.append("--json")
     t0 = time.monotonic()
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     if p.returncode != 0:
         tail = (p.stderr.strip() or p.stdout.strip()).splitlines()[-1:] or ["(no output)"]
         raise RuntimeError(f"{' '.join(cmd)}: exit {p.returncode}: {tail[0]}")
+    if "ac" in run:
+        # the trace is the reference's (no AC): the AC'd job must be bitwise it
+        try:
+            d = json.loads(p.stdout)
+        except json.JSONDecodeError as e:
+            raise RuntimeError(f"{' '.join(cmd)}: --json output: {e}") from None
+        if (d.get("status") != "ok" or not d.get("compared") or d.get("max_abs_err") != 0
+                or f" ac={run['ac']}" not in d.get("key", "")):
+            raise RuntimeError(f"{' '.join(cmd)}: the AC job is not bitwise the reference: status "
+                               f"{d.get('status')}, key {d.get('key')!r}, max_abs_err {d.get('max_abs_err')}")
     return w, t, time.monotonic() - t0
 
 
@@ -485,23 +521,26 @@ def golden_text(g):
 def golden_stale(old, new):
     """Quantities whose statistics moved between two golden dicts beyond the run's tolerance."""
     out = []
-    old_runs = {(r["model"], r["dtype"]): r for r in old.get("runs", [])}
+    def key(r):  # a run is its settings: shape, dtype, recipe, AC
+        return json.dumps({k: v for k, v in r.items() if k not in ("inputs", "quantities")}, sort_keys=True)
+    old_runs = {key(r): r for r in old.get("runs", [])}
     for r in new["runs"]:
-        o = old_runs.get((r["model"], r["dtype"]))
-        if o is None or o["batch"] != r["batch"] or o["seq"] != r["seq"] or o["steps"] != r["steps"]:
-            out.append(f"run {r['model']} {r['dtype']}: missing or different shape")
+        o = old_runs.get(key(r))
+        what = f"{r['model']} {r['dtype']}" + "".join(f" {f}" for f in recipe_flags(r))
+        if o is None:
+            out.append(f"run {what}: missing or with other settings")
             continue
         for name, s in r["quantities"].items():
             os_ = o["quantities"].get(name)
             if os_ is None:
-                out.append(f"{r['model']} {r['dtype']} {name}: missing")
+                out.append(f"{what} {name}: missing")
                 continue
             tol = tolerance(r["dtype"], kind_of(name)[1])
             scale = max(s["max_abs"], 1e-300)
             vals = [(s["max_abs"], os_["max_abs"])] + list(zip([v for _, v in s["samples"]],
                                                                [v for _, v in os_["samples"]]))
             if any(abs(a - b) > tol * scale for a, b in vals) or s["numel"] != os_["numel"]:
-                out.append(f"{r['model']} {r['dtype']} {name}")
+                out.append(f"{what} {name}")
     if new["comm"]:
         key = lambda c: (c["plan"], c["tp"], c["op"], c["phase"])  # noqa: E731
         old_c = {key(c): (c["pytorch"], c["shardbench"]) for c in old.get("comm", [])}
@@ -587,7 +626,7 @@ def main():
         p.error(f"--shardbench {o.shardbench}: not an executable file")
     if o.check_only and o.write_golden:
         p.error("--check-only writes nothing; drop --write-golden")
-    all_runs = RUNS + RECIPE_RUNS
+    all_runs = RUNS + RECIPE_RUNS + AC_RUNS
     runs = list(range(len(all_runs)))
     if o.runs:
         try:
@@ -629,7 +668,7 @@ def main():
 
     t_start = time.monotonic()
     ok = True
-    golden = {"format": "shardbench-golden", "version": 1, "generator": "verify/torch/oracle.py",
+    golden = {"format": "shardbench-golden", "version": GOLDEN_VERSION, "generator": "verify/torch/oracle.py",
               "torch": torch.__version__, "torchtitan": tt[4] if isinstance(tt, tuple) else None,
               "model_source": "verify/torch/llama.py: a transcription of TorchTitan v0.2.0 "
                               "torchtitan/models/llama3/model/model.py (rope and the loss in the model's "
@@ -654,8 +693,17 @@ def main():
                 ok = False
                 continue
             t0 = time.monotonic()
-            q = pytorch_steps(run, a, w, t, meta)
+            q = pytorch_steps(run, a, w, t, meta, ac=run.get("ac"))
             pt_s = time.monotonic() - t0
+            if "ac" in run:
+                # PyTorch's AC must change no bits of PyTorch's own run without it
+                q0 = pytorch_steps(run, a, w, t, meta)
+                diff = [n for n in q if not torch.equal(q[n], q0[n])]
+                label += (" (torch.utils.checkpoint, TorchTitan's policy: " +
+                          ("bitwise PyTorch's no-AC run)" if not diff else
+                           f"{len(diff)} quantities differ from PyTorch's no-AC run: FAIL)"))
+                if diff:
+                    ok = False
             tq = {name: trace_quantity(t, name) for name in q}
             kinds, bad = compare(q, tq, run)
             print(f"\nrun {label}: shardbench {sb_s:.1f} s, pytorch {pt_s:.1f} s")
@@ -700,10 +748,8 @@ def main():
             inputs = {f"init {n}": golden_stats(x) for n, x in sorted(w.items())}
             inputs.update({n: golden_stats(x) for n, x in sorted(t.items())
                            if n.startswith(("tokens.step", "targets.step"))})
-            if ri >= len(RUNS):
-                continue  # the recipe runs are PyTorch's check only, not in the golden file
             golden["runs"].append({**run, "inputs": inputs, "quantities": {
-                name: golden_stats(x, name.startswith("loss step ")) for name, x in q.items()}})
+                name: golden_stats(x, name.startswith(("loss step ", "grad_norm step "))) for name, x in q.items()}})
 
         if plans:
             for plan_name, (plan_path, plan, n_sp) in plans.items():

@@ -58,7 +58,7 @@ assert not f({'optimizer': {'all_reduce': 39}}, {'optimizer': {'all_reduce': 13}
 assert f({'optimizer': {'all_reduce': 39}}, {'optimizer': {'all_reduce': 13}}, 12)
 assert f({'optimizer': {'all_reduce': 13}}, {'optimizer': {'all_reduce': 13}, 'backward': {'all_reduce': 13}})
 print('comm verdicts ok')"
-expect 2 "--runs 7" "bad --runs" "$py" "$oracle" --shardbench "$fake" --runs 7
+expect 2 "--runs 99" "bad --runs" "$py" "$oracle" --shardbench "$fake" --runs 99
 [ "$(wc -l <"$log")" -eq 1 ] || { echo "FAIL bad --runs: not one line"; bad=1; }
 expect 2 "not an executable" "missing --shardbench" "$py" "$oracle" --shardbench "$repo/no/such/shardbench"
 [ "$(wc -l <"$log")" -eq 1 ] || { echo "FAIL missing --shardbench: not one line"; bad=1; }
