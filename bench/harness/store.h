@@ -206,7 +206,7 @@ int sb_store_open(sb_store *st, const char *path, const char *cmd);
 /* Opens an existing DB of schema version 1 to SB_SCHEMA_VERSION read-only
  * (st->version says which; a version 1 DB lacks runs.peak_tflops,
  * runs.peak_source and results.worst, a version 1 or 2 DB the results.mem_*_bytes
- * split, a version 1 to 3 DB the pp_* tables). Writes nothing, and creates no -wal or
+ * split, a version 1 to 3 DB the pp_* tables, a version 1 to 5 DB the shape_* tables). Writes nothing, and creates no -wal or
  * -shm where none exists or where the directory is read-only (the DB is then
  * read immutable). Same returns and messages as sb_store_open. */
 int sb_store_open_read(sb_store *st, const char *path, const char *cmd);

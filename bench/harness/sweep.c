@@ -43,6 +43,11 @@
  * the run's row (sb_store_begin_run). A config whose estimated memory is over the
  * limit is recorded as skipped with both numbers.
  *
+ * --device meta: every config a shape-only run (sb_execute on the meta device and the
+ * fake comm, one rank per role, no reference), run in this process and stored in
+ * shape_runs / shape_roles / shape_comm (sb_store_put_shape), never in configs or
+ * results; --resume looks its keys up there. Threads only (no --launcher, no MPI).
+ *
  * Progress on stderr: one line redrawn with \r when stderr is a terminal, else
  * one line per config. Exit: 0 when every config is ok or skipped, 1 when one
  * mismatched or failed (or a DB write failed), 2 on bad input.
