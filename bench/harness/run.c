@@ -292,7 +292,8 @@ static int fault_item(const char *s, fault *f, char *err, size_t errn) {
       (pl && memchr(param + 1, ':', pl))) {
     snprintf(err, errn, "expected skip-reduce:PARAM, perturb-grad:PARAM:RANK, ac-zero:K, "
                         "norm-replicated:PARAM, norm-drop-stage:K, hang:RANK, crash:RANK, "
-                        "host-staging or extra-all-reduce (joined by ';', each with an optional @MATCH), got '%s'", s);
+                        "host-staging or extra-all-reduce (joined by ';', each with an "
+                        "optional @MATCH), got '%s'", s);
     return -1;
   }
   long r = 0;

@@ -752,7 +752,8 @@ static int run_store(sb_store *st, int argc, char **argv, const sb_opts *o, cons
   dt_ac_str(&o->ac, ac, sizeof ac);
   int rc = sb_store_begin_run(st, argc, argv, o->backend, o->world, o->peak_tflops,
                               o->peak_source) ||
-           (strcmp(o->device, "meta") ? sb_store_put(st, c, r) : sb_store_put_shape(st, c, ac, r)) ||
+           (strcmp(o->device, "meta") ? sb_store_put(st, c, r)
+                                      : sb_store_put_shape(st, c, ac, r)) ||
            sb_store_end_run(st);
   sb_store_close(st);
   return rc ? SB_EXIT_FAIL : SB_EXIT_OK;

@@ -7,8 +7,9 @@
  * not a SQLite DB, another application's SQLite DB, or a schema_version outside
  * 1 to SB_SCHEMA_VERSION; otherwise it creates the schema (the text of
  * results/schema.sql, embedded at build time as bench/harness/schema_sql.h),
- * inserts the version row and upgrades an older DB. Every config's rows (configs, results, comm,
- * pp_*; a shape-only run's shape_runs, shape_roles, shape_comm) are written in one transaction, so a kill at any moment loses no committed row and leaves no
+ * inserts the version row and upgrades an older DB. Every config's rows (configs, results,
+ * comm, pp_*; a shape-only run's shape_runs, shape_roles, shape_comm) are written in one
+ * transaction, so a kill at any moment loses no committed row and leaves no
  * half one. WAL journal and a 30 s busy timeout let two sweeps share one file.
  *
  * This is program code: it returns SB_EXIT_* codes and prints one-line errors.
@@ -206,7 +207,8 @@ int sb_store_open(sb_store *st, const char *path, const char *cmd);
 /* Opens an existing DB of schema version 1 to SB_SCHEMA_VERSION read-only
  * (st->version says which; a version 1 DB lacks runs.peak_tflops,
  * runs.peak_source and results.worst, a version 1 or 2 DB the results.mem_*_bytes
- * split, a version 1 to 3 DB the pp_* tables, a version 1 to 5 DB the shape_* tables). Writes nothing, and creates no -wal or
+ * split, a version 1 to 3 DB the pp_* tables, a version 1 to 5 DB the shape_* tables).
+ * Writes nothing, and creates no -wal or
  * -shm where none exists or where the directory is read-only (the DB is then
  * read immutable). Same returns and messages as sb_store_open. */
 int sb_store_open_read(sb_store *st, const char *path, const char *cmd);

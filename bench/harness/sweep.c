@@ -1019,7 +1019,8 @@ static void sweep_config(const sweep_args *a, const sb_opts *o, int k, sb_ref *r
   const bool meta = !strcmp(o->device, "meta");
   if (a->resume) {
     bool has = false;
-    if (rank == 0 && (meta ? sb_store_has_shape(st, c.key, &has) : sb_store_has_result(st, c.key, &has)))
+    if (rank == 0 &&
+        (meta ? sb_store_has_shape(st, c.key, &has) : sb_store_has_result(st, c.key, &has)))
       t->db_err = true;
     if (mpi) has = mpi_bcast(has) != 0;
     if (has) {
