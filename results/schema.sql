@@ -3,7 +3,7 @@
 --   PRAGMA journal_mode = WAL; PRAGMA foreign_keys = ON; busy timeout 30 s
 -- so that two sweeps can write one DB. A DB whose schema_version differs from
 -- the program's, or a file that is not a SQLite DB, is refused untouched; a
--- version 1 to 4 DB is upgraded in place to version 5 (the statements at the
+-- version 1 to 5 DB is upgraded in place to version 6 (the statements at the
 -- end of this comment, from its version on, in one transaction) by the first run
 -- or sweep that writes it; its rows keep NULL in the added columns and have no
 -- rows in the added tables:
@@ -25,9 +25,12 @@
 --   hardware, plan_runs and predictions, made as in 3 -> 4):
 --   ALTER TABLE results ADD COLUMN grad_norm REAL;
 --   UPDATE schema_version SET version = 5;
+--   version 5 -> 6 (shape-only runs, --device meta: shape_runs, shape_roles and
+--   shape_comm, made as in 3 -> 4):
+--   UPDATE schema_version SET version = 6;
 
 CREATE TABLE IF NOT EXISTS schema_version (
-  version INTEGER NOT NULL                -- 5
+  version INTEGER NOT NULL                -- 6
 );
 
 -- One invocation of shardbench (run or sweep).
@@ -247,7 +250,79 @@ CREATE TABLE IF NOT EXISTS predictions (
   verify_reason TEXT
 );
 
+-- Shape-only runs (`run --device meta`, `sweep --device meta`): one rank per role
+-- (ranks alike in shapes and communication) ran one step on the meta device with
+-- the fake comm: shapes, no data, no reference, no timing. They are kept apart
+-- from the measured runs: never in configs or results, so `report`, `status` and
+-- the charts, which read those, never show one as measured.
+CREATE TABLE IF NOT EXISTS shape_runs (
+  id           INTEGER PRIMARY KEY,
+  run_id       INTEGER NOT NULL REFERENCES runs(id),
+  key          TEXT NOT NULL,             -- the config's key, as configs.key ("... device=meta")
+  workload     TEXT NOT NULL,
+  model        TEXT NOT NULL,
+  plan         TEXT NOT NULL,
+  pp INTEGER NOT NULL, dp_replicate INTEGER NOT NULL, dp_shard INTEGER NOT NULL,
+  cp INTEGER NOT NULL, tp INTEGER NOT NULL,
+  dtype        TEXT NOT NULL,
+  batch        INTEGER NOT NULL,          -- global batch
+  seq          INTEGER NOT NULL,
+  ac           TEXT NOT NULL,             -- none | full | selective:op | selective:N
+  world        INTEGER NOT NULL,
+  status       TEXT NOT NULL CHECK (status IN ('shape-only', 'failed', 'skipped')),
+  reason       TEXT,                      -- why skipped / failed
+  n_roles      INTEGER NOT NULL,          -- 0 unless shape-only
+  -- the max over the roles (NULL unless shape-only): the memory split of the
+  -- step and its device peak, as results.mem_*_bytes and peak_mem_bytes
+  peak_mem_bytes INTEGER,
+  mem_params_bytes INTEGER, mem_grads_bytes INTEGER, mem_optimizer_bytes INTEGER,
+  mem_activations_bytes INTEGER,
+  -- the compute ledger of the whole step, summed over every rank (each role's
+  -- times its rank count): all kernels per phase, and of them the linear layers'
+  -- GEMMs (op "gemm"; attention's are "attn_gemm")
+  flops_forward REAL, flops_backward REAL, flops_recompute REAL, flops_optimizer REAL,
+  flops_other REAL,
+  gemm_flops_forward REAL, gemm_flops_backward REAL, gemm_flops_recompute REAL,
+  created      TEXT NOT NULL,
+  UNIQUE (run_id, key)
+);
+
+-- Each role of a shape-only run: its first rank, how many ranks it stands for,
+-- its step's memory split, device peak and compute ledger per phase (one rank's).
+CREATE TABLE IF NOT EXISTS shape_roles (
+  shape_run_id INTEGER NOT NULL REFERENCES shape_runs(id) ON DELETE CASCADE,
+  role         INTEGER NOT NULL,          -- 0-based, in the order of its first rank
+  first_rank   INTEGER NOT NULL,
+  ranks        INTEGER NOT NULL,
+  peak_mem_bytes INTEGER NOT NULL,
+  mem_params_bytes INTEGER NOT NULL, mem_grads_bytes INTEGER NOT NULL,
+  mem_optimizer_bytes INTEGER NOT NULL, mem_activations_bytes INTEGER NOT NULL,
+  flops_forward REAL NOT NULL, flops_backward REAL NOT NULL, flops_recompute REAL NOT NULL,
+  flops_optimizer REAL NOT NULL, flops_other REAL NOT NULL,
+  gemm_flops_forward REAL NOT NULL, gemm_flops_backward REAL NOT NULL,
+  gemm_flops_recompute REAL NOT NULL,
+  kernels_dropped_calls INTEGER NOT NULL, -- compute-ledger calls not merged (its sums count them)
+  PRIMARY KEY (shape_run_id, role)
+);
+
+-- A role's comm ledger of the step per (op, mesh dim, phase, fqn): one rank's, as
+-- comm's rows of a measured run are rank 0's (summing a role's rows over fqn gives
+-- the comm rows of its first rank).
+CREATE TABLE IF NOT EXISTS shape_comm (
+  shape_run_id  INTEGER NOT NULL REFERENCES shape_runs(id) ON DELETE CASCADE,
+  role          INTEGER NOT NULL,
+  op            TEXT NOT NULL,
+  mesh_dim      TEXT NOT NULL,
+  phase         TEXT NOT NULL,            -- forward | backward | recompute | optimizer | other
+  fqn           TEXT NOT NULL,            -- the ledger row's scope (ctx scope: a module fqn or
+                                          -- caller label) at the call; "" where none is set
+  calls         INTEGER NOT NULL,
+  payload_bytes INTEGER NOT NULL,
+  wire_bytes    REAL NOT NULL
+);
+
 CREATE INDEX IF NOT EXISTS results_config ON results(config_id);
 CREATE INDEX IF NOT EXISTS predictions_run ON predictions(plan_run_id);
 CREATE INDEX IF NOT EXISTS pp_events_result ON pp_events(result_id);
 CREATE INDEX IF NOT EXISTS comm_result ON comm(result_id);
+CREATE INDEX IF NOT EXISTS shape_comm_run ON shape_comm(shape_run_id);

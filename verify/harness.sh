@@ -47,7 +47,7 @@ t0=$(date +%s)
 rc=$?
 echo "clean sweep: $(( $(date +%s) - t0 )) s: $(cat "$tmp/a.out")"
 check "clean sweep exit" "$rc" 0
-check "schema_version" "$(q "$A" 'SELECT group_concat(version) FROM schema_version')" 5
+check "schema_version" "$(q "$A" 'SELECT group_concat(version) FROM schema_version')" 6
 check "configs" "$(q "$A" 'SELECT count(*) FROM configs')" $TOTAL
 check "results" "$(q "$A" 'SELECT count(*) FROM results')" $TOTAL
 check "one result per config" \
@@ -237,9 +237,9 @@ refused_db() { # refused_db NAME FILE PATTERN
 head -c 8192 /dev/urandom >"$tmp/random.db"
 refused_db "random bytes" "$tmp/random.db" "not a SQLite database"
 sqlite3 "$tmp/v7.db" "CREATE TABLE schema_version (version INTEGER NOT NULL); INSERT INTO schema_version VALUES (7);"
-refused_db "schema version 7" "$tmp/v7.db" "schema version 7, this shardbench reads 1 to 5"
+refused_db "schema version 7" "$tmp/v7.db" "schema version 7, this shardbench reads 1 to 6"
 
-# ---- version 1 to 3 DBs (version 5 less what was added since) are upgraded in place ------
+# ---- version 1 to 3 DBs (version 6 less what was added since) are upgraded in place ------
 # the split's columns and the ones version 2 added, in results/schema.sql's order
 cols() { q "$1" "SELECT group_concat(name, ' ') FROM pragma_table_info('results') WHERE cid >= 15"; }
 NEWCOLS="worst mem_params_bytes mem_grads_bytes mem_optimizer_bytes mem_activations_bytes grad_norm"
@@ -247,7 +247,7 @@ V1="$tmp/v1.db"
 make_v1_db "$A" "$V1"
 "$SB" run --tp 2 --world 2 --plans-dir "$PLANS" --workload block --batch 2 --seq 4 --steps 1 --warmup 0 --db "$V1" >/dev/null 2>&1
 check "v1 upgraded: run exit" "$?" 0
-check "v1 upgraded: version" "$(q "$V1" 'SELECT group_concat(version) FROM schema_version')" 5
+check "v1 upgraded: version" "$(q "$V1" 'SELECT group_concat(version) FROM schema_version')" 6
 check "v1 upgraded: old rows kept, one added" "$(q "$V1" 'SELECT count(*) FROM results')" $((TOTAL + 1))
 check "v1 upgraded: new columns" "$(cols "$V1")" "$NEWCOLS"
 check "v1 upgraded: the added row has its split" \
@@ -264,7 +264,7 @@ check "v2 DB: version 2, two results out" \
 # shellcheck disable=SC2086
 "$SB" sweep $TINY --db "$V2" --resume >"$tmp/v2.out" 2>"$tmp/v2.err"
 check "v2 upgraded by sweep --resume: exit" "$?" 0
-check "v2 upgraded: version" "$(q "$V2" 'SELECT group_concat(version) FROM schema_version')" 5
+check "v2 upgraded: version" "$(q "$V2" 'SELECT group_concat(version) FROM schema_version')" 6
 check "v2 upgraded: new columns" "$(cols "$V2")" "$NEWCOLS"
 check "v2 upgraded: old rows kept, the two run" "$(q "$V2" 'SELECT count(*) FROM results')" $TOTAL
 check "v2 upgraded: old rows without a split, the two with it" \
@@ -281,7 +281,7 @@ make_v3_db "$A" "$V3"
 check "v3 upgraded by a pp run: exit" "$?" 0
 check "v3 upgraded: version, results, the new result's pp_stats row" \
   "$(q "$V3" 'SELECT group_concat(version) FROM schema_version') $(q "$V3" 'SELECT count(*) FROM results') $(q "$V3" 'SELECT count(*) FROM pp_stats WHERE result_id = (SELECT max(id) FROM results)')" \
-  "5 $((TOTAL + 1)) 1"
+  "6 $((TOTAL + 1)) 1"
 
 # ---- run --db appends to an existing DB ------------------------------------------------
 "$SB" run --tp 2 --world 2 --plans-dir "$PLANS" --workload block --batch 2 --seq 4 --steps 1 --warmup 0 --db "$A" >/dev/null 2>&1

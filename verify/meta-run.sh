@@ -9,8 +9,10 @@
 #   2. Uneven shards make roles: a vocab of 2050 over dp_shard 4 (FSDP shards the
 #      embedding and output rows unevenly) runs 4 roles, their counts summing to 4.
 #   3. Bad input, one line on stderr and exit 2 before any work: --device meta with
-#      --load-weights, --save-weights, --save-trace, --db or --comm nccl, and a tp
-#      that does not divide the heads; sweep --device meta (no DB table for it yet).
+#      --load-weights, --save-weights, --save-trace or --comm nccl, and a tp that does
+#      not divide the heads. --db writes the run to shape_runs / shape_roles /
+#      shape_comm and nothing to configs or results (verify/meta-sweep.sh compares
+#      those rows with real runs').
 NAME=meta-run
 . "${srcdir:-.}/verify/harness-common.sh"
 command -v python3 >/dev/null 2>&1 || { echo "$NAME: SKIP (no python3 to read the JSON)"; exit 77; }
@@ -65,9 +67,11 @@ M="--device meta --dp-shard 2 --plan fsdp"
 refused "meta --load-weights" "^shardbench run: --load-weights: " "$SB" run $M --load-weights "$tmp/none.safetensors"
 refused "meta --save-weights" "^shardbench run: --save-weights: " "$SB" run $M --save-weights "$tmp/w.safetensors"
 refused "meta --save-trace" "^shardbench run: --save-trace: " "$SB" run $M --save-trace "$tmp/t.json"
-refused "meta --db" "^shardbench run: --db: " "$SB" run $M --db "$tmp/x.db"
 refused "meta --comm nccl" "^shardbench run: --comm: " "$SB" run $M --comm nccl
 refused "meta tp 3 (16 heads)" "^shardbench run: " "$SB" run --device meta --tp 3 --plan megatron-tp
-refused "sweep --device meta" "^shardbench sweep: --device: " "$SB" sweep --world 8 --device meta
-[ -e "$tmp/x.db" ] && fail "meta --db: the DB was created"
+"$SB" run $M --db "$tmp/x.db" >/dev/null 2>"$tmp/err"
+check "meta --db: exit" "$?" 0
+check "meta --db: one shape-only run, its role and comm rows; no config or result" \
+  "$(sqlite3 "$tmp/x.db" "SELECT (SELECT group_concat(status) FROM shape_runs), (SELECT count(*) FROM shape_roles), (SELECT count(*) > 0 FROM shape_comm), (SELECT count(*) FROM configs) + (SELECT count(*) FROM results)")" \
+  "shape-only|1|1|0"
 finish

@@ -152,9 +152,11 @@ q "$tmp/foreign.db" "CREATE TABLE t(x); INSERT INTO t VALUES (1);"
 mkdir "$tmp/dir.db"
 echo "not a DB" >"$tmp/text.db"
 make_v3_db "$tmp/s1.db" "$tmp/v3.db"
-cp "$tmp/s1.db" "$tmp/v6.db"
-q "$tmp/v6.db" "UPDATE schema_version SET version = 6; PRAGMA journal_mode = delete;" >/dev/null
-for bad in foreign empty dir text v3 v6; do
+# one version past results/schema.sql's (its schema_version comment): a newer program's DB
+next=$(($(sed -n 's/^  version INTEGER NOT NULL *-- *\([0-9]*\).*/\1/p' "${srcdir:-.}/results/schema.sql") + 1))
+cp "$tmp/s1.db" "$tmp/vnext.db"
+q "$tmp/vnext.db" "UPDATE schema_version SET version = $next; PRAGMA journal_mode = delete;" >/dev/null
+for bad in foreign empty dir text v3 vnext; do
   f="$tmp/$bad.db"
   before=$( (cd "$tmp" && ls -la "$bad.db"*; [ -f "$f" ] && cksum <"$f") 2>&1)
   refused "merge: $bad input" "$bad.db" "$SB" merge "$tmp/out-$bad.db" "$tmp/s1.db" "$f"

@@ -16,8 +16,9 @@
  * a config rerun after a failure keeps its rerun. A kept result keeps its run
  * (copied into OUT's runs: host, argv, versions, peak), its comm rows, its pp_*
  * timeline rows, and its config's baselines rows; configs without any result (a
- * sweep's list not run yet) are copied too. Each input is merged in one
- * transaction.
+ * sweep's list not run yet) are copied too. Shape-only runs (shape_runs, by key,
+ * with their shape_roles and shape_comm rows) follow the same rule, shape-only
+ * counting as a verdict. Each input is merged in one transaction.
  *
  * It is not a general SQLite copier: the tables are the ones of results/schema.sql.
  */
@@ -41,6 +42,8 @@ const char sb_merge_usage[] =
     "verdict (ok, mismatch, skipped) beats failed, and between two of the same kind\n"
     "the later one wins (a tie keeps the row already in OUT). A kept result brings its\n"
     "run (provenance), its comm and pipeline timeline rows and its config's baselines.\n"
+    "Shape-only runs (--device meta: shape_runs, shape_roles, shape_comm) merge by key\n"
+    "alike.\n"
     "Every input and an existing OUT must be a shardbench DB of this schema version;\n"
     "anything else (another file, an empty file, a directory, another version) is\n"
     "refused untouched before anything is written.\n"
@@ -132,6 +135,85 @@ typedef struct run_map {
   int64_t (*v)[2]; /* src id, OUT id */
 } run_map;
 
+/* OUT's id of src's runs row `run`, copied into OUT on first use; 0 on an error. */
+static int64_t map_run(sqlite3 *db, run_map *rm, const char *c_run, int64_t run) {
+  for (int i = 0; i < rm->n; i++)
+    if (rm->v[i][0] == run) return rm->v[i][1];
+  char sql[4096];
+  int64_t mrun = 0;
+  snprintf(sql, sizeof sql, "INSERT INTO main.runs(%s) SELECT %s FROM src.runs WHERE id = ?",
+           c_run, c_run);
+  if (exec3(db, sql, run, 0, 0, &mrun) != SQLITE_OK) return 0;
+  if (rm->n == rm->cap) {
+    void *g = realloc(rm->v, sizeof *rm->v * (size_t)(rm->cap ? 2 * rm->cap : 16));
+    if (!g) return 0;
+    rm->v = g;
+    rm->cap = rm->cap ? 2 * rm->cap : 16;
+  }
+  rm->v[rm->n][0] = run;
+  rm->v[rm->n++][1] = mrun;
+  return mrun;
+}
+
+/* The shape-only runs of src (shape_runs with their shape_roles and shape_comm):
+ * one row per key by the results' rule (shape-only or skipped beats failed, then
+ * the later created; a tie keeps OUT's), its run copied as a result's is. */
+static int merge_shapes(sqlite3 *db, const char *out, run_map *rm, const char *c_run) {
+  static const char *const skip_run[] = {"id", "run_id", NULL};
+  static const char *const skip_sid[] = {"shape_run_id", NULL};
+  char c_sr[2048], c_role[1024], c_sc[512], sql[8192];
+  sqlite3_stmt *q = NULL, *ex = NULL;
+  if (columns(db, "shape_runs", skip_run, c_sr, sizeof c_sr) ||
+      columns(db, "shape_roles", skip_sid, c_role, sizeof c_role) ||
+      columns(db, "shape_comm", skip_sid, c_sc, sizeof c_sc)) {
+    fprintf(stderr, "shardbench merge: '%s': cannot read the schema\n", out);
+    return -1;
+  }
+  SQLOK(sqlite3_prepare_v2(db, "SELECT id, run_id, status, created, key FROM src.shape_runs "
+                           "ORDER BY id", -1, &q, NULL), "reading shape_runs");
+  SQLOK(sqlite3_prepare_v2(db, "SELECT status, created FROM main.shape_runs WHERE key = ?", -1,
+                           &ex, NULL), "prepare");
+  int rc;
+  while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
+    const int64_t sid = sqlite3_column_int64(q, 0), run = sqlite3_column_int64(q, 1);
+    char status[16], created[40];
+    snprintf(status, sizeof status, "%s", (const char *)sqlite3_column_text(q, 2));
+    snprintf(created, sizeof created, "%s", (const char *)sqlite3_column_text(q, 3));
+    bool wins = true;
+    sqlite3_reset(ex);
+    sqlite3_bind_text(ex, 1, (const char *)sqlite3_column_text(q, 4), -1, SQLITE_TRANSIENT);
+    while (wins && sqlite3_step(ex) == SQLITE_ROW)
+      wins = beats(status, created, (const char *)sqlite3_column_text(ex, 0),
+                   (const char *)sqlite3_column_text(ex, 1));
+    sqlite3_reset(ex);
+    if (!wins) continue;
+    /* shape_roles and shape_comm follow (ON DELETE CASCADE) */
+    SQLOK(exec3(db, "DELETE FROM main.shape_runs WHERE key = (SELECT key FROM src.shape_runs "
+                "WHERE id = ?)", sid, 0, 0, NULL), "delete");
+    const int64_t mrun = map_run(db, rm, c_run, run);
+    if (!mrun) SQLOK(SQLITE_ERROR, "runs");
+    int64_t msid;
+    snprintf(sql, sizeof sql, "INSERT INTO main.shape_runs(run_id, %s) SELECT ?, %s FROM "
+             "src.shape_runs WHERE id = ?", c_sr, c_sr);
+    SQLOK(exec3(db, sql, mrun, sid, 0, &msid), "shape_runs");
+    static const char *const tabs[] = {"shape_roles", "shape_comm"};
+    const char *cols[] = {c_role, c_sc};
+    for (int t = 0; t < 2; t++) {
+      snprintf(sql, sizeof sql, "INSERT INTO main.%s(shape_run_id, %s) SELECT ?, %s FROM src.%s "
+               "WHERE shape_run_id = ? ORDER BY rowid", tabs[t], cols[t], cols[t], tabs[t]);
+      SQLOK(exec3(db, sql, msid, sid, 0, NULL), tabs[t]);
+    }
+  }
+  SQLOK(rc, "reading shape_runs");
+  sqlite3_finalize(q);
+  sqlite3_finalize(ex);
+  return 0;
+fail:
+  sqlite3_finalize(q);
+  sqlite3_finalize(ex);
+  return -1;
+}
+
 /* The attached input `src` into main, in the caller's transaction. */
 static int merge_one(sqlite3 *db, const char *out) {
   static const char *const skip_id[] = {"id", NULL};
@@ -183,21 +265,8 @@ static int merge_one(sqlite3 *db, const char *out) {
     if (!wins) continue;
     /* comm and pp_* rows follow their results (ON DELETE CASCADE) */
     SQLOK(exec3(db, "DELETE FROM main.results WHERE config_id = ?", mcfg, 0, 0, NULL), "delete");
-    int64_t mrun = 0;
-    for (int i = 0; i < rm.n; i++)
-      if (rm.v[i][0] == run) mrun = rm.v[i][1];
-    if (!mrun) {
-      snprintf(sql, sizeof sql, "INSERT INTO main.runs(%s) SELECT %s FROM src.runs WHERE id = ?",
-               c_run, c_run);
-      SQLOK(exec3(db, sql, run, 0, 0, &mrun), "runs");
-      if (rm.n == rm.cap) {
-        void *g = realloc(rm.v, sizeof *rm.v * (size_t)(rm.cap = rm.cap ? 2 * rm.cap : 16));
-        if (!g) goto fail;
-        rm.v = g;
-      }
-      rm.v[rm.n][0] = run;
-      rm.v[rm.n++][1] = mrun;
-    }
+    const int64_t mrun = map_run(db, &rm, c_run, run);
+    if (!mrun) SQLOK(SQLITE_ERROR, "runs");
     int64_t mres;
     snprintf(sql, sizeof sql, "INSERT INTO main.results(run_id, config_id, %s) SELECT ?, ?, %s "
              "FROM src.results WHERE id = ?", c_res, c_res);
@@ -218,6 +287,8 @@ static int merge_one(sqlite3 *db, const char *out) {
   SQLOK(rc, "reading results");
   sqlite3_finalize(q);
   sqlite3_finalize(ex);
+  q = ex = NULL;
+  if (merge_shapes(db, out, &rm, c_run)) goto fail;
   free(rm.v);
   return 0;
 fail:

@@ -1711,6 +1711,17 @@ static void write_index(rp_report *r, rp_chart *charts, size_t ncharts, const ch
   fprintf(f, ". Results: %d ok, %d mismatch, %d failed, %d skipped.</p>\n", r->status_count[0],
           r->status_count[1], r->status_count[2], r->status_count[3]);
   if (r->run >= 0) write_runs(r, f);
+  /* shape-only runs (--device meta) live in shape_runs, apart from the measured
+   * results: counted here, never charted as measured */
+  sqlite3_stmt *sq = NULL;
+  if (r->st.version >= 6 &&
+      sqlite3_prepare_v2(r->st.db, "SELECT count(*) FROM shape_runs WHERE status = 'shape-only'",
+                         -1, &sq, NULL) == SQLITE_OK &&
+      sqlite3_step(sq) == SQLITE_ROW && sqlite3_column_int64(sq, 0) > 0)
+    fprintf(f, "<p>Not charted: %lld shape-only runs (<code>--device meta</code>, table "
+               "<code>shape_runs</code>): shapes and ledgers, not measurements.</p>\n",
+            (long long)sqlite3_column_int64(sq, 0));
+  sqlite3_finalize(sq);
   if (note) {
     fputs("<p><b>Note:</b> ", f);
     html_str(f, note);

@@ -213,6 +213,11 @@ void sb_config_fill(const sb_opts *o, sb_config *c) {
  *                            memory (dt_comm_mem.p2p_via_host on the world, so on
  *                            every communicator split from it): the verdict stays
  *                            ok, but host_staged_bytes in --json is no longer 0.
+ *   extra-all-reduce         every timed step, after its optimizer step, the sharded
+ *                            job makes one more all_reduce (one f64 on the world,
+ *                            phase "optimizer") that the step does not need: the
+ *                            verdict stays ok, but rank 0's comm rows gain it
+ *                            (verify/meta-sweep.sh: a shape-only run must differ).
  *                            (The norm faults act only on a run that clips, --max-norm.)
  * Items join with ';' ("hang:2@plan=dp;crash:1@plan=fsdp "); an item followed by
  * @MATCH applies only to configs whose key contains MATCH. At most one
@@ -228,6 +233,7 @@ typedef struct fault {
   int rank;
   int hang_rank, crash_rank; /* -1: none */
   bool host_staging;
+  bool extra_all_reduce;
 } fault;
 static const double FAULT_PERTURB = 1e-3;
 
@@ -247,6 +253,10 @@ static int fault_item(const char *s, fault *f, char *err, size_t errn) {
   }
   if (!strcmp(s, "host-staging")) {
     f->host_staging = true;
+    return 0;
+  }
+  if (!strcmp(s, "extra-all-reduce")) {
+    f->extra_all_reduce = true;
     return 0;
   }
   if (param && ((size_t)(param - s) == 4 && !strncmp(s, "hang", 4))) {
@@ -281,8 +291,9 @@ static int fault_item(const char *s, fault *f, char *err, size_t errn) {
       (pl == 0 && kind != FAULT_NORM_DROP_STAGE) || pl >= sizeof f->param ||
       (pl && memchr(param + 1, ':', pl))) {
     snprintf(err, errn, "expected skip-reduce:PARAM, perturb-grad:PARAM:RANK, ac-zero:K, "
-                        "norm-replicated:PARAM, norm-drop-stage:K, hang:RANK, crash:RANK or "
-                        "host-staging (joined by ';', each with an optional @MATCH), got '%s'", s);
+                        "norm-replicated:PARAM, norm-drop-stage:K, hang:RANK, crash:RANK, "
+                        "host-staging or extra-all-reduce (joined by ';', each with an "
+                        "optional @MATCH), got '%s'", s);
     return -1;
   }
   long r = 0;
@@ -327,6 +338,7 @@ static int fault_parse(const char *s, const char *key, fault *f, char *err, size
       if (one.hang_rank >= 0) f->hang_rank = one.hang_rank;
       if (one.crash_rank >= 0) f->crash_rank = one.crash_rank;
       f->host_staging = f->host_staging || one.host_staging;
+      f->extra_all_reduce = f->extra_all_reduce || one.extra_all_reduce;
       if (one.kind != FAULT_NONE) {
         if (f->kind != FAULT_NONE && key) {
           snprintf(err, errn, "more than one skip-reduce / perturb-grad item applies");
@@ -351,7 +363,8 @@ int sb_fault_check(const char *cmd, bool warn) {
   char err[SB_ERR_LEN];
   if (fault_parse(s, NULL, &f, err, sizeof err))
     return sb_usage_error(cmd, "SHARDBENCH_FAULT", "%s", err);
-  if ((f.kind != FAULT_NONE || f.hang_rank >= 0 || f.crash_rank >= 0 || f.host_staging) && warn)
+  if ((f.kind != FAULT_NONE || f.hang_rank >= 0 || f.crash_rank >= 0 || f.host_staging ||
+       f.extra_all_reduce) && warn)
     fprintf(stderr, "shardbench %s: warning: SHARDBENCH_FAULT=%s: a fault is injected on purpose "
                     "(test switch); the verdict should fail\n", cmd, s);
   return SB_EXIT_OK;
@@ -974,6 +987,16 @@ static dt_status train(dt_ctx *ctx, job *j) {
     s = dt_trainer_forward_backward(ctx, t, step, ids, ids + n, timed, &loss, &st);
     if (s == DT_OK) s = collect(ctx, t, j, loss, step, total - 1, &c);
     if (s == DT_OK) s = dt_trainer_optimizer_step(ctx, t, timed, &st);
+    if (s == DT_OK && timed && !j->reference && j->fault.extra_all_reduce) {
+      /* TEST SWITCH: one collective the step does not need, in the ledger */
+      const bool was = dt_ledger_of(ctx)->enabled;
+      double one = 1;
+      dt_ledger_enable(ctx, true);
+      dt_ctx_set_phase(ctx, "optimizer");
+      s = dt_comm_all_reduce(ctx->world, &one, &one, 1, DT_F64, DT_RED_SUM);
+      dt_ctx_set_phase(ctx, "");
+      dt_ledger_enable(ctx, was);
+    }
     if (s == DT_OK && j->max_norm > 0) /* the norm the step clipped with, against the reference's */
       sb_snap_norm(dt_trainer_model(t), step, st.grad_norm,
                    j->reference && ctx->rank == 0 ? &j->out : NULL,
@@ -1093,6 +1116,75 @@ static void role_comm(sb_role *ro, const dt_ledger_row *r) {
   c->calls = 1;
   c->payload_bytes = (int64_t)r->payload_bytes;
   c->wire_bytes = r->wire_bytes;
+}
+
+/* The role's per-fqn comm rows (sb_role.fcomm), merged by (op, mesh dim, phase, fqn)
+ * through an open-addressing index like krow_index's below (slot: row + 1, 0 empty),
+ * so that a long ledger merges in O(n). False when out of memory. */
+typedef struct fcomm_index {
+  int *slot;
+  size_t cap; /* a power of two, at least twice the rows */
+} fcomm_index;
+
+static uint64_t fcomm_hash(const char *op, const char *dim, const char *ph, const char *fqn) {
+  uint64_t h = 1469598103934665603ull; /* FNV-1a over the four strings and their ends */
+  const char *const s[4] = {op, dim, ph, fqn};
+  for (int i = 0; i < 4; i++) {
+    for (const char *c = s[i]; *c; c++) h = (h ^ (unsigned char)*c) * 1099511628211ull;
+    h = (h ^ 0xffu) * 1099511628211ull;
+  }
+  return h;
+}
+
+static bool fcomm_grow(fcomm_index *x, sb_role *ro) {
+  size_t cap = x->cap ? 2 * x->cap : 256;
+  int *slot = calloc(cap, sizeof *slot);
+  if (!slot) return false;
+  for (int i = 0; i < ro->n_fcomm; i++) {
+    const sb_fqn_comm *f = &ro->fcomm[i];
+    size_t h = (size_t)fcomm_hash(f->op, f->mesh_dim, f->phase, f->fqn) & (cap - 1);
+    while (slot[h]) h = (h + 1) & (cap - 1);
+    slot[h] = i + 1;
+  }
+  free(x->slot);
+  x->slot = slot;
+  x->cap = cap;
+  return true;
+}
+
+static bool role_fcomm(sb_role *ro, fcomm_index *x, const dt_ledger_row *r) {
+  const char *op = dt_coll_name((dt_coll)r->op);
+  const char *ph = r->phase[0] ? r->phase : "other";
+  if ((size_t)ro->n_fcomm * 2 + 2 > x->cap && !fcomm_grow(x, ro)) return false;
+  size_t h = (size_t)fcomm_hash(op, r->group, ph, r->scope) & (x->cap - 1);
+  for (; x->slot[h]; h = (h + 1) & (x->cap - 1)) {
+    sb_fqn_comm *f = &ro->fcomm[x->slot[h] - 1];
+    if (!strcmp(f->op, op) && !strcmp(f->mesh_dim, r->group) && !strcmp(f->phase, ph) &&
+        !strcmp(f->fqn, r->scope)) {
+      f->calls++;
+      f->payload_bytes += (int64_t)r->payload_bytes;
+      f->wire_bytes += r->wire_bytes;
+      return true;
+    }
+  }
+  if (ro->n_fcomm == ro->cap_fcomm) {
+    int cap = ro->cap_fcomm ? 2 * ro->cap_fcomm : 32;
+    sb_fqn_comm *g = realloc(ro->fcomm, sizeof *g * (size_t)cap);
+    if (!g) return false;
+    ro->fcomm = g;
+    ro->cap_fcomm = cap;
+  }
+  x->slot[h] = ro->n_fcomm + 1;
+  sb_fqn_comm *f = &ro->fcomm[ro->n_fcomm++];
+  memset(f, 0, sizeof *f);
+  snprintf(f->op, sizeof f->op, "%s", op);
+  snprintf(f->mesh_dim, sizeof f->mesh_dim, "%s", r->group);
+  snprintf(f->phase, sizeof f->phase, "%s", ph);
+  snprintf(f->fqn, sizeof f->fqn, "%s", r->scope);
+  f->calls = 1;
+  f->payload_bytes = (int64_t)r->payload_bytes;
+  f->wire_bytes = r->wire_bytes;
+  return true;
 }
 
 /* An open-addressing index of a role's krows by their merge key, so merging a
@@ -1240,7 +1332,13 @@ static dt_status meta_train(dt_ctx *ctx, void *arg) {
     ro->peak = (int64_t)st.peak_bytes;
     ro->peak_at = st.peak_at;
     const dt_ledger *L = dt_ledger_of(ctx);
-    for (size_t i = 0; i < L->n; i++) role_comm(ro, &L->rows[i]);
+    fcomm_index fx = {NULL, 0};
+    for (size_t i = 0; i < L->n && s == DT_OK; i++) {
+      role_comm(ro, &L->rows[i]);
+      if (!role_fcomm(ro, &fx, &L->rows[i]))
+        s = dt_error(ctx, DT_ERR_NOMEM, "shape-only", "no memory for the comm rows");
+    }
+    free(fx.slot);
     const dt_kledger *K = dt_kledger_of(ctx);
     ro->krows_dropped += (int64_t)K->dropped_calls;
     krow_index x = {NULL, 0};

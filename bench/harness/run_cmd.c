@@ -322,7 +322,8 @@ const char sb_run_usage[] =
     "                   and the fake comm, one rank per distinct role, any size and\n"
     "                   world: no reference, no timing; per role the memory split and\n"
     "                   peak, the comm ledger and the compute ledger per phase. Not\n"
-    "                   with --load-weights, --save-weights, --save-trace or --db\n"
+    "                   with --load-weights or --save-weights or --save-trace; --db\n"
+    "                   writes shape_runs/shape_roles/shape_comm rows, not results\n"
     "  --dtype T        f32 (default), f64, or bf16 on a device: bf16 parameters and\n"
     "                   activations, f32 master weights and AdamW state, checked against\n"
     "                   an f32 reference with bf16's tolerance\n"
@@ -335,7 +336,8 @@ const char sb_run_usage[] =
     "  --no-mem-check   run whatever the estimate says\n"
     "  --plans-dir DIR  where NAME.plan lives (default: $SHARDBENCH_PLANS,\n"
     "                   $SHARDBENCH_DATADIR/plans, ./plans, the installed plans/)\n"
-    "  --db FILE        append runs/configs/results/comm rows (results/schema.sql)\n"
+    "  --db FILE        append runs/configs/results/comm rows (results/schema.sql;\n"
+    "                   --device meta: runs/shape_* rows)\n"
     "  --ac MODE[:OPT]  activation checkpointing of the sharded job's blocks, over the\n"
     "                   plan's activation_checkpoint_mode / selective_ac_option:\n"
     "                   none, full, selective:N (every N-th block), selective:op\n"
@@ -692,11 +694,10 @@ static int run_check(run_args *a, int *argc, char ***argv, dt_backend *be, int *
   const bool meta = !strcmp(o->device, "meta");
   if (meta && ck != DT_COMM_HOST)
     return sb_usage_error(CMD, "--comm", "--device meta runs on the fake comm, not %s", o->comm);
-  if (meta && (a->load_w || a->save_w || a->trace || a->db))
+  if (meta && (a->load_w || a->save_w || a->trace))
     return sb_usage_error(CMD, a->load_w ? "--load-weights" : a->save_w ? "--save-weights"
-                               : a->trace ? "--save-trace" : "--db",
-                          "a shape-only run (--device meta) has no data%s",
-                          a->db ? " and is not stored with measured runs" : "");
+                               : "--save-trace",
+                          "a shape-only run (--device meta) has no data");
   if (ck == DT_COMM_NCCL && strcmp(o->device, "cpu") && strcmp(o->device, "cuda"))
     return sb_usage_error(CMD, "--comm", "nccl moves GPU memory: it runs with --device cuda, not %s",
                           o->device);
@@ -743,12 +744,17 @@ static int run_check(run_args *a, int *argc, char ***argv, dt_backend *be, int *
   return 0;
 }
 
-/* Rank 0: the run's rows (runs with its peak, configs, results, comm). */
+/* Rank 0: the run's rows (runs with its peak, configs, results, comm; a shape-only
+ * run's shape_runs, shape_roles, shape_comm, apart from the measured ones). */
 static int run_store(sb_store *st, int argc, char **argv, const sb_opts *o, const sb_config *c,
                      const sb_result *r) {
+  char ac[32];
+  dt_ac_str(&o->ac, ac, sizeof ac);
   int rc = sb_store_begin_run(st, argc, argv, o->backend, o->world, o->peak_tflops,
                               o->peak_source) ||
-           sb_store_put(st, c, r) || sb_store_end_run(st);
+           (strcmp(o->device, "meta") ? sb_store_put(st, c, r)
+                                      : sb_store_put_shape(st, c, ac, r)) ||
+           sb_store_end_run(st);
   sb_store_close(st);
   return rc ? SB_EXIT_FAIL : SB_EXIT_OK;
 }

@@ -78,7 +78,10 @@ void sb_result_init(sb_result *r) {
 
 void sb_roles_free(sb_role *roles, int n) {
   if (!roles) return;
-  for (int i = 0; i < n; i++) free(roles[i].krows);
+  for (int i = 0; i < n; i++) {
+    free(roles[i].krows);
+    free(roles[i].fcomm);
+  }
   free(roles);
 }
 
@@ -312,6 +315,8 @@ static const char *const upgrade_sql[SB_SCHEMA_VERSION - 1] = {
     "UPDATE schema_version SET version = 4;",
     "ALTER TABLE results ADD COLUMN grad_norm REAL;"
     "UPDATE schema_version SET version = 5;",
+    /* the shape_* tables: created by the schema text, which runs first */
+    "UPDATE schema_version SET version = 6;",
 };
 
 /* Inside the open's write transaction: an older DB gets every later version's
@@ -774,5 +779,166 @@ int sb_store_put(sb_store *st, const sb_config *c, const sb_result *r) {
   return 0;
 fail:
   sqlite3_exec(st->db, "ROLLBACK", NULL, NULL, NULL); /* no-op when BEGIN failed */
+  return 1;
+}
+
+/* ---- shape-only runs (--device meta): shape_runs, shape_roles, shape_comm ---------- */
+
+/* A role's linear-layer GEMM FLOPs (op "gemm") of phase ph, from its merged ledger. */
+static double role_gemm_flops(const sb_role *ro, const char *ph) {
+  double f = 0;
+  for (int i = 0; i < ro->n_krows; i++)
+    if (!strcmp(ro->krows[i].op, "gemm") && !strcmp(ro->krows[i].phase, ph))
+      f += ro->krows[i].flops * (double)ro->krows[i].calls;
+  return f;
+}
+
+static const char *const GEMM_PHASES[3] = {"forward", "backward", "recompute"};
+
+/* The shape_runs row; its id into *id. Inside a transaction. */
+static int put_shape_run(sb_store *st, const sb_config *c, const char *ac, const sb_result *r,
+                         int64_t *id) {
+  sqlite3_stmt *q = NULL;
+  char now[32];
+  sb_utc_now(now, sizeof now);
+  const bool shape = !strcmp(r->status, "shape-only");
+  SB_SQL(st,
+         sqlite3_prepare_v2(st->db,
+                            "INSERT INTO shape_runs(run_id, key, workload, model, plan, pp, "
+                            "dp_replicate, dp_shard, cp, tp, dtype, batch, seq, ac, world, status, "
+                            "reason, n_roles, peak_mem_bytes, mem_params_bytes, mem_grads_bytes, "
+                            "mem_optimizer_bytes, mem_activations_bytes, flops_forward, "
+                            "flops_backward, flops_recompute, flops_optimizer, flops_other, "
+                            "gemm_flops_forward, gemm_flops_backward, gemm_flops_recompute, "
+                            "created) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
+                            "?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                            -1, &q, NULL),
+         "prepare shape_runs");
+  int k = 1;
+  sqlite3_bind_int64(q, k++, st->run_id);
+  sqlite3_bind_text(q, k++, c->key, -1, SQLITE_TRANSIENT);
+  sqlite3_bind_text(q, k++, c->workload, -1, SQLITE_TRANSIENT);
+  sqlite3_bind_text(q, k++, c->model, -1, SQLITE_TRANSIENT);
+  sqlite3_bind_text(q, k++, c->plan, -1, SQLITE_TRANSIENT);
+  const int ints[] = {c->pp, c->dp_replicate, c->dp_shard, c->cp, c->tp};
+  for (int i = 0; i < 5; i++) sqlite3_bind_int(q, k++, ints[i]);
+  sqlite3_bind_text(q, k++, c->dtype, -1, SQLITE_TRANSIENT);
+  sqlite3_bind_int(q, k++, c->batch);
+  sqlite3_bind_int(q, k++, c->seq);
+  sqlite3_bind_text(q, k++, ac, -1, SQLITE_TRANSIENT);
+  sqlite3_bind_int(q, k++, c->world);
+  sqlite3_bind_text(q, k++, r->status, -1, SQLITE_TRANSIENT);
+  if (r->reason[0]) sqlite3_bind_text(q, k++, r->reason, -1, SQLITE_TRANSIENT);
+  else sqlite3_bind_null(q, k++);
+  sqlite3_bind_int(q, k++, shape ? r->n_roles : 0);
+  const int64_t mem[5] = {r->peak_mem_bytes, r->mem_params_bytes, r->mem_grads_bytes,
+                          r->mem_optimizer_bytes, r->mem_activations_bytes};
+  for (int i = 0; i < 5; i++) bind_bytes(q, k++, shape ? mem[i] : -1);
+  /* the step's FLOPs over every rank: each role's times the ranks it stands for */
+  double fl[SB_ROLE_PHASES] = {0}, gf[3] = {0};
+  for (int i = 0; i < r->n_roles; i++) {
+    const sb_role *ro = &r->roles[i];
+    for (int p = 0; p < SB_ROLE_PHASES; p++) fl[p] += ro->flops[p] * ro->count;
+    for (int p = 0; p < 3; p++) gf[p] += role_gemm_flops(ro, GEMM_PHASES[p]) * ro->count;
+  }
+  for (int p = 0; p < SB_ROLE_PHASES; p++) bind_real(q, k++, shape ? fl[p] : NAN);
+  for (int p = 0; p < 3; p++) bind_real(q, k++, shape ? gf[p] : NAN);
+  sqlite3_bind_text(q, k++, now, -1, SQLITE_TRANSIENT);
+  SB_SQL(st, sqlite3_step(q), "insert shape_runs");
+  *id = sqlite3_last_insert_rowid(st->db);
+  sqlite3_finalize(q);
+  return 0;
+fail:
+  sqlite3_finalize(q);
+  return 1;
+}
+
+/* The shape_roles and shape_comm rows of r's roles. Inside a transaction. */
+static int put_shape_roles(sb_store *st, int64_t id, const sb_result *r) {
+  sqlite3_stmt *q = NULL, *qc = NULL;
+  SB_SQL(st,
+         sqlite3_prepare_v2(st->db,
+                            "INSERT INTO shape_roles(shape_run_id, role, first_rank, ranks, "
+                            "peak_mem_bytes, mem_params_bytes, mem_grads_bytes, "
+                            "mem_optimizer_bytes, mem_activations_bytes, flops_forward, "
+                            "flops_backward, flops_recompute, flops_optimizer, flops_other, "
+                            "gemm_flops_forward, gemm_flops_backward, gemm_flops_recompute, "
+                            "kernels_dropped_calls) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
+                            "?, ?, ?, ?, ?)",
+                            -1, &q, NULL),
+         "prepare shape_roles");
+  SB_SQL(st,
+         sqlite3_prepare_v2(st->db,
+                            "INSERT INTO shape_comm(shape_run_id, role, op, mesh_dim, phase, fqn, "
+                            "calls, payload_bytes, wire_bytes) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                            -1, &qc, NULL),
+         "prepare shape_comm");
+  for (int i = 0; i < r->n_roles; i++) {
+    const sb_role *ro = &r->roles[i];
+    sqlite3_reset(q);
+    int k = 1;
+    sqlite3_bind_int64(q, k++, id);
+    sqlite3_bind_int(q, k++, i);
+    sqlite3_bind_int(q, k++, ro->rank);
+    sqlite3_bind_int(q, k++, ro->count);
+    sqlite3_bind_int64(q, k++, ro->peak);
+    for (int m = 0; m < 4; m++) sqlite3_bind_int64(q, k++, ro->mem[m]);
+    for (int p = 0; p < SB_ROLE_PHASES; p++) sqlite3_bind_double(q, k++, ro->flops[p]);
+    for (int p = 0; p < 3; p++) sqlite3_bind_double(q, k++, role_gemm_flops(ro, GEMM_PHASES[p]));
+    sqlite3_bind_int64(q, k++, ro->krows_dropped);
+    SB_SQL(st, sqlite3_step(q), "insert shape_roles");
+    for (int c = 0; c < ro->n_fcomm; c++) {
+      const sb_fqn_comm *fc = &ro->fcomm[c];
+      sqlite3_reset(qc);
+      sqlite3_bind_int64(qc, 1, id);
+      sqlite3_bind_int(qc, 2, i);
+      sqlite3_bind_text(qc, 3, fc->op, -1, SQLITE_TRANSIENT);
+      sqlite3_bind_text(qc, 4, fc->mesh_dim, -1, SQLITE_TRANSIENT);
+      sqlite3_bind_text(qc, 5, fc->phase, -1, SQLITE_TRANSIENT);
+      sqlite3_bind_text(qc, 6, fc->fqn, -1, SQLITE_TRANSIENT);
+      sqlite3_bind_int64(qc, 7, fc->calls);
+      sqlite3_bind_int64(qc, 8, fc->payload_bytes);
+      sqlite3_bind_double(qc, 9, fc->wire_bytes);
+      SB_SQL(st, sqlite3_step(qc), "insert shape_comm");
+    }
+  }
+  sqlite3_finalize(q);
+  sqlite3_finalize(qc);
+  return 0;
+fail:
+  sqlite3_finalize(q);
+  sqlite3_finalize(qc);
+  return 1;
+}
+
+int sb_store_put_shape(sb_store *st, const sb_config *c, const char *ac, const sb_result *r) {
+  int64_t id = 0;
+  SB_SQL(st, sqlite3_exec(st->db, "BEGIN IMMEDIATE", NULL, NULL, NULL), "BEGIN");
+  if (put_shape_run(st, c, ac, r, &id) ||
+      (!strcmp(r->status, "shape-only") && put_shape_roles(st, id, r))) {
+    sqlite3_exec(st->db, "ROLLBACK", NULL, NULL, NULL);
+    return 1;
+  }
+  SB_SQL(st, sqlite3_exec(st->db, "COMMIT", NULL, NULL, NULL), "COMMIT");
+  return 0;
+fail:
+  sqlite3_exec(st->db, "ROLLBACK", NULL, NULL, NULL); /* no-op when BEGIN failed */
+  return 1;
+}
+
+int sb_store_has_shape(sb_store *st, const char *key, bool *has) {
+  sqlite3_stmt *q = NULL;
+  *has = false;
+  SB_SQL(st, sqlite3_prepare_v2(st->db, "SELECT 1 FROM shape_runs WHERE key = ? LIMIT 1", -1, &q,
+                                NULL),
+         "prepare resume lookup");
+  sqlite3_bind_text(q, 1, key, -1, SQLITE_TRANSIENT);
+  int rc = sqlite3_step(q);
+  SB_SQL(st, rc, "resume lookup");
+  *has = rc == SQLITE_ROW;
+  sqlite3_finalize(q);
+  return 0;
+fail:
+  sqlite3_finalize(q);
   return 1;
 }

@@ -7,8 +7,9 @@
  * not a SQLite DB, another application's SQLite DB, or a schema_version outside
  * 1 to SB_SCHEMA_VERSION; otherwise it creates the schema (the text of
  * results/schema.sql, embedded at build time as bench/harness/schema_sql.h),
- * inserts the version row and upgrades an older DB. Every config's rows (configs, results, comm, pp_*) are written in
- * one transaction, so a kill at any moment loses no committed row and leaves no
+ * inserts the version row and upgrades an older DB. Every config's rows (configs, results,
+ * comm, pp_*; a shape-only run's shape_runs, shape_roles, shape_comm) are written in one
+ * transaction, so a kill at any moment loses no committed row and leaves no
  * half one. WAL journal and a 30 s busy timeout let two sweeps share one file.
  *
  * This is program code: it returns SB_EXIT_* codes and prints one-line errors.
@@ -28,7 +29,7 @@
 #include "verdict.h"
 
 /* The schema this program writes (results/schema.sql: schema_version). */
-enum { SB_SCHEMA_VERSION = 5 };
+enum { SB_SCHEMA_VERSION = 6 };
 
 typedef struct sb_store {
   sqlite3 *db;
@@ -82,6 +83,18 @@ typedef struct sb_pp_timeline {
   sb_pp_event events[];          /* n_events, by step, rank, then execution order */
 } sb_pp_timeline;
 
+/* One comm row of a shape-only role per (op, mesh dim, phase, fqn): results/schema.sql's
+ * shape_comm. */
+typedef struct sb_fqn_comm {
+  char op[32];
+  char mesh_dim[DT_LABEL_LEN];
+  char phase[16];
+  char fqn[DT_LABEL_LEN];        /* the ledger row's scope: module fqn or caller label */
+  int64_t calls;
+  int64_t payload_bytes;
+  double wire_bytes;
+} sb_fqn_comm;
+
 /* Bytes of a timeline with n events. */
 size_t sb_pp_timeline_bytes(int n_events);
 
@@ -119,6 +132,11 @@ typedef struct sb_role {
   sb_krow *krows;
   int n_krows, cap_krows;
   int64_t krows_dropped;
+  /* the comm ledger per (op, mesh dim, phase, fqn), in first-seen order (malloc'd,
+   * owned by the role); summed over fqn it is comm[] (which stops at SB_ROLE_MAX_COMM
+   * rows, this does not) */
+  sb_fqn_comm *fcomm;
+  int n_fcomm, cap_fcomm;
 } sb_role;
 
 /* What a shape-only run knows beside its roles, for the time model
@@ -191,7 +209,8 @@ int sb_store_open(sb_store *st, const char *path, const char *cmd);
 /* Opens an existing DB of schema version 1 to SB_SCHEMA_VERSION read-only
  * (st->version says which; a version 1 DB lacks runs.peak_tflops,
  * runs.peak_source and results.worst, a version 1 or 2 DB the results.mem_*_bytes
- * split, a version 1 to 3 DB the pp_* tables). Writes nothing, and creates no -wal or
+ * split, a version 1 to 3 DB the pp_* tables, a version 1 to 5 DB the shape_* tables).
+ * Writes nothing, and creates no -wal or
  * -shm where none exists or where the directory is read-only (the DB is then
  * read immutable). Same returns and messages as sb_store_open. */
 int sb_store_open_read(sb_store *st, const char *path, const char *cmd);
@@ -219,6 +238,13 @@ int sb_store_plan_configs(sb_store *st, const sb_config *cs, int n);
 /* Writes config (upsert by key), its result, comm rows and (pipelined) its
  * pp_stats, pp_stages and pp_events rows in one transaction. */
 int sb_store_put(sb_store *st, const sb_config *c, const sb_result *r);
+/* A shape-only outcome (--device meta: r->status shape-only, or skipped / failed):
+ * its shape_runs row (c's key and columns, ac its activation checkpointing as
+ * dt_ac_str) and, when shape-only, its shape_roles and shape_comm rows, in one
+ * transaction. Nothing goes to configs or results. */
+int sb_store_put_shape(sb_store *st, const sb_config *c, const char *ac, const sb_result *r);
+/* True when some run already has a shape_runs row for this config key. */
+int sb_store_has_shape(sb_store *st, const char *key, bool *has);
 /* Inside a write transaction the caller holds: the configs row of c, inserted
  * when new; its id into *id. */
 int sb_store_config_id(sb_store *st, const sb_config *c, int64_t *id);

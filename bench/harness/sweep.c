@@ -43,6 +43,11 @@
  * the run's row (sb_store_begin_run). A config whose estimated memory is over the
  * limit is recorded as skipped with both numbers.
  *
+ * --device meta: every config a shape-only run (sb_execute on the meta device and the
+ * fake comm, one rank per role, no reference), run in this process and stored in
+ * shape_runs / shape_roles / shape_comm (sb_store_put_shape), never in configs or
+ * results; --resume looks its keys up there. Threads only (no --launcher, no MPI).
+ *
  * Progress on stderr: one line redrawn with \r when stderr is a terminal, else
  * one line per config. Exit: 0 when every config is ok or skipped, 1 when one
  * mismatched or failed (or a DB write failed), 2 on bad input.
@@ -82,7 +87,7 @@ const char sb_sweep_usage[] =
     "                        [--db results/shardbench.db] [--resume]\n"
     "                        [--backend threads|mpi] [--peak-tflops X] [--plans-dir DIR]\n"
     "                        [--mem-limit BYTES | --no-mem-check] [--shapes S/S/...]\n"
-    "                        [--device cpu|cuda|cuda-emu] [--pin-ranks]\n"
+    "                        [--device cpu|cuda|cuda-emu|meta] [--pin-ranks]\n"
     "                        [--ac none,full,selective:2,selective:op]\n"
     "                        [--shard I/N] [--launcher CMD] [--config-timeout S]\n"
     "\n"
@@ -108,6 +113,9 @@ const char sb_sweep_usage[] =
     "skip pp > 1 (one layer has no stages to split).\n"
     "--device cpu|cuda|cuda-emu: where every config's sharded job computes, as run's\n"
     "--device (it joins each config's key off the CPU); --dtypes bf16 needs a device.\n"
+    "--device meta: every config a shape-only run (run --device meta: one rank per\n"
+    "role, no reference, no timing), in this process, into the DB's shape_runs,\n"
+    "shape_roles and shape_comm tables (never configs or results); threads only.\n"
     "--pin-ranks: pin each config's rank threads to cores, as run's --pin-ranks.\n"
     "--launcher CMD: this process drives, each config runs as its own job step\n"
     "`CMD shardbench sweep ... --step K` under MPI ({world} in CMD is the world:\n"
@@ -672,7 +680,7 @@ typedef struct sweep_space {
 
 /* Outcomes so far. */
 typedef struct tally {
-  int ok, mis, fail, skip, resumed, done;
+  int ok, mis, fail, skip, resumed, done, shape; /* shape: shape-only (--device meta) */
   bool db_err;
 } tally;
 
@@ -823,12 +831,13 @@ static int sweep_lists(const sweep_args *a, sweep_space *sp) {
     return sb_usage_error(CMD, "--dtypes", "%s", err);
   const char *flag;
   if (strlen(a->device_s) >= sizeof ((sb_opts *)0)->device)
-    return sb_usage_error(CMD, "--device", "expected cpu, cuda or cuda-emu, got '%s'", a->device_s);
-  /* shape-only results have no place in the DB's results table yet (its status CHECK) */
-  if (!strcmp(a->device_s, "meta"))
-    return sb_usage_error(CMD, "--device", "meta: a sweep stores every config in the DB, which "
-                                           "has no table for shape-only runs yet (run --device "
-                                           "meta runs one config)");
+    return sb_usage_error(CMD, "--device", "expected cpu, cuda, cuda-emu or meta, got '%s'",
+                          a->device_s);
+  /* shape-only configs run in this process, each rank of a role alone on the fake comm */
+  if (!strcmp(a->device_s, "meta") && (a->launcher || strcmp(a->backend_s, "threads")))
+    return sb_usage_error(CMD, "--device", "meta: shape-only configs run in this process on the "
+                                           "fake comm, not under %s",
+                          a->launcher ? "--launcher" : a->backend_s);
   for (int i = 0; i < sp->dtypes.n; i++) {
     if (strcmp(sp->dtypes.v[i], "f32") && strcmp(sp->dtypes.v[i], "f64") &&
         strcmp(sp->dtypes.v[i], "bf16"))
@@ -943,7 +952,7 @@ static int sweep_check(sweep_args *a, sweep_space *sp, sb_opts *lim, dt_backend 
 static int sweep_open(const sweep_args *a, sb_store *st, sb_opts *lim, int argc, char **argv) {
   int rc = sb_store_open(st, a->db, "sweep");
   if (rc) return rc;
-  if (!(lim->peak_tflops > 0))
+  if (!(lim->peak_tflops > 0) && strcmp(a->device_s, "meta")) /* meta: no timing */
     /* on a GPU, the first dtype's GEMM rate (one peak per invocation) */
     lim->peak_tflops = sb_default_peak_tflops_on((int)a->world, a->device_s,
                                                  a->dtypes_s && !strncmp(a->dtypes_s, "bf16", 4)
@@ -1007,9 +1016,12 @@ static void sweep_config(const sweep_args *a, const sb_opts *o, int k, sb_ref *r
   sb_config c;
   sb_config_fill(o, &c);
   t->done++;
+  const bool meta = !strcmp(o->device, "meta");
   if (a->resume) {
     bool has = false;
-    if (rank == 0 && sb_store_has_result(st, c.key, &has)) t->db_err = true;
+    if (rank == 0 &&
+        (meta ? sb_store_has_shape(st, c.key, &has) : sb_store_has_result(st, c.key, &has)))
+      t->db_err = true;
     if (mpi) has = mpi_bcast(has) != 0;
     if (has) {
       t->resumed++;
@@ -1019,7 +1031,11 @@ static void sweep_config(const sweep_args *a, const sb_opts *o, int k, sb_ref *r
   }
   sb_result r;
   const double timeout = a->config_timeout > 0 ? a->config_timeout : default_timeout(o);
-  if (rn->step_head) {
+  if (meta) {
+    /* shape-only: no reference, no data; one rank per role, in this process (fast,
+     * and its roles are not handed through result_write) */
+    sb_execute(o, NULL, SB_STAGE_RUN, &r);
+  } else if (rn->step_head) {
     sb_execute(o, NULL, SB_STAGE_CHECK, &r); /* the step computes its own reference */
     if (!r.status[0]) run_step(rn->step_head, k, timeout, &rn->sc, &r);
   } else {
@@ -1030,11 +1046,14 @@ static void sweep_config(const sweep_args *a, const sb_opts *o, int k, sb_ref *r
     }
   }
   if (!strcmp(r.status, "ok")) t->ok++;
+  else if (!strcmp(r.status, "shape-only")) t->shape++;
   else if (!strcmp(r.status, "mismatch")) t->mis++;
   else if (!strcmp(r.status, "skipped")) t->skip++;
   else t->fail++;
   if (rank == 0) {
-    if (sb_store_put(st, &c, &r)) t->db_err = true;
+    char ac[32];
+    dt_ac_str(&o->ac, ac, sizeof ac);
+    if (meta ? sb_store_put_shape(st, &c, ac, &r) : sb_store_put(st, &c, &r)) t->db_err = true;
     progress(tty, t->done, total, t0, r.status, c.key);
   }
   sb_result_free(&r);
@@ -1059,6 +1078,7 @@ static void sweep_all(const sweep_args *a, const sweep_space *sp, const sb_opts 
  * (one transaction), so that `shardbench status` counts the ones not run yet. */
 static int sweep_plan_configs(const sweep_args *a, const sweep_space *sp, const sb_opts *lim,
                               sb_store *st) {
+  if (!strcmp(a->device_s, "meta")) return 0; /* shape-only: kept out of configs */
   sb_config *cs = malloc(sizeof *cs * (size_t)(sp->total ? sp->total : 1));
   int n = 0;
   if (!cs) return -1;
@@ -1209,9 +1229,11 @@ int sb_cmd_sweep(int argc, char **argv) {
   if (rank == 0) {
     if (sb_store_end_run(&st)) t.db_err = true;
     sb_store_close(&st);
-    printf("sweep: world %ld: %d configs in %.1f s: %d ok, %d mismatch, %d failed, %d skipped, "
+    char shape[48] = "";
+    if (!strcmp(a.device_s, "meta")) snprintf(shape, sizeof shape, "%d shape-only, ", t.shape);
+    printf("sweep: world %ld: %d configs in %.1f s: %s%d ok, %d mismatch, %d failed, %d skipped, "
            "%d already in the DB -> %s\n",
-           a.world, total, dt_now() - t0, t.ok, t.mis, t.fail, t.skip, t.resumed, a.db);
+           a.world, total, dt_now() - t0, shape, t.ok, t.mis, t.fail, t.skip, t.resumed, a.db);
   }
   free(rn.step_head);
   scratch_remove(&rn.sc);

@@ -477,6 +477,10 @@ dt_status dt_trainer_share_stages(dt_ctx *ctx, dt_trainer *t, bool grads, dt_var
 
 dt_status dt_trainer_unshare_stages(dt_ctx *ctx, dt_trainer *t) {
   if (!t->pipe) return DT_OK;
+  /* the shared loss too: a check's copy is no part of the step's memory (the
+   * optimizer step's peak would count its 8 bytes; a shape-only run has none) */
+  dt_tape_free(t->loss_tape);
+  t->loss_tape = NULL;
   return dt_pipeline_release_foreign(ctx, t->model, t->dims.dim[DT_PDIM_PP], &t->pipe->layout);
 }
 

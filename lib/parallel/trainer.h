@@ -339,7 +339,7 @@ dt_status dt_trainer_train_step(dt_ctx *ctx, dt_trainer *t, int step, const int6
  * each weight's gradient (grads true; *loss then a variable holding the step's
  * loss, broadcast from the last stage's rank) or value (grads false) made its
  * owner's (dt_pipeline_share); dt_trainer_unshare_stages frees the other stages'
- * again. Without pp: *loss the step's loss variable as given, no comm.
+ * again, and that loss variable. Without pp: *loss the step's loss variable as given, no comm.
  * Collective over the pp group. loss may be NULL with grads false. */
 dt_status dt_trainer_share_stages(dt_ctx *ctx, dt_trainer *t, bool grads, dt_var *step_loss,
                                   dt_var **loss);
