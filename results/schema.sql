@@ -302,6 +302,10 @@ CREATE TABLE IF NOT EXISTS shape_roles (
   gemm_flops_forward REAL NOT NULL, gemm_flops_backward REAL NOT NULL,
   gemm_flops_recompute REAL NOT NULL,
   kernels_dropped_calls INTEGER NOT NULL, -- compute-ledger calls not merged (its sums count them)
+  peak_phase   TEXT NOT NULL,             -- where the step's peak was reached: forward, backward,
+  peak_module  TEXT NOT NULL,             --   recompute or optimizer, in the module (fqn; '': none)
+  peak_fsdp_params_bytes INTEGER NOT NULL, -- of the peak: FSDP's unsharded parameters then
+  peak_comm_buffers_bytes INTEGER NOT NULL, -- and the collectives' flat buffers
   PRIMARY KEY (shape_run_id, role)
 );
 

@@ -863,8 +863,9 @@ static int put_shape_roles(sb_store *st, int64_t id, const sb_result *r) {
                             "mem_optimizer_bytes, mem_activations_bytes, flops_forward, "
                             "flops_backward, flops_recompute, flops_optimizer, flops_other, "
                             "gemm_flops_forward, gemm_flops_backward, gemm_flops_recompute, "
-                            "kernels_dropped_calls) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
-                            "?, ?, ?, ?, ?)",
+                            "kernels_dropped_calls, peak_phase, peak_module, "
+                            "peak_fsdp_params_bytes, peak_comm_buffers_bytes) VALUES (?, ?, ?, ?, "
+                            "?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                             -1, &q, NULL),
          "prepare shape_roles");
   SB_SQL(st,
@@ -886,6 +887,10 @@ static int put_shape_roles(sb_store *st, int64_t id, const sb_result *r) {
     for (int p = 0; p < SB_ROLE_PHASES; p++) sqlite3_bind_double(q, k++, ro->flops[p]);
     for (int p = 0; p < 3; p++) sqlite3_bind_double(q, k++, role_gemm_flops(ro, GEMM_PHASES[p]));
     sqlite3_bind_int64(q, k++, ro->krows_dropped);
+    sqlite3_bind_text(q, k++, ro->peak_at.phase, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(q, k++, ro->peak_at.where, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int64(q, k++, (int64_t)ro->peak_at.note[DT_MEM_NOTE_FSDP_PARAMS]);
+    sqlite3_bind_int64(q, k++, (int64_t)ro->peak_at.note[DT_MEM_NOTE_COMM]);
     SB_SQL(st, sqlite3_step(q), "insert shape_roles");
     for (int c = 0; c < ro->n_fcomm; c++) {
       const sb_fqn_comm *fc = &ro->fcomm[c];
