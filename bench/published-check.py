@@ -58,32 +58,35 @@ def plan_ac(path):
 
 def read_layouts(path, plans_dir):
     rows = []
-    with open(path) as f:
-        for n, line in enumerate(f, 1):
-            line = line.strip()
-            if not line or line.startswith('#'):
-                continue
-            p = line.split(';')
-            if len(p) != 14:
-                refuse(f"{path}:{n}: expected 14 ';'-separated fields, got {len(p)}")
-            rid, model, hw, gpus, seq, lb, plan, mesh, ac, feats, metric, value, role, src = p
-            try:
-                rows.append(dict(id=rid, model=model, hw=hw, gpus=int(gpus), seq=int(seq),
-                                 lb=int(lb), plan=plan, mesh=mesh, ac=ac, features=feats,
-                                 metric=metric, value=float(value), role=role, source=src))
-            except ValueError as e:
-                refuse(f"{path}:{n}: {e}")
-            if metric not in ('tokens_per_s_per_gpu', 'peak_mem_gib') or role not in ('calibrate', 'check', 'miss'):
-                refuse(f"{path}:{n}: metric or role '{metric}', '{role}' unknown")
-            pf = os.path.join(plans_dir, 'published', plan + '.plan')
-            if not os.path.isfile(pf):
-                refuse(f"{path}:{n}: {rid}: plan '{plan}' is not in {os.path.join(plans_dir, 'published')}")
-            want = plan_ac(pf)
-            if want is None:
-                refuse(f"{path}:{n}: {rid}: plan {pf} states no activation_checkpoint_mode")
-            if ac != want:
-                refuse(f"{path}:{n}: {rid}: ac '{ac}' differs from plan {pf}'s '{want}'")
-            rows[-1]['plan_path'] = pf
+    try:
+        text = open(path).read().splitlines()
+    except OSError as e:
+        refuse(f"{path}: {e.strerror}")
+    for n, line in enumerate(text, 1):
+        line = line.strip()
+        if not line or line.startswith('#'):
+            continue
+        p = line.split(';')
+        if len(p) != 14:
+            refuse(f"{path}:{n}: expected 14 ';'-separated fields, got {len(p)}")
+        rid, model, hw, gpus, seq, lb, plan, mesh, ac, feats, metric, value, role, src = p
+        try:
+            rows.append(dict(id=rid, model=model, hw=hw, gpus=int(gpus), seq=int(seq),
+                             lb=int(lb), plan=plan, mesh=mesh, ac=ac, features=feats,
+                             metric=metric, value=float(value), role=role, source=src))
+        except ValueError as e:
+            refuse(f"{path}:{n}: {e}")
+        if metric not in ('tokens_per_s_per_gpu', 'peak_mem_gib') or role not in ('calibrate', 'check', 'miss'):
+            refuse(f"{path}:{n}: metric or role '{metric}', '{role}' unknown")
+        pf = os.path.join(plans_dir, 'published', plan + '.plan')
+        if not os.path.isfile(pf):
+            refuse(f"{path}:{n}: {rid}: plan '{plan}' is not in {os.path.join(plans_dir, 'published')}")
+        want = plan_ac(pf)
+        if want is None:
+            refuse(f"{path}:{n}: {rid}: plan {pf} states no activation_checkpoint_mode")
+        if ac != want:
+            refuse(f"{path}:{n}: {rid}: ac '{ac}' differs from plan {pf}'s '{want}'")
+        rows[-1]['plan_path'] = pf
     return rows
 
 
