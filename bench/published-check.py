@@ -2,12 +2,18 @@
 """bench/published-check.py: the capacity planner's predictions against published runs.
 
     bench/published-check.py [--shardbench bench/shardbench] [--layouts results/published-layouts.csv]
-                             [--save FILE] [--load FILE] [--table FILE] [--only ID,ID]
+                             [--plans-dir plans] [--save FILE] [--load FILE] [--table FILE]
+                             [--only ID,ID]
 
 Each row of results/published-layouts.csv names a published run's layout (model, hardware
-file, GPUs, seq, local batch, plan, mesh, AC, features). Every distinct layout is predicted
-once by `shardbench plan --json` with that layout fixed; the row's metric (tokens/s per GPU
-or peak memory in GiB) is compared with the published value. Prints one line per row
+file, GPUs, seq, local batch, plan, mesh, AC, features). The plan is one of
+plans/published/ (the published run's layout with its activation checkpointing), and the
+row's AC must be the plan's activation_checkpoint_mode / selective_ac_option: a row whose
+AC differs, or whose plan states none, is refused (one line, exit 2) before any
+prediction, so the two cannot drift apart. Every distinct layout is predicted once by
+`shardbench plan --json` with that layout fixed and the plan searched at its own AC (no
+--ac); the row's metric (tokens/s per GPU or peak memory in GiB) is compared with the
+published value. Prints one line per row
 (predicted, published, ratio, |ln ratio|) and the summary, and exits 1 when a goal is missed:
 
   - tokens/s per GPU: median |ln(predicted / published)| <= 0.15 over every row, and every
@@ -21,30 +27,66 @@ It also reports the median on the rows marked `check` alone (those not used to c
 --save FILE keeps the predictions (JSON); --load FILE reuses them (no shardbench run), so a
 test can plant a wrong published value and see the check fail without re-running.
 """
-import argparse, json, math, os, statistics, subprocess, sys
+import argparse, json, math, os, re, statistics, subprocess, sys
 
 TOK_MEDIAN, TOK_MAX, MEM_MAX = 0.15, math.log(1.5), 0.15
 
 
-def read_layouts(path):
-    rows = []
+def refuse(msg):
+    """Bad input: one line on stderr, exit 2."""
+    sys.stderr.write(f"published-check: {msg}\n")
+    sys.exit(2)
+
+
+def plan_ac(path):
+    """The AC a plan file states, as `shardbench plan` prints it (none, full, selective:op,
+    selective:N; selective_ac_option defaults to 2, TorchTitan's), or None when it states
+    no activation_checkpoint_mode. The settings are `key = value` lines, '#' comments."""
+    mode = opt = None
     with open(path) as f:
-        for n, line in enumerate(f, 1):
-            line = line.strip()
-            if not line or line.startswith('#'):
-                continue
-            p = line.split(';')
-            if len(p) != 14:
-                sys.exit(f"published-check: {path}:{n}: expected 14 ';'-separated fields, got {len(p)}")
-            rid, model, hw, gpus, seq, lb, plan, mesh, ac, feats, metric, value, role, src = p
-            try:
-                rows.append(dict(id=rid, model=model, hw=hw, gpus=int(gpus), seq=int(seq),
-                                 lb=int(lb), plan=plan, mesh=mesh, ac=ac, features=feats,
-                                 metric=metric, value=float(value), role=role, source=src))
-            except ValueError as e:
-                sys.exit(f"published-check: {path}:{n}: {e}")
-            if metric not in ('tokens_per_s_per_gpu', 'peak_mem_gib') or role not in ('calibrate', 'check', 'miss'):
-                sys.exit(f"published-check: {path}:{n}: metric or role '{metric}', '{role}' unknown")
+        for line in f:
+            m = re.match(r'\s*(activation_checkpoint_mode|selective_ac_option)\s*=\s*(\S+)',
+                         line.split('#', 1)[0])
+            if m and m.group(1) == 'activation_checkpoint_mode':
+                mode = m.group(2)
+            elif m:
+                opt = m.group(2)
+    if mode is None:
+        return None
+    return f"selective:{opt or '2'}" if mode == 'selective' else mode
+
+
+def read_layouts(path, plans_dir):
+    rows = []
+    try:
+        text = open(path).read().splitlines()
+    except OSError as e:
+        refuse(f"{path}: {e.strerror}")
+    for n, line in enumerate(text, 1):
+        line = line.strip()
+        if not line or line.startswith('#'):
+            continue
+        p = line.split(';')
+        if len(p) != 14:
+            refuse(f"{path}:{n}: expected 14 ';'-separated fields, got {len(p)}")
+        rid, model, hw, gpus, seq, lb, plan, mesh, ac, feats, metric, value, role, src = p
+        try:
+            rows.append(dict(id=rid, model=model, hw=hw, gpus=int(gpus), seq=int(seq),
+                             lb=int(lb), plan=plan, mesh=mesh, ac=ac, features=feats,
+                             metric=metric, value=float(value), role=role, source=src))
+        except ValueError as e:
+            refuse(f"{path}:{n}: {e}")
+        if metric not in ('tokens_per_s_per_gpu', 'peak_mem_gib') or role not in ('calibrate', 'check', 'miss'):
+            refuse(f"{path}:{n}: metric or role '{metric}', '{role}' unknown")
+        pf = os.path.join(plans_dir, 'published', plan + '.plan')
+        if not os.path.isfile(pf):
+            refuse(f"{path}:{n}: {rid}: plan '{plan}' is not in {os.path.join(plans_dir, 'published')}")
+        want = plan_ac(pf)
+        if want is None:
+            refuse(f"{path}:{n}: {rid}: plan {pf} states no activation_checkpoint_mode")
+        if ac != want:
+            refuse(f"{path}:{n}: {rid}: ac '{ac}' differs from plan {pf}'s '{want}'")
+        rows[-1]['plan_path'] = pf
     return rows
 
 
@@ -61,7 +103,7 @@ def predict(sb, r):
     feats = [f for f in r['features'].split(',') if f]
     cmd = [sb, 'plan', '--model', r['model'], '--gpus', str(r['gpus']), '--hardware', r['hw'],
            '--seq', str(r['seq']), '--global-batch', str(r['lb'] * dp_degree(r['mesh'])),
-           '--plans', r['plan'], '--mesh', r['mesh'], '--ac', r['ac'], '--local-batch', str(r['lb']),
+           '--plans', r['plan_path'], '--mesh', r['mesh'], '--local-batch', str(r['lb']),
            '--max-local-batch', str(r['lb']), '--max-cp', '64', '--max-pp', '64', '--json']
     if 'float8' in feats:
         cmd += ['--dtype', 'fp8']
@@ -74,6 +116,8 @@ def predict(sb, r):
     ls = json.loads(p.stdout)['layouts']
     if len(ls) != 1:
         sys.exit(f"published-check: {r['id']}: expected one layout, got {len(ls)}")
+    if ls[0]['ac'] != r['ac']:  # the plan's own AC is what shardbench searched
+        sys.exit(f"published-check: {r['id']}: shardbench plan ran ac '{ls[0]['ac']}', the plan states '{r['ac']}'")
     return ls[0]
 
 
@@ -82,12 +126,13 @@ def main():
     here = os.path.dirname(os.path.abspath(__file__))
     ap.add_argument('--shardbench', default=os.path.join(here, 'shardbench'))
     ap.add_argument('--layouts', default=os.path.join(here, '..', 'results', 'published-layouts.csv'))
+    ap.add_argument('--plans-dir', default=os.path.join(here, '..', 'plans'))
     ap.add_argument('--save')
     ap.add_argument('--load')
     ap.add_argument('--table')
     ap.add_argument('--only')
     a = ap.parse_args()
-    rows = read_layouts(a.layouts)
+    rows = read_layouts(a.layouts, a.plans_dir)
     if a.only:
         keep = set(a.only.split(','))
         rows = [r for r in rows if r['id'] in keep]
@@ -99,7 +144,7 @@ def main():
         k = layout_key(r)
         if k not in preds:
             if a.load:
-                sys.exit(f"published-check: {r['id']}: no saved prediction in {a.load}")
+                refuse(f"{r['id']}: no saved prediction in {a.load}")
             preds[k] = predict(a.shardbench, r)
     if a.save:
         with open(a.save, 'w') as f:

@@ -11,7 +11,12 @@
 #  4. the workers draw their tasks from a shared queue, in whatever order they come
 #     free: --jobs 1 and --jobs 3 print the same table, byte for byte (the ranking and
 #     its ties follow the search's order, not the workers'); --top 1 prints another
-#     (the comparison sees a difference).
+#     (the comparison sees a difference);
+#  5. a plan that states activation_checkpoint_mode is searched at that AC alone (every
+#     layout at it, none dominated; `none` stated means none), --ac overrides it, and a
+#     plan that states none is searched at every --ac mode as before (its heavier modes
+#     dominated: the count that tells the two apart); a published plan
+#     (plans/published/) is found by name at its own AC.
 NAME=plan
 . "${srcdir:-.}/verify/harness-common.sh"
 command -v python3 >/dev/null || { echo "SKIP: $NAME: no python3 (scripts/install-deps installs it)"; exit 77; }
@@ -115,4 +120,47 @@ else
 fi
 cmp -s "$tmp/j3" "$tmp/jt" && bad "--top 4 and --top 1 print the same table: the comparison cannot fail" ||
   pass "--top 1's table differs from --top 4's (the comparison can fail)"
+
+# 5. a plan's own AC
+mkac() { # mkac MODE FILE: tt-fsdp stating activation_checkpoint_mode = MODE
+  sed "s/^mixed_precision_reduce = f32\$/&\\nactivation_checkpoint_mode = $1/" \
+    "${srcdir:-.}/plans/capacity/tt-fsdp.plan" >"$2"
+  grep -q "^activation_checkpoint_mode = $1\$" "$2" || bad "the test plan $2 was not written"
+}
+mkac full "$tmp/acfull.plan"
+mkac none "$tmp/acnone.plan"
+acs() { # acs NAME ARGS...: A_AC (the layouts' AC modes), A_DOM (dominated), A_N (layouts)
+  name=$1
+  shift
+  A_AC=error A_DOM=- A_N=0
+  # shellcheck disable=SC2086
+  if "$SB" plan $BASE --json "$@" >"$tmp/ac.json" 2>"$tmp/e"; then
+    # shellcheck disable=SC2046 # three words
+    set -- $(python3 -c "import json,sys; d=json.load(open(sys.argv[1])); L=d['layouts']; print(','.join(sorted({l['ac'] for l in L})), d['dominated'], len(L))" "$tmp/ac.json")
+    A_AC=$1 A_DOM=$2 A_N=$3
+  else
+    bad "plan $name: $(cat "$tmp/e")"
+  fi
+}
+expect_ac() { # expect_ac WHAT ACS DOMINATED: the last acs's, with at least one layout
+  if [ "$A_AC" = "$2" ] && [ "$A_DOM" = "$3" ] && [ "$A_N" -ge 1 ]; then
+    pass "$1: ac $A_AC, $A_DOM dominated, $A_N layouts"
+  else
+    bad "$1: ac $A_AC, $A_DOM dominated, $A_N layouts (want ac $2, $3 dominated)"
+  fi
+}
+acs full --plans "$tmp/acfull.plan"
+expect_ac "a plan stating full" full 0
+acs none --plans "$tmp/acnone.plan"
+expect_ac "a plan stating none" none 0
+# --ac overrides: none fits the debugmodel at every local batch, full is dominated
+acs override --plans "$tmp/acfull.plan" --ac none,full
+expect_ac "--ac none,full over a plan stating full" none "$A_N"
+# the same plan stating nothing: every default mode, the heavier two dominated per layout
+acs unstated --plans tt-fsdp
+expect_ac "tt-fsdp (no AC stated)" none $((A_N * 2))
+P8=tt-8b-fsdp-h100-202412
+PAC=$(sed -n 's/^selective_ac_option = //p' "${srcdir:-.}/plans/published/$P8.plan")
+acs "$P8" --plans "$P8"
+expect_ac "published plan $P8 by name" "selective:$PAC" 0
 finish

@@ -918,8 +918,18 @@ static void check_fsdp_errors(dt_ctx *ctx) {
     TU_OK(ctx, dt_plan_parse(ctx, "dims = tp:2\nactivation_checkpoint_mode = selective\n",
                              "ac.plan", &p));
     TU_CHECK(p.ac.every == 2, "selective's default option %d, TorchTitan's is 2", p.ac.every);
+    TU_CHECK(p.ac_given, "activation_checkpoint_mode given, ac_given false");
     TU_OK(ctx, dt_plan_parse(ctx, "dims = tp:2\n", "ac.plan", &p));
     TU_CHECK(p.ac.mode == DT_AC_NONE, "no setting: AC %d, want none", (int)p.ac.mode);
+    TU_CHECK(!p.ac_given, "no setting: ac_given true");
+    /* none stated is given (shardbench plan searches it alone); an option alone is not */
+    TU_OK(ctx, dt_plan_parse(ctx, "dims = tp:2\nactivation_checkpoint_mode = none\n", "ac.plan",
+                             &p));
+    TU_CHECK(p.ac.mode == DT_AC_NONE && p.ac_given, "none stated: AC %d, ac_given %d",
+             (int)p.ac.mode, (int)p.ac_given);
+    TU_OK(ctx, dt_plan_parse(ctx, "dims = tp:2\nselective_ac_option = op\n", "ac.plan", &p));
+    TU_CHECK(p.ac.mode == DT_AC_NONE && !p.ac_given, "option alone: AC %d, ac_given %d",
+             (int)p.ac.mode, (int)p.ac_given);
   }
   /* max_norm (training.max_norm): a number > 0, the clipping's; 0 or a word is refused */
   {

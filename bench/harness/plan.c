@@ -10,9 +10,10 @@
  * with a size for each of its own dims (a plan applies a dim only when it is over
  * 1, as TorchTitan does) that multiply to the GPUs, tp within a node and dividing
  * the heads, cp dividing the sequence's load-balanced chunks, the data-parallel
- * degree dividing the global batch; x AC modes x local batches. Each layout runs
- * once shape-only (`run --device meta`: one rank per role, exact ledgers and
- * memory) and goes through the time model (bench/harness/timemodel.h) on the
+ * degree dividing the global batch; x AC modes (a plan that states
+ * activation_checkpoint_mode is searched at that AC alone unless --ac is given) x
+ * local batches. Each layout runs once shape-only (`run --device meta`: one rank
+ * per role, exact ledgers and memory) and goes through the time model (bench/harness/timemodel.h) on the
  * hardware file. The largest local batch that fits comes from the line through the
  * two smallest local batches' memory (memory is affine in it); that layout's time and
  * memory are interpolated from the same two runs, and after the search the top rows
@@ -64,10 +65,12 @@ const char sb_plan_usage[] =
     "  --gpus       GPU counts (one table each; several draw the capacity charts)\n"
     "  --hardware   a results/hardware/ name or a path\n"
     "  --global-batch  sequences per optimizer step (accumulation fills it)\n"
-    "  --plans      plan names, found in the plans dir's capacity/ then in it (default:\n"
-    "               TorchTitan's production layouts, plans/capacity/tt-*.plan)\n"
+    "  --plans      plan names, found in the plans dir's capacity/, published/, then in\n"
+    "               it, or paths (default: TorchTitan's production layouts,\n"
+    "               plans/capacity/tt-*.plan)\n"
     "  --mesh       only these meshes (repeatable; TorchTitan's dim names)\n"
-    "  --ac         AC modes to try (default none,selective:op,full)\n"
+    "  --ac         AC modes to try (default: a plan's activation_checkpoint_mode where it\n"
+    "               states one, else none,selective:op,full; --ac overrides the plans')\n"
     "  --dtype      bf16, fp8 (TorchTitan's Float8 linears; the run is bf16), or f32\n"
     "  --features   compile (fused pointwise kernels), async_tp (overlapped TP)\n"
     "  --local-batch  local batches to try (default: every divisor, bisected)\n"
@@ -101,6 +104,7 @@ typedef struct pl_args {
   int meshes[PL_MAX_MESH][SB_NDIMS], n_mesh;
   dt_ac_config acs[PL_MAX_AC];
   int n_ac;
+  bool ac_given;                 /* --ac given: it overrides the plans' own AC */
   bool fp8;
   bool f32;                      /* --dtype f32: the shape-only run in f32 (a CPU's hardware file) */
   sb_tm_features feat;
@@ -257,7 +261,7 @@ static int pl_parse(int argc, char **argv, pl_args *a) {
           return sb_usage_error(CMD, "--mesh", "'%s': %s", optarg, err);
         a->n_mesh++;
         break;
-      case 'a': ac_s = optarg; break;
+      case 'a': ac_s = optarg, a->ac_given = true; break;
       case 'd':
         if (!strcmp(optarg, "fp8")) a->fp8 = true;
         else if (!strcmp(optarg, "f32")) a->f32 = true;
@@ -345,6 +349,10 @@ typedef struct pl_plan {
   bool uses[SB_NDIMS];
   int fixed[SB_NDIMS];           /* > 0: the plan fixes the dim's size */
   int mb_size;                   /* pipeline_parallel_microbatch_size */
+  dt_ac_config acs[PL_MAX_AC];   /* the AC modes searched, lightest first: the plan's own when
+                                  * it states activation_checkpoint_mode and --ac is not
+                                  * given (a plan that states its AC means it), else --ac's */
+  int n_ac;
 } pl_plan;
 
 static int dim_index(const char *name) {
@@ -363,13 +371,16 @@ static int load_plans(const pl_args *a, pl_plan *P, int *n) {
     if (*n == PL_MAX_PLANS) return sb_usage_error(CMD, "--plans", "at most %d", PL_MAX_PLANS);
     pl_plan *p = &P[*n];
     memset(p, 0, sizeof *p);
-    char cdir[800];
-    snprintf(cdir, sizeof cdir, "%.760s/capacity", dir);
-    if (sb_plan_locate(cdir, t, p->path, sizeof p->path, p->name, sizeof p->name, err, sizeof err))
-      return sb_usage_error(CMD, "--plans", "%s", err);
-    if (access(p->path, R_OK) != 0 &&
-        sb_plan_locate(dir, t, p->path, sizeof p->path, p->name, sizeof p->name, err, sizeof err))
-      return sb_usage_error(CMD, "--plans", "%s", err);
+    /* a name: the plans dir's capacity/, then published/ (the published runs' plans,
+     * results/published-layouts.csv), then the dir itself; a path as given */
+    static const char *const sub[] = {"/capacity", "/published", ""};
+    for (size_t k = 0; k < sizeof sub / sizeof sub[0]; k++) {
+      char cdir[800];
+      snprintf(cdir, sizeof cdir, "%.760s%s", dir, sub[k]);
+      if (sb_plan_locate(cdir, t, p->path, sizeof p->path, p->name, sizeof p->name, err, sizeof err))
+        return sb_usage_error(CMD, "--plans", "%s", err);
+      if (access(p->path, R_OK) == 0) break;
+    }
     const char *models[1] = {a->model};
     int rc = sb_plan_validate(CMD, "--plans", p->path, models, 1);
     if (rc) return rc;
@@ -389,6 +400,13 @@ static int load_plans(const pl_args *a, pl_plan *P, int *n) {
       p->fixed[d] = p->plan.dim_sizes[i] > 0 ? p->plan.dim_sizes[i] : 0;
     }
     p->mb_size = p->plan.pp_microbatch_size > 0 ? p->plan.pp_microbatch_size : 1;
+    if (p->plan.ac_given && !a->ac_given) {
+      p->acs[0] = p->plan.ac;
+      p->n_ac = 1;
+    } else {
+      memcpy(p->acs, a->acs, sizeof p->acs);
+      p->n_ac = a->n_ac;
+    }
     (*n)++;
   }
   return 0;
@@ -683,26 +701,26 @@ typedef struct search_env {
   pl_row *refine;                /* the refinement's rows (refine_task) */
 } search_env;
 
-/* Task i of the search: its layout's row per AC mode, lightest first, until one fits
- * at its largest local batch (the heavier ones are then dominated). */
+/* Task i of the search: its layout's row per AC mode of its plan, lightest first,
+ * until one fits at its largest local batch (the heavier ones are then dominated). */
 static void search_task(const pl_args *a, const search_env *e, int i, pl_rows *R) {
   const pl_task *t = &e->T[i];
+  const pl_plan *pp = &e->P[t->pi];
   const int *d = t->dims;
   int lbs[256];
-  const int nl = local_batches(a, d[1] * d[2], d[0], e->P[t->pi].mb_size, lbs, 256);
+  const int nl = local_batches(a, d[1] * d[2], d[0], pp->mb_size, lbs, 256);
   if (!nl) return;
-  for (int ai = 0; ai < a->n_ac; ai++) {
+  for (int ai = 0; ai < pp->n_ac; ai++) {
     pl_row out;
     bool top = false;
-    if (best_local_batch(a, e->hw, &e->P[t->pi], t->pi, d, &a->acs[ai], lbs, nl, t->gpus, R, &out,
-                         &top))
+    if (best_local_batch(a, e->hw, pp, t->pi, d, &pp->acs[ai], lbs, nl, t->gpus, R, &out, &top))
       break;
     pl_row *r = rows_add(R);
     if (!r) return;
     *r = out;
     r->task = i * PL_MAX_AC + ai;
     if (top) { /* heavier AC at the largest local batch that already fits: dominated */
-      R->dominated += a->n_ac - 1 - ai;
+      R->dominated += pp->n_ac - 1 - ai;
       break;
     }
   }

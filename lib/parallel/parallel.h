@@ -82,6 +82,8 @@ typedef struct dt_plan {
   double bucket_cap_mb;                       /* DDP's bucket_cap_mb; 0: not given (DDP's 25) */
   /* activation_checkpoint_mode and selective_ac_option (TorchTitan's); zero: none */
   dt_ac_config ac;
+  bool ac_given;                              /* activation_checkpoint_mode stated (even
+                                               * none): the plan means that AC */
   double max_norm;                            /* TorchTitan's training.max_norm (gradient
                                                * clipping); 0: not given (none) */
   /* context parallel (a cp dim): context_parallel_rotate_method (allgather, the

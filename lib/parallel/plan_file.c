@@ -1387,6 +1387,7 @@ dt_status dt_plan_parse(dt_ctx *ctx, const char *text, const char *path, dt_plan
   if (st == DT_OK) st = check_fsdp_settings(&s);
   if (st == DT_OK && out->ac.mode == DT_AC_SELECTIVE) /* both words were checked already */
     st = dt_ac_parse(ctx, "selective", s.ac_option[0] ? s.ac_option : NULL, &out->ac);
+  out->ac_given = (s.seen & SETBIT(SET_AC_MODE)) != 0;
   if (st == DT_OK) st = check_cp_settings(&s);
   if (st != DT_OK) {
     memset(out, 0, sizeof *out);
