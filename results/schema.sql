@@ -318,8 +318,8 @@ CREATE TABLE IF NOT EXISTS shape_comm (
   op            TEXT NOT NULL,
   mesh_dim      TEXT NOT NULL,
   phase         TEXT NOT NULL,            -- forward | backward | recompute | optimizer | other
-  fqn           TEXT NOT NULL,            -- the ledger row's scope (ctx scope: a module fqn or
-                                          -- caller label) at the call; "" where none is set
+  fqn           TEXT NOT NULL,            -- the module the call ran in (the ledger row's scope:
+                                          -- forward's module, backward's tape node's); "" outside one
   calls         INTEGER NOT NULL,
   payload_bytes INTEGER NOT NULL,
   wire_bytes    REAL NOT NULL

@@ -20,7 +20,8 @@
  *    embedding and the norms), and every linear GEMM shape is [tokens, in] x
  *    [in, out] or its transposes.
  * 3. The ledger at scale (check_scale): 8B FSDP 8 and 70B FSDP 32 x TP 8 on meta,
- *    every comm row against bytes derived from the shapes alone.
+ *    every comm row against bytes derived from the shapes alone; the 8B FSDP
+ *    collectives' fqns against the units.
  * 4. A tensor of more than 2^31 elements on meta (405B's output layer,
  *    128256 x 16384): created, accounted in full and freed; a host read of meta
  *    data faults (run in a child, which must die by a signal).
@@ -475,6 +476,48 @@ static void check_rows(const char *name, const rank_out *o, const want_row *w, i
   if (!bad) printf("  %s: %zu comm rows equal the derived bytes\n", name, matched);
 }
 
+/* The fqn (scope) of each FSDP collective of 8B FSDP 8 on rank 0, derived from the
+ * units (FSDP2's fully_shard: a unit all-gathers as its first module is entered, and
+ * reduce-scatters in the backward of that gather): forward all_gathers tok_embeddings,
+ * layers.0 .. layers.L-1, norm (the root unit norm + output); backward reduce-scatters
+ * the same units in reverse. planted: the root unit's name given as `planted`, which
+ * must not match. */
+static void check_fqns(const rank_out *o, int L, const char *planted) {
+  char want[2][80][DT_LABEL_LEN];
+  const int n = L + 2;
+  for (int u = 0; u < n; u++) {
+    char nm[DT_LABEL_LEN];
+    if (u == 0) snprintf(nm, sizeof nm, "tok_embeddings");
+    else if (u == n - 1) snprintf(nm, sizeof nm, "%s", planted ? planted : "norm");
+    else snprintf(nm, sizeof nm, "layers.%d", u - 1);
+    memcpy(want[0][u], nm, sizeof nm);
+    memcpy(want[1][n - 1 - u], nm, sizeof nm);
+  }
+  int seen[2] = {0, 0}, bad = 0;
+  for (size_t i = 0; i < o->n_comm; i++) {
+    const dt_ledger_row *r = &o->comm[i];
+    const int k = r->op == DT_COLL_ALL_GATHER && !strcmp(r->phase, "forward")         ? 0
+                  : r->op == DT_COLL_REDUCE_SCATTER && !strcmp(r->phase, "backward") ? 1
+                                                                                      : -1;
+    if (k < 0) continue;
+    if (seen[k] >= n || strcmp(r->scope, want[k][seen[k]])) bad++;
+    seen[k]++;
+  }
+  if (seen[0] != n || seen[1] != n) bad++;
+  tu_count();
+  if (planted) {
+    if (!bad) tu_fail(__FILE__, __LINE__, "8B FSDP 8: planted: the root unit as %s matched", planted);
+    else printf("  8B FSDP 8: planted root-unit fqn %s: detected\n", planted);
+  } else if (bad) {
+    tu_fail(__FILE__, __LINE__, "8B FSDP 8: %d FSDP collectives under another fqn than their "
+            "unit's (%d forward all_gathers, %d backward reduce_scatters; %d units)", bad,
+            seen[0], seen[1], n);
+  } else {
+    printf("  8B FSDP 8: every FSDP collective's fqn is its unit's (%d all_gathers, %d "
+           "reduce_scatters)\n", seen[0], seen[1]);
+  }
+}
+
 static int run_rank0(dt_ctx *hc, job *j, const char *plan_file, const int deg[DT_PDIM_COUNT], int world) {
   static dt_plan plan;
   static dt_parallel_plan rp;
@@ -542,6 +585,8 @@ static void check_scale(dt_ctx *hc) {
     p[1].calls = L + 2;
     p[1].payload = 2 * P;
     check_rows("8B FSDP 8", &j.out[0], p, 3, true);
+    check_fqns(&j.out[0], (int)L, NULL);
+    check_fqns(&j.out[0], (int)L, "output"); /* planted: the root unit entered at output */
   }
   job_free(&j);
   /* 70B, FSDP 32 x TP 8 (SP, loss parallel) */

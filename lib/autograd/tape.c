@@ -50,7 +50,7 @@ typedef struct node {
   void *state;
   int region;                           /* checkpointed region, 1-based; 0: none */
   bool saved;                           /* in a region: outputs kept (not recomputed) */
-  char where[DT_LABEL_LEN];             /* ctx->where when recorded: its backward's too */
+  char scope[DT_LABEL_LEN];             /* ctx->scope (module fqn) when recorded: its backward's */
 } node;
 
 /* A checkpointed region: nodes [first, end); freed: its unsaved values are freed now. */
@@ -216,7 +216,7 @@ dt_status dt_ad_op(dt_tape *t, const dt_op *op, const dt_op_attrs *attrs, dt_var
     node *n = &t->nodes[t->n_nodes++];
     memset(n, 0, sizeof *n);
     n->kind = NODE_OP;
-    memcpy(n->where, ctx->where, sizeof n->where);
+    memcpy(n->scope, ctx->scope, sizeof n->scope);
     n->op = op;
     n->attrs = *attrs;
     n->n_in = op->n_in;
@@ -246,7 +246,7 @@ dt_status dt_ad_redistribute(dt_tape *t, dt_var *x, const dt_placement *dst, dt_
     node *n = &t->nodes[t->n_nodes++];
     memset(n, 0, sizeof *n);
     n->kind = NODE_REDIST;
-    memcpy(n->where, ctx->where, sizeof n->where);
+    memcpy(n->scope, ctx->scope, sizeof n->scope);
     n->n_in = n->n_out = 1;
     n->in[0] = x;
     n->out[0] = v;
@@ -292,7 +292,7 @@ dt_status dt_ad_custom(dt_tape *t, const char *name, dt_ad_backward_fn backward,
     node *n = &t->nodes[t->n_nodes++];
     memset(n, 0, sizeof *n);
     n->kind = NODE_CUSTOM;
-    memcpy(n->where, ctx->where, sizeof n->where);
+    memcpy(n->scope, ctx->scope, sizeof n->scope);
     n->n_in = n_in;
     n->n_out = n_out;
     for (int j = 0; j < n_in; j++) cin[j] = in[j];
@@ -619,7 +619,7 @@ dt_status dt_backward(dt_tape *t, dt_var *root, const dt_tensor *seed) {
     const node *n = &t->nodes[i];
     region *r = n->region ? &t->regions[n->region - 1] : NULL;
     if (r && r->freed && i + 1 == r->end) s = region_recompute(t, r);
-    dt_ctx_set_where(ctx, n->where);
+    dt_ctx_set_scope(ctx, n->scope);
     if (s == DT_OK) s = run_node(t, n);
     /* the region's backward is done: its recomputed values go again */
     if (s == DT_OK && r && i == r->first) region_free(t, r, 0, NULL);
@@ -628,7 +628,7 @@ dt_status dt_backward(dt_tape *t, dt_var *root, const dt_tensor *seed) {
   for (size_t i = 0; i < t->n_vars; i++)
     if (!t->vars[i]->leaf) var_drop_grad(ctx, t->vars[i]);
   dt_ctx_set_phase(ctx, saved);
-  dt_ctx_set_where(ctx, NULL);
+  dt_ctx_set_scope(ctx, NULL);
   return s;
 }
 

@@ -20,7 +20,7 @@ static void snap(dt_ctx *ctx, int sp, size_t bytes) {
   a->bytes = bytes;
   memcpy(a->note, ctx->mem.note[sp], sizeof a->note);
   memcpy(a->phase, ctx->phase, sizeof a->phase);
-  memcpy(a->where, ctx->where, sizeof a->where);
+  memcpy(a->where, ctx->scope, sizeof a->where);
 }
 
 static void track(dt_ctx *ctx, int sp, size_t bytes, bool add) {

@@ -97,7 +97,7 @@ typedef struct dt_mem_peak_at {
   size_t bytes;
   size_t note[DT_MEM_NOTES];
   char phase[16];
-  char where[DT_LABEL_LEN];     /* ctx->where */
+  char where[DT_LABEL_LEN];     /* ctx->scope: the module (fqn) */
 } dt_mem_peak_at;
 
 /* Bytes in use and the high-water mark, per memory kind. */
@@ -162,10 +162,10 @@ struct dt_ctx {
   dt_mem_cache mem_cache;
   dt_dev_mem dev_mem;        /* see dt_dev_mem */
   char phase[16];            /* what the rank is doing ("forward", ...); comm copies */
-  char scope[DT_LABEL_LEN];  /* both labels into every ledger row */
+  char scope[DT_LABEL_LEN];  /* both labels into every ledger row; scope: the module the
+                              * rank computes in (its fqn: forward, and each tape node's
+                              * backward), or another caller's label */
   uint64_t label_gen;        /* bumped by every dt_ctx_set_phase / _scope (ledger caches) */
-  char where[DT_LABEL_LEN];  /* the module the rank computes in (forward, and its tape nodes'
-                              * backward): a memory peak's place, in no ledger row */
   dt_status last_status;
   char last_error[DT_ERRMSG_LEN]; /* "rank R: call: detail" */
   void *user;                /* free for the program */
@@ -203,8 +203,6 @@ void dt_error_clear(dt_ctx *ctx);
 
 void dt_ctx_set_phase(dt_ctx *ctx, const char *phase);
 void dt_ctx_set_scope(dt_ctx *ctx, const char *scope);
-/* Names the module the rank computes in (ctx->where; NULL: none). */
-void dt_ctx_set_where(dt_ctx *ctx, const char *where);
 
 /* Check macros: evaluate once; on failure propagate (DT_CHECK) or jump (DT_CHECK_GOTO). */
 #define DT_CHECK(expr)                   \

@@ -123,12 +123,10 @@ void dt_ctx_set_phase(dt_ctx *ctx, const char *phase) {
 }
 
 void dt_ctx_set_scope(dt_ctx *ctx, const char *scope) {
+  if (!scope) scope = "";
+  if (!strncmp(ctx->scope, scope, sizeof ctx->scope)) return; /* unchanged: the caches stay */
   copy_label(ctx->scope, sizeof ctx->scope, scope);
   ctx->label_gen++;
-}
-
-void dt_ctx_set_where(dt_ctx *ctx, const char *where) {
-  copy_label(ctx->where, sizeof ctx->where, where);
 }
 
 double dt_now(void) {

@@ -456,7 +456,7 @@ dt_status dt_model_materialize(dt_ctx *ctx, dt_model *m) {
 /* ---- forward ----------------------------------------------------------------------- */
 
 static dt_status hook(dt_ctx *ctx, dt_model *m, dt_module *md, bool pre, dt_var **io, int n) {
-  if (pre) dt_ctx_set_where(ctx, md->fqn);
+  if (pre) dt_ctx_set_scope(ctx, md->fqn); /* the ledgers' fqn of what the module runs */
   if (pre && m->param_pre) DT_CHECK(m->param_pre(ctx, md, m->step_tape, io, n, m->param_state));
   dt_module_hook h = pre ? md->pre : md->post;
   if (h) DT_CHECK(h(ctx, md, m->step_tape, io, n, md->hook_state));
