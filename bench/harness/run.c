@@ -485,6 +485,7 @@ typedef struct job {
   double grad_norm;             /* rank 0, last timed step: the total gradient norm */
   int64_t mem[4];               /* rank 0, last timed step: params, grads, optimizer,
                                  * the rest of the step's peak (sb_result.mem_*) */
+  dt_mem_peak_at peak_at;       /* rank 0, last timed step: where it peaked */
   int n_comm;
   sb_comm_row comm[MAX_COMM];
   sb_pp_timeline *ppt;          /* rank 0, a pipelined sharded job: the timeline (pipe_gather) */
@@ -1008,6 +1009,7 @@ static dt_status train(dt_ctx *ctx, job *j) {
       j->mem[2] = st.mem_optimizer;
       j->mem[3] = st.mem_activations;
       j->grad_norm = st.grad_norm;
+      j->peak_at = st.peak_at;
     }
     times[step] = st.forward_backward_s + st.optimizer_s;
   }
@@ -1534,6 +1536,7 @@ static void result_of(const sb_opts *o, const job *j, sb_result *r) {
   r->mem_grads_bytes = j->mem[1];
   r->mem_optimizer_bytes = j->mem[2];
   r->mem_activations_bytes = j->mem[3];
+  r->peak_at = j->peak_at;
   r->grad_norm = j->max_norm > 0 ? j->grad_norm : NAN;
   r->max_abs_err = j->cmp.max_abs;
   r->max_rel_err = j->cmp.worst_rel;
@@ -1660,6 +1663,16 @@ done:
 
 static const char *const MEM_NAMES[4] = {"params", "grads", "optimizer", "activations"};
 
+/* `, "peak_at": {...}`: where a step peaked (its phase, module and noted bytes). */
+static void peak_at_json(FILE *f, const dt_mem_peak_at *p) {
+  fputs(", \"peak_at\": {\"phase\": ", f);
+  sb_json_str(f, p->phase);
+  fputs(", \"module\": ", f);
+  sb_json_str(f, p->where);
+  fprintf(f, ", \"fsdp_unsharded_params_bytes\": %zu, \"collective_buffers_bytes\": %zu}",
+          p->note[DT_MEM_NOTE_FSDP_PARAMS], p->note[DT_MEM_NOTE_COMM]);
+}
+
 /* A shape-only result's roles, then the max over them. */
 static void print_roles_text(FILE *f, const sb_result *r) {
   fprintf(f, "  shape-only: %d role(s) ran, one rank each (meta device, fake comm); one step\n",
@@ -1701,12 +1714,7 @@ static void print_roles_json(FILE *f, const sb_result *r) {
     fprintf(f, "%s{\"rank\": %d, \"count\": %d, \"peak_mem_bytes\": %lld", i ? ", " : "",
             ro->rank, ro->count, (long long)ro->peak);
     for (int k = 0; k < 4; k++) fprintf(f, ", \"mem_%s_bytes\": %lld", MEM_NAMES[k], (long long)ro->mem[k]);
-    fputs(", \"peak_at\": {\"phase\": ", f);
-    sb_json_str(f, ro->peak_at.phase);
-    fputs(", \"module\": ", f);
-    sb_json_str(f, ro->peak_at.where);
-    fprintf(f, ", \"fsdp_unsharded_params_bytes\": %zu, \"collective_buffers_bytes\": %zu}",
-            ro->peak_at.note[DT_MEM_NOTE_FSDP_PARAMS], ro->peak_at.note[DT_MEM_NOTE_COMM]);
+    peak_at_json(f, &ro->peak_at);
     fputs(", \"compute\": {", f);
     for (int p = 0; p < SB_ROLE_PHASES; p++)
       fprintf(f, "%s\"%s\": {\"flops\": %.17g, \"bytes\": %.17g}", p ? ", " : "",
@@ -1794,6 +1802,7 @@ void sb_print_result(FILE *f, const sb_config *c, const sb_result *r, bool json)
               (long long)cr->calls, (long long)cr->payload_bytes, cr->wire_bytes, cr->seconds);
     }
     fputs("]", f);
+    if (r->peak_at.phase[0] && !r->n_roles) peak_at_json(f, &r->peak_at);
     if (r->n_roles) print_roles_json(f, r);
     fputs("}\n", f);
     return;
@@ -1816,6 +1825,11 @@ void sb_print_result(FILE *f, const sb_config *c, const sb_result *r, bool json)
                "activations and buffers %.2f MiB\n",
             r->mem_params_bytes / 1048576.0, r->mem_grads_bytes / 1048576.0,
             r->mem_optimizer_bytes / 1048576.0, r->mem_activations_bytes / 1048576.0);
+  if (r->peak_at.phase[0])
+    fprintf(f, "  peak rank 0 reached in %s%s%s; then FSDP's unsharded parameters %.2f MiB, "
+               "collective buffers %.2f MiB\n", r->peak_at.phase, r->peak_at.where[0] ? " in " : "",
+            r->peak_at.where, r->peak_at.note[DT_MEM_NOTE_FSDP_PARAMS] / 1048576.0,
+            r->peak_at.note[DT_MEM_NOTE_COMM] / 1048576.0);
   if (isfinite(r->grad_norm))
     fprintf(f, "  grad norm (clip_grad_norm_, last timed step, before clipping): %.9g\n",
             r->grad_norm);

@@ -175,6 +175,7 @@ typedef struct sb_result {
    * data-parallel reduction, AdamW's two states; and the rest of that step's peak
    * (activations, FSDP's gathered copies, communication buffers) */
   int64_t mem_params_bytes, mem_grads_bytes, mem_optimizer_bytes, mem_activations_bytes;
+  dt_mem_peak_at peak_at;        /* rank 0, last timed step: where it peaked (phase "": none) */
   double est_mem_bytes;          /* estimated peak per rank (sb_mem_estimate; NaN: none) */
   double est_need_bytes;         /* estimated memory of the whole invocation (NaN: none) */
   bool mem_refused;              /* skipped: est_need_bytes over sb_opts.mem_limit */
