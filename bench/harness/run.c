@@ -1120,13 +1120,35 @@ static void role_comm(sb_role *ro, const dt_ledger_row *r) {
   c->wire_bytes = r->wire_bytes;
 }
 
-/* The role's per-fqn comm rows (sb_role.fcomm), merged by (op, mesh dim, phase, fqn)
- * through an open-addressing index like krow_index's below (slot: row + 1, 0 empty),
- * so that a long ledger merges in O(n). False when out of memory. */
-typedef struct fcomm_index {
+/* An open-addressing index of a role's merged rows by their merge key, so merging a
+ * ledger of n rows costs O(n) and not O(n^2) (a 405B pipeline's ledger has hundreds of
+ * thousands of rows). slot[] holds row index + 1, 0 = empty. */
+typedef struct row_index {
   int *slot;
   size_t cap; /* a power of two, at least twice the rows */
-} fcomm_index;
+} row_index;
+
+/* Rebuilds the index at twice the capacity over rows [0, n), row i's key hash
+ * hash_of(rows, i); false when out of memory. */
+static bool row_index_grow(row_index *x, int n, uint64_t (*hash_of)(const void *rows, int i),
+                           const void *rows) {
+  size_t cap = x->cap ? 2 * x->cap : 256;
+  int *slot = calloc(cap, sizeof *slot);
+  if (!slot) return false;
+  for (int i = 0; i < n; i++) {
+    size_t h = (size_t)hash_of(rows, i) & (cap - 1);
+    while (slot[h]) h = (h + 1) & (cap - 1);
+    slot[h] = i + 1;
+  }
+  free(x->slot);
+  x->slot = slot;
+  x->cap = cap;
+  return true;
+}
+
+/* The role's per-fqn comm rows (sb_role.fcomm), merged by (op, mesh dim, phase, fqn)
+ * through a row_index. False when out of memory. */
+typedef row_index fcomm_index;
 
 static uint64_t fcomm_hash(const char *op, const char *dim, const char *ph, const char *fqn) {
   uint64_t h = 1469598103934665603ull; /* FNV-1a over the four strings and their ends */
@@ -1138,20 +1160,13 @@ static uint64_t fcomm_hash(const char *op, const char *dim, const char *ph, cons
   return h;
 }
 
+static uint64_t fcomm_hash_of(const void *rows, int i) {
+  const sb_fqn_comm *f = (const sb_fqn_comm *)rows + i;
+  return fcomm_hash(f->op, f->mesh_dim, f->phase, f->fqn);
+}
+
 static bool fcomm_grow(fcomm_index *x, sb_role *ro) {
-  size_t cap = x->cap ? 2 * x->cap : 256;
-  int *slot = calloc(cap, sizeof *slot);
-  if (!slot) return false;
-  for (int i = 0; i < ro->n_fcomm; i++) {
-    const sb_fqn_comm *f = &ro->fcomm[i];
-    size_t h = (size_t)fcomm_hash(f->op, f->mesh_dim, f->phase, f->fqn) & (cap - 1);
-    while (slot[h]) h = (h + 1) & (cap - 1);
-    slot[h] = i + 1;
-  }
-  free(x->slot);
-  x->slot = slot;
-  x->cap = cap;
-  return true;
+  return row_index_grow(x, ro->n_fcomm, fcomm_hash_of, ro->fcomm);
 }
 
 static bool role_fcomm(sb_role *ro, fcomm_index *x, const dt_ledger_row *r) {
@@ -1189,13 +1204,8 @@ static bool role_fcomm(sb_role *ro, fcomm_index *x, const dt_ledger_row *r) {
   return true;
 }
 
-/* An open-addressing index of a role's krows by their merge key, so merging a
- * ledger of n rows costs O(n) and not O(n^2) (a 405B pipeline's ledger has
- * hundreds of thousands of rows). slot[] holds row index + 1, 0 = empty. */
-typedef struct krow_index {
-  int *slot;
-  size_t cap; /* a power of two, at least twice the rows */
-} krow_index;
+/* A role's krows by their merge key (a row_index). */
+typedef row_index krow_index;
 
 static uint64_t krow_hash(const char *op, const char *phase, int dtype, int64_t m, int64_t n,
                           int64_t k, int64_t batch, double flops, double bytes) {
@@ -1217,22 +1227,13 @@ static bool krow_same(const sb_krow *r, const dt_kledger_row *k, const char *pha
          r->flops == k->flops && r->bytes == bytes;
 }
 
-/* Rebuilds the index at twice the capacity; false when out of memory. */
+static uint64_t krow_hash_of(const void *rows, int i) {
+  const sb_krow *r = (const sb_krow *)rows + i;
+  return krow_hash(r->op, r->phase, r->dtype, r->m, r->n, r->k, r->batch, r->flops, r->bytes);
+}
+
 static bool krow_index_grow(krow_index *x, const sb_role *ro) {
-  size_t cap = x->cap ? 2 * x->cap : 256;
-  int *slot = calloc(cap, sizeof *slot);
-  if (!slot) return false;
-  for (int i = 0; i < ro->n_krows; i++) {
-    const sb_krow *r = &ro->krows[i];
-    size_t h = (size_t)krow_hash(r->op, r->phase, r->dtype, r->m, r->n, r->k, r->batch, r->flops,
-                                 r->bytes) & (cap - 1);
-    while (slot[h]) h = (h + 1) & (cap - 1);
-    slot[h] = i + 1;
-  }
-  free(x->slot);
-  x->slot = slot;
-  x->cap = cap;
-  return true;
+  return row_index_grow(x, ro->n_krows, krow_hash_of, ro->krows);
 }
 
 static void role_krow(sb_role *ro, krow_index *x, const dt_kledger_row *k, const char *phase) {
