@@ -59,7 +59,7 @@
  * --peak-tflops, or a single-core sgemm rate x min(world, online CPUs) measured
  * once per run or sweep and stored on its runs row; under MPI on several nodes
  * pass --peak-tflops); peak host memory = max over ranks of
- * *mem_peak(ctx); comm rows from rank 0's ledger over the timed steps,
+ * mem_peak(ctx); comm rows from rank 0's ledger over the timed steps,
  * per step.
  *
  * FSDP's mixed precision and a bf16 model set the verdict's tolerance (the plan's
@@ -103,10 +103,9 @@ const char *const sb_dim_names[SB_NDIMS] = {"pp", "dp_replicate", "dp_shard", "c
  * device (its arrays live there; the host holds only the run's bookkeeping),
  * else host memory. */
 static bool on_device(const dt_ctx *ctx) { return ctx->device && ctx->device->kind != DT_DEV_CPU; }
-static size_t *mem_peak(dt_ctx *ctx) {
-  return on_device(ctx) ? &ctx->mem.dev_peak : &ctx->mem.host_peak;
+static size_t mem_peak(const dt_ctx *ctx) {
+  return on_device(ctx) ? ctx->mem.dev_peak : ctx->mem.host_peak;
 }
-static size_t *mem_cur(dt_ctx *ctx) { return on_device(ctx) ? &ctx->mem.dev_cur : &ctx->mem.host_cur; }
 
 /* Weights are generated from this seed on both sides; any fixed value works. */
 static const uint64_t SEED = 20260101;
@@ -612,7 +611,7 @@ static dt_status save_weights(dt_ctx *ctx, dt_model *m, const job *j) {
   dt_ledger_enable(ctx, false);
   dt_status s = dt_model_save_weights(ctx, m, j->o->save_weights, j->o->weights_dtype,
                                       j->o->weights_names, 4, keys, vals);
-  *mem_peak(ctx) = *mem_cur(ctx);
+  dt_mem_peak_restart(ctx, on_device(ctx));
   return s;
 }
 
@@ -881,7 +880,7 @@ static dt_status collect(dt_ctx *ctx, dt_trainer *t, job *j, dt_var *loss, int s
 static dt_status measures(dt_ctx *ctx, job *j, double *times, int total) {
   const sb_opts *o = j->o;
   DT_CHECK(dt_comm_all_reduce(ctx->world, times, times, (size_t)total, DT_F64, DT_RED_MAX));
-  double mem = (double)*mem_peak(ctx);
+  double mem = (double)mem_peak(ctx);
   DT_CHECK(dt_comm_all_reduce(ctx->world, &mem, &mem, 1, DT_F64, DT_RED_MAX));
   double staged = (double)dt_ledger_of(ctx)->staged_bytes; /* exact below 2^53 */
   DT_CHECK(dt_comm_all_reduce(ctx->world, &staged, &staged, 1, DT_F64, DT_RED_SUM));

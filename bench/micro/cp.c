@@ -109,7 +109,7 @@ static dt_status one_step(dt_ctx *ctx, dt_mesh *mesh, dt_model *m, const shared 
            : sb_token_tensor(ctx, mesh, o->batch, o->seq, sh->cfg.vocab, 0u, step, w, w ? &tgt : &tok);
   if (s == DT_OK) s = dt_comm_barrier(ctx->world);
   const size_t held = ctx->mem.host_cur; /* weights, AdamW states, the token batches */
-  ctx->mem.host_peak = ctx->mem.host_cur;
+  dt_mem_peak_restart(ctx, false);
   const double t0 = dt_now();
   dt_var *logits = NULL, *loss = NULL;
   if (s == DT_OK) s = dt_model_forward(ctx, m, &tok, &logits);

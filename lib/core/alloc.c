@@ -43,16 +43,14 @@ void dt_mem_note(dt_ctx *ctx, bool device, int note, size_t bytes, bool add) {
   *n = add ? *n + bytes : bytes > *n ? 0 : *n - bytes;
 }
 
-void dt_mem_peak_get(const dt_ctx *ctx, bool device, dt_mem_peak *out) {
-  const int sp = device ? 1 : 0;
-  out->peak = sp ? ctx->mem.dev_peak : ctx->mem.host_peak;
-  out->at = ctx->mem.at[sp];
+void dt_mem_peak_get(const dt_ctx *ctx, bool device, dt_mem_peak_at *out) {
+  *out = ctx->mem.at[device ? 1 : 0];
 }
 
-void dt_mem_peak_set(dt_ctx *ctx, bool device, const dt_mem_peak *p) {
+void dt_mem_peak_set(dt_ctx *ctx, bool device, const dt_mem_peak_at *p) {
   const int sp = device ? 1 : 0;
-  *(sp ? &ctx->mem.dev_peak : &ctx->mem.host_peak) = p->peak;
-  ctx->mem.at[sp] = p->at;
+  *(sp ? &ctx->mem.dev_peak : &ctx->mem.host_peak) = p->bytes;
+  ctx->mem.at[sp] = *p;
 }
 
 void dt_mem_peak_restart(dt_ctx *ctx, bool device) {

@@ -232,15 +232,12 @@ void dt_mem_track_device(dt_ctx *ctx, size_t bytes, bool add);
  * are of kind `note` (DT_MEM_NOTE_*): called by the buffer's owner beside its
  * allocation and its free. */
 void dt_mem_note(dt_ctx *ctx, bool device, int note, size_t bytes, bool add);
-/* The high-water mark of the device (or host) counters and where it was reached:
- * read, set back (a saved one), and restarted at the bytes in use now (a step's
- * own peak apart from the run's). */
-typedef struct dt_mem_peak {
-  size_t peak;
-  dt_mem_peak_at at;
-} dt_mem_peak;
-void dt_mem_peak_get(const dt_ctx *ctx, bool device, dt_mem_peak *out);
-void dt_mem_peak_set(dt_ctx *ctx, bool device, const dt_mem_peak *p);
+/* The high-water mark of the device (or host) counters with where it was reached
+ * (p->bytes is the peak): read, set back (a saved one), and restarted at the bytes
+ * in use now (a step's own peak apart from the run's). Programs move the peak only
+ * through these, so the record stays the peak's. */
+void dt_mem_peak_get(const dt_ctx *ctx, bool device, dt_mem_peak_at *out);
+void dt_mem_peak_set(dt_ctx *ctx, bool device, const dt_mem_peak_at *p);
 void dt_mem_peak_restart(dt_ctx *ctx, bool device);
 
 /* ---- the compute ledger: every kernel the rank ran ------------------------- */

@@ -38,7 +38,7 @@ static inline void dt_attn_rows_kledger(dt_device *d, const char *op, dt_dtype t
  * factor to set back after the loop (dt_kledger_set_repeat). */
 static inline uint64_t dt_attn_passes(dt_ctx *ctx, const dt_kernels *k, int64_t *n_outer,
                                       int64_t *group) {
-  if (!k->shape_only) return dt_kledger_set_repeat(ctx, dt_kledger_of(ctx)->repeat);
+  if (!k->shape_only) return dt_kledger_of(ctx)->repeat; /* every pass runs: nothing to set */
   const uint64_t prev = dt_kledger_set_repeat(ctx, 1);
   dt_kledger_set_repeat(ctx, prev * (uint64_t)*n_outer * (uint64_t)*group);
   *n_outer = *n_outer > 0 ? 1 : 0;

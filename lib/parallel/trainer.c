@@ -34,7 +34,7 @@ struct dt_trainer {
   double pp_loss;                /* pp: the schedule's loss (the last stage's rank) */
   dt_tape *loss_tape;            /* pp: holds the shared loss for checks */
   /* the step's memory bookkeeping between its halves */
-  dt_mem_peak run_peak, grad_peak;
+  dt_mem_peak_at run_peak, grad_peak;
   dt_model_mem grads;
 };
 
@@ -198,7 +198,7 @@ static dt_status pipe_step(dt_ctx *ctx, dt_trainer *t, const int64_t *tokens,
   dt_ledger_enable(ctx, was);
   const double zero = dt_now();
   /* the step's own peak above its start (restored to the larger one after) */
-  dt_mem_peak run_peak, pk;
+  dt_mem_peak_at run_peak, pk;
   dt_mem_peak_get(ctx, mem_dev(t), &run_peak);
   const size_t base = mem_cur(ctx, t);
   dt_mem_peak_restart(ctx, mem_dev(t));
@@ -208,8 +208,8 @@ static dt_status pipe_step(dt_ctx *ctx, dt_trainer *t, const int64_t *tokens,
                                t->mb + nm, &t->pp_loss, record ? t->ev : NULL,
                                record ? t->ev_cap : 0, &n_ev);
   dt_mem_peak_get(ctx, mem_dev(t), &pk);
-  const size_t peak = pk.peak;
-  if (run_peak.peak > peak) dt_mem_peak_set(ctx, mem_dev(t), &run_peak);
+  const size_t peak = pk.bytes;
+  if (run_peak.bytes > peak) dt_mem_peak_set(ctx, mem_dev(t), &run_peak);
   if (rec) {
     int pipe_id = 0;
     for (int d = 0; d < dt_mesh_ndim(t->mesh); d++)
@@ -421,12 +421,12 @@ dt_status dt_trainer_optimizer_step(dt_ctx *ctx, dt_trainer *t, bool record, dt_
   dt_ctx_set_phase(ctx, "");
   dt_model_mem after;
   dt_model_state_bytes(m, &after);
-  dt_mem_peak opt_peak;
+  dt_mem_peak_at opt_peak;
   dt_mem_peak_get(ctx, mem_dev(t), &opt_peak);
-  const dt_mem_peak *sp = opt_peak.peak > t->grad_peak.peak ? &opt_peak : &t->grad_peak;
-  const size_t step_peak = sp->peak;
-  rec->peak_at = sp->at;
-  dt_mem_peak_set(ctx, mem_dev(t), t->run_peak.peak > step_peak ? &t->run_peak : sp);
+  const dt_mem_peak_at *sp = opt_peak.bytes > t->grad_peak.bytes ? &opt_peak : &t->grad_peak;
+  const size_t step_peak = sp->bytes;
+  rec->peak_at = *sp;
+  dt_mem_peak_set(ctx, mem_dev(t), t->run_peak.bytes > step_peak ? &t->run_peak : sp);
   const int64_t persistent = after.params + t->grads.grads + after.optimizer;
   rec->mem_params = after.params;
   rec->mem_grads = t->grads.grads;
