@@ -56,10 +56,17 @@ while [ $i -lt 600 ]; do # 60 s at most: the first ok row, then into the next st
   sleep 0.1
   i=$((i + 1))
 done
-sleep 2
-before=$(q "$tmp/s1.db" "SELECT count(*) FROM results")
+# then kill it while a config's step processes run and results are still to come (a
+# config takes well under a second, so a fixed sleep could land after the last)
 total1=$(q "$tmp/s1.db" "SELECT count(*) FROM configs")
-running=$(left "$tmp/k/shardbench-sweep")
+i=0
+while [ $i -lt 200 ]; do
+  before=$(q "$tmp/s1.db" "SELECT count(*) FROM results")
+  running=$(left "$tmp/k/shardbench-sweep")
+  [ "$running" -ge 1 ] && [ "$before" -ge 1 ] && [ "$before" -lt "$total1" ] && break
+  sleep 0.05
+  i=$((i + 1))
+done
 kill -9 "$pid"
 wait "$pid" 2>/dev/null
 checks=$((checks + 1))

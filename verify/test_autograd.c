@@ -461,6 +461,10 @@ static const gcase GCASES[] = {
      .pl = {S0, RR}},
     {.op = &dt_op_scale, .a = {.scalar = 0.7}, .n_in = 1, .ndim = {2}, .sh = {{4, 6}},
      .dt = {DT_F64}, .pl = {S1}},
+    /* cast to its own dtype: finite differences need f64 on both sides (the f32 and
+     * bf16 roundings are the kernels' tests') */
+    {.op = &dt_op_cast, .a = {.i0 = DT_F64}, .n_in = 1, .ndim = {2}, .sh = {{4, 6}},
+     .dt = {DT_F64}, .pl = {S1}},
     {.op = &dt_op_silu, .n_in = 1, .ndim = {2}, .sh = {{4, 6}}, .dt = {DT_F64}, .pl = {S0}},
     {.op = &dt_op_swiglu, .n_in = 2, .ndim = {2, 2}, .sh = {{4, 6}, {4, 6}}, .dt = {DT_F64, DT_F64},
      .pl = {S1, S1}},
@@ -492,6 +496,8 @@ static const gcase GCASES[] = {
     {.op = &dt_op_embedding, .n_in = 2, .ndim = {2, 2}, .sh = {{10, 4}, {2, 3}},
      .dt = {DT_F64, DT_I64}, .imax = {0, 10}, .pl = {S0, RR}, .nograd = {NULL, IDS}},
     {.op = &dt_op_cross_entropy, .n_in = 2, .ndim = {2, 1}, .sh = {{6, 5}, {6}},
+     .dt = {DT_F64, DT_I64}, .imax = {0, 5}, .pl = {S1, RR}, .nograd = {NULL, IDS}},
+    {.op = &dt_op_log_softmax_nll, .n_in = 2, .ndim = {2, 1}, .sh = {{6, 5}, {6}},
      .dt = {DT_F64, DT_I64}, .imax = {0, 5}, .pl = {S1, RR}, .nograd = {NULL, IDS}},
 };
 #undef S0

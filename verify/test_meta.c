@@ -25,6 +25,8 @@
  * 4. A tensor of more than 2^31 elements on meta (405B's output layer,
  *    128256 x 16384): created, accounted in full and freed; a host read of meta
  *    data faults (run in a child, which must die by a signal).
+ * 5. The meta device's caching-allocator model (check_allocator): reserved bytes of
+ *    an allocation sequence derived by hand from PyTorch's rules.
  * Not here: the full-scale benchmark (bench/shardbench-meta), the harness's --device
  * meta (verify/meta-run.sh).
  */
@@ -232,9 +234,11 @@ static int compare(const char *name, const job *ref, const job *meta, bool quiet
       bad++;
     }
     /* every noted buffer is returned by the step's end (an independent invariant: the
-     * owners note a buffer's bytes beside its allocation and take them back at its free) */
+     * owners note a buffer's bytes beside its allocation and take them back at its free);
+     * the parameters' gradients stay to the next step's zero_grad: equal in both */
     for (int k = 0; k < DT_MEM_NOTES; k++)
-      if (a->notes_after[k] || b->notes_after[k]) {
+      if (k == DT_MEM_NOTE_GRADS ? a->notes_after[k] != b->notes_after[k]
+                                 : (a->notes_after[k] || b->notes_after[k])) {
         if (!quiet)
           fprintf(stderr, "  %s: note %d after the step: real %zu, meta %zu bytes\n", where, k,
                   a->notes_after[k], b->notes_after[k]);
@@ -670,11 +674,75 @@ static void check_big_and_fault(void) {
   dt_ctx_release(&ctx);
 }
 
+/* The meta device's model of PyTorch's caching allocator against a sequence whose
+ * reserved bytes follow by hand from CUDACachingAllocator.cpp's rules (sizes to 512 B;
+ * under 1 MiB: 2 MiB segments of the small pool; under 10 MiB: 20 MiB segments; else
+ * the size rounded to 2 MiB; best fit; a split when over 1 MiB is left; neighbours
+ * merge on free; segments kept). The planted half: the same sequence must show more
+ * reserved than live bytes, which an allocator without a cache (reserved = live)
+ * would not. */
+static void check_allocator(void) {
+  dt_ctx ctx;
+  dt_ctx_init(&ctx, 0, 1);
+  dt_device *d = NULL;
+  TU_OK(&ctx, dt_device_meta_create(&ctx, &d));
+  if (!d) return;
+  const size_t M = (size_t)1 << 20;
+  void *p[9] = {NULL};
+  const size_t sz[9] = {30 * M, 20 * M, 12 * M, 5 * M, 5 * M, 100 << 10, 6 * M, 24 * M, 30 * M + 1};
+  /* slot k >= 0: allocate sz[k] into p[k]; -k - 1: free p[k] */
+  struct { int op; size_t reserved_mib; const char *why; } seq[] = {
+      {0, 30, "30 MiB: a segment of its size (A)"},
+      {-1, 30, "freed: the segment is kept"},
+      {1, 30, "20 MiB from A's cached 30, split (10 MiB left free)"},
+      {2, 42, "12 MiB: the 10 MiB left is too small, a new 12 MiB segment"},
+      {3, 42, "5 MiB: best fit is A's free 10 MiB, split"},
+      {4, 42, "5 MiB: A's free 5 MiB, an exact fit"},
+      {5, 44, "100 KiB: a 2 MiB segment of the small pool"},
+      {6, 64, "6 MiB (under 10 MiB): a 20 MiB segment, split (14 MiB left)"},
+      {-4, 64, "the first 5 MiB freed: its neighbours are in use, no merge"},
+      {-2, 64, "the 20 MiB freed: merged with the free 5 MiB after it (25 MiB)"},
+      {7, 64, "24 MiB: best fit the merged 25 MiB (1 MiB left: not split)"},
+      {8, 96, "30 MiB + 1 B, rounded to 512 B: no block fits, a 32 MiB segment"},
+  };
+  bool live[9] = {false};
+  for (size_t i = 0; i < sizeof seq / sizeof seq[0]; i++) {
+    const int k = seq[i].op >= 0 ? seq[i].op : -seq[i].op - 1;
+    if (seq[i].op < 0) {
+      dt_device_free(d, p[k], sz[k]);
+      live[k] = false;
+    } else {
+      TU_OK(&ctx, dt_device_alloc(d, sz[k], &p[k]));
+      live[k] = p[k] != NULL;
+    }
+    TU_CHECK(ctx.mem.dev_reserved == seq[i].reserved_mib * M,
+             "allocator step %zu (%s): reserved %zu MiB, want %zu", i, seq[i].why,
+             ctx.mem.dev_reserved / M, seq[i].reserved_mib);
+  }
+  TU_CHECK(ctx.mem.dev_reserved_peak == 96 * M, "reserved peak %zu MiB, want 96",
+           ctx.mem.dev_reserved_peak / M);
+  /* what an allocator without a cache (reserved = live) would fail */
+  TU_CHECK(ctx.mem.dev_reserved > ctx.mem.dev_cur, "reserved %zu is not above live %zu",
+           ctx.mem.dev_reserved, ctx.mem.dev_cur);
+  for (int k = 0; k < 9; k++)
+    if (live[k]) dt_device_free(d, p[k], sz[k]);
+  TU_CHECK(ctx.mem.dev_cur == 0 && ctx.mem.dev_reserved == 96 * M,
+           "all freed: live %zu, reserved %zu MiB (want 0, 96: segments are kept)",
+           ctx.mem.dev_cur, ctx.mem.dev_reserved / M);
+  dt_mem_peak_restart(&ctx, true);
+  TU_CHECK(ctx.mem.dev_reserved_peak == ctx.mem.dev_reserved, "restart: reserved peak %zu",
+           ctx.mem.dev_reserved_peak);
+  dt_device_destroy(d);
+  dt_ctx_release(&ctx);
+}
+
 int main(void) {
   dt_ctx hc;
   dt_ctx_init(&hc, 0, 1);
   printf("test_meta: 64-bit sizes and the faulting tag\n");
   check_big_and_fault();
+  printf("test_meta: the caching allocator's model (reserved bytes, derived by hand)\n");
+  check_allocator();
   printf("test_meta: compute ledger vs analytic FLOPs (%s, world 1, meta)\n", MODEL);
   check_flops(&hc);
   printf("test_meta: the ledger at scale (meta, rank 0 alone)\n");

@@ -11,7 +11,10 @@
  *     ColwiseParallel/RowwiseParallel entry of the plan matches its fqn, whole
  *     otherwise; held 4 times (the weight, its gradient, AdamW's exp_avg and
  *     exp_avg_sq: torch.optim.AdamW keeps two moments per parameter), plus one
- *     more of the largest local weight for a transient (the update's temporary).
+ *     more of the largest local weight for a transient (the update's temporary);
+ *     beside the activations only the weights and gradients when the run is one step
+ *     (AdamW makes its moments in the optimizer step, after backward), and the
+ *     larger of the two phases counts.
  *   data parallel (dp_replicate or cp > 1, no FSDP): the flat buffer of one DDP gradient bucket
  *     (lib/parallel dt_data_parallel_reduce_grads, one bucket at a time): a
  *     bucket closes once it reaches its cap, so it holds less than the cap
@@ -22,22 +25,27 @@
  *     reduce-scatter's input live together during its backward).
  *   activations, per token on the rank (batch / dp_replicate x seq / cp: attention is
  *     a flash-style kernel that keeps one logsumexp per head and token, no
- *     seq x seq scores, so nothing grows with seq^2):
- *     per layer 8 D that no TP plan splits (the residual stream, the gathered
- *     inputs of the column-parallel projections, row-parallel outputs before
- *     their reduction) plus 8 D + 6 F + 2 H that TP splits when the layer's
- *     projections are sharded (q, k, v and rope'd q, k; the attention output;
- *     w1, w3, SiLU and product outputs with their gradients' transients; the
- *     logsumexp), and outside the layers 4 D (embedding output, final norm) plus
+ *     seq x seq scores, so nothing grows with seq^2), as the tape keeps them: a
+ *     value lives while a backward still to come reads it (lib/autograd's
+ *     lifetimes, PyTorch's saved tensors). Per layer 4 D that no TP plan splits
+ *     (the gathered inputs of the column-parallel projections, the residuals h1 and
+ *     the block's output) plus 5 D + 3 F that TP splits when the layer's
+ *     projections are sharded (rope'd q and k, the viewed v, the attention output
+ *     and its reshape; w1's, w3's and swiglu's outputs); once, the backward's
+ *     transients of one layer (4 D + 3 F / tp: the gathered input's partial
+ *     gradient, the residual's, swiglu's two gradients and w2's); outside the
+ *     layers 2 D (the embedding output, the final norm's gathered output) plus
  *     2 V (the logits and their gradient, live together in the loss backward;
- *     split over tp under loss parallel; none without the head). A single-layer
- *     workload counts only its modules (dt_llama_config's no_*): attention 4 D +
- *     (8 D + 2 H) / tp, feed_forward 4 D + 6 F / tp per token, and 6 D outside
- *     (its input or output, the probe R of its loss, their product and
- *     gradients) for the 4 D. Each term counts every tensor the
- *     forward creates as saved for backward, which over-counts those that are
- *     freed early: that is what makes it an upper bound. Context parallel with
- *     the allgather method adds one layer's K and V over the whole sequence.
+ *     split over tp under loss parallel; none without the head), and for a bf16
+ *     run 4 V more (the loss's f32 copy of the logits and its f32 gradient, 8
+ *     bytes per logit). A single-layer workload counts only its modules
+ *     (dt_llama_config's no_*): attention 2 D + 5 D / tp, feed_forward 2 D +
+ *     3 F / tp per token, and 6 D outside (its input or output, the probe R of
+ *     its loss, their product and gradients) for the 2 D. Every term is the largest
+ *     its values can take (KV heads counted as full heads, the residuals unsplit
+ *     under sequence parallel): that is what makes it an upper bound. Context
+ *     parallel with the allgather method adds one layer's K and V over the whole
+ *     sequence.
  *
  * verify/badinput.sh checks measured peak <= estimate <= EST_FACTOR x
  * measured peak on small configs (debugmodel, every shipped plan, block and
@@ -84,7 +92,7 @@ static bool tp_sharded(const dt_plan *p, const char *fqn) {
 
 /* Bytes one rank of a config holds at its peak (see the header). */
 static double rank_bytes(const dt_llama_config *c, size_t elem, int tp, int dp, int cp, int batch,
-                         int seq, const dt_plan *plan, double *nparams) {
+                         int seq, const dt_plan *plan, bool one_step, double *nparams) {
   const double D = c->dim, V = c->vocab, H = c->n_heads, hd = (double)c->dim / c->n_heads;
   const double F = dt_llama_ffn_hidden(c);
   const double KVD = (c->n_kv_heads > 0 ? c->n_kv_heads : c->n_heads) * hd;
@@ -111,11 +119,12 @@ static double rank_bytes(const dt_llama_config *c, size_t elem, int tp, int dp, 
   /* a layer's 8 D unsplit terms, half per sublayer; outside the layers a single-layer
    * workload holds 6 D: its input x (or output y), the probe R, y * R and their
    * gradients, where the model has the embedding output and the final norm's 4 D */
-  const double attn_tok = c->no_attention ? 0 : 4 * D + (8 * D + 2 * H) / tpa;
-  const double ffn_tok = c->no_feed_forward ? 0 : 4 * D + 6 * F / tpa;
-  const double outside = (c->no_embedding || c->no_head ? 6 * D : 4 * D) +
-                         (c->no_head ? 0 : 2 * V / tpl);
-  const double per_token = c->n_layers * (attn_tok + ffn_tok) + outside;
+  const double attn_tok = c->no_attention ? 0 : 2 * D + (5 * D + 2 * H) / tpa;
+  const double ffn_tok = c->no_feed_forward ? 0 : 2 * D + 3 * F / tpa;
+  const double transients = 4 * D + (c->no_feed_forward ? 0 : 3 * F / tpa);
+  const double outside = (c->no_embedding || c->no_head ? 6 * D : 2 * D) +
+                         (c->no_head ? 0 : (elem < 4 ? 6 : 2) * V / tpl);
+  const double per_token = c->n_layers * (attn_tok + ffn_tok) + transients + outside;
   const double tokens = ceil((double)batch / dp) * seq / cp;
   if (nparams) *nparams = total;
   bool fsdp = false; /* DDP's buckets: data parallel over dp_replicate x cp without FSDP */
@@ -133,8 +142,12 @@ static double rank_bytes(const dt_llama_config *c, size_t elem, int tp, int dp, 
    * the output alone), measured 2-2.2 on the single-layer workloads, where one unit
    * is most of the weights */
   const double fsdp_units = fsdp ? 3 * fmax(largest, layer_local) : 0;
-  return (double)elem * (4 * local + largest + fsdp_units + tokens * per_token + kv_gathered) +
-         bucket;
+  /* the forward and backward hold the weights, their gradients and AdamW's moments from
+   * an earlier step (none in a run of one step: AdamW makes them in its first step)
+   * beside the activations; the optimizer step holds the state and its transient */
+  const double fb = (one_step ? 2 : 4) * local + fsdp_units + tokens * per_token + kv_gathered;
+  const double opt = 4 * local + largest;
+  return (double)elem * (fb > opt ? fb : opt) + bucket;
 }
 
 int sb_mem_estimate(const sb_opts *o, const dt_parallel_plan *rp, sb_mem_est *e) {
@@ -147,10 +160,11 @@ int sb_mem_estimate(const sb_opts *o, const dt_parallel_plan *rp, sb_mem_est *e)
     return -1;
   const size_t elem = dt_dtype_size(dt);
   double P = 0;
+  const bool one = o->warmup + o->steps <= 1;
   e->rank_bytes =
-      rank_bytes(&c, elem, o->dims[4], o->dims[1], o->dims[3], o->batch, o->seq, plan, &P);
+      rank_bytes(&c, elem, o->dims[4], o->dims[1], o->dims[3], o->batch, o->seq, plan, one, &P);
   const double snap = CMP_BYTES * P * (o->warmup + o->steps + 1);
-  const double ref = rank_bytes(&c, elem, 1, 1, 1, o->batch, o->seq, NULL, NULL) + snap;
+  const double ref = rank_bytes(&c, elem, 1, 1, 1, o->batch, o->seq, NULL, one, NULL) + snap;
   const double sharded = o->world * (e->rank_bytes + CMP_BYTES * P) + snap;
   e->need_bytes = ref > sharded ? ref : sharded;
   return 0;

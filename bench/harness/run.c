@@ -1332,6 +1332,7 @@ static dt_status meta_train(dt_ctx *ctx, void *arg) {
     ro->mem[2] = st.mem_optimizer;
     ro->mem[3] = st.mem_activations;
     ro->peak = (int64_t)st.peak_bytes;
+    ro->reserved = (int64_t)st.reserved_peak_bytes;
     ro->peak_at = st.peak_at;
     const dt_ledger *L = dt_ledger_of(ctx);
     fcomm_index fx = {NULL, 0};
@@ -1689,6 +1690,9 @@ static void print_roles_text(FILE *f, const sb_result *r) {
             ro->peak_at.where[0] ? " in " : "", ro->peak_at.where,
             ro->peak_at.note[DT_MEM_NOTE_FSDP_PARAMS] / 1048576.0,
             ro->peak_at.note[DT_MEM_NOTE_COMM] / 1048576.0);
+    if (ro->reserved > 0)
+      fprintf(f, "    reserved peak %.2f MiB (the caching allocator's segments, as PyTorch's "
+                 "max_memory_reserved)\n", ro->reserved / 1048576.0);
     fprintf(f, "    compute:");
     for (int p = 0; p < SB_ROLE_PHASES; p++)
       if (ro->flops[p] > 0 || ro->bytes[p] > 0)
@@ -1711,8 +1715,9 @@ static void print_roles_json(FILE *f, const sb_result *r) {
   fputs(", \"roles\": [", f);
   for (int i = 0; i < r->n_roles; i++) {
     const sb_role *ro = &r->roles[i];
-    fprintf(f, "%s{\"rank\": %d, \"count\": %d, \"peak_mem_bytes\": %lld", i ? ", " : "",
-            ro->rank, ro->count, (long long)ro->peak);
+    fprintf(f, "%s{\"rank\": %d, \"count\": %d, \"peak_mem_bytes\": %lld, "
+               "\"reserved_peak_bytes\": %lld", i ? ", " : "",
+            ro->rank, ro->count, (long long)ro->peak, (long long)ro->reserved);
     for (int k = 0; k < 4; k++) fprintf(f, ", \"mem_%s_bytes\": %lld", MEM_NAMES[k], (long long)ro->mem[k]);
     peak_at_json(f, &ro->peak_at);
     fputs(", \"compute\": {", f);

@@ -119,6 +119,8 @@ typedef struct sb_role {
   int rank, count;
   int64_t mem[4];                /* params, grads, optimizer, activations (as results.mem_*) */
   int64_t peak;                  /* the step's device peak */
+  int64_t reserved;              /* the step's peak of the caching allocator's segments
+                                  * (the meta device's model of PyTorch's); 0: none */
   dt_mem_peak_at peak_at;        /* where in the step it was reached, and what of it FSDP's
                                   * unsharded parameters and the collectives' buffers held */
   double flops[SB_ROLE_PHASES], bytes[SB_ROLE_PHASES]; /* compute ledger sums per phase */

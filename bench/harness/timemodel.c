@@ -441,17 +441,25 @@ int sb_predict(const sb_hw *hw, const sb_opts *o, const sb_result *meta,
     const double peak = hw->peak_flops[pdt];
     p->mfu = peak > 0 ? sf->flops_per_token * p->tokens_per_s_per_gpu / peak : NAN;
     /* memory: the worst role's peak, the allocator's overhead and what the runtime reserves */
-    double pk = 0;
+    double pk = 0, rv = 0;
     for (int i = 0; i < nr; i++) {
       const sb_role *ro = &meta->roles[i];
       if ((double)ro->peak > pk) {
         pk = (double)ro->peak;
         for (int k = 0; k < 4; k++) p->mem_split[k] = (double)ro->mem[k];
       }
+      if ((double)ro->reserved > rv) rv = (double)ro->reserved;
     }
-    p->peak_bytes = pk * (1 + hw->alloc_overhead) + hw->reserved_bytes;
-    p->fits = p->peak_bytes <= hw->hbm_bytes;
-    p->over_bytes = p->fits ? 0 : p->peak_bytes - hw->hbm_bytes;
+    /* The peak as TorchTitan prints it, the caching allocator's reserved peak: the
+     * meta device models PyTorch's allocator (its segments, rv); without that model,
+     * the live peak plus the hardware file's overhead. The allocator frees its cached
+     * segments and retries before it fails, so a layout fits while its live peak does,
+     * and what it reserves then stops at the HBM. */
+    const double live = pk * (rv > 0 ? 1 : 1 + hw->alloc_overhead) + hw->reserved_bytes;
+    p->peak_bytes = rv > 0 ? rv + hw->reserved_bytes : live;
+    p->fits = live <= hw->hbm_bytes;
+    if (p->fits && p->peak_bytes > hw->hbm_bytes) p->peak_bytes = hw->hbm_bytes;
+    p->over_bytes = p->fits ? 0 : live - hw->hbm_bytes;
     if (!(p->step_s > 0)) snprintf(err, errn, "the predicted step is not positive"), rc = -1;
   }
   free(tf);

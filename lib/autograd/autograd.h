@@ -135,13 +135,41 @@ dt_status dt_tape_checkpoint_end(dt_tape *t, int n_keep, dt_var *const *keep);
  * arrays), e.g. what a forward keeps for backward. */
 size_t dt_tape_value_bytes(const dt_tape *t);
 
+/* ---- lifetimes (what the program holds, what backward reads) ----
+ *
+ * A value stays on the tape until dt_tape_free unless the program releases it:
+ * dt_var_release says the program holds v no more (PyTorch: its last Python
+ * reference dropped), and the tape frees v's value as soon as nothing recorded
+ * still to come reads it: the backward of a call that reads it (dt_op's
+ * bwd_meta_in / bwd_meta_out say which values each op's backward reads, as
+ * autograd's saved tensors), or the recompute of a checkpointed region. So a
+ * released value is freed at once when no backward reads it, or right after the
+ * last backward that does. Leaves and custom functions' outputs are never freed
+ * this way (their memory is their owner's); a custom output that views an input
+ * keeps that input while it lives. A dt_backward that needs a freed value again
+ * (a second backward over released values) is DT_ERR_INVALID. */
+void dt_var_release(dt_tape *t, dt_var *v);
+/* The tape's variable count now, and: releases every variable made since mark
+ * except keep[0..n_keep) (what a module made, less what it returns). */
+size_t dt_tape_mark(const dt_tape *t);
+void dt_tape_release_since(dt_tape *t, size_t mark, int n_keep, dt_var *const *keep);
+/* dt_tape_value_bytes when the latest dt_backward began (what the forward left for
+ * backward); 0 before any. */
+size_t dt_tape_backward_start_bytes(const dt_tape *t);
+/* The rank's memory peak (host or device counters, ctx->mem) when the latest
+ * dt_backward began: the forward's, since the last dt_mem_peak_restart. */
+size_t dt_tape_forward_peak(const dt_tape *t, bool device);
+/* The same peak's record (its bytes, where it was reached, the noted bytes then). */
+void dt_tape_forward_peak_at(const dt_tape *t, bool device, dt_mem_peak_at *out);
+
 /* Backpropagates from root. seed: the gradient of root (copied; same mesh and
  * global shape as root's value, any placements), or NULL: ones, with root's
  * placements where each Partial becomes Replicate. Gradients of leaves that
  * require them accumulate into their grad (a second dt_backward adds to them);
  * gradients of non-leaf variables are freed as soon as they are consumed (read
- * dt_var_grad of a leaf only). Forward values are kept until dt_tape_free.
- * The recorded graph is kept, so a later dt_backward may run again.
+ * dt_var_grad of a leaf only). Forward values are kept until dt_tape_free,
+ * except released ones (above). The recorded graph is kept, so a later
+ * dt_backward may run again over values that were not released.
  * Errors: DT_ERR_INVALID (root not on this tape, seed shape/mesh mismatch),
  * DT_ERR_UNSUPPORTED (root does not require a gradient), those of the ops. */
 dt_status dt_backward(dt_tape *t, dt_var *root, const dt_tensor *seed);
@@ -160,6 +188,10 @@ dt_status dt_var_grad_reduce(dt_tape *t, dt_var *v);
  * as v's value, any placements), or drops it when g is NULL (param.grad = ... /
  * None). t: the tape that made v. DT_ERR_INVALID (g freed) on a mismatch. */
 dt_status dt_var_set_grad(dt_tape *t, dt_var *v, dt_tensor *g);
+/* v's gradient is kept in dtype: each contribution is cast to it before it
+ * accumulates (FSDP2's unsharded gradients, summed in the reduce dtype over a
+ * pipeline's microbatches). */
+void dt_var_accumulate_in(dt_var *v, dt_dtype dtype);
 /* Drops every leaf's gradient (like optimizer.zero_grad(set_to_none=True)). */
 void dt_tape_zero_grad(dt_tape *t);
 

@@ -32,6 +32,18 @@ struct dt_var {
   bool leaf;
   bool ac_freed;                        /* its value freed by a checkpointed region */
   bool ac_kept;                         /* a region's output: never freed by it */
+  /* Lifetime (autograd.h, dt_var_release): readers counts the recorded backwards
+   * (and recomputes) still to come that read the value; a released value is freed
+   * when none is left and no view pins it. */
+  int readers;
+  int pins;                             /* live views of this value's data */
+  dt_var *base;                         /* a view: the variable whose data it shows */
+  bool released;                        /* the program holds it no more */
+  bool freed;                           /* its value freed once released and unread */
+  bool custom_out;                      /* a custom function's output: its caller's memory */
+  bool unsaved;                         /* made by a checkpointed call that is recomputed */
+  bool accum_set;                       /* its gradient is kept in accum_dtype */
+  dt_dtype accum_dtype;
 };
 
 typedef enum node_kind { NODE_OP = 0, NODE_REDIST = 1, NODE_CUSTOM = 2 } node_kind;
@@ -57,6 +69,7 @@ typedef struct node {
 typedef struct region {
   size_t first, end;
   bool freed;
+  bool recompute_read;                  /* its recompute's readers still counted */
   int fault_zero_call;
 } region;
 
@@ -71,6 +84,8 @@ struct dt_tape {
   size_t n_regions, cap_regions;
   bool open;                            /* regions[n_regions - 1] is being recorded */
   dt_checkpoint_opts ac;                /* the open region's */
+  size_t backward_start_bytes;          /* dt_tape_value_bytes when dt_backward began */
+  dt_mem_peak_at forward_peak[2];       /* the rank's host, device peaks then */
 };
 
 enum { TAPE_INIT_CAP = 16 }; /* first array size; arrays double when full */
@@ -101,7 +116,15 @@ dt_status dt_tape_create(dt_ctx *ctx, const dt_tape_opts *opts, dt_tape **out) {
   return DT_OK;
 }
 
+/* A leaf's gradient is noted as such (DT_MEM_NOTE_GRADS), so a peak can tell the
+ * parameters' gradients from the activations. */
+static void note_grad(dt_ctx *ctx, const dt_var *v, const dt_tensor *g, bool add) {
+  if (v->leaf && g->local.owns && g->local.data)
+    dt_mem_note(ctx, g->local.dev != DT_DEV_CPU, DT_MEM_NOTE_GRADS, dt_array_bytes(&g->local), add);
+}
+
 static void var_drop_grad(dt_ctx *ctx, dt_var *v) {
+  if (v->has_grad) note_grad(ctx, v, &v->grad, false);
   if (v->has_grad) dt_tensor_free(ctx, &v->grad);
   memset(&v->grad, 0, sizeof v->grad);
   v->has_grad = false;
@@ -127,6 +150,8 @@ void dt_tape_free(dt_tape *t) {
   dt_host_free(ctx, t);
 }
 
+static bool aliases(const dt_var *x, const dt_var *v);
+
 /* A new variable owning *value (moved: *value is zeroed). On failure the value
  * is freed. */
 static dt_var *new_var(dt_tape *t, dt_tensor *value, bool requires_grad, bool leaf) {
@@ -145,6 +170,71 @@ static dt_var *new_var(dt_tape *t, dt_tensor *value, bool requires_grad, bool le
   v->leaf = leaf;
   t->vars[t->n_vars++] = v;
   return v;
+}
+
+/* Whether node n's backward reads the data of its input (out: output) j. A
+ * redistribute's and a custom function's backward read only the gradients. */
+static bool reads(const node *n, bool out, int j) {
+  if (n->kind != NODE_OP) return false;
+  return !(((out ? n->op->bwd_meta_out : n->op->bwd_meta_in) >> j) & 1u);
+}
+
+/* Frees v's value when the program released it, nothing still to come reads it
+ * and no view pins it; a view instead unpins what it shows. Leaves and custom
+ * outputs (the caller's memory, such as FSDP's unsharded parameters) are never
+ * freed here. A recomputed call's output is marked as a checkpointed region's
+ * freed value, so a recompute would restore it. */
+static void maybe_free(dt_tape *t, dt_var *v) {
+  if (!v->released || v->readers > 0 || v->pins > 0 || v->leaf || v->freed) return;
+  if (v->base) {
+    dt_var *b = v->base;
+    v->base = NULL;
+    v->freed = true;
+    b->pins--;
+    maybe_free(t, b);
+    return;
+  }
+  if (v->custom_out || v->ac_freed || !v->value.local.owns || !v->value.local.data) return;
+  dt_array_free(t->ctx, &v->value.local);
+  if (v->unsaved) v->ac_freed = true;
+  else v->freed = true;
+}
+
+static void unread(dt_tape *t, dt_var *v) {
+  if (v->readers > 0) v->readers--;
+  maybe_free(t, v);
+}
+
+void dt_var_accumulate_in(dt_var *v, dt_dtype dtype) {
+  if (!v) return;
+  v->accum_set = true;
+  v->accum_dtype = dtype;
+}
+
+void dt_var_release(dt_tape *t, dt_var *v) {
+  if (!t || !v) return;
+  v->released = true;
+  maybe_free(t, v);
+}
+
+size_t dt_tape_mark(const dt_tape *t) { return t ? t->n_vars : 0; }
+
+void dt_tape_release_since(dt_tape *t, size_t mark, int n_keep, dt_var *const *keep) {
+  if (!t) return;
+  for (size_t i = mark; i < t->n_vars; i++) {
+    dt_var *v = t->vars[i];
+    bool kept = false;
+    for (int k = 0; k < n_keep && !kept; k++) kept = keep[k] == v;
+    if (!kept) dt_var_release(t, v);
+  }
+}
+
+/* Counts the readers of a node just recorded. */
+static void count_readers(node *n) {
+  for (int j = 0; j < n->n_in; j++)
+    if (reads(n, false, j)) n->in[j]->readers++;
+  for (int j = 0; j < n->n_out; j++)
+    if (reads(n, true, j)) n->out[j]->readers++;
 }
 
 dt_var *dt_var_leaf(dt_tape *t, dt_tensor *value, bool requires_grad) {
@@ -175,6 +265,8 @@ static dt_status check_not_freed(dt_ctx *ctx, const char *who, int n, dt_var *co
     if (in[j] && in[j]->ac_freed)
       return dt_error(ctx, DT_ERR_INVALID, who,
                       "input %d was freed by activation checkpointing (not a region's output)", j);
+    else if (in[j] && in[j]->freed)
+      return dt_error(ctx, DT_ERR_INVALID, who, "input %d was released and freed", j);
   return DT_OK;
 }
 
@@ -225,6 +317,8 @@ dt_status dt_ad_op(dt_tape *t, const dt_op *op, const dt_op_attrs *attrs, dt_var
     for (int j = 0; j < op->n_out; j++) n->out[j] = ovar[j];
     const dt_ad_call_info call = {op, 0, NULL, NULL};
     node_region(t, n, &call);
+    count_readers(n);
+    for (int j = 0; j < op->n_out; j++) ovar[j]->unsaved = n->region && !n->saved;
   }
   for (int j = 0; j < op->n_out; j++) out[j] = ovar[j];
   return DT_OK;
@@ -253,6 +347,7 @@ dt_status dt_ad_redistribute(dt_tape *t, dt_var *x, const dt_placement *dst, dt_
     for (int i = 0; i < x->value.mesh_ndim; i++) n->src[i] = x->value.pl[i];
     const dt_ad_call_info call = {NULL, x->value.mesh_ndim, n->src, v->value.pl};
     node_region(t, n, &call);
+    v->unsaved = n->region && !n->saved;
   }
   *out = v;
   return DT_OK;
@@ -282,6 +377,15 @@ dt_status dt_ad_custom(dt_tape *t, const char *name, dt_ad_backward_fn backward,
     if (out) out[j] = NULL;
     if (s == DT_OK && !(out[j] = new_var(t, &values[j], need, false))) s = DT_ERR_NOMEM;
     else if (s != DT_OK && values) dt_tensor_free(ctx, &values[j]);
+    if (s != DT_OK || !out[j]) continue;
+    out[j]->custom_out = true;
+    /* an output that views an input's data pins that input (its owner) */
+    for (int i = 0; i < n_in && !out[j]->value.local.owns; i++)
+      if (aliases(out[j], in[i])) {
+        out[j]->base = in[i]->base ? in[i]->base : in[i];
+        out[j]->base->pins++;
+        break;
+      }
   }
   if (s != DT_OK) {
     dt_host_free(ctx, cin);
@@ -347,6 +451,22 @@ static bool may_free(const dt_tape *t, const region *r, const dt_var *v, int n_k
   return true;
 }
 
+/* The recompute of region r reads the inputs of its recomputed calls: counted
+ * as their readers when the region closes (d = +1), uncounted once the recompute
+ * has run (-1), so what it needs is kept until then. */
+static void recompute_readers(dt_tape *t, region *r, int d) {
+  if ((d > 0) == r->recompute_read) return;
+  r->recompute_read = d > 0;
+  for (size_t i = r->first; i < r->end; i++) {
+    node *n = &t->nodes[i];
+    if (n->saved) continue;
+    for (int j = 0; j < n->n_in; j++) {
+      if (d > 0) n->in[j]->readers++;
+      else unread(t, n->in[j]);
+    }
+  }
+}
+
 /* Frees region r's unsaved values (keep[]: its outputs, kept). */
 static void region_free(dt_tape *t, region *r, int n_keep, dt_var *const *keep) {
   for (size_t i = r->first; i < r->end; i++) {
@@ -373,8 +493,20 @@ dt_status dt_tape_checkpoint_end(dt_tape *t, int n_keep, dt_var *const *keep) {
   r->end = t->n_nodes;
   for (int k = 0; k < n_keep; k++)
     if (keep[k]) keep[k]->ac_kept = true;
+  recompute_readers(t, r, +1);
   region_free(t, r, n_keep, keep);
   return DT_OK;
+}
+
+size_t dt_tape_backward_start_bytes(const dt_tape *t) { return t ? t->backward_start_bytes : 0; }
+
+size_t dt_tape_forward_peak(const dt_tape *t, bool device) {
+  return t ? t->forward_peak[device ? 1 : 0].bytes : 0;
+}
+
+void dt_tape_forward_peak_at(const dt_tape *t, bool device, dt_mem_peak_at *out) {
+  memset(out, 0, sizeof *out);
+  if (t) *out = t->forward_peak[device ? 1 : 0];
 }
 
 size_t dt_tape_value_bytes(const dt_tape *t) {
@@ -470,6 +602,18 @@ static dt_status accumulate(dt_tape *t, dt_var *v, dt_tensor *g) {
   dt_ctx *ctx = t->ctx;
   dt_status s = DT_OK;
   if (t->opts.eager_reduce) s = reduce_partials(ctx, g);
+  if (s == DT_OK && v->accum_set && g->dtype != v->accum_dtype) { /* cast, then accumulate */
+    dt_op_attrs c;
+    memset(&c, 0, sizeof c);
+    c.i0 = (int)v->accum_dtype;
+    dt_tensor w;
+    const dt_tensor *ci[1] = {g};
+    dt_tensor *co[1] = {&w};
+    s = dt_op_call(ctx, &dt_op_cast, &c, ci, co, NULL);
+    dt_tensor_free(ctx, g);
+    if (s != DT_OK) return s;
+    *g = w;
+  }
   if (s != DT_OK) {
     dt_tensor_free(ctx, g);
     return s;
@@ -478,6 +622,7 @@ static dt_status accumulate(dt_tape *t, dt_var *v, dt_tensor *g) {
     v->grad = *g;
     v->has_grad = true;
     memset(g, 0, sizeof *g);
+    note_grad(ctx, v, &v->grad, true);
     return DT_OK;
   }
   dt_tensor sum;
@@ -486,8 +631,10 @@ static dt_status accumulate(dt_tape *t, dt_var *v, dt_tensor *g) {
   s = dt_op_call(ctx, &dt_op_add, NULL, ai, ao, NULL);
   dt_tensor_free(ctx, g);
   if (s != DT_OK) return s;
+  note_grad(ctx, v, &v->grad, false);
   dt_tensor_free(ctx, &v->grad);
   v->grad = sum;
+  note_grad(ctx, v, &v->grad, true);
   return DT_OK;
 }
 
@@ -544,6 +691,14 @@ static dt_status run_node(dt_tape *t, const node *n) {
   bool any = false;
   for (int j = 0; j < n->n_out; j++) any = any || n->out[j]->has_grad;
   if (!any) return DT_OK;
+  for (int j = 0; j < n->n_in + n->n_out; j++) {
+    const bool o = j >= n->n_in;
+    const dt_var *v = o ? n->out[j - n->n_in] : n->in[j];
+    if (reads(n, o, o ? j - n->n_in : j) && v->freed)
+      return dt_error(ctx, DT_ERR_INVALID, "dt_backward",
+                      "%s: a value its backward reads was released and freed by an earlier "
+                      "backward (the graph is not retained)", n->op ? n->op->name : "?");
+  }
   dt_tensor gbuf[DT_OP_MAX_IN];
   dt_tensor *gin[DT_OP_MAX_IN] = {NULL};
   memset(gbuf, 0, sizeof gbuf);
@@ -613,14 +768,23 @@ dt_status dt_backward(dt_tape *t, dt_var *root, const dt_tensor *seed) {
   memcpy(saved, ctx->phase, sizeof saved);
   dt_ctx_set_phase(ctx, "backward");
   dt_tensor g;
+  t->backward_start_bytes = dt_tape_value_bytes(t);
+  dt_mem_peak_get(ctx, false, &t->forward_peak[0]);
+  dt_mem_peak_get(ctx, true, &t->forward_peak[1]);
   dt_status s = make_seed(t, root, seed, &g);
   if (s == DT_OK) s = accumulate(t, root, &g);
   for (size_t i = t->n_nodes; i-- > 0 && s == DT_OK;) {
     const node *n = &t->nodes[i];
     region *r = n->region ? &t->regions[n->region - 1] : NULL;
     if (r && r->freed && i + 1 == r->end) s = region_recompute(t, r);
+    if (s == DT_OK && r && i + 1 == r->end) recompute_readers(t, r, -1);
     dt_ctx_set_scope(ctx, n->scope);
     if (s == DT_OK) s = run_node(t, n);
+    /* what this node's backward read is read once less; released values go */
+    for (int j = 0; s == DT_OK && j < n->n_in; j++)
+      if (reads(n, false, j)) unread(t, n->in[j]);
+    for (int j = 0; s == DT_OK && j < n->n_out; j++)
+      if (reads(n, true, j)) unread(t, n->out[j]);
     /* the region's backward is done: its recomputed values go again */
     if (s == DT_OK && r && i == r->first) region_free(t, r, 0, NULL);
   }
@@ -648,6 +812,7 @@ dt_status dt_var_set_grad(dt_tape *t, dt_var *v, dt_tensor *g) {
     v->grad = *g;
     v->has_grad = true;
     memset(g, 0, sizeof *g);
+    note_grad(ctx, v, &v->grad, true);
   }
   return DT_OK;
 }

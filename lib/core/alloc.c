@@ -57,6 +57,7 @@ void dt_mem_peak_restart(dt_ctx *ctx, bool device) {
   const int sp = device ? 1 : 0;
   size_t *peak = sp ? &ctx->mem.dev_peak : &ctx->mem.host_peak;
   *peak = sp ? ctx->mem.dev_cur : ctx->mem.host_cur;
+  if (sp) ctx->mem.dev_reserved_peak = ctx->mem.dev_reserved;
   snap(ctx, sp, *peak);
 }
 
@@ -165,6 +166,12 @@ void dt_host_free(dt_ctx *ctx, void *p) {
     if (cache_put(ctx, h)) return;
   }
   free(h);
+}
+
+void dt_mem_track_reserved(dt_ctx *ctx, size_t bytes) {
+  if (!ctx) return;
+  ctx->mem.dev_reserved = bytes;
+  if (bytes > ctx->mem.dev_reserved_peak) ctx->mem.dev_reserved_peak = bytes;
 }
 
 void dt_mem_track_device(dt_ctx *ctx, size_t bytes, bool add) {

@@ -88,7 +88,8 @@ typedef enum dt_device_kind { DT_DEV_CPU = 0, DT_DEV_CUDA = 1, DT_DEV_META = 2 }
 enum {
   DT_MEM_NOTE_FSDP_PARAMS = 0, /* FSDP's unsharded parameters (its all-gathers' results) */
   DT_MEM_NOTE_COMM = 1,        /* flat send / receive buffers of collectives */
-  DT_MEM_NOTES = 2
+  DT_MEM_NOTE_GRADS = 2,       /* the gradients of leaves (parameters) a tape holds */
+  DT_MEM_NOTES = 3
 };
 
 /* Where a high-water mark was reached: its bytes, ctx's phase and module at the
@@ -105,6 +106,9 @@ typedef struct dt_mem_stats {
   size_t host_cur, host_peak;   /* live bytes requested by the program, and the high-water mark */
   size_t host_cached;           /* freed blocks kept for reuse (not counted in host_cur) */
   size_t dev_cur, dev_peak;     /* device bytes, as the device backends report them */
+  /* what a device's caching allocator holds (its segments), where the device models
+   * one (the meta device: PyTorch's), and the high-water mark; 0 where none */
+  size_t dev_reserved, dev_reserved_peak;
   uint64_t n_alloc, n_free;
   size_t note[2][DT_MEM_NOTES]; /* [0] host, [1] device: the noted bytes in use */
   dt_mem_peak_at at[2];         /* [0] host, [1] device: where the peak was reached */
@@ -228,6 +232,9 @@ void dt_host_cache_release(dt_ctx *ctx);
 /* For device backends: account `bytes` more (or fewer) device bytes in ctx->mem
  * (current, peak and the call counts). */
 void dt_mem_track_device(dt_ctx *ctx, size_t bytes, bool add);
+/* A device's caching allocator now holds `bytes` (dt_mem_stats.dev_reserved); the
+ * high-water mark follows. dt_mem_peak_restart on the device restarts it too. */
+void dt_mem_track_reserved(dt_ctx *ctx, size_t bytes);
 /* Notes that `bytes` more (add) or fewer of the memory in use (device or host)
  * are of kind `note` (DT_MEM_NOTE_*): called by the buffer's owner beside its
  * allocation and its free. */

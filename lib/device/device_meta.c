@@ -15,7 +15,19 @@
  * from meta to host writes zeros (there is no value), so host code that reads
  * a result back (a loss) sees 0. The attention blocking fields are cuda-emu's,
  * so the ops cut the same GEMMs and scratch as on the CUDA devices.
- * Not here: any value, any timing. */
+ * The bytes the program holds are what the counters show; beside them the device
+ * models PyTorch's CUDA caching allocator (c10/cuda/CUDACachingAllocator.cpp,
+ * DeviceCachingAllocator: sizes rounded to 512 B; requests up to 1 MiB from 2 MiB
+ * segments of the small pool, up to 10 MiB from 20 MiB segments, larger ones from
+ * a segment of their size rounded to 2 MiB; the best-fitting free block of the
+ * pool (smallest, then lowest address) is split when more than 1 MiB (small pool:
+ * 512 B) would be left over; a freed block merges with free neighbours of its
+ * segment; segments are kept, never returned), and reports the segments' bytes
+ * as the rank's reserved memory (dt_mem_track_reserved), what TorchTitan prints
+ * as its memory (torch.cuda.max_memory_reserved). Allocation is in program order,
+ * one stream, as the ledgers' runs are.
+ * Not here: any value, any timing, the allocator's retry that frees the cache
+ * when a segment does not fit the device (there is no capacity here). */
 #include "config.h"
 
 #include <stdlib.h>
@@ -24,8 +36,28 @@
 #include "device/device.h"
 #include "device/kernels.h"
 
+/* A block of the caching allocator's model: a run of one segment, in address
+ * order (prev, next: indices of its segment's neighbours, -1 none). */
+typedef struct cblock {
+  uint64_t addr, size;
+  int prev, next;
+  bool free, small;
+} cblock;
+
+typedef struct cache_model {
+  cblock *b;
+  int nb, capb;
+  int *spare, nspare;      /* recycled block indices (capacity capb) */
+  int *fre, nfre;          /* the free blocks (capacity capb) */
+  uint64_t *hkey;          /* allocated blocks by address: open addressing */
+  int *hval;
+  size_t hcap, hn;
+  uint64_t reserved;
+} cache_model;
+
 typedef struct meta_impl {
   uint64_t next;           /* bytes handed out so far: the next address's offset */
+  cache_model cm;
   dt_device_ops ops;       /* the slots, with kern pointing at `kern` */
   dt_kernels kern;
   dt_kern_attn attn;       /* no-op slots, cuda-emu's blocking */
@@ -37,16 +69,185 @@ static dt_status bad(dt_device *d, const char *call, const void *p) {
   return dt_error(d->ctx, DT_ERR_INVALID, call, "%p is not a meta device pointer", p);
 }
 
+/* ---- the caching allocator's model ---- */
+
+enum {
+  CM_SMALL = 1 << 20,          /* kSmallSize: the small pool's largest request */
+  CM_SMALL_SEG = 2 << 20,      /* kSmallBuffer */
+  CM_MID_SEG = 20 << 20,       /* kLargeBuffer, for requests under kMinLargeAlloc */
+  CM_MIN_LARGE = 10 << 20,     /* kMinLargeAlloc */
+  CM_ROUND_LARGE = 2 << 20,    /* kRoundLarge */
+  CM_MIN_BLOCK = 512,          /* kMinBlockSize */
+};
+
+static uint64_t hslot(const cache_model *c, uint64_t k) {
+  return (k * 0x9E3779B97F4A7C15ull >> 17) & (c->hcap - 1);
+}
+
+static bool cm_grow(cache_model *c) {
+  if (c->nb < c->capb) return true;
+  int nc = c->capb ? 2 * c->capb : 256;
+  cblock *b = realloc(c->b, sizeof *b * (size_t)nc);
+  if (b) c->b = b;
+  int *sp = b ? realloc(c->spare, sizeof *sp * (size_t)nc) : NULL;
+  if (sp) c->spare = sp;
+  int *fr = sp ? realloc(c->fre, sizeof *fr * (size_t)nc) : NULL;
+  if (fr) c->fre = fr;
+  if (!fr) return false;
+  c->capb = nc;
+  return true;
+}
+
+static int cm_new(cache_model *c, uint64_t addr, uint64_t size, bool small) {
+  int i;
+  if (c->nspare) i = c->spare[--c->nspare];
+  else {
+    if (!cm_grow(c)) return -1;
+    i = c->nb++;
+  }
+  c->b[i] = (cblock){addr, size, -1, -1, false, small};
+  return i;
+}
+
+static bool h_put(cache_model *c, uint64_t k, int v) {
+  if (2 * (c->hn + 1) > c->hcap) { /* rehash at half full */
+    size_t oc = c->hcap, nc = oc ? 2 * oc : 1024;
+    uint64_t *nk = calloc(nc, sizeof *nk);
+    int *nv = malloc(nc * sizeof *nv);
+    if (!nk || !nv) {
+      free(nk);
+      free(nv);
+      return false;
+    }
+    uint64_t *ok = c->hkey;
+    int *ov = c->hval;
+    c->hkey = nk, c->hval = nv, c->hcap = nc;
+    for (size_t j = 0; j < oc; j++)
+      if (ok[j]) {
+        size_t q = hslot(c, ok[j]);
+        while (nk[q]) q = (q + 1) & (nc - 1);
+        nk[q] = ok[j], nv[q] = ov[j];
+      }
+    free(ok);
+    free(ov);
+  }
+  size_t q = hslot(c, k);
+  while (c->hkey[q]) q = (q + 1) & (c->hcap - 1);
+  c->hkey[q] = k, c->hval[q] = v, c->hn++;
+  return true;
+}
+
+static int h_take(cache_model *c, uint64_t k) {
+  if (!c->hcap) return -1;
+  size_t q = hslot(c, k);
+  while (c->hkey[q] && c->hkey[q] != k) q = (q + 1) & (c->hcap - 1);
+  if (!c->hkey[q]) return -1;
+  const int v = c->hval[q];
+  c->hkey[q] = 0, c->hn--;
+  for (size_t r = (q + 1) & (c->hcap - 1); c->hkey[r]; r = (r + 1) & (c->hcap - 1)) {
+    const uint64_t kk = c->hkey[r]; /* re-place the run after the hole */
+    const int vv = c->hval[r];
+    c->hkey[r] = 0, c->hn--;
+    size_t z = hslot(c, kk);
+    while (c->hkey[z]) z = (z + 1) & (c->hcap - 1);
+    c->hkey[z] = kk, c->hval[z] = vv, c->hn++;
+  }
+  return v;
+}
+
+static void fre_remove(cache_model *c, int i) {
+  for (int j = 0; j < c->nfre; j++)
+    if (c->fre[j] == i) {
+      c->fre[j] = c->fre[--c->nfre];
+      return;
+    }
+}
+
+/* The model's malloc: the address of a block of at least `bytes`, and the
+ * segment bytes it added (0 when a cached block served it). addr 0: no memory. */
+static uint64_t cm_alloc(meta_impl *im, size_t bytes) {
+  cache_model *c = &im->cm;
+  const uint64_t size = bytes < CM_MIN_BLOCK ? CM_MIN_BLOCK
+                                             : ((uint64_t)bytes + CM_MIN_BLOCK - 1) / CM_MIN_BLOCK * CM_MIN_BLOCK;
+  const bool small = size <= CM_SMALL;
+  int best = -1;
+  for (int j = 0; j < c->nfre; j++) {
+    const cblock *x = &c->b[c->fre[j]];
+    if (x->small != small || x->size < size) continue;
+    if (best < 0 || x->size < c->b[best].size || (x->size == c->b[best].size && x->addr < c->b[best].addr))
+      best = c->fre[j];
+  }
+  if (best < 0) { /* a new segment */
+    const uint64_t seg = small ? CM_SMALL_SEG : size < CM_MIN_LARGE ? CM_MID_SEG
+                       : (size + CM_ROUND_LARGE - 1) / CM_ROUND_LARGE * CM_ROUND_LARGE;
+    if (im->next > ((uint64_t)1 << 53) - seg) return 0;
+    best = cm_new(c, im->next + 256, seg, small); /* + 256: no block at offset 0 */
+    if (best < 0) return 0;
+    im->next += seg + 256;
+    c->reserved += seg;
+  } else {
+    fre_remove(c, best);
+  }
+  cblock *x = &c->b[best];
+  const uint64_t rest = x->size - size;
+  if (small ? rest >= CM_MIN_BLOCK : rest > CM_SMALL) { /* split: the remainder stays free */
+    int r = cm_new(c, x->addr + size, rest, small);
+    if (r >= 0) {
+      x = &c->b[best]; /* cm_new may move the array */
+      c->b[r].free = true;
+      c->b[r].prev = best;
+      c->b[r].next = x->next;
+      if (x->next >= 0) c->b[x->next].prev = r;
+      x->next = r;
+      x->size = size;
+      c->fre[c->nfre++] = r;
+    }
+  }
+  x->free = false;
+  if (!h_put(c, x->addr, best)) return 0;
+  return x->addr;
+}
+
+/* Merges free block j into its neighbour i (i before j in the segment). */
+static void cm_merge(cache_model *c, int i, int j) {
+  cblock *a = &c->b[i], *b = &c->b[j];
+  a->size += b->size;
+  a->next = b->next;
+  if (b->next >= 0) c->b[b->next].prev = i;
+  fre_remove(c, j);
+  c->spare[c->nspare++] = j;
+}
+
+static void cm_free(cache_model *c, uint64_t addr) {
+  int i = h_take(c, addr);
+  if (i < 0) return;
+  c->b[i].free = true;
+  c->fre[c->nfre++] = i;
+  const int nx = c->b[i].next;
+  if (nx >= 0 && c->b[nx].free) cm_merge(c, i, nx);
+  const int pv = c->b[i].prev;
+  if (pv >= 0 && c->b[pv].free) cm_merge(c, pv, i);
+}
+
+static void cm_release(cache_model *c) {
+  free(c->b);
+  free(c->spare);
+  free(c->fre);
+  free(c->hkey);
+  free(c->hval);
+}
+
 static dt_status meta_alloc(dt_device *d, size_t bytes, void **out) {
   meta_impl *im = d->impl;
-  uint64_t span = ((uint64_t)bytes + 255) / 256 * 256 + 256;
-  if (bytes > ((uint64_t)1 << 52) || im->next > ((uint64_t)1 << 53) - span) {
+  const uint64_t before = im->cm.reserved;
+  const uint64_t addr = bytes > ((uint64_t)1 << 52) ? 0 : cm_alloc(im, bytes);
+  if (!addr) {
     *out = NULL;
     return dt_error(d->ctx, DT_ERR_NOMEM, "dt_device_alloc",
-                    "meta: %zu bytes past the tag's address range", bytes);
+                    "meta: %zu bytes past the tag's address range (or no host memory)", bytes);
   }
-  *out = (void *)(uintptr_t)(DT_META_TAG + (uintptr_t)im->next);
-  im->next += span;
+  *out = (void *)(uintptr_t)(DT_META_TAG + (uintptr_t)addr);
+  if (im->cm.reserved > before) dt_mem_track_reserved(d->ctx, im->cm.reserved);
   dt_mem_track_device(d->ctx, bytes, true);
   return DT_OK;
 }
@@ -56,6 +257,8 @@ static void meta_free(dt_device *d, void *p, size_t bytes) {
     (void)bad(d, "dt_device_free", p);
     return;
   }
+  meta_impl *im = d->impl;
+  cm_free(&im->cm, (uint64_t)((uintptr_t)p - DT_META_TAG));
   dt_mem_track_device(d->ctx, bytes, false);
 }
 
@@ -89,6 +292,8 @@ static dt_status meta_axpy(dt_device *d, dt_dtype t, int64_t n, double alpha, co
 }
 
 static void meta_destroy(dt_device *d) {
+  meta_impl *im = d->impl;
+  if (im) cm_release(&im->cm);
   free(d->impl);
   free(d);
 }

@@ -646,17 +646,27 @@ static dt_status forward_part(dt_ctx *ctx, dt_model *m, const dt_model_part *par
   dt_module *mods = m->mods;
   const dt_llama_layout L = dt_llama_layout_of(&m->cfg);
   dt_var *io[1], *h = x;
+  /* Lifetimes as in PyTorch: a module's values the program no longer holds once it
+   * returns (everything it made but its output, and the input `h = layer(h)`
+   * replaces) are released to the tape, which frees each once no backward still to
+   * come reads it (dt_var_release): an op's saved tensors outlive its forward, the
+   * rest does not. */
+  dt_tape *tp = m->step_tape;
   if (part->first) {
     dt_module *emb = &mods[L.emb];
+    const size_t mark = dt_tape_mark(tp);
     DT_CHECK(const_leaf(ctx, m, tokens, &io[0]));
     DT_CHECK(hook(ctx, m, emb, true, io, 1));
     DT_CHECK(op2(m, &dt_op_embedding, NULL, wvar(emb), io[0], &h));
     io[0] = h;
     DT_CHECK(hook(ctx, m, emb, false, io, 1));
     h = io[0];
+    dt_tape_release_since(tp, mark, 1, &h);
   }
   for (int l = part->layer0; l < part->layer1; l++) {
     dt_module *blk = &mods[L.block0 + l * L.per_layer];
+    dt_var *const h_in = h;
+    const size_t mark = dt_tape_mark(tp);
     io[0] = h;
     DT_CHECK(hook(ctx, m, blk, true, io, 1));
     h = io[0];
@@ -682,10 +692,16 @@ static dt_status forward_part(dt_ctx *ctx, dt_model *m, const dt_model_part *par
     io[0] = h;
     DT_CHECK(hook(ctx, m, blk, false, io, 1));
     h = io[0];
+    dt_tape_release_since(tp, mark, 1, &h);
+    if (h_in != x) dt_var_release(tp, h_in); /* the caller's x is the caller's */
   }
   if (part->last) {
+    dt_var *const h_in = h;
+    const size_t mark = dt_tape_mark(tp);
     DT_CHECK(rmsnorm(ctx, m, &mods[L.head], h, &h));
     DT_CHECK(linear(ctx, m, &mods[L.head + 1], h, &h));
+    dt_tape_release_since(tp, mark, 1, &h);
+    if (h_in != x) dt_var_release(tp, h_in);
   }
   *out = h;
   return DT_OK;
@@ -771,11 +787,26 @@ dt_status dt_model_loss(dt_ctx *ctx, dt_model *m, dt_var *logits, const dt_tenso
     return dt_error(ctx, DT_ERR_INVALID, "dt_model_loss", "no step: call dt_model_forward first");
   dt_var *t;
   DT_CHECK(const_leaf(ctx, m, targets, &t));
-  /* cross_entropy's second output (each position's log-sum-exp) stays on the
-   * tape for its backward */
+  /* bf16 logits are upcast first, as TorchTitan's loss does (torchtitan/components/
+   * loss.py cross_entropy_loss: cross_entropy(pred.flatten(0, 1).float(), ...)), and
+   * the f32 loss is PyTorch's unfused one (log_softmax, then nll_loss) with its
+   * memory: the loss, log_softmax's output and the gradients are f32 */
+  const size_t mark = dt_tape_mark(m->step_tape);
+  dt_var *const x0 = logits;
+  if (dt_var_value(logits)->dtype == DT_BF16) {
+    dt_op_attrs c = DT_OP_ATTRS_INIT;
+    c.i0 = (int)DT_F32;
+    dt_var *x[1] = {logits};
+    DT_CHECK(dt_ad_op(m->step_tape, &dt_op_cast, &c, x, &logits));
+  }
+  /* the second output (each position's log-sum-exp; of the f32 loss, log_softmax's
+   * output, as PyTorch's unfused cross_entropy keeps it) stays for the backward */
+  const dt_op *ce = logits != x0 ? &dt_op_log_softmax_nll : &dt_op_cross_entropy;
   dt_var *in[2] = {logits, t}, *out[2];
-  DT_CHECK(dt_ad_op(m->step_tape, &dt_op_cross_entropy, NULL, in, out));
+  DT_CHECK(dt_ad_op(m->step_tape, ce, NULL, in, out));
   *loss = out[0];
+  /* the loss function's values (the f32 copy, the statistics) live for its backward */
+  dt_tape_release_since(m->step_tape, mark, 1, loss);
   return DT_OK;
 }
 

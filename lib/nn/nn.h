@@ -259,7 +259,8 @@ typedef struct dt_model_part {
  * dt_model_forward; the model root's parameter hooks do not. */
 dt_status dt_model_forward_part(dt_ctx *ctx, dt_model *m, const dt_model_part *part,
                                 const dt_tensor *tokens, dt_var *x, dt_var **out);
-/* Mean cross-entropy of logits against targets (i64 [b, s]) -> 0-d loss var. */
+/* Mean cross-entropy of logits against targets (i64 [b, s]) -> 0-d loss var; bf16
+ * logits are cast to f32 first (TorchTitan's loss), so the loss is then f32. */
 dt_status dt_model_loss(dt_ctx *ctx, dt_model *m, dt_var *logits, const dt_tensor *targets,
                         dt_var **loss);
 /* Backward from the loss; afterwards every weight var has its gradient. */

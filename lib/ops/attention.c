@@ -629,7 +629,8 @@ static dt_status sdpa_backward(dt_ctx *ctx, const dt_op_attrs *a, const dt_tenso
 /* ---- the ops ------------------------------------------------------------------------ */
 
 const dt_op dt_op_rope = {.name = "rope", .n_in = 1, .n_out = 1, .infer = rope_infer,
-                          .options = rope_options, .kernel = rope_kernel, .backward = rope_backward};
+                          .options = rope_options, .kernel = rope_kernel, .backward = rope_backward,
+    .bwd_meta_in = 1, .bwd_meta_out = 1};
 const dt_op dt_op_sdpa = {.name = "sdpa", .n_in = 3, .n_out = 1, .infer = sdpa_infer,
                           .candidates = sdpa_candidates, .kernel = sdpa_kernel,
                           .backward = sdpa_backward};

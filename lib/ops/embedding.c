@@ -44,6 +44,15 @@
  * (exp(logits - lse) - onehot) * grad / N with the logits' option (R, batch or
  * loss parallel): no collective in any of them (as PyTorch's loss parallel).
  *
+ * log_softmax_nll(logits [..., V], targets i64 [...]) -> (mean loss (0-d), logp
+ * [..., V] in the logits' dtype): TorchTitan's loss as PyTorch runs it on f32
+ * logits, nll_loss(log_softmax(x)), with PyTorch's memory: logp is log_softmax's
+ * output, which its backward reads (aten::_log_softmax saves its result), so the
+ * logits are not kept for backward; the backward makes nll_loss's dense gradient
+ * and then log_softmax's (three [..., V] arrays live at once, as in PyTorch). The
+ * loss is cross_entropy's (same kernel, options, all_reduces); logp = x - lse. A
+ * gradient given for logp is ignored (it is a saved value, as lse is).
+ *
  * Kernels: the rows slots of the arrays' device (lib/device/kernels.h: the
  * CPU's f32 and f64 computed in double, the GPU's f32, f64 and bf16), i64
  * ids/targets: embedding / embedding_bwd (a bf16 gradient is summed in an f32
@@ -255,7 +264,8 @@ static dt_status emb_backward(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor
 
 const dt_op dt_op_embedding = {.name = "embedding", .n_in = 2, .n_out = 1, .infer = emb_infer,
                                .options = emb_options, .kernel = emb_kernel,
-                               .backward = emb_backward};
+                               .backward = emb_backward,
+    .bwd_meta_out = 1};
 
 /* ---- cross entropy ------------------------------------------------------------------ */
 
@@ -453,3 +463,155 @@ static dt_status ce_backward(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor 
 const dt_op dt_op_cross_entropy = {.name = "cross_entropy", .n_in = 2, .n_out = 2,
                                    .infer = ce_infer, .options = ce_options, .kernel = ce_kernel,
                                    .backward = ce_backward};
+
+/* ---- TorchTitan's loss as PyTorch runs it: nll_loss(log_softmax(x)) ----------------- */
+
+static dt_status lsn_infer(dt_ctx *ctx, const dt_op_attrs *a, const dt_spec *in, dt_spec *out) {
+  (void)a;
+  DT_CHECK(ce_shapes(ctx, "log_softmax_nll", &in[0], &in[1]));
+  out[0].dtype = in[0].dtype;
+  out[0].ndim = 0;
+  out[1].dtype = in[0].dtype; /* logp, shaped as the logits */
+  out[1].ndim = in[0].ndim;
+  for (int d = 0; d < in[0].ndim; d++) out[1].gshape[d] = in[0].gshape[d];
+  return DT_OK;
+}
+
+static dt_status lsn_options(dt_ctx *ctx, const dt_op_attrs *a, const dt_spec *in,
+                             const dt_spec *out, int mesh_dim, dt_dim_option *opt, int *n, int max) {
+  DT_CHECK(ce_options(ctx, a, in, out, mesh_dim, opt, n, max));
+  for (int i = 0; i < *n; i++) opt[i].out[1] = opt[i].in[0]; /* logp is placed as the logits */
+  return DT_OK;
+}
+
+/* The loss by cross_entropy's kernel (its statistics, all_reduces and loss), then
+ * logp = x - lse: lse cast to the logits' dtype, subtracted along each row. */
+static dt_status lsn_kernel(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor *const *in,
+                            dt_tensor *const *out) {
+  const dt_array *X = &in[0]->local;
+  const int64_t npos = in[1]->local.numel, Vl = X->shape[in[0]->ndim - 1];
+  dt_tensor lse;
+  memset(&lse, 0, sizeof lse);
+  DT_CHECK(dt_array_create(ctx, X->dev, DT_F64, 1, &npos, &lse.local));
+  dt_tensor *co[2] = {out[0], &lse};
+  dt_status s = ce_kernel(ctx, a, in, co);
+  dt_array lt = {0};
+  if (s == DT_OK) s = dt_array_create(ctx, X->dev, X->dtype, 1, &npos, &lt);
+  dt_kdev kd;
+  if (s == DT_OK) s = dt_device_kernels(ctx, X->dev, "log_softmax_nll", &kd);
+  if (s == DT_OK && (!kd.k->pw || !kd.k->pw->cast || !kd.k->pw->binary))
+    s = dt_error(ctx, DT_ERR_UNSUPPORTED, "log_softmax_nll", "the device has no cast or binary");
+  if (s == DT_OK) s = kd.k->pw->cast(kd.dev, DT_F64, lse.local.data, X->dtype, lt.data, npos);
+  if (s == DT_OK) {
+    const int64_t shape[2] = {npos, Vl}, sa[2] = {Vl, 1}, sb[2] = {1, 0};
+    dt_op_kledger(ctx, "log_softmax", X->dtype, 1, X->numel, X->numel + npos, X->numel);
+    s = kd.k->pw->binary(kd.dev, X->dtype, DT_PW_SUB, 2, shape, X->data, sa, lt.data, sb,
+                         out[1]->local.data);
+  }
+  dt_array_free(ctx, &lt);
+  dt_array_free(ctx, &lse.local);
+  return s;
+}
+
+/* log_softmax_nll_bwd(grad 0-d, logp, targets) -> dlogits */
+static dt_status lsnb_infer(dt_ctx *ctx, const dt_op_attrs *a, const dt_spec *in, dt_spec *out) {
+  (void)a;
+  DT_CHECK(ce_shapes(ctx, "log_softmax_nll_bwd", &in[1], &in[2]));
+  if (in[0].ndim != 0)
+    return dt_error(ctx, DT_ERR_INVALID, "log_softmax_nll_bwd", "grad must be 0-d");
+  out->dtype = in[1].dtype;
+  out->ndim = in[1].ndim;
+  for (int d = 0; d < in[1].ndim; d++) out->gshape[d] = in[1].gshape[d];
+  return DT_OK;
+}
+
+static dt_status lsnb_options(dt_ctx *ctx, const dt_op_attrs *a, const dt_spec *in,
+                              const dt_spec *out, int mesh_dim, dt_dim_option *opt, int *n,
+                              int max) {
+  (void)a;
+  (void)out;
+  (void)mesh_dim;
+  int last = in[1].ndim - 1;
+  DT_CHECK(room(ctx, "log_softmax_nll_bwd", 2 + last, max));
+  const dt_placement R = dt_replicate();
+  int k = 0;
+#define LB(gx, y, t)                   \
+  do {                                 \
+    memset(&opt[k], 0, sizeof opt[k]); \
+    opt[k].out[0] = (gx);              \
+    opt[k].in[0] = R;                  \
+    opt[k].in[1] = (y);                \
+    opt[k].in[2] = (t);                \
+    k++;                               \
+  } while (0)
+  LB(R, R, R);
+  for (int d = 0; d < last; d++) LB(dt_shard(d), dt_shard(d), dt_shard(d));
+  LB(dt_shard(last), dt_shard(last), R);
+#undef LB
+  *n = k;
+  return DT_OK;
+}
+
+/* nll_loss's gradient G = -onehot * g / N, dense (cross_entropy's backward kernel with
+ * an lse of 1e30, where exp(logp - lse) is exactly 0), then log_softmax's, G -
+ * exp(logp) * rowsum(G) = (exp(logp) - onehot) * g / N (rowsum(G) = -g / N: each
+ * row's target is held by one vocab shard): the same kernel with an lse of 0. */
+static dt_status lsnb_kernel(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor *const *in,
+                             dt_tensor *const *out) {
+  (void)a;
+  const dt_tensor *y = in[1];
+  const dt_array *Y = &y->local, *T = &in[2]->local;
+  dt_array *DX = &out[0]->local;
+  const int last = y->ndim - 1;
+  const int64_t Vl = Y->shape[last], voff = y->goffset[last], npos = T->numel;
+  if (Y->numel != npos * Vl || DX->numel != Y->numel)
+    return dt_error(ctx, DT_ERR_INTERNAL, "log_softmax_nll_bwd", "local logp and targets disagree");
+  dt_kdev kd;
+  DT_CHECK(dt_device_kernels(ctx, Y->dev, "log_softmax_nll_bwd", &kd));
+  DT_OP_KSLOT(ctx, "log_softmax_nll_bwd", kd.k->rows, ce_bwd);
+  DT_CHECK(check_ids(&kd, "log_softmax_nll_bwd", T, y->gshape[last]));
+  dt_array big = {0}, zero = {0}, G = {0};
+  dt_status s = dt_array_create(ctx, Y->dev, DT_F64, 1, &npos, &big);
+  if (s == DT_OK) s = dt_array_create(ctx, Y->dev, DT_F64, 1, &npos, &zero);
+  if (s == DT_OK) s = dt_array_create(ctx, Y->dev, Y->dtype, Y->ndim, Y->shape, &G);
+  if (s == DT_OK) s = dt_device_fill(kd.dev, DT_F64, big.data, npos, 1e30);
+  if (s == DT_OK) s = dt_device_fill(kd.dev, DT_F64, zero.data, npos, 0.0);
+  const double N = ce_N(y);
+  if (s == DT_OK) {
+    dt_op_kledger(ctx, "nll_loss_bwd", Y->dtype, 0, Y->numel, 0, Y->numel);
+    s = kd.k->rows->ce_bwd(kd.dev, Y->dtype, npos, Vl, voff, Y->data, T->data, big.data,
+                           in[0]->local.data, N, G.data);
+  }
+  if (s == DT_OK) {
+    dt_op_kledger(ctx, "log_softmax_bwd", Y->dtype, 4, Y->numel, 2 * Y->numel, Y->numel);
+    s = kd.k->rows->ce_bwd(kd.dev, Y->dtype, npos, Vl, voff, Y->data, T->data, zero.data,
+                           in[0]->local.data, N, DX->data);
+  }
+  dt_array_free(ctx, &G);
+  dt_array_free(ctx, &zero);
+  dt_array_free(ctx, &big);
+  return s;
+}
+
+static const dt_op op_log_softmax_nll_bwd = {.name = "log_softmax_nll_bwd", .n_in = 3,
+                                             .n_out = 1, .infer = lsnb_infer,
+                                             .options = lsnb_options, .kernel = lsnb_kernel};
+
+static dt_status lsn_backward(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor *const *in,
+                              const dt_tensor *const *out, const dt_tensor *const *gout,
+                              dt_tensor *const *gin) {
+  (void)a;
+  if (!gin[0] || !gout[0]) return DT_OK; /* no gradient for the targets; none through logp */
+  dt_op_attrs z;
+  memset(&z, 0, sizeof z);
+  const dt_tensor *bi[3] = {gout[0], out[1], in[1]};
+  dt_tensor *bo[1] = {gin[0]};
+  return dt_op_call(ctx, &op_log_softmax_nll_bwd, &z, bi, bo, NULL);
+}
+
+/* backward reads logp and the targets, not the logits (log_softmax's backward reads
+ * its output) nor the loss */
+const dt_op dt_op_log_softmax_nll = {.name = "log_softmax_nll", .n_in = 2, .n_out = 2,
+                                     .infer = lsn_infer, .options = lsn_options,
+                                     .kernel = lsn_kernel, .backward = lsn_backward,
+                                     .bwd_meta_in = 1, .bwd_meta_out = 1};

@@ -556,18 +556,21 @@ const dt_op dt_op_einsum = {.name = "einsum", .strict_inputs = true,
                             .infer = einsum_infer,
                             .options = einsum_options,
                             .kernel = einsum_kernel,
-                            .backward = einsum_backward};
+                            .backward = einsum_backward,
+    .bwd_meta_out = 1};
 const dt_op dt_op_matmul = {.name = "matmul", .strict_inputs = true,
                             .n_in = 2,
                             .n_out = 1,
                             .infer = matmul_infer,
                             .options = matmul_options,
                             .kernel = matmul_kernel,
-                            .backward = matmul_backward};
+                            .backward = matmul_backward,
+    .bwd_meta_out = 1};
 const dt_op dt_op_linear = {.name = "linear", .strict_inputs = true,
                             .n_in = 2,
                             .n_out = 1,
                             .infer = linear_infer,
                             .options = linear_options,
                             .kernel = linear_kernel,
-                            .backward = linear_backward};
+                            .backward = linear_backward,
+    .bwd_meta_out = 1};

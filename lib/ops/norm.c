@@ -208,4 +208,5 @@ static dt_status rms_backward(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor
 
 const dt_op dt_op_rms_norm = {.name = "rms_norm", .n_in = 2, .n_out = 1, .infer = rms_infer,
                               .options = rms_options, .kernel = rms_kernel,
-                              .backward = rms_backward};
+                              .backward = rms_backward,
+    .bwd_meta_out = 1};

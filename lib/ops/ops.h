@@ -107,6 +107,11 @@ struct dt_op {
   dt_status (*backward)(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor *const *in,
                         const dt_tensor *const *out, const dt_tensor *const *gout,
                         dt_tensor *const *gin);
+  /* What backward reads of the values (the tape keeps those for it, as autograd
+   * keeps an op's saved tensors): bit j of bwd_meta_in (bwd_meta_out) set: input
+   * (output) j is read for its metadata only (shape, placements, dtype), so its
+   * data may be freed before the backward runs. Zero: every value is read. */
+  unsigned bwd_meta_in, bwd_meta_out;
 };
 
 /* Kernels: every device has a table (lib/device/kernels.h; the CPU's host loops
@@ -150,11 +155,13 @@ static inline void dt_op_kledger(dt_ctx *ctx, const char *kernel, dt_dtype t, do
  *   matmul   -   (x[..., m, k] @ y[..., k, n], equal leading batch dims)
  *   linear   -   (x[..., k] with W[n, k] -> [..., n], TorchTitan's nn.Linear, no bias)
  *   add, sub, mul (tensor-tensor, broadcasting), scale (x * scalar)
+ *   cast     i0 (the target dt_dtype: f32, f64, bf16; placements kept)
  *   silu, swiglu (silu(a) * b)
  *   sum, mean    dims[0..ndims) (ndims 0: all), keepdim
  *   softmax      dim */
 extern const dt_op dt_op_einsum, dt_op_matmul, dt_op_linear;
-extern const dt_op dt_op_add, dt_op_sub, dt_op_mul, dt_op_scale, dt_op_silu, dt_op_swiglu;
+extern const dt_op dt_op_add, dt_op_sub, dt_op_mul, dt_op_scale, dt_op_cast, dt_op_silu,
+    dt_op_swiglu;
 extern const dt_op dt_op_sum, dt_op_mean, dt_op_softmax;
 /*   view, reshape  shape[0..shape_n) (-1 infers one dim); view refuses what
  *                  needs a redistribution, reshape redistributes (PyTorch's
@@ -172,9 +179,13 @@ extern const dt_op dt_op_sum, dt_op_mean, dt_op_softmax;
  *                  (weight S(0)) gives P(sum) with masked lookups; ids get no gradient
  *   cross_entropy  logits [..., vocab], targets (i64) [...] -> mean loss (0-d); no
  *                  attrs; R, or P(sum) on position-sharded mesh dims (exact for uneven
- *                  shards); logits S(last) is loss parallel (3 all_reduces in the kernel) */
+ *                  shards); logits S(last) is loss parallel (3 all_reduces in the kernel)
+ *   log_softmax_nll  as cross_entropy, and a second output: log_softmax's (logp, what its
+ *                  backward reads; placed as the logits): TorchTitan's f32 loss with
+ *                  PyTorch's unfused memory (lib/ops/embedding.c) */
 extern const dt_op dt_op_view, dt_op_reshape, dt_op_transpose, dt_op_permute, dt_op_rms_norm;
-extern const dt_op dt_op_rope, dt_op_sdpa, dt_op_embedding, dt_op_cross_entropy;
+extern const dt_op dt_op_rope, dt_op_sdpa, dt_op_embedding, dt_op_cross_entropy,
+    dt_op_log_softmax_nll;
 
 /* ---- context parallel attention (lib/ops/attention_cp.c) ----
  *

@@ -1,7 +1,9 @@
 /* lib/ops/pointwise.c: element-wise DTensor ops (PyTorch's
  * torch/distributed/tensor/_ops/_pointwise_ops.py: pointwise_strategy,
  * linear_pointwise_ops):
- * add, sub, mul (tensor-tensor, numpy broadcasting), scale (x * scalar), silu,
+ * add, sub, mul (tensor-tensor, numpy broadcasting), scale (x * scalar), cast (a
+ * dtype conversion, placements kept as PyTorch's aten._to_copy: Partial(sum|avg)
+ * stays, as scale's; backward casts the gradient back), silu,
  * swiglu (silu(a) * b), a private silu_grad used by silu's backward and a
  * private swiglu_bwd (a, b, g) -> (da, db) that is swiglu's, fused.
  *
@@ -27,7 +29,7 @@
  * so backward communication is propagated like forward.
  *
  * What it is not: in-place ops, scalar-tensor add (P + 1 is class -1 in
- * PyTorch; not offered here), type promotion, maximum/minimum.
+ * PyTorch; not offered here), type promotion (cast is explicit), maximum/minimum.
  */
 #include "config.h"
 
@@ -256,6 +258,30 @@ PW_KERNEL(k_silu, PW_SILU, 1)
 PW_KERNEL(k_swiglu, PW_SWIGLU, 2)
 PW_KERNEL(k_silu_grad, PW_SILU_GRAD, 2)
 
+/* cast: y = x converted to y's dtype by the device's cast slot (bf16 rounds to
+ * nearest even); the ledger row is memory traffic only. */
+static dt_status k_cast(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor *const *in,
+                        dt_tensor *const *out) {
+  (void)a;
+  const dt_array *x = &in[0]->local;
+  dt_array *y = &out[0]->local;
+  dt_kdev kd;
+  DT_CHECK(dt_device_kernels(ctx, y->dev, "cast", &kd));
+  DT_OP_KSLOT(ctx, "cast", kd.k->pw, cast);
+  dt_kledger_kernel(ctx, "cast", y->dtype, 0, (uint64_t)dt_array_bytes(x),
+                    (uint64_t)dt_array_bytes(y));
+  return kd.k->pw->cast(kd.dev, x->dtype, x->data, y->dtype, y->data, y->numel);
+}
+
+static dt_status infer_cast(dt_ctx *ctx, const dt_op_attrs *a, const dt_spec *in, dt_spec *out) {
+  DT_CHECK(bcast_shape(ctx, "cast", in, 1, out));
+  const dt_dtype td = (dt_dtype)a->i0;
+  if (td != DT_F32 && td != DT_F64 && td != DT_BF16)
+    return dt_error(ctx, DT_ERR_INVALID, "cast", "target dtype %d is not f32, f64 or bf16", a->i0);
+  out->dtype = td;
+  return DT_OK;
+}
+
 /* silu_grad(x, g) = g * silu'(x): only the backward of silu and swiglu uses it. */
 static const dt_op op_silu_grad = {.name = "silu_grad", .n_in = 2, .n_out = 1,
                                    .infer = infer_binary, .candidates = cands_binary_nonlinear,
@@ -393,6 +419,20 @@ static dt_status b_silu(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor *cons
   return call2(ctx, &op_silu_grad, in[0], gout[0], gin[0]);
 }
 
+/* cast's backward: the gradient cast back to the input's dtype. */
+static dt_status b_cast(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor *const *in,
+                        const dt_tensor *const *out, const dt_tensor *const *gout,
+                        dt_tensor *const *gin) {
+  (void)a;
+  (void)out;
+  if (!gin[0]) return DT_OK;
+  if (!gout[0]) return scale_by(ctx, in[0], 0.0, gin[0]);
+  dt_op_attrs c;
+  memset(&c, 0, sizeof c);
+  c.i0 = (int)in[0]->dtype;
+  return call1(ctx, &dt_op_cast, &c, gout[0], gin[0]);
+}
+
 /* swiglu_bwd(a, b, g) -> (da, db) = (g b silu'(a), g silu(a)) in one pass: the
  * sigmoid once per element, no temporaries (the unfused form is mul,
  * silu_grad, silu, mul: four passes and two temporaries). a, b, g one shape. */
@@ -463,18 +503,29 @@ static dt_status b_swiglu(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor *co
 /* ---- the ops ----------------------------------------------------------------- */
 
 const dt_op dt_op_add = {.name = "add", .n_in = 2, .n_out = 1, .infer = infer_binary,
-                         .candidates = cands_add, .kernel = k_add, .backward = b_add};
+                         .candidates = cands_add, .kernel = k_add, .backward = b_add,
+    .bwd_meta_in = 3, .bwd_meta_out = 1};
 const dt_op dt_op_sub = {.name = "sub", .n_in = 2, .n_out = 1, .infer = infer_binary,
-                         .candidates = cands_add, .kernel = k_sub, .backward = b_sub};
+                         .candidates = cands_add, .kernel = k_sub, .backward = b_sub,
+    .bwd_meta_in = 3, .bwd_meta_out = 1};
 const dt_op dt_op_mul = {.name = "mul", .n_in = 2, .n_out = 1, .infer = infer_binary,
-                         .candidates = cands_mul, .kernel = k_mul, .backward = b_mul};
+                         .candidates = cands_mul, .kernel = k_mul, .backward = b_mul,
+    .bwd_meta_out = 1};
 /* attrs.scalar: the factor */
 const dt_op dt_op_scale = {.name = "scale", .n_in = 1, .n_out = 1, .infer = infer_unary,
                            .candidates = cands_unary_linear, .kernel = k_scale,
-                           .backward = b_scale};
+                           .backward = b_scale,
+    .bwd_meta_in = 1, .bwd_meta_out = 1};
+/* attrs.i0: the target dtype (dt_dtype: f32, f64, bf16) */
+const dt_op dt_op_cast = {.name = "cast", .n_in = 1, .n_out = 1, .infer = infer_cast,
+                          .candidates = cands_unary_linear, .kernel = k_cast,
+                          .backward = b_cast,
+    .bwd_meta_in = 1, .bwd_meta_out = 1};
 const dt_op dt_op_silu = {.name = "silu", .n_in = 1, .n_out = 1, .infer = infer_unary,
                           .candidates = cands_unary_nonlinear, .kernel = k_silu,
-                          .backward = b_silu};
+                          .backward = b_silu,
+    .bwd_meta_out = 1};
 const dt_op dt_op_swiglu = {.name = "swiglu", .n_in = 2, .n_out = 1, .infer = infer_same,
                             .candidates = cands_binary_nonlinear, .kernel = k_swiglu,
-                            .backward = b_swiglu};
+                            .backward = b_swiglu,
+    .bwd_meta_out = 1};

@@ -381,12 +381,16 @@ static dt_status pm_backward(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor 
 
 const dt_op dt_op_view = {.name = "view", .n_in = 1, .n_out = 1, .infer = view_infer,
                           .candidates = view_cands, .kernel = view_kernel,
-                          .backward = view_backward};
+                          .backward = view_backward,
+    .bwd_meta_in = 1, .bwd_meta_out = 1};
 const dt_op dt_op_reshape = {.name = "reshape", .n_in = 1, .n_out = 1, .infer = view_infer,
                              .candidates = reshape_cands, .kernel = view_kernel,
-                             .backward = view_backward};
+                             .backward = view_backward,
+    .bwd_meta_in = 1, .bwd_meta_out = 1};
 const dt_op dt_op_transpose = {.name = "transpose", .n_in = 1, .n_out = 1, .infer = tr_infer,
                                .options = tr_options, .kernel = tr_kernel,
-                               .backward = tr_backward};
+                               .backward = tr_backward,
+    .bwd_meta_in = 1, .bwd_meta_out = 1};
 const dt_op dt_op_permute = {.name = "permute", .n_in = 1, .n_out = 1, .infer = pm_infer,
-                             .options = pm_options, .kernel = pm_kernel, .backward = pm_backward};
+                             .options = pm_options, .kernel = pm_kernel, .backward = pm_backward,
+    .bwd_meta_in = 1, .bwd_meta_out = 1};

@@ -437,14 +437,15 @@ static dt_status reduce_unit(dt_ctx *ctx, fsdp_unit *u, const dt_tensor *const *
     if (s != DT_OK || !contribute) continue;
     for (int r = 0; s == DT_OK && r < f->W; r++)
       s = pack(ctx, &D, f, mb, r, send + ((size_t)r * (size_t)u->P + (size_t)mb->off) * es, rt,
-               g[k].local.data, md);
+               g[k].local.data, g[k].local.dtype);
   }
   if (s == DT_OK) s = dt_comm_reduce_scatter(f->comm, send, recv, (size_t)u->P, rt, DT_RED_SUM);
   for (int k = 0; s == DT_OK && f->o.fault_no_reduce[0] && k < u->n; k++) {
     const fsdp_member *mb = &u->mem[k];
     if (!g[k].mesh || strcmp(m->mods[mb->mod].fqn, f->o.fault_no_reduce)) continue;
     /* the fault: this rank's own chunk of its partial gradient */
-    s = pack(ctx, &D, f, mb, f->coord, recv + (size_t)mb->off * es, rt, g[k].local.data, md);
+    s = pack(ctx, &D, f, mb, f->coord, recv + (size_t)mb->off * es, rt, g[k].local.data,
+             g[k].local.dtype);
   }
   if (s == DT_OK && any_rep) { /* HSDP: the shard's sum over the replicas */
     for (int k = 0; s == DT_OK && k < u->n; k++) /* a gradient Replicate over dp_replicate counts once */
@@ -559,9 +560,13 @@ static dt_status close_unit(dt_ctx *ctx, fsdp_unit *u, dt_tape *tape, dt_var **i
   if (!u->raf || !u->mem[0].unsharded) return DT_OK;
   reshard(ctx, u);
   if (n < 1 || !io[0]) return DT_OK;
-  const dt_tensor *x = dt_var_value(io[0]);
-  dt_tensor y;
-  DT_CHECK(dt_tensor_from_local(ctx, x->mesh, &x->local, x->pl, x->ndim, x->gshape, &y));
+  /* a view of the unit's output, not a copy: FSDP2's pre-backward hook is a hook on the
+   * output tensors (torch/distributed/fsdp/_fully_shard/_fsdp_state.py
+   * _register_pre_backward_hook, register_multi_grad_hook), no new memory. The tape
+   * keeps the viewed value while the view lives (a checkpointed region does not free
+   * a value that a kept one views) */
+  dt_tensor y = *dt_var_value(io[0]);
+  y.local.owns = false;
   dt_var *out;
   DT_CHECK(dt_ad_custom(tape, "fsdp_pre_backward", pre_backward, u, 1, io, 1, &y, &out));
   io[0] = out;
@@ -589,6 +594,10 @@ static dt_status pipe_open(dt_ctx *ctx, fsdp *f, int i) {
     }
     v->mem[k].unsharded = leaf;
     m->mods[v->mem[k].mod].compute = leaf;
+    /* the microbatches' gradients accumulate unsharded in the reduce dtype, as FSDP2's
+     * do without gradient sync (torch/distributed/fsdp/_fully_shard/_fsdp_param.py
+     * to_accumulated_grad_if_needed) */
+    if (comm_dtype(f, true) != value_of(leaf)->dtype) dt_var_accumulate_in(leaf, comm_dtype(f, true));
   }
   dt_host_free(ctx, vals);
   return s;

@@ -35,6 +35,10 @@ struct dt_trainer {
   dt_tape *loss_tape;            /* pp: holds the shared loss for checks */
   /* the step's memory bookkeeping between its halves */
   dt_mem_peak_at run_peak, grad_peak;
+  size_t grad_reserved;                 /* the forward_backward half's reserved peak */
+  size_t fb_base, fb_base_grads;        /* bytes in use when forward_backward began, and
+                                         * of them the parameters' gradients */
+  dt_mem_peak_at fwd_peak;              /* the peak when the last backward began */
   dt_model_mem grads;
 };
 
@@ -326,6 +330,10 @@ dt_status dt_trainer_forward_backward(dt_ctx *ctx, dt_trainer *t, int step, cons
   /* the step's own peak, apart from the run's */
   dt_mem_peak_get(ctx, mem_dev(t), &t->run_peak);
   dt_mem_peak_restart(ctx, mem_dev(t));
+  dt_mem_peak_at base;
+  dt_mem_peak_get(ctx, mem_dev(t), &base);
+  t->fb_base = base.bytes;
+  t->fb_base_grads = base.note[DT_MEM_NOTE_GRADS];
   dt_ledger_enable(ctx, false);
   dt_status s = DT_OK;
   const int nacc = t->opts.grad_accum_steps > 1 ? t->opts.grad_accum_steps : 1;
@@ -368,6 +376,8 @@ dt_status dt_trainer_forward_backward(dt_ctx *ctx, dt_trainer *t, int step, cons
     else {
       s = dt_model_forward(ctx, m, &t->tok[0], &logits);
       if (s == DT_OK) s = dt_model_loss(ctx, m, logits, &t->tok[1], loss);
+      /* TorchTitan's train_step drops the logits before backward (`del pred`) */
+      if (s == DT_OK) dt_var_release(m->step_tape, logits);
     }
     if (s == DT_OK && nacc > 1) {
       dt_op_attrs at = DT_OP_ATTRS_INIT;
@@ -392,6 +402,13 @@ dt_status dt_trainer_forward_backward(dt_ctx *ctx, dt_trainer *t, int step, cons
   if (!t->pipe && h->free_inputs) h->free_inputs(ctx, t, h->user);
   dt_model_state_bytes(m, &t->grads);
   dt_mem_peak_get(ctx, mem_dev(t), &t->grad_peak);
+  t->grad_reserved = ctx->mem.dev_reserved_peak;
+  t->fwd_peak = t->grad_peak; /* a step with no backward on the model's tape (pipelined) */
+  if (m->step_tape) {
+    dt_mem_peak_at fp;
+    dt_tape_forward_peak_at(m->step_tape, mem_dev(t), &fp);
+    if (fp.bytes) t->fwd_peak = fp;
+  }
   return s;
 }
 
@@ -427,12 +444,21 @@ dt_status dt_trainer_optimizer_step(dt_ctx *ctx, dt_trainer *t, bool record, dt_
   const size_t step_peak = sp->bytes;
   rec->peak_at = *sp;
   dt_mem_peak_set(ctx, mem_dev(t), t->run_peak.bytes > step_peak ? &t->run_peak : sp);
-  const int64_t persistent = after.params + t->grads.grads + after.optimizer;
   rec->mem_params = after.params;
   rec->mem_grads = t->grads.grads;
   rec->mem_optimizer = after.optimizer;
-  rec->mem_activations = (int64_t)step_peak > persistent ? (int64_t)step_peak - persistent : 0;
+  /* activations: the peak the forward reached (when the last backward began) above
+   * what the rank held when the step began, less the parameters' gradients made by
+   * then (an earlier microstep's): what the forward keeps for backward and its
+   * buffers. Backward frees them as it goes, so the step's peak may lie later */
+  const dt_mem_peak_at *fp = &t->fwd_peak;
+  const size_t made = fp->note[DT_MEM_NOTE_GRADS] > t->fb_base_grads
+                          ? fp->note[DT_MEM_NOTE_GRADS] - t->fb_base_grads : 0;
+  rec->mem_activations =
+      fp->bytes > t->fb_base + made ? (int64_t)(fp->bytes - t->fb_base - made) : 0;
   rec->peak_bytes = step_peak;
+  rec->reserved_peak_bytes = ctx->mem.dev_reserved_peak > t->grad_reserved
+                                 ? ctx->mem.dev_reserved_peak : t->grad_reserved;
   return s;
 }
 

@@ -266,11 +266,18 @@ typedef struct dt_trainer_step {
                                  * NaN without clipping */
   double lr;                    /* the lr AdamW stepped with */
   /* memory (this rank, the counters opts.device_memory names): after the step the
-   * parameters and AdamW's state, the gradients after backward, and the rest of the
-   * step's peak above them (activations and buffers), as dt_model_state_bytes */
+   * parameters and AdamW's state, the gradients after backward (as
+   * dt_model_state_bytes), and the activations: the peak the forward reached (when
+   * the last backward began) above what the rank held when the step began, less the
+   * parameters' gradients made by then: what the forward kept for backward, FSDP's
+   * gathered parameters, buffers. The tape frees activations as backward consumes
+   * them, so the step's peak may lie later (the loss's backward, the optimizer) */
   int64_t mem_params, mem_grads, mem_optimizer, mem_activations;
   size_t peak_bytes;            /* the step's peak (the forward_backward half's and the
                                  * optimizer's, not what ran between them) */
+  size_t reserved_peak_bytes;   /* the same halves' peak of what the device's caching
+                                 * allocator held (dt_mem_stats.dev_reserved_peak: the
+                                 * meta device's model of PyTorch's); 0 where none */
   dt_mem_peak_at peak_at;       /* where in the step it was reached (phase, module scope)
                                  * and what of it FSDP's unsharded parameters and the
                                  * collectives' flat buffers held (dt_mem_note) */
