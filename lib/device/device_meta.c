@@ -48,7 +48,7 @@ typedef struct cache_model {
   cblock *b;
   int nb, capb;
   int *spare, nspare;      /* recycled block indices (capacity capb) */
-  int *fre, nfre;          /* the free blocks (capacity capb) */
+  int *fre, nfre;          /* the free blocks by (pool, size, address) (capacity capb) */
   uint64_t *hkey;          /* allocated blocks by address: open addressing */
   int *hval;
   size_t hcap, hn;
@@ -155,12 +155,39 @@ static int h_take(cache_model *c, uint64_t k) {
   return v;
 }
 
+/* Whether free block a orders before (pool, size, addr): the small pool first, then
+ * by size, then by address, as the allocator's BlockComparatorSize. */
+static bool before(const cblock *a, bool small, uint64_t size, uint64_t addr) {
+  if (a->small != small) return a->small && !small;
+  if (a->size != size) return a->size < size;
+  return a->addr < addr;
+}
+
+/* The first position in fre whose block does not order before the key. */
+static int fre_lower(const cache_model *c, bool small, uint64_t size, uint64_t addr) {
+  int lo = 0, hi = c->nfre;
+  while (lo < hi) {
+    const int mid = lo + (hi - lo) / 2;
+    if (before(&c->b[c->fre[mid]], small, size, addr)) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+static void fre_insert(cache_model *c, int i) {
+  const cblock *x = &c->b[i];
+  const int at = fre_lower(c, x->small, x->size, x->addr);
+  memmove(&c->fre[at + 1], &c->fre[at], sizeof *c->fre * (size_t)(c->nfre - at));
+  c->fre[at] = i;
+  c->nfre++;
+}
+
 static void fre_remove(cache_model *c, int i) {
-  for (int j = 0; j < c->nfre; j++)
-    if (c->fre[j] == i) {
-      c->fre[j] = c->fre[--c->nfre];
-      return;
-    }
+  const cblock *x = &c->b[i];
+  const int at = fre_lower(c, x->small, x->size, x->addr);
+  if (at >= c->nfre || c->fre[at] != i) return;
+  memmove(&c->fre[at], &c->fre[at + 1], sizeof *c->fre * (size_t)(c->nfre - at - 1));
+  c->nfre--;
 }
 
 /* The model's malloc: the address of a block of at least `bytes`, and the
@@ -171,12 +198,8 @@ static uint64_t cm_alloc(meta_impl *im, size_t bytes) {
                                              : ((uint64_t)bytes + CM_MIN_BLOCK - 1) / CM_MIN_BLOCK * CM_MIN_BLOCK;
   const bool small = size <= CM_SMALL;
   int best = -1;
-  for (int j = 0; j < c->nfre; j++) {
-    const cblock *x = &c->b[c->fre[j]];
-    if (x->small != small || x->size < size) continue;
-    if (best < 0 || x->size < c->b[best].size || (x->size == c->b[best].size && x->addr < c->b[best].addr))
-      best = c->fre[j];
-  }
+  const int at = fre_lower(c, small, size, 0); /* best fit: the smallest, then lowest, that fits */
+  if (at < c->nfre && c->b[c->fre[at]].small == small) best = c->fre[at];
   if (best < 0) { /* a new segment */
     const uint64_t seg = small ? CM_SMALL_SEG : size < CM_MIN_LARGE ? CM_MID_SEG
                        : (size + CM_ROUND_LARGE - 1) / CM_ROUND_LARGE * CM_ROUND_LARGE;
@@ -200,7 +223,7 @@ static uint64_t cm_alloc(meta_impl *im, size_t bytes) {
       if (x->next >= 0) c->b[x->next].prev = r;
       x->next = r;
       x->size = size;
-      c->fre[c->nfre++] = r;
+      fre_insert(c, r);
     }
   }
   x->free = false;
@@ -208,13 +231,13 @@ static uint64_t cm_alloc(meta_impl *im, size_t bytes) {
   return x->addr;
 }
 
-/* Merges free block j into its neighbour i (i before j in the segment). */
+/* Block j absorbed into its neighbour i (i before j in the segment); neither is in
+ * the free set (a block's key changes with its size). */
 static void cm_merge(cache_model *c, int i, int j) {
   cblock *a = &c->b[i], *b = &c->b[j];
   a->size += b->size;
   a->next = b->next;
   if (b->next >= 0) c->b[b->next].prev = i;
-  fre_remove(c, j);
   c->spare[c->nspare++] = j;
 }
 
@@ -222,11 +245,18 @@ static void cm_free(cache_model *c, uint64_t addr) {
   int i = h_take(c, addr);
   if (i < 0) return;
   c->b[i].free = true;
-  c->fre[c->nfre++] = i;
   const int nx = c->b[i].next;
-  if (nx >= 0 && c->b[nx].free) cm_merge(c, i, nx);
+  if (nx >= 0 && c->b[nx].free) {
+    fre_remove(c, nx);
+    cm_merge(c, i, nx);
+  }
   const int pv = c->b[i].prev;
-  if (pv >= 0 && c->b[pv].free) cm_merge(c, pv, i);
+  if (pv >= 0 && c->b[pv].free) {
+    fre_remove(c, pv);
+    cm_merge(c, pv, i);
+    i = pv;
+  }
+  fre_insert(c, i);
 }
 
 static void cm_release(cache_model *c) {
