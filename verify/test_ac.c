@@ -22,7 +22,7 @@
  *   3. memory on 1 rank, exact: what the step tape holds when backward begins
  *      (dt_tape_backward_start_bytes: what the forward kept for backward) without
  *      AC minus with it equals what the test derives from the shapes (below,
- *      derive_block); and the forward's peak (dt_tape_forward_peak) is lower with
+ *      derive_block); and the forward's peak (dt_tape_forward_peak_at) is lower with
  *      AC, by at least (L - 1) blocks' saving: without AC it holds every block's
  *      saved values, with AC only one block's values are alive at a time. (The
  *      step's peak is later, where this small model's gradients outweigh its
@@ -164,7 +164,9 @@ static dt_status run(dt_ctx *ctx, const arg *a, dt_dtype dt, const dt_ac_config 
     dt_model *m = dt_trainer_model(t);
     count_ledger(ctx, r);
     r->tape_bytes = dt_tape_backward_start_bytes(m->step_tape);
-    r->fb_peak = (int64_t)dt_tape_forward_peak(m->step_tape, false); /* host: a CPU run */
+    dt_mem_peak_at fp;
+    dt_tape_forward_peak_at(m->step_tape, false, &fp); /* host: a CPU run */
+    r->fb_peak = (int64_t)fp.bytes;
     put(&r->bits, &lv, sizeof lv);
     put_weights(&r->bits, m, true);
     s = dt_trainer_optimizer_step(ctx, t, false, &st);

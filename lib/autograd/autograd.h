@@ -156,10 +156,9 @@ void dt_tape_release_since(dt_tape *t, size_t mark, int n_keep, dt_var *const *k
 /* dt_tape_value_bytes when the latest dt_backward began (what the forward left for
  * backward); 0 before any. */
 size_t dt_tape_backward_start_bytes(const dt_tape *t);
-/* The rank's memory peak (host or device counters, ctx->mem) when the latest
- * dt_backward began: the forward's, since the last dt_mem_peak_restart. */
-size_t dt_tape_forward_peak(const dt_tape *t, bool device);
-/* The same peak's record (its bytes, where it was reached, the noted bytes then). */
+/* The rank's memory peak record (host or device counters, ctx->mem: its bytes, where
+ * it was reached, the noted bytes then) when the latest dt_backward began: the
+ * forward's, since the last dt_mem_peak_restart; zero before any. */
 void dt_tape_forward_peak_at(const dt_tape *t, bool device, dt_mem_peak_at *out);
 
 /* Backpropagates from root. seed: the gradient of root (copied; same mesh and

@@ -124,8 +124,10 @@ static void note_grad(dt_ctx *ctx, const dt_var *v, const dt_tensor *g, bool add
 }
 
 static void var_drop_grad(dt_ctx *ctx, dt_var *v) {
-  if (v->has_grad) note_grad(ctx, v, &v->grad, false);
-  if (v->has_grad) dt_tensor_free(ctx, &v->grad);
+  if (v->has_grad) {
+    note_grad(ctx, v, &v->grad, false);
+    dt_tensor_free(ctx, &v->grad);
+  }
   memset(&v->grad, 0, sizeof v->grad);
   v->has_grad = false;
 }
@@ -499,10 +501,6 @@ dt_status dt_tape_checkpoint_end(dt_tape *t, int n_keep, dt_var *const *keep) {
 }
 
 size_t dt_tape_backward_start_bytes(const dt_tape *t) { return t ? t->backward_start_bytes : 0; }
-
-size_t dt_tape_forward_peak(const dt_tape *t, bool device) {
-  return t ? t->forward_peak[device ? 1 : 0].bytes : 0;
-}
 
 void dt_tape_forward_peak_at(const dt_tape *t, bool device, dt_mem_peak_at *out) {
   memset(out, 0, sizeof *out);

@@ -525,37 +525,13 @@ static dt_status lsnb_infer(dt_ctx *ctx, const dt_op_attrs *a, const dt_spec *in
   return DT_OK;
 }
 
-static dt_status lsnb_options(dt_ctx *ctx, const dt_op_attrs *a, const dt_spec *in,
-                              const dt_spec *out, int mesh_dim, dt_dim_option *opt, int *n,
-                              int max) {
-  (void)a;
-  (void)out;
-  (void)mesh_dim;
-  int last = in[1].ndim - 1;
-  DT_CHECK(room(ctx, "log_softmax_nll_bwd", 2 + last, max));
-  const dt_placement R = dt_replicate();
-  int k = 0;
-#define LB(gx, y, t)                   \
-  do {                                 \
-    memset(&opt[k], 0, sizeof opt[k]); \
-    opt[k].out[0] = (gx);              \
-    opt[k].in[0] = R;                  \
-    opt[k].in[1] = (y);                \
-    opt[k].in[2] = (t);                \
-    k++;                               \
-  } while (0)
-  LB(R, R, R);
-  for (int d = 0; d < last; d++) LB(dt_shard(d), dt_shard(d), dt_shard(d));
-  LB(dt_shard(last), dt_shard(last), R);
-#undef LB
-  *n = k;
-  return DT_OK;
-}
-
-/* nll_loss's gradient G = -onehot * g / N, dense (cross_entropy's backward kernel with
- * an lse of 1e30, where exp(logp - lse) is exactly 0), then log_softmax's, G -
- * exp(logp) * rowsum(G) = (exp(logp) - onehot) * g / N (rowsum(G) = -g / N: each
- * row's target is held by one vocab shard): the same kernel with an lse of 0. */
+/* nll_loss's gradient G = -onehot * g / N, dense as aten::nll_loss_backward makes it
+ * (cross_entropy's backward kernel with an lse of 1e30, where exp(logp - lse) is
+ * exactly 0), alive beside logp and dlogits as in PyTorch; then log_softmax's
+ * gradient, G - exp(logp) * rowsum(G), in its closed form for this G (rowsum(G) =
+ * -g / N: each row's target is held by one vocab shard): (exp(logp) - onehot) * g /
+ * N, the same kernel with an lse of 0. G's values are exact but only its memory and
+ * its pass are used: the closed form reads logp, not G. */
 static dt_status lsnb_kernel(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor *const *in,
                              dt_tensor *const *out) {
   (void)a;
@@ -595,7 +571,8 @@ static dt_status lsnb_kernel(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor 
 
 static const dt_op op_log_softmax_nll_bwd = {.name = "log_softmax_nll_bwd", .n_in = 3,
                                              .n_out = 1, .infer = lsnb_infer,
-                                             .options = lsnb_options, .kernel = lsnb_kernel};
+                                             .options = ceb_options, /* its in[3] unread */
+                                             .kernel = lsnb_kernel};
 
 static dt_status lsn_backward(dt_ctx *ctx, const dt_op_attrs *a, const dt_tensor *const *in,
                               const dt_tensor *const *out, const dt_tensor *const *gout,
