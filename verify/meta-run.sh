@@ -4,7 +4,8 @@
 #      all five dims (torchtitan-5d, 32 ranks): status shape-only, the roles (one;
 #      two: the pp stages), and rank 0's memory split, peak and comm rows per step
 #      equal those of the same config run for real on cuda-emu (one timed step, no
-#      warm-up): the oracle is the real run.
+#      warm-up; and FSDP again after one warm-up step, a steady-state step with
+#      AdamW's state): the oracle is the real run.
 #      Planted: the second config's meta fields must differ from the first's real ones.
 #   2. Uneven shards make roles: a vocab of 2050 over dp_shard 4 (FSDP shards the
 #      embedding and output rows unevenly) runs 4 roles, their counts summing to 4.
@@ -31,9 +32,9 @@ for c in r["comm"]: print(c["op"], c["mesh_dim"], c["phase"], c["calls"], c["pay
 same_as_real() {
   label=$1 world=$2
   shift 2
-  "$SB" run --device meta --model "$MODEL" --batch "$BATCH" --seq 16 --json "$@" >"$tmp/m.json" 2>"$tmp/err" ||
+  "$SB" run --device meta --model "$MODEL" --batch "$BATCH" --seq 16 $STEPS --json "$@" >"$tmp/m.json" 2>"$tmp/err" ||
     { fail "$label: meta run exit $?: $(head -c 300 "$tmp/err")"; return; }
-  "$SB" run --device cuda-emu --model "$MODEL" --batch "$BATCH" --seq 16 --steps 1 --warmup 0 --json "$@" \
+  "$SB" run --device cuda-emu --model "$MODEL" --batch "$BATCH" --seq 16 $STEPS --json "$@" \
     >"$tmp/r.json" 2>"$tmp/err" || { fail "$label: real run exit $?: $(head -c 300 "$tmp/err")"; return; }
   fields <"$tmp/m.json" >"$tmp/m.txt"
   fields <"$tmp/r.json" >"$tmp/r.txt"
@@ -50,8 +51,13 @@ same_as_real() {
   fi
   prev_real=$r
 }
-BATCH=4 nroles=1
+BATCH=4 nroles=1 STEPS="--steps 1 --warmup 0"
 same_as_real "fsdp 4" 4 --dp-shard 4 --plan fsdp
+# a steady-state step (AdamW's state made by the warm-up step): the last step's figures
+# against the real run's timed step, its peak over both steps
+STEPS="--steps 1 --warmup 1"
+same_as_real "fsdp 4, after a warm-up step" 4 --dp-shard 4 --plan fsdp
+STEPS="--steps 1 --warmup 0"
 same_as_real "fsdp 4 x tp 2" 8 --dp-shard 4 --tp 2 --plan fsdp-tp-sp
 # all five dims, 32 ranks: two roles (the pp stages)
 BATCH=8 nroles=2

@@ -16,7 +16,9 @@
 #     layout at it, none dominated; `none` stated means none), --ac overrides it, and a
 #     plan that states none is searched at every --ac mode as before (its heavier modes
 #     dominated: the count that tells the two apart); a published plan
-#     (plans/published/) is found by name at its own AC.
+#     (plans/published/) is found by name at its own AC;
+#  6. pipeline_parallel_microbatches = pp cuts every local batch into pp microbatches,
+#     microbatch size 1 into as many as the local batch.
 NAME=plan
 . "${srcdir:-.}/verify/harness-common.sh"
 command -v python3 >/dev/null || { echo "SKIP: $NAME: no python3 (scripts/install-deps installs it)"; exit 77; }
@@ -171,4 +173,22 @@ P8=tt-8b-fsdp-h100-202412
 PAC=$(sed -n 's/^selective_ac_option = //p' "${srcdir:-.}/plans/published/$P8.plan")
 acs "$P8" --plans "$P8"
 expect_ac "published plan $P8 by name" "selective:$PAC" 0
+
+# 6. pipeline_parallel_microbatches = pp: every local batch cut into pp microbatches
+#    (TorchTitan's default n_microbatches before microbatch_size replaced it), where
+#    pp.plan's microbatches of one sequence make as many as the local batch
+sed 's/^pipeline_parallel_microbatch_size = 1$/pipeline_parallel_microbatches = pp/' \
+  "${srcdir:-.}/plans/pp.plan" >"$tmp/ppn.plan"
+mbs() { # mbs PLAN: the microbatches at local batch 4, then at 8
+  for lb in 4 8; do
+    "$SB" plan --model debugmodel --gpus 8 --hardware $HW --seq 64 --global-batch 16 --mesh pp:4,dp_replicate:2 \
+      --plans "$1" --local-batch $lb --json 2>"$tmp/e" | python3 -c "import json,sys; print(*sorted({l['microbatches'] for l in json.load(sys.stdin)['layouts']}))"
+  done | tr '\n' ' '
+}
+got=$(mbs "$tmp/ppn.plan")
+[ "$got" = "4 4 " ] && pass "microbatches = pp: 4 at local batch 4 and at 8" ||
+  bad "microbatches = pp: got '$got' at local batch 4, 8 (want 4 4): $(head -c 200 "$tmp/e")"
+got=$(mbs "${srcdir:-.}/plans/pp.plan")
+[ "$got" = "4 8 " ] && pass "microbatch size 1: 4 and 8 microbatches at local batch 4 and 8" ||
+  bad "microbatch size 1: got '$got' at local batch 4, 8 (want 4 8)"
 finish

@@ -1,10 +1,9 @@
 #!/bin/sh
 # verify/published.sh: the capacity planner against published runs, in make check.
-# bench/published-check.py predicts every row of results/published-layouts.csv that is
-# quick to run shape-only (the 405B pipelined rows, 26 s, are left to the bench command
-# `bench/published-check.py`), on the shipped hardware files, and fails when a prediction
-# leaves the goals: tokens/s per GPU median |ln(predicted / published)| <= 0.15 and every
-# row within 1.5x, memory within 15% (rows marked miss excepted; the layouts file says why).
+# bench/published-check.py predicts every row of results/published-layouts.csv (shape-only
+# runs, about 8 s), on the shipped hardware files, and fails when a prediction leaves the
+# goals: tokens/s per GPU median |ln(predicted / published)| <= 0.15 and every row within
+# 1.5x, memory within 15% (rows marked miss excepted; the layouts file says why).
 # The oracle is the published numbers (TorchTitan's benchmark files). It then shows the
 # check can fail: the same predictions against a layouts file with one published value
 # halved must be refused. Each row's plan is one of plans/published/ and its ac column
@@ -20,7 +19,7 @@ T=$tmp
 pass() { checks=$((checks + 1)); echo "ok: $*"; }
 CHECK="${srcdir:-.}/bench/published-check.py"
 LAYOUTS="${srcdir:-.}/results/published-layouts.csv"
-FAST=$(grep -v '^#' "$LAYOUTS" | grep -v '^t5-\|^t6-' | cut -d';' -f1 | paste -sd, -)
+FAST=$(grep -v '^#' "$LAYOUTS" | cut -d';' -f1 | paste -sd, -)
 if python3 "$CHECK" --shardbench "$SB" --layouts "$LAYOUTS" --only "$FAST" --save "$T/pred.json" \
     >"$T/out" 2>&1; then
   pass "published rows within the goals: $(grep '^tokens/s' "$T/out")"

@@ -900,7 +900,8 @@ static void check_fsdp_errors(dt_ctx *ctx) {
              "mixed_precision_param, mixed_precision_reduce, bucket_cap_mb, "
              "context_parallel_rotate_method, context_parallel_load_balance, "
              "pipeline_parallel_schedule, pipeline_parallel_schedule_csv, "
-             "pipeline_parallel_microbatch_size, module_fqns_per_model_part, "
+             "pipeline_parallel_microbatch_size, pipeline_parallel_microbatches, "
+             "module_fqns_per_model_part, "
              "pipeline_parallel_first_stage_less_layers, "
              "pipeline_parallel_last_stage_less_layers, activation_checkpoint_mode, "
              "selective_ac_option or max_norm)");
@@ -950,6 +951,27 @@ static void check_fsdp_errors(dt_ctx *ctx) {
              "bad.plan:2:1: pipeline_parallel_schedule needs a pp dim in dims");
   EXPECT_ERR(ctx, "pp microbatch size", "dims = pp:2\npipeline_parallel_microbatch_size = 0\n",
              "bad.plan:2:37: expected a microbatch size >= 1");
+  /* pipeline_parallel_microbatches: a count, or pp (the pp degree); not with the size */
+  EXPECT_ERR(ctx, "pp microbatches 0", "dims = pp:2\npipeline_parallel_microbatches = 0\n",
+             "bad.plan:2:34: expected a microbatch count >= 1 or pp");
+  EXPECT_ERR(ctx, "pp microbatches word", "dims = pp:2\npipeline_parallel_microbatches = ppx\n",
+             "bad.plan:2:34: expected a microbatch count >= 1 or pp");
+  EXPECT_ERR(ctx, "pp microbatches without pp", "dims = tp:2\npipeline_parallel_microbatches = 4\n",
+             "bad.plan:2:1: pipeline_parallel_microbatches needs a pp dim in dims");
+  EXPECT_ERR(ctx, "pp microbatches and size",
+             "dims = pp:2\npipeline_parallel_microbatch_size = 2\npipeline_parallel_microbatches = 4\n",
+             "bad.plan:3:1: give pipeline_parallel_microbatch_size (line 2) or "
+             "pipeline_parallel_microbatches, not both");
+  {
+    dt_plan p;
+    TU_OK(ctx, dt_plan_parse(ctx, "dims = pp:2\npipeline_parallel_microbatches = 6\n", "mb.plan", &p));
+    TU_CHECK(p.pp_microbatches == 6, "microbatches 6 parsed as %d", p.pp_microbatches);
+    TU_OK(ctx, dt_plan_parse(ctx, "dims = pp:2\npipeline_parallel_microbatches = pp\n", "mb.plan", &p));
+    TU_CHECK(p.pp_microbatches == -1, "microbatches pp parsed as %d, want -1", p.pp_microbatches);
+    TU_OK(ctx, dt_plan_parse(ctx, "dims = pp:2\n", "mb.plan", &p));
+    TU_CHECK(p.pp_microbatches == 0 && p.pp_microbatch_size == 1,
+             "not given: microbatches %d, size %d", p.pp_microbatches, p.pp_microbatch_size);
+  }
   EXPECT_ERR(ctx, "pp schedule and csv",
              "dims = pp:2\npipeline_parallel_schedule = GPipe\npipeline_parallel_schedule_csv = x.csv\n",
              "bad.plan:3:1: give pipeline_parallel_schedule (line 2) or pipeline_parallel_schedule_csv");

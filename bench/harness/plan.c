@@ -128,6 +128,8 @@ typedef struct pl_row {
   int dims[SB_NDIMS];
   dt_ac_config ac;
   int local_batch, accum, microbatches;
+  int mb_count;                  /* the plan's pipeline_parallel_microbatches (0: not given;
+                                  * -1: the pp degree) */
   char schedule[32];
   sb_prediction p;
   int rank;                      /* 1 = fastest that fits; 0: does not fit */
@@ -349,6 +351,7 @@ typedef struct pl_plan {
   bool uses[SB_NDIMS];
   int fixed[SB_NDIMS];           /* > 0: the plan fixes the dim's size */
   int mb_size;                   /* pipeline_parallel_microbatch_size */
+  int mb_count;                  /* pipeline_parallel_microbatches (0, -1: the pp degree, N) */
   dt_ac_config acs[PL_MAX_AC];   /* the AC modes searched, lightest first: the plan's own when
                                   * it states activation_checkpoint_mode and --ac is not
                                   * given (a plan that states its AC means it), else --ac's */
@@ -400,6 +403,7 @@ static int load_plans(const pl_args *a, pl_plan *P, int *n) {
       p->fixed[d] = p->plan.dim_sizes[i] > 0 ? p->plan.dim_sizes[i] : 0;
     }
     p->mb_size = p->plan.pp_microbatch_size > 0 ? p->plan.pp_microbatch_size : 1;
+    p->mb_count = p->plan.pp_microbatches;
     if (p->plan.ac_given && !a->ac_given) {
       p->acs[0] = p->plan.ac;
       p->n_ac = 1;
@@ -425,6 +429,9 @@ static void layout_opts(const pl_args *a, const pl_plan *pp, const int dims[SB_N
   snprintf(o->dtype, sizeof o->dtype, "%s", a->f32 ? "f32" : "bf16");
   o->batch = lb * dims[1] * dims[2];
   o->seq = a->seq;
+  /* one warm-up step: the timed one is a steady-state step (AdamW's state made, the
+   * allocator's segments those a first step leaves), as TorchTitan's logs are */
+  o->warmup = 1;
   o->steps = 1;
   snprintf(o->backend, sizeof o->backend, "threads");
   snprintf(o->comm, sizeof o->comm, "host");
@@ -469,6 +476,7 @@ static int predict_layout(const pl_args *a, const sb_hw *hw, const pl_plan *pp,
     row->accum = f.accum_steps;
   }
   row->local_batch = lb;
+  row->mb_count = pp->mb_count;
   row->ac = *ac;
   memcpy(row->dims, dims, sizeof row->dims);
   copy_str(row->plan, sizeof row->plan, pp->name);
@@ -477,16 +485,23 @@ static int predict_layout(const pl_args *a, const sb_hw *hw, const pl_plan *pp,
   return rc;
 }
 
+/* Whether local batch l cuts into the pipeline's microbatches: mbn of them (the plan's
+ * count; -1: pp), else microbatches of mb, at least pp of them. */
+static bool cuts(int l, int pp, int mb, int mbn) {
+  if (pp <= 1) return true;
+  if (mbn) return l % (mbn < 0 ? pp : mbn) == 0;
+  return l % mb == 0 && l / mb >= pp;
+}
+
 /* The local batches of a layout, ascending: divisors of global / dp (or --local-batch's
- * that divide it), at least pp / mb (a pipeline needs pp microbatches). */
-static int local_batches(const pl_args *a, int dp, int pp, int mb, int *out, int max) {
+ * that divide it) that cut into its microbatches. */
+static int local_batches(const pl_args *a, int dp, int pp, int mb, int mbn, int *out, int max) {
   int n = 0;
   if (a->global_batch % dp) return 0;
   const int per = a->global_batch / dp;
   if (a->n_lb) {
     for (int i = 0; i < a->n_lb && n < max; i++)
-      if (per % a->lbs[i] == 0 && a->lbs[i] % mb == 0 && a->lbs[i] / mb >= (pp > 1 ? pp : 1))
-        out[n++] = a->lbs[i];
+      if (per % a->lbs[i] == 0 && cuts(a->lbs[i], pp, mb, mbn)) out[n++] = a->lbs[i];
     /* ascending */
     for (int i = 1; i < n; i++)
       for (int j = i; j > 0 && out[j - 1] > out[j]; j--) {
@@ -497,7 +512,7 @@ static int local_batches(const pl_args *a, int dp, int pp, int mb, int *out, int
     return n;
   }
   for (int l = 1; l <= per && l <= a->max_lb && n < max; l++)
-    if (per % l == 0 && l % mb == 0 && l / mb >= (pp > 1 ? pp : 1)) out[n++] = l;
+    if (per % l == 0 && cuts(l, pp, mb, mbn)) out[n++] = l;
   return n;
 }
 
@@ -588,7 +603,9 @@ static void interpolate(const pl_args *a, const pl_row *r0, const pl_row *r1, in
   p->over_bytes = 0;
   out->local_batch = l;
   out->accum = A;
-  out->microbatches = r1->dims[0] > 1 ? r1->microbatches / r1->local_batch * l : 1;
+  out->microbatches = r1->dims[0] <= 1 ? 1
+                      : r1->mb_count ? r1->microbatches /* a count: the same at any batch */
+                                     : r1->microbatches / r1->local_batch * l;
   out->estimated = true;
 }
 
@@ -708,7 +725,7 @@ static void search_task(const pl_args *a, const search_env *e, int i, pl_rows *R
   const pl_plan *pp = &e->P[t->pi];
   const int *d = t->dims;
   int lbs[256];
-  const int nl = local_batches(a, d[1] * d[2], d[0], pp->mb_size, lbs, 256);
+  const int nl = local_batches(a, d[1] * d[2], d[0], pp->mb_size, pp->mb_count, lbs, 256);
   if (!nl) return;
   for (int ai = 0; ai < pp->n_ac; ai++) {
     pl_row out;
@@ -905,7 +922,8 @@ static void verify_row(pl_row *row) {
   for (int i = 0; i < SB_NDIMS; i++) o.dims[i] = d[i];
   snprintf(o.dtype, sizeof o.dtype, "f32");
   const int dp = d[1] * d[2];
-  const int lb = d[0] > 1 ? d[0] : 1; /* a pipeline needs pp microbatches */
+  /* a pipeline needs pp microbatches (or the plan's count of them) */
+  const int lb = d[0] <= 1 ? 1 : row->mb_count > 0 ? row->mb_count : d[0];
   o.batch = lb * dp;
   o.seq = 32;
   while (o.seq % (2 * d[3] * d[4])) o.seq *= 2;

@@ -94,10 +94,13 @@ typedef struct dt_plan {
    * default; GPipe, Interleaved1F1B with 2 stages per rank) or
    * pipeline_parallel_schedule_csv (DT_PP_CSV: pp_schedule_csv, relative to the plan
    * file's directory), pipeline_parallel_microbatch_size (default 1: microbatches
-   * = the local batch) */
+   * = the local batch) or pipeline_parallel_microbatches (pp_microbatches: N
+   * microbatches of local batch / N; -1: the pp degree, TorchTitan's default before
+   * microbatch_size replaced it; 0: not given) */
   dt_pp_schedule_kind pp_schedule;
   char pp_schedule_csv[256];
   int pp_microbatch_size;
+  int pp_microbatches;
   /* the stage split: module_fqns_per_model_part (TorchTitan's
    * parallelism.module_fqns_per_model_part, one stage per inner list) as stage s's
    * module names joined by ',' and the stages by ';'

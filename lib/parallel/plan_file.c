@@ -70,14 +70,15 @@ static const unsigned k_style_kwargs[N_STYLES] = {
 typedef enum setting_id {
   SET_NAME = 0, SET_DIMS, SET_LOSS_PARALLEL, SET_ZERO, SET_MP_PARAM, SET_MP_REDUCE,
   SET_BUCKET_CAP_MB, SET_CP_ROTATE, SET_CP_LOAD_BALANCE, SET_PP_SCHEDULE, SET_PP_CSV,
-  SET_PP_MBS, SET_PP_STAGES, SET_PP_FIRST_LESS, SET_PP_LAST_LESS, SET_AC_MODE, SET_AC_OPTION,
+  SET_PP_MBS, SET_PP_MBN, SET_PP_STAGES, SET_PP_FIRST_LESS, SET_PP_LAST_LESS, SET_AC_MODE, SET_AC_OPTION,
   SET_MAX_NORM, N_SETTINGS
 } setting_id;
 static const char *const k_settings[N_SETTINGS] = {
     "name", "dims", "loss_parallel", "zero", "mixed_precision_param", "mixed_precision_reduce",
     "bucket_cap_mb", "context_parallel_rotate_method", "context_parallel_load_balance",
     "pipeline_parallel_schedule", "pipeline_parallel_schedule_csv",
-    "pipeline_parallel_microbatch_size", "module_fqns_per_model_part",
+    "pipeline_parallel_microbatch_size", "pipeline_parallel_microbatches",
+    "module_fqns_per_model_part",
     "pipeline_parallel_first_stage_less_layers", "pipeline_parallel_last_stage_less_layers",
     "activation_checkpoint_mode", "selective_ac_option", "max_norm"};
 #define SETBIT(k) (1u << (k))
@@ -1086,6 +1087,21 @@ static dt_status setting(pstate *s, setting_id which, const char *kb) {
       pl->pp_microbatch_size = (int)v;
       return setting_end(s, "pipeline_parallel_microbatch_size");
     }
+    case SET_PP_MBN: { /* N, or pp: the pp degree */
+      const char *b = s->p;
+      long v;
+      if (s->end - s->p >= 2 && !strncmp(s->p, "pp", 2) && (s->end - s->p == 2 || !is_ident(s->p[2]))) {
+        s->p += 2;
+        pl->pp_microbatches = -1;
+      } else if (integer(s, 1, 1 << 20, &v) && !(s->p < s->end && is_ident(*s->p))) {
+        pl->pp_microbatches = (int)v;
+      } else {
+        s->p = b;
+        return perr(s, s->line, col_of(s, b),
+                    "expected a microbatch count >= 1 or pp after 'pipeline_parallel_microbatches ='");
+      }
+      return setting_end(s, "pipeline_parallel_microbatches");
+    }
     case SET_CP_LOAD_BALANCE:
       return bool_setting(s, "context_parallel_load_balance", &pl->cp_load_balance);
     case SET_PP_STAGES: return pp_stages_setting(s);
@@ -1332,10 +1348,10 @@ static dt_status check_fsdp_settings(pstate *s) {
 
 /* The context- and pipeline-parallel settings need their dim. */
 static dt_status check_cp_settings(pstate *s) {
-  static const setting_id cps[] = {SET_CP_ROTATE,     SET_CP_LOAD_BALANCE, SET_PP_SCHEDULE,
-                                   SET_PP_CSV,        SET_PP_MBS,          SET_PP_STAGES,
-                                   SET_PP_FIRST_LESS, SET_PP_LAST_LESS};
-  for (int i = 0; i < 8; i++) {
+  static const setting_id cps[] = {SET_CP_ROTATE, SET_CP_LOAD_BALANCE, SET_PP_SCHEDULE,
+                                   SET_PP_CSV,    SET_PP_MBS,          SET_PP_MBN,
+                                   SET_PP_STAGES, SET_PP_FIRST_LESS,   SET_PP_LAST_LESS};
+  for (int i = 0; i < (int)(sizeof cps / sizeof cps[0]); i++) {
     const char *dim = i < 2 ? "cp" : "pp";
     if ((s->seen & SETBIT(cps[i])) && dt_plan_dim(s->plan, dim) < 0)
       return perr(s, s->set_line[cps[i]], s->set_col[cps[i]], "%s needs a %s dim in dims",
@@ -1345,6 +1361,10 @@ static dt_status check_cp_settings(pstate *s) {
     return perr(s, s->set_line[SET_PP_CSV], s->set_col[SET_PP_CSV],
                 "give pipeline_parallel_schedule (line %d) or pipeline_parallel_schedule_csv, "
                 "not both", s->set_line[SET_PP_SCHEDULE]);
+  if ((s->seen & SETBIT(SET_PP_MBS)) && (s->seen & SETBIT(SET_PP_MBN)))
+    return perr(s, s->set_line[SET_PP_MBN], s->set_col[SET_PP_MBN],
+                "give pipeline_parallel_microbatch_size (line %d) or "
+                "pipeline_parallel_microbatches, not both", s->set_line[SET_PP_MBS]);
   for (int i = SET_PP_FIRST_LESS; i <= SET_PP_LAST_LESS; i++)
     if ((s->seen & SETBIT(i)) && (s->seen & SETBIT(SET_PP_STAGES)))
       return perr(s, s->set_line[i], s->set_col[i],
