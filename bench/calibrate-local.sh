@@ -116,7 +116,7 @@ gemm_f32 = $gemm  # measured: $c_sweep (each size's best rate over the peak, flo
 
 hbm_gib = $gib  # measured: MemTotal of /proc/meminfo ($mem_kb kB)
 hbm_gbps = $hbm  # measured: $c_memcpy (2 x $memcpy GB/s copied: bytes read + written, 1 thread, best of 7 x $reps run(s))
-hbm_eff = 0.07  # calibrated: the one parameter chosen on the 7 even-numbered configs of bench/local-check.py (world-8 step times measured on 2026-12-03 on a loaded host): median |ln(predicted / measured)| 0.091 on them, 0.165 on the 6 held out; lib's host loops (f64 accumulation, strided rows) reach about 7% of memcpy's rate
+hbm_eff = 0.26  # calibrated: the one parameter chosen on the 7 even-numbered configs of bench/local-check.py (world-8 step times measured on 2026-12-04, an idle 2-core host whose OpenBLAS runs its Prescott sgemm): median |ln(predicted / measured)| 0.122 on them, 0.081 on the 6 held out; lib's host loops (f64 accumulation, strided rows) reach about a quarter of memcpy's rate. On another host refit it: bench/local-check.py --save-measured M once, then --hardware FILE --load-measured M per value
 
 gpus_per_node = 1024  # lib/comm/comm.h DT_THREADS_MAX_WORLD: every rank of a threads job is on this host
 intra_gbps = $bw  # measured: sqrt($bw_ar x $bw_ag): median busbw over $big_range (min time of $reps run(s) per size) of: $c_ar_big; $c_ag_big
