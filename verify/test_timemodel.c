@@ -11,7 +11,8 @@
  *     only the first call, above it the rest's excess; reduce-scatters in backward
  *     likewise with the last call;
  *   - TP: exposed in full; with async TP one chunk (1/tp) plus the rest's excess
- *     over the linear GEMMs;
+ *     over the linear GEMMs; with Float8 a block's all-gathers at half their bytes
+ *     (fp8), the output layer's and every reduce-scatter at theirs;
  *   - accumulation: A (step without optimizer) + optimizer; tokens/s/GPU and MFU;
  *   - pipeline pp 4 (four equal roles, t_b = 2 t_f) on the schedules of
  *     dt_pp_schedule_generate: GPipe and 1F1B with m 8 give the makespan
@@ -132,6 +133,24 @@ static void comm(sb_role *r, const char *op, const char *dim, const char *phase,
   c->payload_bytes = (int64_t)(bytes_per_call * (double)calls);
 }
 
+/* a per-module row (sb_role.fcomm: the ledger's scope) beside the merged ones */
+static void fcomm(sb_role *r, const char *op, const char *dim, const char *phase, const char *fqn,
+                  int64_t calls, double bytes_per_call) {
+  if (r->n_fcomm == r->cap_fcomm) {
+    r->cap_fcomm = r->cap_fcomm ? 2 * r->cap_fcomm : 8;
+    r->fcomm = realloc(r->fcomm, sizeof *r->fcomm * (size_t)r->cap_fcomm);
+    if (!r->fcomm) abort();
+  }
+  sb_fqn_comm *c = &r->fcomm[r->n_fcomm++];
+  memset(c, 0, sizeof *c);
+  snprintf(c->op, sizeof c->op, "%s", op);
+  snprintf(c->mesh_dim, sizeof c->mesh_dim, "%s", dim);
+  snprintf(c->phase, sizeof c->phase, "%s", phase);
+  snprintf(c->fqn, sizeof c->fqn, "%s", fqn);
+  c->calls = calls;
+  c->payload_bytes = (int64_t)(bytes_per_call * (double)calls);
+}
+
 typedef struct tcase {
   sb_result meta;
   sb_opts o;
@@ -159,7 +178,7 @@ static void tc_init(tcase *t, const int dims[SB_NDIMS], int n_roles) {
   t->meta.shape.tokens_per_step = 8192;
 }
 static void tc_free(tcase *t) {
-  for (int i = 0; i < t->meta.n_roles; i++) free(t->meta.roles[i].krows);
+  for (int i = 0; i < t->meta.n_roles; i++) free(t->meta.roles[i].krows), free(t->meta.roles[i].fcomm);
   free(t->meta.roles);
   free(t->meta.shape.role_of);
   free(t->meta.shape.pp_len);
@@ -303,6 +322,33 @@ static void test_tp(const sb_hw *hw) {
     }
 }
 
+/* Float8's TP all-gathers: a block's ("layers.*") in fp8, half the bytes; the output
+ * layer's in bf16; reduce-scatters in bf16; without float8 every row at its bytes */
+static void test_float8_tp(const sb_hw *hw) {
+  const int dims[SB_NDIMS] = {1, 1, 1, 1, 4};
+  const double S = 1e8;
+  for (int f8 = 0; f8 < 2; f8++) {
+    tcase t;
+    tc_init(&t, dims, 1);
+    sb_role *r = &t.meta.roles[0];
+    comm(r, "all_gather", "tp", "forward", 3, S);
+    fcomm(r, "all_gather", "tp", "forward", "layers.0.attention", 1, S);
+    fcomm(r, "all_gather", "tp", "forward", "layers.0.feed_forward", 1, S);
+    fcomm(r, "all_gather", "tp", "forward", "output", 1, S);
+    comm(r, "reduce_scatter", "tp", "forward", 2, S);
+    fcomm(r, "reduce_scatter", "tp", "forward", "layers.0.attention.wo", 1, S);
+    fcomm(r, "reduce_scatter", "tp", "forward", "layers.0.feed_forward.w2", 1, S);
+    t.f.float8 = f8;
+    const double want = f8 ? 2 * o_ag(S / 2, 4) + o_ag(S, 4) + 2 * o_ag(S, 4) : 5 * o_ag(S, 4);
+    sb_prediction p;
+    if (!predict(hw, &t, &p, "float8 tp")) {
+      CHECK_NEAR(p.comm_s[4], want, "float8 %d: tp comm", f8);
+      CHECK_NEAR(p.exposed_comm_s[4], want, "float8 %d: exposed tp", f8);
+    }
+    tc_free(&t);
+  }
+}
+
 /* memory: the worst role's peak with the allocator's overhead and the reserve */
 static void test_memory(const sb_hw *hw) {
   const int dims[SB_NDIMS] = {1, 1, 2, 1, 1};
@@ -406,6 +452,7 @@ int main(void) {
   test_attention(&hw);
   test_fsdp(&hw);
   test_tp(&hw);
+  test_float8_tp(&hw);
   test_memory(&hw);
   test_pipeline(&hw, &ctx);
   return tu_finish("test_timemodel");

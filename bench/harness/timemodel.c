@@ -75,6 +75,35 @@ static unsigned dim_mask(const char *name) {
   return mask;
 }
 
+/* Float8's TP all-gathers (torchao float8_tensor_parallel.py, which TorchTitan's
+ * apply_tp uses for the blocks' linears when Float8 is on): PrepareFloat8ModuleInput
+ * casts a block's attention / feed_forward input to float8 before its all-gather,
+ * and Float8RowwiseParallel casts wo's and w2's output gradients to float8 before the
+ * backward's all-gather, so every TP all-gather inside a block moves 1 byte per
+ * element. The output layer (the float8 converter filters it) and the embedding
+ * gather in bf16; reduce-scatters stay bf16. Row c's seconds from the role's rows
+ * per module (the ledger's scope), the blocks' ("layers.*") at half their bytes. */
+static double f8_tp_gathers(const sb_hw *hw, const sb_role *ro, const sb_comm_row *c, int n,
+                            int per_node) {
+  double all = 0;
+  int64_t calls = 0;
+  for (int k = 0; k < ro->n_fcomm; k++) {
+    const sb_fqn_comm *q = &ro->fcomm[k];
+    if (q->calls <= 0 || strcmp(q->op, c->op) || strcmp(q->mesh_dim, c->mesh_dim) ||
+        strcmp(q->phase, c->phase))
+      continue;
+    const double b = (double)q->payload_bytes / (double)q->calls *
+                     (strncmp(q->fqn, "layers.", 7) ? 1.0 : 0.5);
+    all += sb_hw_coll_best_s(hw, c->op, b, n, per_node) * (double)q->calls;
+    calls += q->calls;
+  }
+  /* a role without per-module rows (none recorded): the row as it is */
+  if (calls != c->calls)
+    return sb_hw_coll_best_s(hw, c->op, (double)c->payload_bytes / (double)c->calls, n, per_node) *
+           (double)c->calls;
+  return all;
+}
+
 /* Group size and members per node of a group over the dims in mask: ranks are
  * laid out row-major in (pp, dp_replicate, dp_shard, cp, tp), gpus_per_node
  * consecutive ranks per node, so a dim's stride is the product of the dims
@@ -204,7 +233,9 @@ static int role_costs(const sb_hw *hw, const sb_opts *o, const sb_result *meta,
                       (!strcmp(c->op, "all_gather") || !strcmp(c->op, "reduce_scatter"));
     if (fsdp && f->float8 && !strcmp(c->op, "all_gather")) bytes *= 0.5; /* fp8 all-gather */
     const double one = sb_hw_coll_best_s(hw, c->op, bytes, n, per_node);
-    const double all = one * (double)c->calls;
+    double all = one * (double)c->calls;
+    if (mask == 16u && f->float8 && !strcmp(c->op, "all_gather"))
+      all = f8_tp_gathers(hw, ro, c, n, per_node);
     const int p = phase_of(c->phase);
     int outer = 0;
     while (!(mask & (1u << outer))) outer++;
