@@ -3,7 +3,7 @@
 --   PRAGMA journal_mode = WAL; PRAGMA foreign_keys = ON; busy timeout 30 s
 -- so that two sweeps can write one DB. A DB whose schema_version differs from
 -- the program's, or a file that is not a SQLite DB, is refused untouched; a
--- version 1 to 5 DB is upgraded in place to version 6 (the statements at the
+-- version 1 to 6 DB is upgraded in place to version 7 (the statements at the
 -- end of this comment, from its version on, in one transaction) by the first run
 -- or sweep that writes it; its rows keep NULL in the added columns and have no
 -- rows in the added tables:
@@ -28,9 +28,14 @@
 --   version 5 -> 6 (shape-only runs, --device meta: shape_runs, shape_roles and
 --   shape_comm, made as in 3 -> 4):
 --   UPDATE schema_version SET version = 6;
+--   version 6 -> 7 (shape_roles' caching-allocator reserved peak; a DB older
+--   than 6 gets shape_roles from the CREATE TABLE, with the column, so the
+--   ALTER runs only where the column is missing):
+--   ALTER TABLE shape_roles ADD COLUMN reserved_peak_bytes INTEGER;
+--   UPDATE schema_version SET version = 7;
 
 CREATE TABLE IF NOT EXISTS schema_version (
-  version INTEGER NOT NULL                -- 6
+  version INTEGER NOT NULL                -- 7
 );
 
 -- One invocation of shardbench (run or sweep).
@@ -288,7 +293,8 @@ CREATE TABLE IF NOT EXISTS shape_runs (
 );
 
 -- Each role of a shape-only run: its first rank, how many ranks it stands for,
--- its step's memory split, device peak and compute ledger per phase (one rank's).
+-- its step's memory split, device peak, the caching allocator's reserved peak and
+-- compute ledger per phase (one rank's).
 CREATE TABLE IF NOT EXISTS shape_roles (
   shape_run_id INTEGER NOT NULL REFERENCES shape_runs(id) ON DELETE CASCADE,
   role         INTEGER NOT NULL,          -- 0-based, in the order of its first rank
@@ -306,6 +312,11 @@ CREATE TABLE IF NOT EXISTS shape_roles (
   peak_module  TEXT NOT NULL,             --   recompute or optimizer, in the module (fqn; '': none)
   peak_fsdp_params_bytes INTEGER NOT NULL, -- of the peak: FSDP's unsharded parameters then
   peak_comm_buffers_bytes INTEGER NOT NULL, -- and the collectives' flat buffers
+  reserved_peak_bytes INTEGER,            -- the step's peak of the caching allocator's segments
+                                          -- (the meta device's model of PyTorch's
+                                          -- max_memory_reserved, JSON reserved_peak_bytes);
+                                          -- NULL: no allocator model (0), or a row from before
+                                          -- version 7
   PRIMARY KEY (shape_run_id, role)
 );
 

@@ -9,9 +9,9 @@
 #   refused NAME PATTERN CMD...  one check: CMD is bad input (exit 2, one stderr
 #                     line matching PATTERN, nothing on stdout); $refused_rc is
 #                     0 when it was, 1 when not
-#   make_v3_db SRC DST  DST = the version 6 DB SRC taken back to schema version 3
-#   make_v2_db SRC DST  DST = the version 6 DB SRC taken back to schema version 2
-#   make_v1_db SRC DST  DST = the version 6 DB SRC taken back to schema version 1
+#   make_v3_db SRC DST  DST = the version 7 DB SRC taken back to schema version 3
+#   make_v2_db SRC DST  DST = the version 7 DB SRC taken back to schema version 2
+#   make_v1_db SRC DST  DST = the version 7 DB SRC taken back to schema version 1
 #   finish            "NAME: N checks, N failed"; exit 1 on a failure or when no
 #                     check ran, else 0
 # It exits 99 when the program is not built and 77 (SKIP) without the sqlite3 CLI,
@@ -67,10 +67,10 @@ refused() {
   fi
   refused_rc=0
 }
-# Version 3 is version 6 less the pp tables, the planner's tables, grad_norm and the
-# shape-only tables, version 2 version 3 less the split's
-# columns, version 1 version 2 less three more (results/schema.sql's header lists
-# each step's tables and columns).
+# Version 3 is version 7 less the pp tables, the planner's tables, grad_norm and the
+# shape-only tables (version 7's shape_roles column with them), version 2 version 3
+# less the split's columns, version 1 version 2 less three more (results/schema.sql's
+# header lists each step's tables and columns).
 make_v3_db() {
   cp "$1" "$2" &&
     sqlite3 "$2" "DROP TABLE pp_events; DROP TABLE pp_stats; DROP TABLE pp_stages;

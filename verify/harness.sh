@@ -13,7 +13,7 @@
 # 3. Two concurrent sweeps on one new DB (disjoint --plans, together all shipped
 #    plans): nothing lost.
 # 4. Bad flags: exit 2, one line on stderr, nothing on stdout.
-# 5. A file of random bytes and a DB of schema version 7 are refused (exit 2,
+# 5. A file of random bytes and a DB of schema version 8 are refused (exit 2,
 #    one line) and left byte-identical (cmp); version 1, 2 and 3 DBs are upgraded
 #    in place, keeping their rows.
 # Program: ${top_builddir:-.}/bench/shardbench; plans: ${srcdir:-.}/plans.
@@ -47,7 +47,7 @@ t0=$(date +%s)
 rc=$?
 echo "clean sweep: $(( $(date +%s) - t0 )) s: $(cat "$tmp/a.out")"
 check "clean sweep exit" "$rc" 0
-check "schema_version" "$(q "$A" 'SELECT group_concat(version) FROM schema_version')" 6
+check "schema_version" "$(q "$A" 'SELECT group_concat(version) FROM schema_version')" 7
 check "configs" "$(q "$A" 'SELECT count(*) FROM configs')" $TOTAL
 check "results" "$(q "$A" 'SELECT count(*) FROM results')" $TOTAL
 check "one result per config" \
@@ -242,10 +242,10 @@ refused_db() { # refused_db NAME FILE PATTERN
 }
 head -c 8192 /dev/urandom >"$tmp/random.db"
 refused_db "random bytes" "$tmp/random.db" "not a SQLite database"
-sqlite3 "$tmp/v7.db" "CREATE TABLE schema_version (version INTEGER NOT NULL); INSERT INTO schema_version VALUES (7);"
-refused_db "schema version 7" "$tmp/v7.db" "schema version 7, this shardbench reads 1 to 6"
+sqlite3 "$tmp/v8.db" "CREATE TABLE schema_version (version INTEGER NOT NULL); INSERT INTO schema_version VALUES (8);"
+refused_db "schema version 8" "$tmp/v8.db" "schema version 8, this shardbench reads 1 to 7"
 
-# ---- version 1 to 3 DBs (version 6 less what was added since) are upgraded in place ------
+# ---- version 1 to 3 DBs (version 7 less what was added since) are upgraded in place ------
 # the split's columns and the ones version 2 added, in results/schema.sql's order
 cols() { q "$1" "SELECT group_concat(name, ' ') FROM pragma_table_info('results') WHERE cid >= 15"; }
 NEWCOLS="worst mem_params_bytes mem_grads_bytes mem_optimizer_bytes mem_activations_bytes grad_norm"
@@ -253,7 +253,7 @@ V1="$tmp/v1.db"
 make_v1_db "$A" "$V1"
 "$SB" run --tp 2 --world 2 --plans-dir "$PLANS" --workload block --batch 2 --seq 4 --steps 1 --warmup 0 --db "$V1" >/dev/null 2>&1
 check "v1 upgraded: run exit" "$?" 0
-check "v1 upgraded: version" "$(q "$V1" 'SELECT group_concat(version) FROM schema_version')" 6
+check "v1 upgraded: version" "$(q "$V1" 'SELECT group_concat(version) FROM schema_version')" 7
 check "v1 upgraded: old rows kept, one added" "$(q "$V1" 'SELECT count(*) FROM results')" $((TOTAL + 1))
 check "v1 upgraded: new columns" "$(cols "$V1")" "$NEWCOLS"
 check "v1 upgraded: the added row has its split" \
@@ -270,7 +270,7 @@ check "v2 DB: version 2, two results out" \
 # shellcheck disable=SC2086
 "$SB" sweep $TINY --db "$V2" --resume >"$tmp/v2.out" 2>"$tmp/v2.err"
 check "v2 upgraded by sweep --resume: exit" "$?" 0
-check "v2 upgraded: version" "$(q "$V2" 'SELECT group_concat(version) FROM schema_version')" 6
+check "v2 upgraded: version" "$(q "$V2" 'SELECT group_concat(version) FROM schema_version')" 7
 check "v2 upgraded: new columns" "$(cols "$V2")" "$NEWCOLS"
 check "v2 upgraded: old rows kept, the two run" "$(q "$V2" 'SELECT count(*) FROM results')" $TOTAL
 check "v2 upgraded: old rows without a split, the two with it" \
@@ -287,7 +287,7 @@ make_v3_db "$A" "$V3"
 check "v3 upgraded by a pp run: exit" "$?" 0
 check "v3 upgraded: version, results, the new result's pp_stats row" \
   "$(q "$V3" 'SELECT group_concat(version) FROM schema_version') $(q "$V3" 'SELECT count(*) FROM results') $(q "$V3" 'SELECT count(*) FROM pp_stats WHERE result_id = (SELECT max(id) FROM results)')" \
-  "6 $((TOTAL + 1)) 1"
+  "7 $((TOTAL + 1)) 1"
 
 # ---- run --db appends to an existing DB ------------------------------------------------
 "$SB" run --tp 2 --world 2 --plans-dir "$PLANS" --workload block --batch 2 --seq 4 --steps 1 --warmup 0 --db "$A" >/dev/null 2>&1

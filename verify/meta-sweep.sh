@@ -13,10 +13,14 @@
 #   3. Planted, each must fail the comparison: an extra all_reduce in the real run
 #      (SHARDBENCH_FAULT=extra-all-reduce), one byte more in a real rank 0's
 #      gradients (the DB edited), the analytic count for 3 layers.
-#   4. The DB: shape-only runs never reach configs or results; a version 5 DB is
-#      upgraded to 6 by `run --device meta --db` and keeps its rows; merge carries
-#      the shape_* rows; --resume finds them; bad input: --device meta with
-#      --backend mpi or --launcher.
+#   4. The DB: shape-only runs never reach configs or results; each role's
+#      shape_roles.reserved_peak_bytes is the reserved_peak_bytes of the same run's
+#      --json output (read by python3, not by shardbench; planted: one byte off is
+#      seen); a version 5 DB is upgraded to 7 by `run --device meta --db` and keeps
+#      its rows; a version 6 DB (no reserved_peak_bytes) is refused by merge, then
+#      upgraded to 7 by `run --device meta --db`: its old roles NULL, the new run's
+#      filled, and merged so; merge carries the shape_* rows; --resume finds them;
+#      bad input: --device meta with --backend mpi or --launcher.
 # Not compared: the fqn of comm rows (the measured comm table has none; shape_comm
 # keeps the ledger's scope) and the roles other than rank 0's (a measured run stores
 # rank 0's split only; verify/test_meta.c compares every rank's ledgers and memory).
@@ -82,7 +86,9 @@ compared "planted: the analytic FLOPs of 3 layers" 1 "$tmp/r8.db" "$tmp/m8.db" -
 # ---- 4. the DB ---------------------------------------------------------------------------
 check "meta DB: nothing in configs or results" \
   "$(q "$tmp/m8.db" "SELECT (SELECT count(*) FROM configs) + (SELECT count(*) FROM results)")" 0
-check "meta DB: schema version 6" "$(q "$tmp/m8.db" "SELECT group_concat(version) FROM schema_version")" 6
+check "meta DB: schema version 7" "$(q "$tmp/m8.db" "SELECT group_concat(version) FROM schema_version")" 7
+check "meta DB: every shape-only role has its reserved peak" \
+  "$(q "$tmp/m8.db" "SELECT count(*) FROM shape_roles WHERE reserved_peak_bytes IS NULL OR reserved_peak_bytes <= 0")" 0
 # shellcheck disable=SC2086
 "$SB" sweep --world 8 $S --device meta --db "$tmp/m8.db" --resume >"$tmp/res.out" 2>&1
 check "meta sweep --resume: every config already there" \
@@ -98,13 +104,71 @@ nres=$(q "$tmp/v5.db" "SELECT count(*) FROM results")
 check "v5 upgraded by run --device meta --db: exit" "$?" 0
 check "v5 upgraded: version, results kept, one shape-only run with its rows" \
   "$(q "$tmp/v5.db" "SELECT (SELECT group_concat(version) FROM schema_version), (SELECT count(*) FROM results), (SELECT count(*) || ':' || group_concat(status) FROM shape_runs), (SELECT count(*) > 0 FROM shape_comm), (SELECT count(*) FROM shape_roles)")" \
-  "6|$nres|1:shape-only|1|1"
+  "7|$nres|1:shape-only|1|1"
+# its shape_roles came from the CREATE TABLE, with the column: the 6 -> 7 step adds none
+check "v5 upgraded: one reserved_peak_bytes column, filled" \
+  "$(q "$tmp/v5.db" "SELECT (SELECT count(*) FROM pragma_table_info('shape_roles') WHERE name = 'reserved_peak_bytes'), (SELECT count(*) FROM shape_roles WHERE reserved_peak_bytes > 0)")" \
+  "1|1"
+
+# shape_roles.reserved_peak_bytes against the same run's JSON, role by role (first
+# rank, value; the DB's NULL for a role without an allocator model, JSON 0). The
+# uneven vocab makes 4 roles whose reserved peaks are not all equal.
+json_reserved() { # json_reserved JSON [DELTA]: DELTA added to each value (planted)
+  python3 -c 'import json,sys
+d=json.load(open(sys.argv[1])); delta=int(sys.argv[2])
+for r in d["roles"]: print("%d|%s" % (r["rank"], r["reserved_peak_bytes"] + delta if r["reserved_peak_bytes"] > 0 else ""))' "$1" "${2:-0}"
+}
+db_reserved() { # db_reserved DB SHAPE_RUN_ID
+  q "$1" "SELECT first_rank || '|' || ifnull(reserved_peak_bytes, '') FROM shape_roles WHERE shape_run_id = $2 ORDER BY role"
+}
+# every role of a DB: key, role, reserved peak (NULL spelled out)
+RESERVED="SELECT s.key || '|' || r.role || '|' || ifnull(r.reserved_peak_bytes, 'NULL') FROM shape_roles r JOIN shape_runs s ON s.id = r.shape_run_id ORDER BY 1"
+U="--device meta --model debugmodel:n_layers=1:vocab=2050 --batch 4 --seq 16 --dp-shard 4 --plan fsdp"
+# shellcheck disable=SC2086
+"$SB" run $U --json --db "$tmp/u.db" >"$tmp/u.json" 2>"$tmp/u.err"
+check "reserved: run --json --db exit" "$?" 0
+check "reserved: 4 roles, not all alike" \
+  "$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); v=[r["reserved_peak_bytes"] for r in d["roles"]]; print(len(v), min(v) > 0, len(set(v)) > 1)' "$tmp/u.json")" \
+  "4 True True"
+check "reserved: shape_roles = the JSON's reserved_peak_bytes" "$(db_reserved "$tmp/u.db" 1)" \
+  "$(json_reserved "$tmp/u.json")"
+# planted: the JSON's values one byte more must not compare equal
+checks=$((checks + 1))
+[ "$(db_reserved "$tmp/u.db" 1)" = "$(json_reserved "$tmp/u.json" 1)" ] &&
+  fail "planted: reserved peaks one byte off compared equal"
+# a version 6 DB: this one without the column, taken back to 6
+cp "$tmp/u.db" "$tmp/v6.db"
+q "$tmp/v6.db" "ALTER TABLE shape_roles DROP COLUMN reserved_peak_bytes;
+  UPDATE schema_version SET version = 6; PRAGMA journal_mode = delete;" >/dev/null
+check "v6 DB: version 6, no reserved_peak_bytes, 4 roles" \
+  "$(q "$tmp/v6.db" "SELECT (SELECT group_concat(version) FROM schema_version), (SELECT count(*) FROM pragma_table_info('shape_roles') WHERE name = 'reserved_peak_bytes'), (SELECT count(*) FROM shape_roles)")" \
+  "6|0|4"
+before=$(cksum <"$tmp/v6.db")
+refused "merge: a version 6 input" "schema version 6, this shardbench merges only version 7" \
+  "$SB" merge "$tmp/out6.db" "$tmp/v6.db"
+check "merge: the version 6 input untouched" "$(cksum <"$tmp/v6.db")" "$before"
+checks=$((checks + 1))
+[ -e "$tmp/out6.db" ] && fail "merge: a version 6 input: OUT was created"
+"$SB" run --device meta --model debugmodel:n_layers=2 --batch 8 --seq 16 --dp-shard 4 --tp 2 \
+  --plan fsdp-tp-sp --json --db "$tmp/v6.db" >"$tmp/v6.json" 2>"$tmp/v6.err"
+check "v6 upgraded by run --device meta --db: exit" "$?" 0
+check "v6 upgraded: version, the old run's 4 roles NULL, the new run's 1 filled" \
+  "$(q "$tmp/v6.db" "SELECT (SELECT group_concat(version) FROM schema_version), (SELECT count(*) FROM shape_roles WHERE shape_run_id = 1 AND reserved_peak_bytes IS NULL), (SELECT count(*) FROM shape_roles WHERE shape_run_id = 2 AND reserved_peak_bytes > 0), (SELECT count(*) FROM shape_roles)")" \
+  "7|4|1|5"
+check "v6 upgraded: the new run's shape_roles = its JSON's reserved_peak_bytes" \
+  "$(db_reserved "$tmp/v6.db" 2)" "$(json_reserved "$tmp/v6.json")"
+"$SB" merge "$tmp/out6.db" "$tmp/v6.db" >/dev/null 2>"$tmp/merge6.err"
+check "merge: the upgraded version 6 DB: exit" "$?" 0
+check "merge: the upgraded DB's reserved peaks carried (NULL stays NULL)" \
+  "$(q "$tmp/out6.db" "$RESERVED")" \
+  "$(q "$tmp/v6.db" "$RESERVED")"
 "$SB" merge "$tmp/out.db" "$tmp/r8.db" "$tmp/m8.db" >/dev/null 2>"$tmp/merge.err"
 check "merge: exit" "$?" 0
 check "merge: results and shape-only rows carried" \
   "$(q "$tmp/out.db" "SELECT (SELECT count(*) FROM results), (SELECT count(*) FROM shape_runs), (SELECT count(*) FROM shape_roles), (SELECT count(*) FROM shape_comm)")" \
   "$(q "$tmp/r8.db" "SELECT count(*) FROM results")|$(q "$tmp/m8.db" "SELECT (SELECT count(*) FROM shape_runs), (SELECT count(*) FROM shape_roles), (SELECT count(*) FROM shape_comm)")"
 compared "merged DB against the real one" 0 "$tmp/r8.db" "$tmp/out.db"
+check "merge: every role's reserved peak carried" "$(q "$tmp/out.db" "$RESERVED")" "$(q "$tmp/m8.db" "$RESERVED")"
 refused "sweep --device meta --backend mpi" "^shardbench sweep: --\(device\|backend\): " \
   "$SB" sweep --world 8 --device meta --backend mpi --db "$tmp/no.db"
 refused "sweep --device meta --launcher" "^shardbench sweep: --\(device\|backend\): " \

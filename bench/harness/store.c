@@ -317,7 +317,29 @@ static const char *const upgrade_sql[SB_SCHEMA_VERSION - 1] = {
     "UPDATE schema_version SET version = 5;",
     /* the shape_* tables: created by the schema text, which runs first */
     "UPDATE schema_version SET version = 6;",
+    "ALTER TABLE shape_roles ADD COLUMN reserved_peak_bytes INTEGER;"
+    "UPDATE schema_version SET version = 7;",
 };
+
+/* The column a step adds to a table the schema text makes (which runs first): a
+ * DB older than the table gets it from the text with the column already (SQLite
+ * has no ADD COLUMN IF NOT EXISTS), so the step then only sets its version. */
+static const char *const upgrade_column[SB_SCHEMA_VERSION - 1][2] = {
+    [5] = {"shape_roles", "reserved_peak_bytes"},
+};
+
+/* 1 when table t has column c, 0 when not, -1 on an SQLite error. */
+static int has_column(sqlite3 *db, const char *t, const char *c) {
+  sqlite3_stmt *q = NULL;
+  if (sqlite3_prepare_v2(db, "SELECT count(*) FROM pragma_table_info(?) WHERE name = ?", -1, &q,
+                         NULL) != SQLITE_OK)
+    return -1;
+  sqlite3_bind_text(q, 1, t, -1, SQLITE_STATIC);
+  sqlite3_bind_text(q, 2, c, -1, SQLITE_STATIC);
+  const int has = sqlite3_step(q) == SQLITE_ROW ? sqlite3_column_int(q, 0) > 0 : -1;
+  sqlite3_finalize(q);
+  return has;
+}
 
 /* Inside the open's write transaction: an older DB gets every later version's
  * columns, one step after the other. Returns an SQLite code. */
@@ -328,7 +350,18 @@ static int upgrade(sb_store *st) {
   int ver = sqlite3_step(q) == SQLITE_ROW ? sqlite3_column_int(q, 0) : SB_SCHEMA_VERSION;
   sqlite3_finalize(q);
   for (int v = ver; v >= 1 && v < SB_SCHEMA_VERSION; v++) {
-    rc = sqlite3_exec(st->db, upgrade_sql[v - 1], NULL, NULL, NULL);
+    const char *sql = upgrade_sql[v - 1];
+    char only_version[64];
+    if (upgrade_column[v - 1][0]) {
+      const int has = has_column(st->db, upgrade_column[v - 1][0], upgrade_column[v - 1][1]);
+      if (has < 0) return SQLITE_ERROR;
+      if (has) {
+        snprintf(only_version, sizeof only_version, "UPDATE schema_version SET version = %d;",
+                 v + 1);
+        sql = only_version;
+      }
+    }
+    rc = sqlite3_exec(st->db, sql, NULL, NULL, NULL);
     if (rc != SQLITE_OK) return rc;
   }
   return SQLITE_OK;
@@ -864,8 +897,9 @@ static int put_shape_roles(sb_store *st, int64_t id, const sb_result *r) {
                             "flops_backward, flops_recompute, flops_optimizer, flops_other, "
                             "gemm_flops_forward, gemm_flops_backward, gemm_flops_recompute, "
                             "kernels_dropped_calls, peak_phase, peak_module, "
-                            "peak_fsdp_params_bytes, peak_comm_buffers_bytes) VALUES (?, ?, ?, ?, "
-                            "?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                            "peak_fsdp_params_bytes, peak_comm_buffers_bytes, "
+                            "reserved_peak_bytes) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
+                            "?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                             -1, &q, NULL),
          "prepare shape_roles");
   SB_SQL(st,
@@ -891,6 +925,7 @@ static int put_shape_roles(sb_store *st, int64_t id, const sb_result *r) {
     sqlite3_bind_text(q, k++, ro->peak_at.where, -1, SQLITE_TRANSIENT);
     sqlite3_bind_int64(q, k++, (int64_t)ro->peak_at.note[DT_MEM_NOTE_FSDP_PARAMS]);
     sqlite3_bind_int64(q, k++, (int64_t)ro->peak_at.note[DT_MEM_NOTE_COMM]);
+    bind_bytes(q, k++, ro->reserved > 0 ? ro->reserved : -1); /* 0: no allocator model */
     SB_SQL(st, sqlite3_step(q), "insert shape_roles");
     for (int c = 0; c < ro->n_fcomm; c++) {
       const sb_fqn_comm *fc = &ro->fcomm[c];

@@ -29,7 +29,7 @@
 #include "verdict.h"
 
 /* The schema this program writes (results/schema.sql: schema_version). */
-enum { SB_SCHEMA_VERSION = 6 };
+enum { SB_SCHEMA_VERSION = 7 };
 
 typedef struct sb_store {
   sqlite3 *db;
@@ -212,7 +212,8 @@ int sb_store_open(sb_store *st, const char *path, const char *cmd);
 /* Opens an existing DB of schema version 1 to SB_SCHEMA_VERSION read-only
  * (st->version says which; a version 1 DB lacks runs.peak_tflops,
  * runs.peak_source and results.worst, a version 1 or 2 DB the results.mem_*_bytes
- * split, a version 1 to 3 DB the pp_* tables, a version 1 to 5 DB the shape_* tables).
+ * split, a version 1 to 3 DB the pp_* tables, a version 1 to 5 DB the shape_* tables,
+ * a version 6 DB shape_roles.reserved_peak_bytes).
  * Writes nothing, and creates no -wal or
  * -shm where none exists or where the directory is read-only (the DB is then
  * read immutable). Same returns and messages as sb_store_open. */
