@@ -12,7 +12,10 @@
  *    collectives' buffers then); and in both every noted buffer is given back by
  *    the step's end.
  *    The oracle is the real run; the planted case adds one all_reduce to the
- *    real run's ledger and must fail the comparison.
+ *    real run's ledger and must fail the comparison. Every rank of a role
+ *    (dt_parallel_dims_roles) must match its role's first rank; two configs with
+ *    uneven FSDP shards (vocab 2050) also check the role count against the
+ *    distinct torch.chunk sizes counted by hand.
  * 2. The compute ledger of a world-1 debugmodel step on meta against FLOPs derived
  *    here from the config alone: the linear layers' GEMMs give 6 N_linear per
  *    token (forward 2, backward 4: Kaplan et al. 2020, sec. 2.1; the N of
@@ -263,26 +266,34 @@ typedef struct cfg_case {
   int deg[DT_PDIM_COUNT]; /* pp, dp_replicate, dp_shard, cp, tp */
   const char *ac;         /* activation checkpointing mode (NULL: none) */
   const char *model;      /* NULL: MODEL */
+  int want_roles;         /* > 0: the roles dt_parallel_dims_roles must find (torch.chunk's
+                           * distinct shard sizes, counted by hand) */
 } cfg_case;
 
 static const cfg_case CASES[] = {
-    {"fsdp 8", "fsdp.plan", {1, 1, 8, 1, 1}, NULL, NULL},
-    {"dp 8 (ddp)", "dp.plan", {1, 8, 1, 1, 1}, NULL, NULL},
-    {"fsdp 4 x tp 2 (sp)", "fsdp-tp-sp.plan", {1, 1, 4, 1, 2}, NULL, NULL},
-    {"hsdp 4 x 2", "hsdp.plan", {1, 4, 2, 1, 1}, NULL, NULL},
-    {"fsdp 4 x cp 2", "fsdp-cp.plan", {1, 1, 4, 2, 1}, NULL, NULL},
-    {"fsdp 2 x cp 2 x tp 2", "fsdp-tp-cp.plan", {1, 1, 2, 2, 2}, NULL, NULL},
-    {"pp 2 x fsdp 4", "pp-fsdp.plan", {2, 1, 4, 1, 1}, NULL, NULL},
-    {"pp 2 x fsdp 2 x tp 2", "pp-fsdp-tp-sp.plan", {2, 1, 2, 1, 2}, NULL, NULL},
-    {"fsdp 4 x tp 2, full AC", "fsdp-tp-sp.plan", {1, 1, 4, 1, 2}, "full", NULL},
-    {"pp 2 x fsdp 4, selective AC", "pp-fsdp.plan", {2, 1, 4, 1, 1}, "selective", NULL},
+    {"fsdp 8", "fsdp.plan", {1, 1, 8, 1, 1}, NULL, NULL, 0},
+    {"dp 8 (ddp)", "dp.plan", {1, 8, 1, 1, 1}, NULL, NULL, 0},
+    {"fsdp 4 x tp 2 (sp)", "fsdp-tp-sp.plan", {1, 1, 4, 1, 2}, NULL, NULL, 0},
+    {"hsdp 4 x 2", "hsdp.plan", {1, 4, 2, 1, 1}, NULL, NULL, 0},
+    {"fsdp 4 x cp 2", "fsdp-cp.plan", {1, 1, 4, 2, 1}, NULL, NULL, 0},
+    {"fsdp 2 x cp 2 x tp 2", "fsdp-tp-cp.plan", {1, 1, 2, 2, 2}, NULL, NULL, 0},
+    {"pp 2 x fsdp 4", "pp-fsdp.plan", {2, 1, 4, 1, 1}, NULL, NULL, 0},
+    {"pp 2 x fsdp 2 x tp 2", "pp-fsdp-tp-sp.plan", {2, 1, 2, 1, 2}, NULL, NULL, 0},
+    {"fsdp 4 x tp 2, full AC", "fsdp-tp-sp.plan", {1, 1, 4, 1, 2}, "full", NULL, 0},
+    {"pp 2 x fsdp 4, selective AC", "pp-fsdp.plan", {2, 1, 4, 1, 1}, "selective", NULL, 0},
+    /* uneven FSDP shards (torch.chunk of 2050 rows: 257 x 7 and 251 over 8; 513 x 3
+     * and 511 over 4 x 2): the ranks of equal shard sizes share a role */
+    {"fsdp 8, vocab 2050", "fsdp.plan", {1, 1, 8, 1, 1}, NULL, "debugmodel:n_layers=2:vocab=2050", 2},
+    /* 2050 over 4: 513 x 3, 511; each over cp 2: 257 + 256, 256 + 255: three sizes */
+    {"fsdp 4 x cp 2, vocab 2050", "fsdp-cp.plan", {1, 1, 4, 2, 1}, NULL,
+     "debugmodel:n_layers=2:vocab=2050", 3},
     /* grouped-query attention (2 and 4 query heads per kv head) with
      * local batch 8 in [b, s, h, hd]: the meta device runs one pass of sdpa's and
      * sdpa_cp's loops over batch rows and group members and counts it for all
      * (dt_kernels.shape_only), which must leave the real run's ledger */
-    {"tp 8, GQA", "torchtitan-tp-sp.plan", {1, 1, 1, 1, 8}, NULL, "debugmodel:n_layers=2:n_kv_heads=8"},
+    {"tp 8, GQA", "torchtitan-tp-sp.plan", {1, 1, 1, 1, 8}, NULL, "debugmodel:n_layers=2:n_kv_heads=8", 0},
     {"cp 4 x tp 2, GQA, full AC", "fsdp-tp-cp.plan", {1, 1, 1, 4, 2}, "full",
-     "debugmodel:n_layers=2:n_kv_heads=4"},
+     "debugmodel:n_layers=2:n_kv_heads=4", 0},
 };
 
 static int check_case(dt_ctx *hc, const cfg_case *c, bool plant_done) {
@@ -325,6 +336,11 @@ static int check_case(dt_ctx *hc, const cfg_case *c, bool plant_done) {
   if (n_roles < 1 || role_bad)
     tu_fail(__FILE__, __LINE__, "%s: %d roles, %d ranks differ from their role's first rank",
             c->name, n_roles, role_bad);
+  if (c->want_roles) {
+    tu_count();
+    if (n_roles != c->want_roles)
+      tu_fail(__FILE__, __LINE__, "%s: %d roles, want %d", c->name, n_roles, c->want_roles);
+  }
   size_t rows = 0;
   for (int r = 0; r < WORLD; r++) rows += real.out[r].n_comm;
   printf("  %-24s %zu comm rows, %zu compute rows on rank 0, %d role(s): %s\n", c->name, rows,

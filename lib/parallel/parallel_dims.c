@@ -108,6 +108,27 @@ void dt_parallel_dims_free_mesh(dt_mesh *mesh, dt_comm *perm) {
 
 static bool divides(int64_t d, int64_t n) { return d <= 1 || n % d == 0; }
 
+/* L cut by torch.chunk over k nested dims of sizes n[] at coordinates c[]: the
+ * last chunk's size (dt_chunk, as FSDP and the batch's Shard(0) cut). */
+static int64_t nested_chunk(int64_t L, int k, const int *n, const int *c) {
+  for (int i = 0; i < k; i++) dt_chunk(L, n[i], c[i], &L, NULL);
+  return L;
+}
+
+/* An open-addressing map of 64-bit keys to roles; slot holds index + 1. */
+typedef struct role_map {
+  uint64_t *key;
+  int *val;
+  size_t cap; /* a power of two over twice the keys */
+} role_map;
+
+static int *role_slot(role_map *m, uint64_t k) {
+  size_t h = (size_t)((k ^ (k >> 29)) * 0x9e3779b97f4a7c15ull) & (m->cap - 1);
+  while (m->val[h] && m->key[h] != k) h = (h + 1) & (m->cap - 1);
+  m->key[h] = k;
+  return &m->val[h];
+}
+
 int dt_parallel_dims_roles(const dt_parallel_dims *d, const dt_llama_config *cfg, int batch,
                            int seq, int *role_of) {
   const int *g = d->degree;
@@ -115,35 +136,54 @@ int dt_parallel_dims_roles(const dt_parallel_dims *d, const dt_llama_config *cfg
                 r = g[DT_PDIM_DP_REPLICATE];
   const int64_t H = cfg->n_heads, KV = cfg->n_kv_heads, D = cfg->dim, V = cfg->vocab;
   const int64_t hd = H ? D / H : 0, F = dt_llama_ffn_hidden(cfg);
-  bool uneven[DT_PDIM_COUNT] = {false};
-  uneven[DT_PDIM_TP] = !divides(t, H) || !divides(t, KV) || !divides(t, F) || !divides(t, V) ||
-                       !divides(t, D) || !divides(t * 2 * c, seq);
-  uneven[DT_PDIM_CP] = !divides(2 * c, seq) || !divides(2 * c * t, seq);
-  /* FSDP shards dim 0 of each TP-local weight over dp_shard x cp */
-  const int64_t f = s * c, rows[] = {V / t, H * hd / t, KV * hd / t, D, F / t};
-  for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
-    if (!divides(f, rows[i])) uneven[DT_PDIM_DP_SHARD] = uneven[DT_PDIM_CP] = true;
-  if (!divides(r * s, batch)) uneven[DT_PDIM_DP_REPLICATE] = uneven[DT_PDIM_DP_SHARD] = true;
-  /* a role's code: mixed radix over the mesh dims, 0 where coordinates do not matter */
+  const bool tp_uneven = !divides(t, H) || !divides(t, KV) || !divides(t, F) || !divides(t, V) ||
+                         !divides(t, D) || !divides(t * 2 * c, seq);
+  const bool cp_uneven = !divides(2 * c, seq) || !divides(2 * c * t, seq);
+  /* FSDP shards a dim of each TP-local weight over dp_shard x cp (nested, in mesh
+   * order); every size it may cut is here */
+  const int64_t rows[] = {V / t, H * hd / t, KV * hd / t, D, F / t};
+  enum { NROWS = sizeof rows / sizeof rows[0] };
   const int W = d->world_size;
-  int *first = malloc((size_t)W * sizeof *first);
-  if (!first) return -1;
-  for (int i = 0; i < W; i++) first[i] = -1;
-  int n = 0;
+  role_map m = {NULL, NULL, 1};
+  while (m.cap < 2 * (size_t)W + 2) m.cap *= 2;
+  m.key = malloc(m.cap * sizeof *m.key);
+  m.val = calloc(m.cap, sizeof *m.val);
+  /* the distinct shard signatures: rows' chunk sizes then the batch's */
+  int64_t(*sig)[NROWS + 1] = malloc((size_t)W * sizeof *sig);
+  if (!m.key || !m.val || !sig) {
+    free(m.key), free(m.val), free(sig);
+    return -1;
+  }
+  int n = 0, nsig = 0;
   for (int rank = 0; rank < W; rank++) {
-    int idx = dt_parallel_dims_rank_index(d, rank), code = 0, coord[DT_PDIM_COUNT];
+    int idx = dt_parallel_dims_rank_index(d, rank), coord[DT_PDIM_COUNT] = {0};
+    int mc[DT_MAX_MESH_DIMS];
     for (int k = d->ndim - 1; k >= 0; k--) {
-      coord[k] = idx % d->shape[k];
+      mc[k] = idx % d->shape[k];
       idx /= d->shape[k];
     }
-    for (int p = 0; p < DT_PDIM_COUNT; p++) {
-      if (d->dim[p] < 0) continue;
-      const bool keep = p == DT_PDIM_PP || uneven[p];
-      code = code * d->shape[d->dim[p]] + (keep ? coord[d->dim[p]] : 0);
-    }
-    if (first[code] < 0) first[code] = n++;
-    role_of[rank] = first[code];
+    for (int p = 0; p < DT_PDIM_COUNT; p++) coord[p] = d->dim[p] >= 0 ? mc[d->dim[p]] : 0;
+    /* a rank's shards: the chunk sizes FSDP and the batch's Shard(0) give it */
+    const int fn[2] = {(int)s, (int)c}, fc[2] = {coord[DT_PDIM_DP_SHARD], coord[DT_PDIM_CP]};
+    const int bn[2] = {(int)r, (int)s}, bc[2] = {coord[DT_PDIM_DP_REPLICATE], coord[DT_PDIM_DP_SHARD]};
+    int64_t v[NROWS + 1];
+    for (int i = 0; i < NROWS; i++) v[i] = nested_chunk(rows[i], 2, fn, fc);
+    v[NROWS] = nested_chunk(batch, 2, bn, bc);
+    int q = 0;
+    while (q < nsig && memcmp(sig[q], v, sizeof v)) q++;
+    if (q == nsig) memcpy(sig[nsig++], v, sizeof v);
+    /* the role's key: the pp stage, the tp and cp coordinates where their cuts are
+     * uneven, the shard signature */
+    const uint64_t key =
+        (((uint64_t)coord[DT_PDIM_PP] * (uint64_t)t + (uint64_t)(tp_uneven ? coord[DT_PDIM_TP] : 0)) *
+             (uint64_t)c +
+         (uint64_t)(cp_uneven ? coord[DT_PDIM_CP] : 0)) *
+            (uint64_t)W +
+        (uint64_t)q;
+    int *slot = role_slot(&m, key);
+    if (!*slot) *slot = ++n;
+    role_of[rank] = *slot - 1;
   }
-  free(first);
+  free(m.key), free(m.val), free(sig);
   return n;
 }

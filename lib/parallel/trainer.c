@@ -169,9 +169,19 @@ static dt_status microbatch(dt_ctx *ctx, dt_trainer *t, const int64_t *all, int 
  * for the caller) is one of the caller's arrays, which the distribute reads only. */
 static dt_status whole_batch(dt_ctx *ctx, dt_trainer *t, const int64_t *ids, dt_tensor *out) {
   const size_t n = (size_t)t->opts.batch * (size_t)t->opts.seq;
-  int64_t *copy = malloc(sizeof *copy * (n ? n : 1));
+  /* only the rank's rows are read (the placing takes its shard of the dp dims'
+   * Shard(0)); the rest stay zero, valid ids, in pages a large calloc never touches */
+  int64_t *copy = calloc(n ? n : 1, sizeof *copy);
   if (!copy) return dt_error(ctx, DT_ERR_NOMEM, "dt_trainer", "no memory");
-  memcpy(copy, ids, sizeof *copy * n);
+  dt_placement pl[DT_MAX_MESH_DIMS];
+  batch_placements(t->mesh, t->dims.dp, pl);
+  int mnd = 0, msh[DT_MAX_MESH_DIMS], mco[DT_MAX_MESH_DIMS];
+  dt_tensor_mesh_info(t->mesh, &mnd, msh, mco);
+  const int64_t g[2] = {t->opts.batch, t->opts.seq};
+  int64_t ls[2], off[2];
+  dt_local_shape_offset(2, g, mnd, msh, mco, pl, ls, off);
+  memcpy(copy + (size_t)(off[0] * t->opts.seq), ids + (size_t)(off[0] * t->opts.seq),
+         sizeof *copy * (size_t)(ls[0] * t->opts.seq));
   dt_status s = place_batch(ctx, t, t->opts.batch, copy, out);
   free(copy);
   return s;

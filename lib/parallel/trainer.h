@@ -71,14 +71,16 @@ void dt_parallel_dims_free_mesh(dt_mesh *mesh, dt_comm *perm);
 /* The distinct roles of a job's ranks, for shape-only runs (one rank per role):
  * ranks whose stages, shards and partners' sizes are the same do the same
  * allocations, kernels and collectives. Two ranks share a role when they have
- * the same pp coordinate and, on every other degree whose size does not divide
- * all the sizes it cuts (tp: heads, kv heads, the FFN hidden size, vocab, dim
- * and the sequence it shards; cp: the sequence in 2 cp load-balanced chunks;
- * dp_shard x cp: dim 0 of every TP-local weight, which FSDP shards; the data
- * parallel degrees: the batch), the same coordinate. (A conservative rule:
- * ranks it puts apart may still behave alike.) role_of[r] (world entries) gets
- * the role of world rank r, roles numbered by their lowest rank; returns the
- * number of roles, or -1 when out of memory. */
+ * the same pp coordinate, the same tp coordinate when tp does not divide all the
+ * sizes it cuts (heads, kv heads, the FFN hidden size, vocab, dim and the
+ * sequence it shards), the same cp coordinate when cp does not divide the
+ * sequence in 2 cp load-balanced chunks, and the same shard sizes: torch.chunk's
+ * cut, nested over dp_shard x cp, of each size of a TP-local weight FSDP may
+ * shard, and over dp_replicate x dp_shard of the batch (FSDP pads its
+ * collectives to the largest shard, so equal sizes make equal work). (A
+ * conservative rule: ranks it puts apart may still behave alike.) role_of[r]
+ * (world entries) gets the role of world rank r, roles numbered by their lowest
+ * rank; returns the number of roles, or -1 when out of memory. */
 int dt_parallel_dims_roles(const dt_parallel_dims *d, const dt_llama_config *cfg, int batch,
                            int seq, int *role_of);
 
