@@ -82,7 +82,8 @@ static unsigned dim_mask(const char *name) {
  * backward's all-gather, so every TP all-gather inside a block moves 1 byte per
  * element. The output layer (the float8 converter filters it) and the embedding
  * gather in bf16; reduce-scatters stay bf16. Row c's seconds from the role's rows
- * per module (the ledger's scope), the blocks' ("layers.*") at half their bytes. */
+ * per module (the ledger's scope), the blocks' ("layers.*") at half their bytes;
+ * -1 when the role's per-module rows do not cover it. */
 static double f8_tp_gathers(const sb_hw *hw, const sb_role *ro, const sb_comm_row *c, int n,
                             int per_node) {
   double all = 0;
@@ -97,11 +98,7 @@ static double f8_tp_gathers(const sb_hw *hw, const sb_role *ro, const sb_comm_ro
     all += sb_hw_coll_best_s(hw, c->op, b, n, per_node) * (double)q->calls;
     calls += q->calls;
   }
-  /* a role without per-module rows (none recorded): the row as it is */
-  if (calls != c->calls)
-    return sb_hw_coll_best_s(hw, c->op, (double)c->payload_bytes / (double)c->calls, n, per_node) *
-           (double)c->calls;
-  return all;
+  return calls == c->calls ? all : -1; /* -1: no per-module rows cover the row */
 }
 
 /* Group size and members per node of a group over the dims in mask: ranks are
@@ -233,9 +230,9 @@ static int role_costs(const sb_hw *hw, const sb_opts *o, const sb_result *meta,
                       (!strcmp(c->op, "all_gather") || !strcmp(c->op, "reduce_scatter"));
     if (fsdp && f->float8 && !strcmp(c->op, "all_gather")) bytes *= 0.5; /* fp8 all-gather */
     const double one = sb_hw_coll_best_s(hw, c->op, bytes, n, per_node);
-    double all = one * (double)c->calls;
-    if (mask == 16u && f->float8 && !strcmp(c->op, "all_gather"))
-      all = f8_tp_gathers(hw, ro, c, n, per_node);
+    const double f8 = mask == 16u && f->float8 && !strcmp(c->op, "all_gather")
+                          ? f8_tp_gathers(hw, ro, c, n, per_node) : -1;
+    const double all = f8 >= 0 ? f8 : one * (double)c->calls;
     const int p = phase_of(c->phase);
     int outer = 0;
     while (!(mask & (1u << outer))) outer++;

@@ -98,14 +98,14 @@ dt_status dt_parallel_plan_resolve(dt_ctx *ctx, const dt_plan *p, const int degr
                          "stages a unit stays gathered for the step (TorchTitan's default with pp)",
                     degree[DT_PDIM_PP], out->fsdp_entries[i].pattern);
   const int ndp = degree[DT_PDIM_DP_REPLICATE] * degree[DT_PDIM_DP_SHARD];
+  /* a count of microbatches (pp: the degree), else microbatches of a size */
   const int nmb = plan->pp_microbatches < 0 ? degree[DT_PDIM_PP] : plan->pp_microbatches;
-  if (nmb > 0 && (batch % ndp || (batch / ndp) % nmb))
+  const int unit = nmb > 0 ? nmb : plan->pp_microbatch_size;
+  if (batch % ndp || (batch / ndp) % unit)
     return refuse(ctx, "batch %d over dp_replicate x dp_shard = %d is not a multiple of the "
-                       "%d pipeline microbatches", batch, ndp, nmb);
-  if (nmb <= 0 && (batch % ndp || (batch / ndp) % plan->pp_microbatch_size))
-    return refuse(ctx, "batch %d over dp_replicate x dp_shard = %d is not a multiple of the "
-                       "pipeline microbatch size %d", batch, ndp, plan->pp_microbatch_size);
-  out->n_microbatches = nmb > 0 ? nmb : batch / ndp / plan->pp_microbatch_size;
+                       "%s %d", batch, ndp, nmb > 0 ? "pipeline microbatch count" :
+                       "pipeline microbatch size", unit);
+  out->n_microbatches = nmb > 0 ? nmb : batch / ndp / unit;
   dt_pipeline pl;
   memset(&pl, 0, sizeof pl);
   dt_status s = dt_pipeline_llm(ctx, plan, cfg_whole->n_layers, degree[DT_PDIM_PP],

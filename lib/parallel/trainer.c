@@ -165,12 +165,11 @@ static dt_status microbatch(dt_ctx *ctx, dt_trainer *t, const int64_t *all, int 
   return s;
 }
 
-/* The global batch placed (no pp); the host copy (place_batch wraps, it does not copy
- * for the caller) is one of the caller's arrays, which the distribute reads only. */
+/* The global batch placed (no pp). place_batch wraps a writable array, so the
+ * rank's rows (its shard of the dp dims' Shard(0), all the placing reads) go into a
+ * zeroed copy; the rest stay zero, valid ids, in pages a large calloc never touches. */
 static dt_status whole_batch(dt_ctx *ctx, dt_trainer *t, const int64_t *ids, dt_tensor *out) {
   const size_t n = (size_t)t->opts.batch * (size_t)t->opts.seq;
-  /* only the rank's rows are read (the placing takes its shard of the dp dims'
-   * Shard(0)); the rest stay zero, valid ids, in pages a large calloc never touches */
   int64_t *copy = calloc(n ? n : 1, sizeof *copy);
   if (!copy) return dt_error(ctx, DT_ERR_NOMEM, "dt_trainer", "no memory");
   dt_placement pl[DT_MAX_MESH_DIMS];
